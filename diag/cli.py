@@ -1,0 +1,61 @@
+"""The command line: the only module that prints to the console or exits.
+
+Each subcommand lives in ``diag/commands/<name>.py`` and registers itself on the app
+(``COMMANDS`` below is the explicit registry). Commands raise :class:`DiagError`;
+``main`` turns it into one red line, its remedy, and its exit code.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from diag.commands import analyze as analyze_cmd
+from diag.commands import bundle as bundle_cmd
+from diag.commands import rules as rules_cmd
+from diag.commands import snapshot as snapshot_cmd
+from diag.errors import DiagError
+
+__all__ = ["COMMANDS", "app", "main"]
+
+app = typer.Typer(
+    name="diag",
+    help="Forensics for LLM inference servers (SGLang, vLLM): where did startup hang, and why.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    add_completion=False,
+)
+
+COMMANDS = (analyze_cmd, snapshot_cmd, bundle_cmd, rules_cmd)
+for _command in COMMANDS:
+    _command.register(app)
+
+
+@app.callback()
+def _root() -> None:
+    """Forensics for LLM inference servers (SGLang, vLLM): where did startup hang, and why."""
+
+
+@app.command("version")
+def version() -> None:
+    """Print diag's version."""
+    from diag import __version__
+
+    typer.echo(__version__)
+
+
+def main() -> None:
+    """Entry point: run the app; a DiagError becomes one line, a hint and its exit code."""
+    err = Console(stderr=True, highlight=False)
+    try:
+        app()  # standalone: usage errors print themselves and exit 2
+    except DiagError as exc:
+        err.print(f"[bold red]diag: error:[/] {exc.message}", markup=True, soft_wrap=True)
+        if exc.help_text:
+            err.print(f"[dim]hint: {exc.help_text}[/]", soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err.print("diag: interrupted")
+        sys.exit(130)

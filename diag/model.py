@@ -1,0 +1,415 @@
+"""The data model of diag: every noun the engine passes around.
+
+Each class is a frozen, slotted dataclass; derived facts are properties. Parsers,
+the timeline builder, the rules engine and the live collector all speak in these
+types, and every reporter renders them. ``EVENT_SCHEMA`` is the polars schema of
+the event table, kept in step with :class:`Event` by a test.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = [
+    "EVENT_SCHEMA",
+    "PHASES",
+    "SEVERITIES",
+    "STACK_SITES",
+    "Analysis",
+    "Evidence",
+    "Event",
+    "EventKind",
+    "Finding",
+    "GpuSample",
+    "PhaseInterval",
+    "ProcessInfo",
+    "RankId",
+    "RankTimeline",
+    "Record",
+    "Severity",
+    "ShardProgress",
+    "Snapshot",
+    "StackFrame",
+    "StackGroup",
+    "StackProcess",
+    "StackThread",
+    "Unavailable",
+    "phase_index",
+]
+
+# Startup phases in order (ids of shared/corpus/LABELS.md).
+PHASES: tuple[str, ...] = (
+    "launch",
+    "platform",
+    "dist_init",
+    "model_config",
+    "weights_load",
+    "kv_cache",
+    "compile",
+    "cuda_graph",
+    "warmup",
+    "listening",
+    "serving",
+)
+
+STACK_SITES: tuple[str, ...] = (
+    "stack.nccl_collective",
+    "stack.dist_init",
+    "stack.cuda_sync",
+    "stack.cuda_graph_capture",
+    "stack.jit_compile",
+    "stack.weights_io",
+    "stack.ipc_wait",
+    "stack.idle_loop",
+    "stack.gil_or_lock",
+)
+
+Severity = Literal["error", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
+EventKind = Literal["begin", "progress", "end", "mark"]
+
+
+def phase_index(phase: str | None) -> int:
+    """Position of a phase in startup order; -1 for None or an unknown id."""
+    try:
+        return PHASES.index(phase) if phase is not None else -1
+    except ValueError:
+        return -1
+
+
+@dataclass(frozen=True, slots=True)
+class Unavailable:
+    """A fact that could not be read, and why (never a silent None)."""
+
+    reason: str
+
+    def __bool__(self) -> bool:
+        return False
+
+
+# ---------------------------------------------------------------------------
+# Logs: records, events, timeline
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class RankId:
+    """Coordinates of one rank. Any subset may be known; ``node`` is the node rank or
+    host (multi-node), ``None`` where the log does not say."""
+
+    node: str | None = None
+    dp: int | None = None
+    pp: int | None = None
+    tp: int | None = None
+    ep: int | None = None
+
+    @property
+    def label(self) -> str:
+        parts = []
+        if self.node is not None:
+            parts.append(f"node{self.node}" if self.node.isdigit() else self.node)
+        for name in ("dp", "pp", "tp", "ep"):
+            value = getattr(self, name)
+            if value is not None:
+                parts.append(f"{name.upper()}{value}")
+        return " ".join(parts) or "?"
+
+    @property
+    def sort_key(self) -> tuple[str, int, int, int, int]:
+        return (
+            self.node or "",
+            -1 if self.dp is None else self.dp,
+            -1 if self.pp is None else self.pp,
+            -1 if self.tp is None else self.tp,
+            -1 if self.ep is None else self.ep,
+        )
+
+    def __str__(self) -> str:
+        return self.label
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One logical log line (plus the continuation lines attached to it).
+
+    ``rank`` is ``None`` for lines of no rank (launcher, API server, progress bars
+    with no prefix); ``rank_reason`` says how a rank was attributed ("tag" when the
+    line names it, otherwise the inference used)."""
+
+    source: str
+    line: int
+    message: str
+    raw: str = ""
+    ts: dt.datetime | None = None
+    rank: RankId | None = None
+    rank_reason: str | None = None
+    process: str | None = None
+    pid: int | None = None
+    host: str | None = None
+    level: str | None = None
+    logger_file: str | None = None
+    grammar: str = "plain"
+    continuation: tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str:
+        """The message with its continuation lines, as one string."""
+        if not self.continuation:
+            return self.message
+        return "\n".join((self.message, *self.continuation))
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A record recognised by the phase catalogue."""
+
+    source: str
+    line: int
+    ts: dt.datetime | None
+    rank: RankId | None
+    phase: str
+    kind: EventKind
+    pattern: str
+    message: str
+    fields: Mapping[str, str | float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardProgress:
+    done: int
+    total: int
+    rate_s_per_it: float | None = None
+    elapsed_s: float | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.total > 0 and self.done >= self.total
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseInterval:
+    phase: str
+    start: dt.datetime | None
+    end: dt.datetime | None
+    first_line: int
+    last_line: int
+    source: str = ""
+    ended: bool = False  # an explicit end marker was seen (not just the next phase)
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.start is None or self.end is None:
+            return None
+        return max(0.0, (self.end - self.start).total_seconds())
+
+
+@dataclass(frozen=True, slots=True)
+class RankTimeline:
+    rank: RankId
+    phases: tuple[PhaseInterval, ...]
+    last_ts: dt.datetime | None
+    silent_s: float | None
+    shards: ShardProgress | None = None
+    line_count: int = 0
+    inferred: bool = False  # the rank was never tagged in the log, only inferred
+
+    @property
+    def last_phase(self) -> str | None:
+        best = max(self.phases, key=lambda p: phase_index(p.phase), default=None)
+        return best.phase if best else None
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    source: str
+    line: int
+    text: str
+    rank: str | None = None
+    ts: dt.datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    id: str
+    severity: Severity
+    title: str
+    message: str
+    role: Literal["root", "cascade"] = "root"
+    cascade_of: str | None = None
+    ranks: tuple[str, ...] = ()
+    evidence: tuple[Evidence, ...] = ()
+    evidence_total: int = 0
+    summary: str = ""
+    why: str = ""
+    remedy: str = ""
+    caveat: str = ""
+    references: tuple[str, ...] = ()
+
+
+# ---------------------------------------------------------------------------
+# Stacks (py-spy JSON, py-spy text, faulthandler) and the live snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class StackFrame:
+    name: str
+    filename: str = ""
+    line: int | None = None
+    module: str | None = None
+    native: bool = False
+
+    @property
+    def label(self) -> str:
+        where = self.filename.rsplit("/", 1)[-1] if self.filename else ""
+        return f"{self.name} ({where}:{self.line})" if where else self.name
+
+
+@dataclass(frozen=True, slots=True)
+class StackThread:
+    """One thread; ``frames`` innermost first, as py-spy prints them."""
+
+    thread_id: int | None
+    name: str | None
+    frames: tuple[StackFrame, ...]
+    idle: bool | None = None
+    owns_gil: bool | None = None
+    os_state: str | None = None  # from /proc/<pid>/task/<tid>/stat when known
+    wchan: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StackProcess:
+    """Stacks of one process: from a live py-spy dump or a dump found in a log."""
+
+    pid: int | None
+    title: str | None
+    threads: tuple[StackThread, ...]
+    wait_site: str | None = None
+    wait_thread: int | None = None  # thread_id the wait site was read from
+    rank: RankId | None = None
+    outcome: str = "ok"  # ok | timeout | permission_denied | not_found | partial | no_pyspy
+    mode: str | None = None  # native | python | nonblocking | text | faulthandler
+    error: str | None = None
+    source: str | None = None
+    line: int | None = None
+    samples: int = 1
+    moving: bool | None = None  # stack changed between samples (slow, not stuck)
+
+
+@dataclass(frozen=True, slots=True)
+class StackGroup:
+    """Ranks whose (main-thread) stacks are identical: one equivalence class."""
+
+    wait_site: str | None
+    members: tuple[str, ...]  # rank labels, or "pid N" where no rank is known
+    frames: tuple[StackFrame, ...]
+    pids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    index: int
+    name: str | Unavailable
+    uuid: str | Unavailable
+    util_percent_mean: float | Unavailable
+    util_percent_max: float | Unavailable
+    memory_used_bytes: int | Unavailable
+    memory_total_bytes: int | Unavailable
+    samples: int = 0
+    processes: Mapping[int, int] = field(default_factory=dict)  # pid -> GPU memory bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    pid: int
+    ppid: int | None
+    role: str  # launcher | api_server | tokenizer | scheduler | worker | detokenizer | engine_core | other
+    title: str
+    cmdline: tuple[str, ...]
+    framework: str | None
+    rank: RankId | None
+    rank_source: str | None  # "title" | "env" | None (unknown)
+    state: str | Unavailable
+    rss_bytes: int | Unavailable
+    cpu_percent: float | Unavailable
+    threads: int | Unavailable
+    listening_ports: tuple[int, ...] | Unavailable
+    create_time: float | None = None
+    children: tuple[int, ...] = ()
+    gpu_index: int | None = None
+    gpu_memory_bytes: int | None = None
+    wchan: str | Unavailable | None = None
+    stack: StackProcess | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    host: str
+    taken_at: dt.datetime
+    processes: tuple[ProcessInfo, ...]
+    gpus: tuple[GpuSample, ...] | Unavailable
+    servers: tuple[Mapping[str, object], ...] = ()
+    groups: tuple[StackGroup, ...] = ()
+    outlier_tp_ranks: tuple[int, ...] = ()
+    verdict: str = ""
+    findings: tuple[Finding, ...] = ()
+    notes: tuple[str, ...] = ()
+    elapsed_s: float | None = None
+
+
+# ---------------------------------------------------------------------------
+# The result of `diag analyze`
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    sources: tuple[str, ...]
+    framework: str  # sglang | vllm | unknown
+    version: str | None
+    config: Mapping[str, object]
+    ranks: tuple[RankTimeline, ...]
+    expected_ranks: tuple[RankId, ...]
+    missing_ranks: tuple[RankId, ...]
+    stragglers: tuple[RankId, ...]
+    log_end: dt.datetime | None
+    records: int
+    events: tuple[Event, ...] = ()
+    global_phases: tuple[PhaseInterval, ...] = ()  # phases seen on lines of no rank
+    stack_processes: tuple[StackProcess, ...] = ()
+    stack_groups: tuple[StackGroup, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    rules_checked: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    undecodable_bytes: int = 0
+
+    @property
+    def last_phase(self) -> str | None:
+        """The furthest phase any rank (or any rank-less line) reached."""
+        candidates = [r.last_phase for r in self.ranks]
+        candidates += [p.phase for p in self.global_phases]
+        known = [p for p in candidates if p is not None]
+        return max(known, key=phase_index, default=None)
+
+
+def _event_schema() -> dict[str, object]:
+    import polars as pl
+
+    return {
+        "source": pl.Utf8,
+        "line": pl.Int64,
+        "ts": pl.Datetime("us"),
+        "rank": pl.Utf8,
+        "phase": pl.Utf8,
+        "kind": pl.Utf8,
+        "pattern": pl.Utf8,
+        "message": pl.Utf8,
+    }
+
+
+def __getattr__(name: str) -> object:
+    # EVENT_SCHEMA is built lazily so that importing the model does not import polars.
+    if name == "EVENT_SCHEMA":
+        return _event_schema()
+    raise AttributeError(name)
