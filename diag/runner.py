@@ -8,6 +8,7 @@ one module.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -73,10 +74,8 @@ class SubprocessRunner:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             out, err = proc.communicate()
             return RunResult(
                 tuple(argv),
