@@ -45,13 +45,18 @@ class DiagError(Exception):
 class InputError(DiagError):
     """The input is missing, unreadable or not a log."""
 
-    help_text = "Pass a log file, a folder of logs, a .gz/.bz2/.xz file, a diag bundle, or - for stdin."
+    help_text = (
+        "Pass a log file, a folder of logs, a .gz/.bz2/.xz file, a diag bundle, or - for stdin."
+    )
 
 
 class RuleError(DiagError):
     """A rule file is invalid (schema, regex, unknown check)."""
 
-    help_text = "Check the rule file against `diag rules show ID` of a built-in rule; `diag rules test DIR` runs its examples."
+    help_text = (
+        "Compare the rule file with a built-in one (`diag rules show ID`); "
+        "`diag rules test DIR` runs its examples."
+    )
 
 
 class BundleError(DiagError):

@@ -2,7 +2,7 @@
 
 Each class is a frozen, slotted dataclass; derived facts are properties. Parsers,
 the timeline builder, the rules engine and the live collector all speak in these
-types, and every reporter renders them. ``EVENT_SCHEMA`` is the polars schema of
+types, and every reporter renders them. ``event_schema()`` gives the polars schema of
 the event table, kept in step with :class:`Event` by a test.
 """
 
@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
-    "EVENT_SCHEMA",
     "PHASES",
     "SEVERITIES",
     "STACK_SITES",
@@ -37,6 +36,7 @@ __all__ = [
     "StackProcess",
     "StackThread",
     "Unavailable",
+    "event_schema",
     "phase_index",
 ]
 
@@ -318,14 +318,16 @@ class GpuSample:
     memory_used_bytes: int | Unavailable
     memory_total_bytes: int | Unavailable
     samples: int = 0
-    processes: Mapping[int, int] = field(default_factory=dict)  # pid -> GPU memory bytes
+    # pid -> GPU memory bytes
+    processes: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class ProcessInfo:
     pid: int
     ppid: int | None
-    role: str  # launcher | api_server | tokenizer | scheduler | worker | detokenizer | engine_core | other
+    # launcher | api_server | tokenizer | scheduler | worker | detokenizer | engine_core | other
+    role: str
     title: str
     cmdline: tuple[str, ...]
     framework: str | None
@@ -393,7 +395,10 @@ class Analysis:
         return max(known, key=phase_index, default=None)
 
 
-def _event_schema() -> dict[str, object]:
+def event_schema() -> dict[str, object]:
+    """The polars schema of the event table (one row per :class:`Event`, fields aside).
+
+    Built on call so that importing the model does not import polars."""
     import polars as pl
 
     return {
@@ -406,10 +411,3 @@ def _event_schema() -> dict[str, object]:
         "pattern": pl.Utf8,
         "message": pl.Utf8,
     }
-
-
-def __getattr__(name: str) -> object:
-    # EVENT_SCHEMA is built lazily so that importing the model does not import polars.
-    if name == "EVENT_SCHEMA":
-        return _event_schema()
-    raise AttributeError(name)

@@ -4,7 +4,7 @@ from diag import model
 
 
 def test_event_schema_matches_event_fields() -> None:
-    schema = model.EVENT_SCHEMA
+    schema = model.event_schema()
     fields = {f.name for f in dataclasses.fields(model.Event)} - {"fields"}
     assert set(schema) == fields
 
