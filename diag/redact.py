@@ -1,0 +1,400 @@
+"""The redactor: one object applied, on the way in, to every text that leaves the host.
+
+A :class:`Redactor` masks secrets in log lines, command lines, environment variables and
+JSON-like structures (analysis, snapshot) before anything is written. It counts what it
+masked per kind (``summary()``), never keeping a value. Masks look like
+``<redacted:KIND>``; quoted values keep their quotes, so a redacted
+``server_args={'api_key': '<redacted:field>'}`` still parses with ``ast.literal_eval``.
+
+What is masked (kinds):
+
+- ``hf_token`` Hugging Face tokens (``hf_...``); ``openai_key`` / ``anthropic_key``
+  (``sk-...``, ``sk-ant-...``); ``aws_access_key`` (``AKIA...``); ``github_token``
+  (``ghp_``, ``gho_``, ``ghu_``, ``ghs_``, ``ghr_``, ``github_pat_``); ``jwt``;
+- ``bearer`` (``Bearer X``) and ``authorization`` (the value of an ``Authorization:``
+  header); ``url_password`` (``scheme://user:PASS@host``);
+- ``flag``: the value of a command-line flag whose name has a secret word
+  (``--api-key V``, ``--api-key=V``, ``--hf-token``, ``--password``, ...);
+- ``env``: the value of an environment variable whose name contains TOKEN, KEY, SECRET,
+  PASSWORD or CREDENTIAL (``HF_TOKEN=...`` in text, or a mapping of variables);
+- ``field``: the value of a keyword / dict field whose name has a secret word
+  (``api_key='x'``, ``'admin_api_key': 'x'``, ``"token": "x"``);
+- with ``redact_hosts``: ``hostname`` and ``ip``, each distinct host or address mapped to
+  the same mask everywhere (``host-1``, ``ip-1``). Loopback and ``0.0.0.0`` stay.
+
+Hostnames are learned from the local host name, from names given by the caller, and from
+the contexts logs name hosts in (NCCL line prefixes, ``--host``, ``host=``, URLs);
+``learn_hosts`` lets a caller pre-scan a text so that a host first named late in a log is
+masked from its first line.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+
+__all__ = [
+    "MASK_PREFIX",
+    "Redactor",
+    "is_secret_env_name",
+    "is_secret_name",
+]
+
+MASK_PREFIX = "<redacted"
+
+# Words that make a field, flag or key=value name secret (matched as whole words).
+_SECRET_WORDS = frozenset(
+    {
+        "token",
+        "key",
+        "apikey",
+        "secret",
+        "password",
+        "passwd",
+        "passphrase",
+        "credential",
+        "credentials",
+        "auth",
+        "authorization",
+        "cookie",
+    }
+)
+# Substrings that make an environment variable name secret (the issue's rule).
+_SECRET_ENV_PARTS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+
+_WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+_ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*\Z")
+
+
+def is_secret_name(name: str) -> bool:
+    """A field or flag name (``api_key``, ``--hf-token``, ``adminApiKey``) that holds a
+    secret: one of its words is a secret word."""
+    if _ENV_NAME.match(name) and is_secret_env_name(name):
+        return True
+    words = {w.lower() for w in _WORD_SPLIT.split(name) if w}
+    return not words.isdisjoint(_SECRET_WORDS)
+
+
+def is_secret_env_name(name: str) -> bool:
+    """An environment variable whose value is masked whatever it looks like."""
+    upper = name.upper()
+    return any(part in upper for part in _SECRET_ENV_PARTS)
+
+
+# Cheap prefilter: a line with none of these cannot hold a secret pattern below.
+_SECRET_HINT = re.compile(
+    r"(?i)hf_|sk-|AKIA|ASIA|AGPA|AIDA|AROA|gh[pousr]_|github_pat|bearer|auth|://|token"
+    r"|key|secret|passw|passphrase|credential|cookie|eyJ"
+)
+
+_URL_PASSWORD = re.compile(
+    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s'\"]+:)(?P<val>[^@/\s'\"]+)(?P<tail>@)"
+)
+_AUTH_HEADER = re.compile(
+    r"(?P<head>(?i:\b(?:proxy-)?authorization)['\"]?\s*[:=]\s*['\"]?"
+    r"(?:(?i:bearer|basic|token|digest)\s+)?)(?P<val>[^\s'\",;}]+)"
+)
+_BEARER = re.compile(r"(?P<head>(?i:\bbearer)\s+)(?P<val>[A-Za-z0-9._~+/=-]{6,})")
+# --flag VALUE, --flag=VALUE, and list reprs: '--flag', 'VALUE'
+_FLAG = re.compile(
+    r"(?<![\w-])(?P<name>--[A-Za-z][\w-]*)(?P<sep>=|[ \t]+|['\"],[ \t]*['\"])"
+    r"(?P<val>[^\s'\",\]]+)"
+)
+# name=VALUE, name: VALUE, 'name': 'VALUE', "name": "VALUE", name='VALUE'
+_FIELD = re.compile(
+    r"(?P<q>['\"]?)(?P<name>\b[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)(?P<op>\s*[=:]\s*)"
+    r"(?P<val>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s,;)}\]&'\"]+)"
+)
+_TOKENS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("hf_token", re.compile(r"\bhf_[A-Za-z0-9]{20,}")),
+    ("anthropic_key", re.compile(r"\bsk-ant-[A-Za-z0-9_-]{16,}")),
+    ("openai_key", re.compile(r"\bsk-[A-Za-z0-9_-]{16,}")),
+    ("aws_access_key", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b")),
+    ("github_token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})")),
+    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
+)
+_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?[%A-Za-z]{0,3}")
+_NOT_SECRET_VALUES = frozenset({"", "None", "none", "null", "True", "False", "true", "false"})
+
+# Hosts and addresses (only with redact_hosts).
+_IPV4 = re.compile(
+    r"(?<![\d.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+    r"(?![\d.]*\d)"
+)
+_IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
+_KEEP_IPS = frozenset({"0.0.0.0", "127.0.0.1", "255.255.255.255", "::", "::1"})
+_HOSTNAME = r"[A-Za-z][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*"
+_HOST_CONTEXTS = (
+    # NCCL: host:pid:tid [dev] NCCL ...
+    re.compile(rf"(?:^|\s|\|)(?P<host>{_HOSTNAME}):\d+:\d+ \[\d+\]"),
+    # host=..., hostname: ..., master_addr=..., 'dist_init_addr': '...'
+    re.compile(
+        rf"(?i:\b(?:host|hostname|node|nodename|node_name|master_addr|dist_init_addr|"
+        rf"head_node|ip_address|addr))['\"]?\s*[=:]\s*['\"]?(?P<host>{_HOSTNAME})"
+    ),
+    re.compile(rf"--(?:host|dist-init-addr|master-addr|node-ip-address)[= ](?P<host>{_HOSTNAME})"),
+    re.compile(rf"\b[a-z][a-z0-9+.-]*://(?:[^@/\s]*@)?(?P<host>{_HOSTNAME})"),
+)
+_PUBLIC_TLDS = frozenset({"com", "org", "io", "ai", "net", "dev", "co", "edu", "gov", "md", "py"})
+_NOT_HOSTS = frozenset(
+    {
+        "localhost",
+        "none",
+        "null",
+        "true",
+        "false",
+        "huggingface.co",
+        "github.com",
+        "pypi.org",
+        "download.pytorch.org",
+        "docs.vllm.ai",
+        "docs.sglang.ai",
+        "docs.python.org",
+    }
+)
+
+
+def _mask(kind: str) -> str:
+    return f"{MASK_PREFIX}:{kind}>"
+
+
+def _is_mask(value: str) -> bool:
+    return MASK_PREFIX in value
+
+
+class Redactor:
+    """Masks secrets (and, optionally, hosts) in everything handed to it.
+
+    One instance per bundle: its counts and its host masks cover every member, so the
+    same host gets the same mask in the logs, the snapshot and the manifest."""
+
+    def __init__(self, *, redact_hosts: bool = False, hosts: Iterable[str] = ()) -> None:
+        self.redact_hosts = redact_hosts
+        self._counts: Counter[str] = Counter()
+        self._host_masks: dict[str, str] = {}  # first label (lower) -> host-N
+        self._hosts: set[str] = set()
+        self._ip_masks: dict[str, str] = {}
+        self._host_re: re.Pattern[str] | None = None
+        if redact_hosts:
+            try:
+                local = socket.gethostname()
+            except OSError:  # pragma: no cover - no hostname at all
+                local = ""
+            for host in (local, *hosts):
+                self.add_host(host)
+
+    # -- bookkeeping ------------------------------------------------------------------
+
+    def summary(self) -> dict[str, int]:
+        """How many values of each kind were masked (never the values)."""
+        return dict(sorted(self._counts.items()))
+
+    @property
+    def total(self) -> int:
+        return sum(self._counts.values())
+
+    def _hit(self, kind: str) -> str:
+        self._counts[kind] += 1
+        return _mask(kind)
+
+    # -- hosts ------------------------------------------------------------------------
+
+    def add_host(self, host: str) -> None:
+        """Mask this host name (and its short name) from now on."""
+        host = host.strip().strip(".")
+        if not host or host.lower() in _NOT_HOSTS or _IPV4.fullmatch(host):
+            return
+        if not any(c.isalpha() for c in host) or len(host) < 2:
+            return
+        if "." in host and host.rsplit(".", 1)[-1].lower() in _PUBLIC_TLDS:
+            return  # a public site (docs.nvidia.com), not one of the user's hosts
+        short = host.split(".", 1)[0]
+        key = short.lower()
+        if key in _NOT_HOSTS:
+            return
+        if key not in self._host_masks:
+            self._host_masks[key] = f"host-{len(self._host_masks) + 1}"
+        new = {host, short} - self._hosts
+        if new:
+            self._hosts |= new
+            alternation = "|".join(
+                re.escape(h) for h in sorted(self._hosts, key=lambda h: (-len(h), h))
+            )
+            self._host_re = re.compile(rf"(?<![\w.-])(?:{alternation})(?![\w-]|\.\w)", re.I)
+
+    def learn_hosts(self, text: str) -> None:
+        """Find host names in the contexts logs name them, to mask them everywhere."""
+        if not self.redact_hosts:
+            return
+        for pattern in _HOST_CONTEXTS:
+            for match in pattern.finditer(text):
+                host = match.group("host")
+                if "." in host and host.rsplit(".", 1)[-1].isdigit():
+                    continue  # an address or a version, not a name
+                self.add_host(host)
+
+    def host_mask(self, host: str) -> str:
+        """The mask of one host (learning it), or the host itself without redact_hosts."""
+        if not self.redact_hosts:
+            return host
+        if _IPV4.fullmatch(host):
+            return self._ip(host)
+        self.add_host(host)
+        return self._host_masks.get(host.split(".", 1)[0].lower(), host)
+
+    def _ip(self, ip: str) -> str:
+        if ip in _KEEP_IPS or ip.startswith("127."):
+            return ip
+        if ip not in self._ip_masks:
+            self._ip_masks[ip] = f"ip-{len(self._ip_masks) + 1}"
+        self._counts["ip"] += 1
+        return self._ip_masks[ip]
+
+    def _ip6(self, match: re.Match[str]) -> str:
+        text = match.group(0)
+        groups = text.split(":")
+        if text in _KEEP_IPS or ("::" not in text and len(groups) < 6):
+            return text
+        if not any(c in "abcdefABCDEF" for c in text) and "::" not in text:
+            return text
+        if text.strip(":") == "":
+            return text
+        return self._ip(text)
+
+    def _host_sub(self, match: re.Match[str]) -> str:
+        self._counts["hostname"] += 1
+        return self._host_masks.get(match.group(0).split(".", 1)[0].lower(), "host-?")
+
+    def _hosts_text(self, text: str) -> str:
+        if self._host_re is not None:
+            text = self._host_re.sub(self._host_sub, text)
+        text = _IPV4.sub(lambda m: self._ip(m.group(0)), text)
+        if text.count(":") >= 2:
+            text = _IPV6.sub(self._ip6, text)
+        return text
+
+    # -- text -------------------------------------------------------------------------
+
+    def _flag_sub(self, match: re.Match[str]) -> str:
+        value = match.group("val")
+        if not is_secret_name(match.group("name")[2:]) or _is_mask(value):
+            return match.group(0)
+        if value.startswith("-") and match.group("sep") != "=":
+            return match.group(0)  # the next flag, not a value
+        return match.group("name") + match.group("sep") + self._hit("flag")
+
+    def _field_sub(self, match: re.Match[str]) -> str:
+        name = match.group("name")
+        value = match.group("val")
+        if not is_secret_name(name) or _is_mask(value) or "authorization" in name.lower():
+            return match.group(0)  # (Authorization headers have their own pattern)
+        quote = value[0] if value[:1] in ("'", '"') else ""
+        inner = value[1:-1] if quote else value
+        if inner in _NOT_SECRET_VALUES or inner.startswith("$"):
+            return match.group(0)
+        if not quote and ":" in match.group("op") and _NUMBER.fullmatch(inner):
+            return match.group(0)  # a count in a log line ("#new-token: 6"), not a secret
+        kind = "env" if _ENV_NAME.match(name) and "=" in match.group("op") else "field"
+        q = match.group("q")
+        return f"{q}{name}{q}{match.group('op')}{quote}{self._hit(kind)}{quote}"
+
+    def text(self, text: str) -> str:
+        """Redact one text (a line, a message, a rendered report)."""
+        if _SECRET_HINT.search(text):
+            text = _URL_PASSWORD.sub(self._url_sub, text)
+            text = _AUTH_HEADER.sub(self._auth_sub, text)
+            text = _BEARER.sub(self._bearer_sub, text)
+            if "--" in text:
+                text = _FLAG.sub(self._flag_sub, text)
+            text = _FIELD.sub(self._field_sub, text)
+            for kind, pattern in _TOKENS:
+                text = pattern.sub(self._token_sub(kind), text)
+        if self.redact_hosts:
+            self.learn_hosts(text)
+            text = self._hosts_text(text)
+        return text
+
+    def _token_sub(self, kind: str) -> Callable[[re.Match[str]], str]:
+        def sub(_match: re.Match[str]) -> str:
+            return self._hit(kind)
+
+        return sub
+
+    def _url_sub(self, match: re.Match[str]) -> str:
+        if _is_mask(match.group("val")):
+            return match.group(0)
+        return match.group("head") + self._hit("url_password") + match.group("tail")
+
+    def _auth_sub(self, match: re.Match[str]) -> str:
+        if _is_mask(match.group("val")):
+            return match.group(0)
+        return match.group("head") + self._hit("authorization")
+
+    def _bearer_sub(self, match: re.Match[str]) -> str:
+        if _is_mask(match.group("val")):
+            return match.group(0)
+        return match.group("head") + self._hit("bearer")
+
+    def lines(self, lines: Iterable[str]) -> Iterator[str]:
+        """Redact a stream of lines, one at a time (nothing is buffered)."""
+        for line in lines:
+            yield self.text(line)
+
+    def argv(self, argv: Sequence[str]) -> list[str]:
+        """Redact a command line: ``--api-key VALUE`` masks the next element too."""
+        out: list[str] = []
+        mask_next = False
+        for arg in argv:
+            if mask_next and not _is_mask(arg):
+                mask_next = False
+                if not arg.startswith("-") or arg == "-":
+                    out.append(self._hit("flag"))
+                    continue
+            mask_next = False
+            if arg.startswith("--") and "=" not in arg and is_secret_name(arg[2:]):
+                mask_next = True
+                out.append(self.text(arg))
+                continue
+            if "=" in arg and not arg.startswith("-"):
+                name, _, value = arg.partition("=")
+                if _ENV_NAME.match(name) and is_secret_env_name(name) and value:
+                    out.append(f"{name}={self._hit('env')}")
+                    continue
+            out.append(self.text(arg))
+        return out
+
+    def env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """Redact environment variables: secret names masked whole, others as text."""
+        out: dict[str, str] = {}
+        for name, value in env.items():
+            if is_secret_env_name(name) and value:
+                out[self.text(name)] = self._hit("env")
+            else:
+                out[self.text(name)] = self.text(value)
+        return out
+
+    def value(self, obj: object, *, key: str | None = None) -> object:
+        """Redact a JSON-like structure: strings as text, lists of strings as command
+        lines, values under a secret key masked whole."""
+        if isinstance(obj, str):
+            if (
+                key is not None
+                and obj not in _NOT_SECRET_VALUES
+                and not _is_mask(obj)
+                and is_secret_name(key)
+            ):
+                return self._hit("field")
+            return self.text(obj)
+        if isinstance(obj, Mapping):
+            return {
+                self.text(str(k)) if isinstance(k, str) else k: self.value(v, key=str(k))
+                for k, v in obj.items()
+            }
+        if isinstance(obj, (list, tuple)):
+            if obj and all(isinstance(item, str) for item in obj):
+                return self.argv([str(item) for item in obj])
+            return [self.value(item) for item in obj]
+        return obj
+
