@@ -344,6 +344,15 @@ class ProcessInfo:
     gpu_memory_bytes: int | None = None
     wchan: str | Unavailable | None = None
     stack: StackProcess | None = None
+    # live collector extras (diag snapshot)
+    uptime_s: float | None = None
+    syscall: str | Unavailable | None = None
+    thread_states: Mapping[str, int] = field(default_factory=dict)  # "S" -> count
+    thread_names: Mapping[str, int] = field(default_factory=dict)  # comm -> count
+    env: Mapping[str, str] = field(default_factory=dict)  # RANK, CUDA_VISIBLE_DEVICES, ...
+    stopped_before: bool = False  # state T before diag came (left as it was)
+    resumed: bool = False  # a dump left it stopped and diag sent SIGCONT
+    dump_attempts: tuple[Mapping[str, object], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,6 +368,10 @@ class Snapshot:
     findings: tuple[Finding, ...] = ()
     notes: tuple[str, ...] = ()
     elapsed_s: float | None = None
+    # who-is-missing evidence (NCCL RAS, Flight Recorder), side by side with the stacks
+    collective_evidence: tuple[Mapping[str, object], ...] = ()
+    partial: tuple[str, ...] = ()  # why collection was partial (exit code 3), with the fix
+    timings: Mapping[str, float] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------
