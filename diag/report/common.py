@@ -1,0 +1,136 @@
+"""Facts every rendering of an analysis needs: ranks collapsed, durations, ordering.
+
+Pure functions over the model; the terminal, Markdown and Perfetto reporters share them
+so that the three views say the same thing in the same words.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+
+from diag.model import PHASES, SEVERITIES, Analysis, Finding, RankTimeline, phase_index
+
+__all__ = [
+    "LAYOUT_KEYS",
+    "collapse_ranks",
+    "fmt_duration",
+    "fmt_time",
+    "layout",
+    "model_name",
+    "not_fired",
+    "phase_order",
+    "sorted_findings",
+    "time_span",
+]
+
+# config keys that name the parallel layout, as (label, keys tried in order)
+LAYOUT_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("tp", ("tp_size", "tensor_parallel_size", "tp")),
+    ("pp", ("pp_size", "pipeline_parallel_size", "pp")),
+    ("dp", ("dp_size", "data_parallel_size", "dp")),
+    ("ep", ("ep_size", "expert_parallel_size", "ep")),
+    ("nodes", ("nnodes", "num_nodes", "nodes")),
+)
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """A short human duration: 0.4 s, 34 s, 3 min 05 s, 3 h 12 min, 2 d 4 h."""
+    if seconds is None:
+        return "?"
+    if seconds < 0:
+        seconds = 0.0
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    total = round(seconds)
+    if total < 3600:
+        return f"{total // 60} min {total % 60:02d} s"
+    if total < 86400:
+        return f"{total // 3600} h {total % 3600 // 60:02d} min"
+    return f"{total // 86400} d {total % 86400 // 3600} h"
+
+
+def fmt_time(ts: dt.datetime | None, *, date: bool = False) -> str:
+    if ts is None:
+        return "-"
+    return ts.strftime("%Y-%m-%d %H:%M:%S" if date else "%H:%M:%S")
+
+
+def collapse_ranks(ranks: Sequence[str], all_ranks: Sequence[str], *, limit: int = 8) -> str:
+    """ "all 8 ranks" when the list covers every rank seen, else "TP3, TP6" (capped)."""
+    wanted = list(dict.fromkeys(ranks))
+    if not wanted:
+        return ""
+    universe = set(all_ranks)
+    if len(universe) > 1 and universe <= set(wanted):
+        extra = [r for r in wanted if r not in universe]
+        head = f"all {len(universe)} ranks"
+        return head if not extra else f"{head}, {', '.join(extra)}"
+    if len(wanted) <= limit:
+        return ", ".join(wanted)
+    return f"{', '.join(wanted[:limit])} (+{len(wanted) - limit} more)"
+
+
+def sorted_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Errors first, then warnings, then info; root causes before their cascades."""
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    indexed = list(enumerate(findings))
+    indexed.sort(key=lambda t: (order.get(t[1].severity, len(order)), t[1].role != "root", t[0]))
+    return [f for _, f in indexed]
+
+
+def not_fired(analysis: Analysis) -> list[str]:
+    """Rules that were checked and did not fire, in the order they were checked."""
+    fired = {f.id for f in analysis.findings}
+    return [r for r in dict.fromkeys(analysis.rules_checked) if r not in fired]
+
+
+def time_span(analysis: Analysis) -> tuple[dt.datetime | None, dt.datetime | None]:
+    """First and last time stamp of the timeline (phase starts, last lines, log end)."""
+    stamps: list[dt.datetime] = []
+    for r in analysis.ranks:
+        for p in r.phases:
+            stamps.extend(t for t in (p.start, p.end) if t is not None)
+        if r.last_ts is not None:
+            stamps.append(r.last_ts)
+    for p in analysis.global_phases:
+        stamps.extend(t for t in (p.start, p.end) if t is not None)
+    if analysis.log_end is not None:
+        stamps.append(analysis.log_end)
+    if not stamps:
+        return None, None
+    try:
+        return min(stamps), max(stamps)
+    except TypeError:  # naive and aware stamps mixed: compare as naive
+        naive = [s.replace(tzinfo=None) for s in stamps]
+        return min(naive), max(naive)
+
+
+def layout(config: Mapping[str, object]) -> list[tuple[str, object]]:
+    """The parallel layout named in the config: [("tp", 8), ("pp", 1), ...]."""
+    out: list[tuple[str, object]] = []
+    for label, keys in LAYOUT_KEYS:
+        for key in keys:
+            value = config.get(key)
+            if value is not None:
+                out.append((label, value))
+                break
+    return out
+
+
+def model_name(config: Mapping[str, object]) -> str | None:
+    for key in ("model_path", "model", "served_model_name"):
+        value = config.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def phase_order(rank: RankTimeline) -> list[str]:
+    """Phase ids of one rank in startup order (for logs without time stamps)."""
+    seen = {p.phase for p in rank.phases}
+    known = [p for p in PHASES if p in seen]
+    unknown = sorted(p for p in seen if phase_index(p) < 0)
+    return known + unknown

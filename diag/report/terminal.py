@@ -1,0 +1,510 @@
+"""The terminal view of an analysis, drawn with rich.
+
+``render_terminal(analysis)`` returns one renderable: a header (framework, model,
+parallel layout, log span), a per-rank Gantt chart on a shared time axis (phases as
+coloured segments, end-of-log silence marked), stragglers and missing ranks, findings by
+severity with their evidence, stack groups, and the rules that were checked and did not
+fire. Nothing here prints: the command hands the renderable to a Console.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.table import Table
+from rich.text import Text
+
+from diag.model import (
+    PHASES,
+    Analysis,
+    Finding,
+    PhaseInterval,
+    RankTimeline,
+    StackFrame,
+    StackGroup,
+    StackProcess,
+    phase_index,
+)
+from diag.report.common import (
+    collapse_ranks,
+    fmt_duration,
+    fmt_time,
+    layout,
+    model_name,
+    not_fired,
+    phase_order,
+    sorted_findings,
+    time_span,
+)
+
+__all__ = [
+    "MAX_EVIDENCE",
+    "MAX_GANTT_ROWS",
+    "PHASE_STYLES",
+    "SEVERITY_STYLES",
+    "GanttChart",
+    "render_terminal",
+]
+
+PHASE_STYLES: dict[str, str] = {
+    "launch": "grey62",
+    "platform": "grey70",
+    "dist_init": "blue",
+    "model_config": "cyan",
+    "weights_load": "yellow",
+    "kv_cache": "magenta",
+    "compile": "bright_magenta",
+    "cuda_graph": "green",
+    "warmup": "bright_green",
+    "listening": "bright_blue",
+    "serving": "bright_white",
+}
+SEVERITY_STYLES: dict[str, str] = {
+    "error": "bold white on red",
+    "warning": "bold black on yellow",
+    "info": "bold white on blue",
+}
+PHASE_CHAR = "█"
+GAP_CHAR = "·"
+SILENT_CHAR = "░"
+MAX_GANTT_ROWS = 64
+MAX_EVIDENCE = 3
+SILENCE_ALERT_S = 60.0  # silence at the end worth colouring red (before `listening`)
+
+
+def _style(phase: str) -> str:
+    return PHASE_STYLES.get(phase, "white")
+
+
+def _listening_reached(phase: str | None) -> bool:
+    return phase_index(phase) >= phase_index("listening")
+
+
+# ---------------------------------------------------------------------------
+# header
+
+
+def _header(a: Analysis) -> RenderableType:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    fw = a.framework if a.framework else "unknown"
+    title = Text.assemble(("diag analyze", "bold"), "  ", (fw, "bold cyan"))
+    if a.version:
+        title.append(f" {a.version}", style="cyan")
+    grid.add_row("framework", title)
+    name = model_name(a.config)
+    if name:
+        model = Text(name)
+        quant = a.config.get("quantization")
+        if quant:
+            model.append(f"   quantization {quant}", style="dim")
+        grid.add_row("model", model)
+    parts = layout(a.config)
+    layout_text = Text(" · ".join(f"{k} {v}" for k, v in parts) if parts else "not in the log")
+    seen = len(a.ranks)
+    counts = f"   {seen} rank{'s' if seen != 1 else ''} seen"
+    if a.expected_ranks:
+        counts += f", {len(a.expected_ranks)} expected"
+    layout_text.append(counts, style="dim")
+    grid.add_row("layout", layout_text)
+    start, end = time_span(a)
+    if start is not None and end is not None:
+        same_day = start.date() == end.date()
+        span = Text(f"{fmt_time(start, date=True)} → {fmt_time(end, date=not same_day)}")
+        span.append(f"  ({fmt_duration((end - start).total_seconds())})", style="dim")
+    else:
+        span = Text("no time stamps", style="dim")
+    span.append(f"   {a.records} records", style="dim")
+    if a.undecodable_bytes:
+        span.append(f", {a.undecodable_bytes} undecodable bytes replaced", style="yellow")
+    grid.add_row("log", span)
+    if a.sources:
+        shown = ", ".join(a.sources[:3])
+        if len(a.sources) > 3:
+            shown += f" (+{len(a.sources) - 3} more)"
+        grid.add_row("sources", Text(shown, style="dim"))
+    last = a.last_phase
+    verdict = Text(last or "no startup phase recognised", style=_style(last or "") + " bold")
+    if last is not None and not _listening_reached(last):
+        verdict.append("  (the server never reached `listening`)", style="dim")
+    grid.add_row("reached", verdict)
+    return grid
+
+
+# ---------------------------------------------------------------------------
+# Gantt
+
+
+def _col(ts: dt.datetime, t0: dt.datetime, span_s: float, width: int) -> int:
+    offset = (ts - t0).total_seconds()
+    col = int(offset / span_s * width) if span_s > 0 else 0
+    return min(max(col, 0), width - 1)
+
+
+class GanttChart:
+    """One row per rank on a shared time axis; fits itself to the console width."""
+
+    def __init__(self, analysis: Analysis, *, max_rows: int = MAX_GANTT_ROWS) -> None:
+        self.analysis = analysis
+        self.max_rows = max_rows
+
+    def _rows(self) -> list[tuple[str, RankTimeline | None, tuple[PhaseInterval, ...]]]:
+        a = self.analysis
+        rows: list[tuple[str, RankTimeline | None, tuple[PhaseInterval, ...]]] = [
+            (r.rank.label, r, r.phases) for r in sorted(a.ranks, key=lambda r: r.rank.sort_key)
+        ]
+        if a.global_phases:
+            rows.insert(0, ("(no rank)", None, a.global_phases))
+        return rows
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        a = self.analysis
+        rows = self._rows()
+        if not rows:
+            yield Text("No rank logged a recognised startup phase.", style="dim")
+            return
+        stragglers = {r.label for r in a.stragglers}
+        shown = rows[: self.max_rows]
+        label_w = max(4, *(len(label) for label, _, _ in shown))
+        if a.missing_ranks:
+            label_w = max(label_w, *(len(r.label) for r in a.missing_ranks))
+        label_w = min(label_w, 24)
+        tail_w = 13 + 7 + 19  # " last_phase  " + " behind" + " silent 12 h 30 min"
+        width = max(12, options.max_width - label_w - 1 - tail_w)
+        t0, t1 = time_span(a)
+        timed = t0 is not None and t1 is not None
+        span_s = (t1 - t0).total_seconds() if t0 is not None and t1 is not None else 0.0
+        # silence past the last line (measured against a later "now"): a broken axis
+        beyond = _silence_beyond(a, t1)
+        zone_w = min(14, max(4, width // 6)) if beyond > 0 else 0
+        axis_w = width - zone_w - (1 if zone_w else 0)
+
+        title = Text("Timeline", style="bold")
+        title.append(
+            "  one row per rank; " + ("shared time axis" if timed else "phases in order, no times"),
+            style="dim",
+        )
+        yield title
+        for label, rank, phases in shown:
+            style = "bold yellow" if label in stragglers else "bold"
+            line = Text(f"{label[:label_w]:<{label_w}} ", style=style)
+            if timed and t0 is not None and t1 is not None:
+                line.append_text(self._bar(rank, phases, t0, span_s, axis_w))
+                if zone_w:
+                    line.append_text(self._zone(rank, t1, zone_w))
+            else:
+                line.append_text(self._chain(rank, phases, width))
+            last = rank.last_phase if rank is not None else _last(phases)
+            line.append(f" {(last or '-'):<12}", style=_style(last or ""))
+            if label in stragglers:
+                line.append(" behind", style="bold yellow")
+            if rank is not None and rank.silent_s is not None:
+                line.append(
+                    f" silent {fmt_duration(rank.silent_s)}",
+                    style="bold red" if _alert(rank) else "dim",
+                )
+            line.no_wrap = True
+            line.overflow = "ellipsis"
+            yield line
+        if len(rows) > len(shown):
+            yield Text(f"… {len(rows) - len(shown)} more ranks (see --json)", style="dim")
+        for missing in a.missing_ranks:
+            line = Text(f"{missing.label[:label_w]:<{label_w}} ", style="bold red")
+            line.append("missing: never logged", style="red")
+            yield line
+        if timed and t0 is not None and t1 is not None:
+            axis = Text(" " * (label_w + 1))
+            left, right = fmt_time(t0), fmt_time(t1)
+            gap = max(1, axis_w - len(left) - len(right))
+            axis.append(f"{left}{'─' * gap}{right}", style="dim")
+            if zone_w:
+                axis.append(" " + f"+{fmt_duration(beyond)}"[:zone_w], style="red")
+            yield axis
+        yield self._legend()
+
+    def _bar(
+        self,
+        rank: RankTimeline | None,
+        phases: Iterable[PhaseInterval],
+        t0: dt.datetime,
+        span_s: float,
+        width: int,
+    ) -> Text:
+        cells: list[str | None] = [None] * width
+        covered = [False] * width
+        first: int | None = None
+        last_ts = rank.last_ts if rank is not None else None
+        ordered = sorted(
+            (p for p in phases if p.start is not None),
+            key=lambda p: (p.start, phase_index(p.phase)),
+        )
+        for p in ordered:
+            assert p.start is not None
+            end = p.end or last_ts or p.start
+            s = _col(p.start, t0, span_s, width)
+            e = max(s + 1, _col(end, t0, span_s, width) + (1 if end > p.start else 0))
+            for i in range(s, min(e, width)):
+                cells[i] = p.phase
+            first = s if first is None else min(first, s)
+        end_col = _col(last_ts, t0, span_s, width) if last_ts is not None else None
+        if first is not None:
+            stop = (
+                end_col
+                if end_col is not None
+                else max((i for i, c in enumerate(cells) if c is not None), default=first)
+            )
+            for i in range(first, min(stop + 1, width)):
+                covered[i] = True
+        text = Text()
+        silent_from = (end_col + 1) if end_col is not None else width
+        alert = rank is not None and _alert(rank)
+        for i, phase in enumerate(cells):
+            if phase is not None:
+                text.append(PHASE_CHAR, style=_style(phase))
+            elif covered[i]:
+                text.append(GAP_CHAR, style="dim")
+            elif rank is not None and first is not None and i >= silent_from:
+                text.append(SILENT_CHAR, style="red" if alert else "dim")
+            else:
+                text.append(" ")
+        return text
+
+    @staticmethod
+    def _zone(rank: RankTimeline | None, t1: dt.datetime, zone_w: int) -> Text:
+        """The broken-axis zone: silence that runs past the last line of the log."""
+        text = Text("┊", style="dim")
+        if rank is None or rank.last_ts is None or rank.silent_s is None:
+            return text.append(" " * zone_w)
+        reaches = rank.last_ts + dt.timedelta(seconds=rank.silent_s) > t1
+        if reaches:
+            text.append(SILENT_CHAR * zone_w, style="red" if _alert(rank) else "dim")
+        else:
+            text.append(" " * zone_w)
+        return text
+
+    @staticmethod
+    def _chain(rank: RankTimeline | None, phases: Iterable[PhaseInterval], width: int) -> Text:
+        ids = phase_order(rank) if rank is not None else _ordered_ids(phases)
+        text = Text()
+        for i, phase in enumerate(ids):
+            if i:
+                text.append(" → ", style="dim")
+            text.append(phase, style=_style(phase))
+        text.truncate(width, overflow="ellipsis", pad=True)
+        return text
+
+    def _legend(self) -> Text:
+        seen: set[str] = set()
+        for r in self.analysis.ranks:
+            seen.update(p.phase for p in r.phases)
+        seen.update(p.phase for p in self.analysis.global_phases)
+        legend = Text()
+        for phase in [p for p in PHASES if p in seen] + sorted(seen - set(PHASES)):
+            legend.append(PHASE_CHAR, style=_style(phase))
+            legend.append(f" {phase}  ")
+        legend.append(GAP_CHAR, style="dim")
+        legend.append(" no phase  ")
+        legend.append(SILENT_CHAR, style="red")
+        legend.append(" silent")
+        return legend
+
+
+def _alert(rank: RankTimeline) -> bool:
+    """Silence long enough to colour red, on a rank that never reached `listening`."""
+    return (
+        rank.silent_s is not None
+        and rank.silent_s >= SILENCE_ALERT_S
+        and not _listening_reached(rank.last_phase)
+    )
+
+
+def _silence_beyond(a: Analysis, t1: dt.datetime | None) -> float:
+    """Seconds of silence that reach past the last time stamp of the log (0 if none)."""
+    if t1 is None:
+        return 0.0
+    ends = [
+        r.last_ts + dt.timedelta(seconds=r.silent_s)
+        for r in a.ranks
+        if r.last_ts is not None and r.silent_s is not None
+    ]
+    try:
+        beyond = max(ends, default=t1) - t1
+    except TypeError:
+        return 0.0
+    return beyond.total_seconds() if beyond.total_seconds() >= 1 else 0.0
+
+
+def _ordered_ids(phases: Iterable[PhaseInterval]) -> list[str]:
+    seen = {p.phase for p in phases}
+    return [p for p in PHASES if p in seen] + sorted(seen - set(PHASES))
+
+
+def _last(phases: Iterable[PhaseInterval]) -> str | None:
+    best = max(phases, key=lambda p: phase_index(p.phase), default=None)
+    return best.phase if best else None
+
+
+# ---------------------------------------------------------------------------
+# stragglers, findings, stacks, rules
+
+
+def _ranks_summary(a: Analysis) -> RenderableType | None:
+    lines: list[Text] = []
+    if a.stragglers:
+        by_label = {r.rank.label: r for r in a.ranks}
+        furthest = max((r.last_phase for r in a.ranks), key=phase_index, default=None)
+        details = []
+        for s in a.stragglers:
+            rt = by_label.get(s.label)
+            where = f" at {rt.last_phase}" if rt is not None and rt.last_phase else ""
+            details.append(f"{s.label}{where}")
+        line = Text("Behind the others: ", style="bold yellow")
+        line.append(", ".join(details))
+        if furthest:
+            line.append(f"  (others reached {furthest})", style="dim")
+        lines.append(line)
+    if a.missing_ranks:
+        line = Text("Missing ranks: ", style="bold red")
+        line.append(collapse_ranks([r.label for r in a.missing_ranks], []))
+        if a.expected_ranks:
+            line.append(
+                f"  ({len(a.expected_ranks)} expected from the config, "
+                f"{len(a.missing_ranks)} never logged)",
+                style="dim",
+            )
+        lines.append(line)
+    return Group(*lines) if lines else None
+
+
+def _finding_view(f: Finding, all_ranks: list[str], width: int) -> RenderableType:
+    parts: list[RenderableType] = []
+    head = Text()
+    head.append(f" {f.severity.upper()} ", style=SEVERITY_STYLES.get(f.severity, "bold"))
+    head.append(f" {f.id}", style="bold")
+    if f.title:
+        head.append(f"  {f.title}")
+    ranks = collapse_ranks(f.ranks, all_ranks)
+    if ranks:
+        head.append(f"  [{ranks}]", style="cyan")
+    parts.append(head)
+    indent = "    "
+    if f.role == "cascade":
+        parts.append(
+            Text(
+                f"{indent}cascade of {f.cascade_of or 'another finding'}: "
+                "likely a consequence, not the cause",
+                style="dim italic",
+            )
+        )
+    message = f.message or f.summary
+    if message:
+        parts.append(Text(indent + message))
+    for ev in f.evidence[:MAX_EVIDENCE]:
+        line = Text(indent)
+        line.append(f"{_short_source(ev.source)}:{ev.line}", style="dim")
+        if ev.rank:
+            line.append(f"  {ev.rank}", style="cyan")
+        if ev.ts is not None:
+            line.append(f"  {fmt_time(ev.ts)}", style="dim")
+        line.append("  " + (ev.text.splitlines()[0] if ev.text else ""))
+        line.no_wrap = True
+        line.overflow = "ellipsis"
+        parts.append(line)
+    total = max(f.evidence_total, len(f.evidence))
+    hidden = total - min(len(f.evidence), MAX_EVIDENCE)
+    if hidden > 0:
+        parts.append(Text(f"{indent}… {hidden} more", style="dim"))
+    for label, value in (("why", f.why), ("remedy", f.remedy), ("caveat", f.caveat)):
+        if value:
+            t = Text(indent)
+            t.append(f"{label}: ", style="bold")
+            t.append(value.strip())
+            parts.append(t)
+    if f.references:
+        parts.append(Text(indent + "see " + " ".join(f.references), style="dim"))
+    return Group(*parts)
+
+
+def _short_source(source: str) -> str:
+    return source.rsplit("/", 1)[-1] if source else "?"
+
+
+def _frames_text(frames: tuple[StackFrame, ...], indent: str, limit: int = 5) -> list[Text]:
+    out = []
+    for fr in frames[:limit]:
+        t = Text(indent)
+        t.append(fr.label, style="dim" if fr.native else "")
+        t.no_wrap = True
+        t.overflow = "ellipsis"
+        out.append(t)
+    if len(frames) > limit:
+        out.append(Text(f"{indent}… {len(frames) - limit} outer frames", style="dim"))
+    return out
+
+
+def _stacks_view(groups: tuple[StackGroup, ...], procs: tuple[StackProcess, ...]) -> RenderableType:
+    parts: list[RenderableType] = [Text("Stacks", style="bold")]
+    if groups:
+        for g in groups:
+            head = Text("  ")
+            head.append(g.wait_site or "unclassified", style="bold magenta")
+            head.append(f"  {len(g.members)} member{'s' if len(g.members) != 1 else ''}: ")
+            head.append(collapse_ranks(g.members, []), style="cyan")
+            parts.append(head)
+            parts.extend(_frames_text(g.frames, "      "))
+    else:
+        for p in procs:
+            head = Text("  ")
+            head.append(p.wait_site or "unclassified", style="bold magenta")
+            who = p.rank.label if p.rank is not None else (p.title or "")
+            head.append(f"  pid {p.pid if p.pid is not None else '?'} {who}".rstrip())
+            if p.outcome != "ok":
+                head.append(f"  ({p.outcome}{': ' + p.error if p.error else ''})", style="yellow")
+            parts.append(head)
+            thread = next(
+                (
+                    t
+                    for t in p.threads
+                    if p.wait_thread is not None and t.thread_id == p.wait_thread
+                ),
+                p.threads[0] if p.threads else None,
+            )
+            if thread is not None:
+                parts.extend(_frames_text(thread.frames, "      "))
+    return Group(*parts)
+
+
+def render_terminal(analysis: Analysis) -> RenderableType:
+    """The whole terminal report of one analysis, as one rich renderable."""
+    a = analysis
+    parts: list[RenderableType] = [_header(a), Text(""), GanttChart(a)]
+    summary = _ranks_summary(a)
+    if summary is not None:
+        parts += [Text(""), summary]
+    findings = sorted_findings(a.findings)
+    all_ranks = [r.rank.label for r in a.ranks]
+    parts.append(Text(""))
+    if findings:
+        counts = {
+            s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")
+        }
+        head = Text(f"Findings ({len(findings)})", style="bold")
+        head.append("  " + ", ".join(f"{n} {s}" for s, n in counts.items() if n), style="dim")
+        parts.append(head)
+        for f in findings:
+            parts.append(_finding_view(f, all_ranks, 0))
+    else:
+        parts.append(Text("No findings.", style="bold green" if a.rules_checked else "dim"))
+    if a.stack_groups or a.stack_processes:
+        parts += [Text(""), _stacks_view(a.stack_groups, a.stack_processes)]
+    quiet = not_fired(a)
+    if quiet:
+        t = Text("\nChecked and did not fire: ", style="bold")
+        t.append(", ".join(quiet), style="dim")
+        parts.append(t)
+    for note in a.notes:
+        parts.append(Text(f"note: {note}", style="dim"))
+    return Group(*parts)
