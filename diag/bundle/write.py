@@ -1,0 +1,494 @@
+"""Writing a bundle: redacted on the way in, written atomically.
+
+Layout of the ``.tar.gz`` (``manifest.json`` first, so a reader checks as it streams):
+
+- ``manifest.json`` format, schema version, diag version, created, host, command line,
+  per-member size and sha256, redaction counts per kind, one entry per log (source name,
+  lines kept / total, whether it was cut), notes;
+- ``report.md`` and ``analysis.json`` when there is an analysis;
+- ``snapshot.json`` and ``stacks/<name>`` (raw py-spy output) when a snapshot was taken;
+- ``env.json`` (see :mod:`diag.bundle.env`);
+- ``logs/<name>`` each log, and ``logs/<name>.index.json`` beside an excerpt.
+
+Logs: a log that fits the per-log share of the cap (and, by default, is at most
+``WHOLE_LOG_BYTES``) is kept whole. A larger one is excerpted: lines are taken in order of
+priority until its share of the cap is spent — every evidence line with
+``CONTEXT_LINES`` around it, the head, the tail, the first and last line of each rank's
+phases, every phase event; with ``full_logs``, then everything else from the top. The
+excerpt keeps each line byte for byte (bar redaction) and its index lists the original
+line numbers as ``[first, count]`` segments, so ``diag analyze BUNDLE`` sees every kept
+line at its original number.
+
+Every text goes through one :class:`~diag.redact.Redactor` before it is held anywhere;
+members are built in memory (each capped) and the archive is written to a temporary file
+in the destination folder, fsynced, then renamed: an interrupted run leaves no bundle
+(and no temporary file, unless the process is killed outright).
+"""
+
+from __future__ import annotations
+
+import bz2
+import contextlib
+import dataclasses
+import datetime as dt
+import gzip
+import hashlib
+import importlib
+import io
+import json
+import lzma
+import os
+import socket
+import tarfile
+import tempfile
+from array import array
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from diag import __version__
+from diag.bundle.env import collect_env
+from diag.bundle.read import FORMAT, MANIFEST, SCHEMA_VERSION
+from diag.errors import BundleError, InputError
+from diag.model import Analysis, Snapshot
+from diag.redact import Redactor
+from diag.runner import Runner, SubprocessRunner
+
+__all__ = [
+    "CONTEXT_LINES",
+    "DEFAULT_LOG_CAP",
+    "FULL_LOG_CAP",
+    "HEAD_LINES",
+    "TAIL_LINES",
+    "WHOLE_LOG_BYTES",
+    "BundleInfo",
+    "LogMember",
+    "write_bundle",
+]
+
+_MiB = 1024 * 1024
+DEFAULT_LOG_CAP = 24 * _MiB  # all logs together, default mode
+FULL_LOG_CAP = 256 * _MiB  # all logs together, --full-logs
+WHOLE_LOG_BYTES = 4 * _MiB  # default mode keeps a log whole up to this size
+HEAD_LINES = 1000
+TAIL_LINES = 2000
+CONTEXT_LINES = 10
+
+
+@dataclass(frozen=True, slots=True)
+class LogMember:
+    member: str
+    source: str
+    lines_total: int
+    lines_kept: int
+    bytes_kept: int
+    mode: str  # whole | excerpt
+    cut: bool  # lines were left out
+    index: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BundleInfo:
+    path: Path
+    size: int
+    members: tuple[str, ...]
+    redactions: Mapping[str, int]
+    logs: tuple[LogMember, ...]
+    snapshot: bool
+    notes: tuple[str, ...] = ()
+
+
+# ---------------------------------------------------------------------------
+# logs
+
+
+def _open_log(path: Path) -> IO[bytes]:
+    name = path.name.lower()
+    try:
+        if name.endswith(".gz"):
+            return gzip.open(path, "rb")  # type: ignore[return-value]
+        if name.endswith(".bz2"):
+            return bz2.open(path, "rb")
+        if name.endswith(".xz"):
+            return lzma.open(path, "rb")
+        return path.open("rb")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory; pass the log files in it") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def _lines(path: Path) -> Iterator[bytes]:
+    """Lines of a (possibly compressed) log, each with its newline."""
+    try:
+        with _open_log(path) as handle:
+            yield from handle
+    except (OSError, EOFError, lzma.LZMAError) as exc:
+        raise InputError(f"{path}: cannot read ({exc})") from None
+
+
+def _plain_name(path: Path) -> str:
+    name = path.name
+    for suffix in (".gz", ".bz2", ".xz"):
+        if name.lower().endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _matches(source: str, path: Path) -> bool:
+    if source in (str(path), path.name):
+        return True
+    return Path(source).name in (path.name, _plain_name(path))
+
+
+def _wanted_lines(
+    path: Path, analysis: Analysis | None
+) -> tuple[list[int], list[int], list[int]]:
+    """(evidence lines, rank phase bounds, event lines) of this log in the analysis."""
+    evidence: list[int] = []
+    bounds: list[int] = []
+    events: list[int] = []
+    if analysis is None:
+        return evidence, bounds, events
+    for finding in analysis.findings:
+        evidence += [e.line for e in finding.evidence if _matches(e.source, path)]
+    for timeline in analysis.ranks:
+        for phase in timeline.phases:
+            if _matches(phase.source, path) or not phase.source:
+                bounds += [phase.first_line, phase.last_line]
+    for phase in analysis.global_phases:
+        if _matches(phase.source, path) or not phase.source:
+            bounds += [phase.first_line, phase.last_line]
+    events = [e.line for e in analysis.events if _matches(e.source, path)]
+    for process in analysis.stack_processes:
+        if process.source and process.line and _matches(process.source, path):
+            evidence.append(process.line)
+    return evidence, bounds, events
+
+
+def _select(
+    lengths: array[int],
+    budget: int,
+    *,
+    whole_ok: bool,
+    wanted: tuple[list[int], list[int], list[int]],
+    full: bool,
+) -> bytearray:
+    """Which lines (0-based flags) to keep, by priority, within the byte budget."""
+    n = len(lengths)
+    total = sum(lengths)
+    keep = bytearray(n)
+    if whole_ok and total <= budget:
+        keep[:] = b"\x01" * n
+        return keep
+    used = 0
+
+    def take(indices: Iterator[int] | range | list[int]) -> bool:
+        nonlocal used
+        for i in indices:
+            if 0 <= i < n and not keep[i]:
+                if used + lengths[i] > budget:
+                    return False
+                keep[i] = 1
+                used += lengths[i]
+        return True
+
+    evidence, bounds, events = wanted
+    around: list[int] = []
+    for line in sorted(set(evidence)):
+        around += range(line - 1 - CONTEXT_LINES, line + CONTEXT_LINES)
+    take(around)
+    take(range(min(n, HEAD_LINES)))
+    take(range(n - 1, max(-1, n - 1 - TAIL_LINES), -1))
+    take([line - 1 for line in sorted(set(bounds))])
+    take([line - 1 for line in sorted(set(events))])
+    if full:
+        take(range(n))
+    return keep
+
+
+def _log_member(
+    path: Path,
+    member: str,
+    redactor: Redactor,
+    budget: int,
+    *,
+    analysis: Analysis | None,
+    full: bool,
+) -> tuple[LogMember, bytes, bytes | None]:
+    lengths: array[int] = array("Q")
+    for raw in _lines(path):
+        lengths.append(len(raw))
+        if redactor.redact_hosts:
+            redactor.learn_hosts(raw.decode("utf-8", "surrogateescape"))
+    total = sum(lengths)
+    whole_ok = full or total <= WHOLE_LOG_BYTES
+    keep = _select(
+        lengths, budget, whole_ok=whole_ok, wanted=_wanted_lines(path, analysis), full=full
+    )
+    out = io.BytesIO()
+    segments: list[list[int]] = []
+    kept = 0
+    for number, raw in enumerate(_lines(path), start=1):
+        if number > len(keep):
+            break  # the file grew since the first pass
+        if not keep[number - 1]:
+            continue
+        text = redactor.text(raw.decode("utf-8", "surrogateescape"))
+        data = text.encode("utf-8", "surrogateescape")
+        if not data.endswith(b"\n"):
+            data += b"\n"  # (only the last line can lack one)
+        out.write(data)
+        kept += 1
+        if segments and segments[-1][0] + segments[-1][1] == number:
+            segments[-1][1] += 1
+        else:
+            segments.append([number, 1])
+    n = len(lengths)
+    whole = kept == n
+    source = redactor.text(_plain_name(path))
+    index_name = None if whole else f"{member}.index.json"
+    index = None
+    if index_name is not None:
+        index = json.dumps(
+            {"source": source, "lines_total": n, "segments": segments}, separators=(",", ":")
+        ).encode()
+    info = LogMember(
+        member=member,
+        source=source,
+        lines_total=n,
+        lines_kept=kept,
+        bytes_kept=out.tell(),
+        mode="whole" if whole else "excerpt",
+        cut=not whole,
+        index=index_name,
+    )
+    return info, out.getvalue(), index
+
+
+# ---------------------------------------------------------------------------
+# analysis / snapshot serialisation (other work items' renderers, guarded)
+
+
+def _optional(module: str, name: str) -> Callable[..., Any] | None:
+    try:
+        found = getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
+    return found if callable(found) else None
+
+
+def _jsonable(value: object) -> Any:
+    """Generic fallback: dataclasses to dicts, datetimes to ISO text."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (dt.datetime, dt.date)):
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def _analysis_dict(analysis: Analysis) -> Any:
+    to_dict = _optional("diag.report.json_out", "analysis_to_dict")
+    return to_dict(analysis) if to_dict is not None else _jsonable(analysis)
+
+
+def _snapshot_dict(snapshot: Snapshot) -> Any:
+    to_dict = _optional("diag.report.snapshot_json", "snapshot_to_dict")
+    return to_dict(snapshot) if to_dict is not None else _jsonable(snapshot)
+
+
+def _markdown(analysis: Analysis) -> str:
+    render = _optional("diag.report.markdown", "render_markdown")
+    if render is not None:
+        return str(render(analysis))
+    lines = [f"# diag report: {', '.join(analysis.sources)}", ""]
+    lines.append(f"framework: {analysis.framework}; last phase: {analysis.last_phase}")
+    lines.append("")
+    for f in analysis.findings:
+        lines.append(f"- **{f.id}** ({f.severity}) {f.title}: {f.message}")
+        lines += [f"  - `{e.source}:{e.line}` {e.text}" for e in f.evidence]
+    return "\n".join(lines) + "\n"
+
+
+def _dumps(value: Any) -> bytes:
+    return (json.dumps(value, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode()
+
+
+def _safe_member_name(name: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c in "._-" else "_" for c in name).lstrip(".")
+    return cleaned[:120] or "unnamed"
+
+
+# ---------------------------------------------------------------------------
+# the archive
+
+
+def _tarinfo(name: str, size: int, mtime: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = mtime
+    info.mode = 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def _write_atomically(out: Path, members: Mapping[str, bytes], mtime: int) -> int:
+    folder = out.parent
+    if not folder.is_dir():
+        raise InputError(f"{out}: folder {folder} does not exist")
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".partial", dir=folder)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            with (
+                gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=mtime) as gz,
+                tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+            ):
+                for name, data in members.items():
+                    tar.addfile(_tarinfo(name, len(data), mtime), io.BytesIO(data))
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    with contextlib.suppress(OSError):  # make the rename durable (best effort)
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    return out.stat().st_size
+
+
+def write_bundle(
+    out: Path,
+    *,
+    logs: Sequence[Path],
+    analysis: Analysis | None,
+    snapshot: Snapshot | None,
+    full_logs: bool = False,
+    redact_hosts: bool = False,
+    command_line: Sequence[str] = (),
+    raw_stacks: Mapping[str, str] | None = None,
+    env_pids: Sequence[int] = (),
+    runner: Runner | None = None,
+    log_cap: int | None = None,
+    notes: Sequence[str] = (),
+) -> BundleInfo:
+    """Write one bundle to ``out`` (atomically) and describe what went in.
+
+    ``env_pids`` adds processes whose command line and environment go into env.json
+    (the snapshot's processes are always included)."""
+    hosts = [snapshot.host] if snapshot is not None and snapshot.host else []
+    redactor = Redactor(redact_hosts=redact_hosts, hosts=hosts)
+    now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    mtime = int(now.timestamp())
+    cap = log_cap if log_cap is not None else (FULL_LOG_CAP if full_logs else DEFAULT_LOG_CAP)
+    all_notes = [redactor.text(n) for n in notes]
+
+    # The snapshot first: its host names seed the redactor before any log is read.
+    snapshot_member: bytes | None = None
+    if snapshot is not None:
+        if redact_hosts:
+            for process in snapshot.processes:
+                for arg in process.cmdline:
+                    redactor.learn_hosts(arg)
+        snapshot_member = _dumps(redactor.value(_snapshot_dict(snapshot)))
+
+    log_members: list[tuple[LogMember, bytes, bytes | None]] = []
+    used_names: set[str] = set()
+    share = cap // max(1, len(logs))
+    for path in logs:
+        name = _safe_member_name(redactor.text(_plain_name(path)))
+        member = f"logs/{name}"
+        counter = 2
+        while member in used_names:
+            member = f"logs/{counter}-{name}"
+            counter += 1
+        used_names.add(member)
+        log_members.append(
+            _log_member(path, member, redactor, share, analysis=analysis, full=full_logs)
+        )
+    for info, _data, _index in log_members:
+        if info.cut:
+            all_notes.append(
+                f"{info.member}: {info.lines_kept} of {info.lines_total} lines kept "
+                f"({'cap' if full_logs else 'excerpt'}: {cap // _MiB} MiB for all logs; "
+                "line numbers are in its index)"
+            )
+
+    members: dict[str, bytes] = {}
+    if analysis is not None:
+        members["report.md"] = redactor.text(_markdown(analysis)).encode(
+            "utf-8", "surrogateescape"
+        )
+        members["analysis.json"] = _dumps(redactor.value(_analysis_dict(analysis)))
+    if snapshot_member is not None:
+        members["snapshot.json"] = snapshot_member
+    for name, text in sorted((raw_stacks or {}).items()):
+        members[f"stacks/{_safe_member_name(redactor.text(name))}"] = redactor.text(text).encode(
+            "utf-8", "surrogateescape"
+        )
+    pids = list(env_pids)
+    if snapshot is not None:
+        pids += [p.pid for p in snapshot.processes]
+    members["env.json"] = _dumps(
+        collect_env(redactor, runner=runner or SubprocessRunner(), pids=pids)
+    )
+    for info, data, index in log_members:
+        members[info.member] = data
+        if index is not None and info.index is not None:
+            members[info.index] = index
+
+    try:
+        host = socket.gethostname()
+    except OSError:  # pragma: no cover
+        host = "unknown"
+    manifest_head: dict[str, Any] = {
+        "format": FORMAT,
+        "schema": SCHEMA_VERSION,
+        "diag_version": __version__,
+        "created": now.isoformat(),
+        "host": redactor.host_mask(host),
+        "command_line": redactor.argv(list(command_line)),
+        "redact_hosts": redact_hosts,
+        "full_logs": full_logs,
+        "log_cap_bytes": cap,
+        "snapshot": snapshot is not None,
+        "logs": [dataclasses.asdict(info) for info, _d, _i in log_members],
+        "notes": all_notes,
+    }
+    manifest = {
+        **manifest_head,
+        "redactions": redactor.summary(),
+        "members": {
+            name: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            for name, data in members.items()
+        },
+    }
+    archive = {MANIFEST: _dumps(manifest), **members}
+    if not out.name:
+        raise BundleError("no output file name given")
+    size = _write_atomically(out, archive, mtime)
+    return BundleInfo(
+        path=out,
+        size=size,
+        members=tuple(archive),
+        redactions=redactor.summary(),
+        logs=tuple(info for info, _d, _i in log_members),
+        snapshot=snapshot is not None,
+        notes=tuple(all_notes),
+    )
