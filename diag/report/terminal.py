@@ -190,7 +190,8 @@ class GanttChart:
         yield title
         for label, rank, phases in shown:
             style = "bold yellow" if label in stragglers else "bold"
-            line = Text(f"{label[:label_w]:<{label_w}} ", style=style)
+            line = Text()
+            line.append(f"{label[:label_w]:<{label_w}} ", style=style)
             if timed and t0 is not None and t1 is not None:
                 line.append_text(self._bar(rank, phases, t0, span_s, axis_w))
                 if zone_w:
@@ -212,7 +213,8 @@ class GanttChart:
         if len(rows) > len(shown):
             yield Text(f"… {len(rows) - len(shown)} more ranks (see --json)", style="dim")
         for missing in a.missing_ranks:
-            line = Text(f"{missing.label[:label_w]:<{label_w}} ", style="bold red")
+            line = Text()
+            line.append(f"{missing.label[:label_w]:<{label_w}} ", style="bold red")
             line.append("missing: never logged", style="red")
             yield line
         if timed and t0 is not None and t1 is not None:
@@ -258,24 +260,32 @@ class GanttChart:
             )
             for i in range(first, min(stop + 1, width)):
                 covered[i] = True
-        text = Text()
         silent_from = (end_col + 1) if end_col is not None else width
         alert = rank is not None and _alert(rank)
+        runs: list[tuple[str, str]] = []  # (char, style), merged into runs below
         for i, phase in enumerate(cells):
             if phase is not None:
-                text.append(PHASE_CHAR, style=_style(phase))
+                runs.append((PHASE_CHAR, _style(phase)))
             elif covered[i]:
-                text.append(GAP_CHAR, style="dim")
+                runs.append((GAP_CHAR, "dim"))
             elif rank is not None and first is not None and i >= silent_from:
-                text.append(SILENT_CHAR, style="red" if alert else "dim")
+                runs.append((SILENT_CHAR, "red" if alert else "dim"))
             else:
-                text.append(" ")
+                runs.append((" ", ""))
+        text = Text()
+        start = 0
+        for i in range(1, len(runs) + 1):
+            if i == len(runs) or runs[i] != runs[start]:
+                char, style = runs[start]
+                text.append(char * (i - start), style=style)
+                start = i
         return text
 
     @staticmethod
     def _zone(rank: RankTimeline | None, t1: dt.datetime, zone_w: int) -> Text:
         """The broken-axis zone: silence that runs past the last line of the log."""
-        text = Text("┊", style="dim")
+        text = Text()
+        text.append("┊", style="dim")
         if rank is None or rank.last_ts is None or rank.silent_s is None:
             return text.append(" " * zone_w)
         reaches = rank.last_ts + dt.timedelta(seconds=rank.silent_s) > t1

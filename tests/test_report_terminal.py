@@ -1,0 +1,137 @@
+"""The terminal view, rendered through a fixed-width console: positions, not counts."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from report_samples import stacks_analysis, story_analysis, straggler_analysis, untimed_analysis
+from rich.console import Console
+
+from diag.model import Analysis
+from diag.report.terminal import render_terminal
+
+
+def render(a: Analysis, width: int = 120, color: bool = False) -> str:
+    console = Console(
+        width=width,
+        record=True,
+        force_terminal=color,
+        color_system="standard" if color else None,
+        file=open("/dev/null", "w"),  # noqa: SIM115 - closed below
+    )
+    try:
+        console.print(render_terminal(a))
+        return console.export_text(styles=color)
+    finally:
+        console.file.close()
+
+
+def row(text: str, label: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith(label + " "))
+
+
+def test_header_names_framework_model_layout_and_span() -> None:
+    out = render(story_analysis())
+    lines = out.splitlines()
+    assert "sglang 0.5.6" in lines[0]
+    assert "/models/moonshotai/Kimi-K2.5-INT4" in out
+    assert "quantization compressed-tensors" in out
+    assert "tp 8 · pp 1 · dp 1 · ep 1 · nodes 1" in out
+    assert "8 ranks seen, 8 expected" in out
+    assert "2026-02-22 22:34:47 → 22:35:55" in out
+    assert "weights_load  (the server never reached `listening`)" in out
+
+
+def test_gantt_rows_share_one_time_axis() -> None:
+    out = render(story_analysis())
+    rows = [row(out, f"TP{i}") for i in range(8)]
+    launch = row(out, "(no rank)")
+    # every rank's first segment (dist_init, 22:35:01) starts in the same column,
+    # after the launcher's segment (22:34:47), which starts at the left edge
+    starts = {r.index("█") for r in rows}
+    assert len(starts) == 1
+    assert launch.index("█") < starts.pop()
+    for r in rows:
+        assert r.rstrip().endswith("weights_load silent 3 h 12 min")
+        # the silence past the last line is drawn after a broken axis
+        assert "┊░" in r
+    axis = next(line for line in out.splitlines() if "22:34:47─" in line)
+    assert axis.index("22:34:47") == launch.index("█")
+    assert axis.rstrip().endswith("22:35:55 +3 h 12 min")
+
+
+def test_gantt_colours_phases() -> None:
+    out = render(story_analysis(), color=True)
+    tp0 = next(line for line in out.splitlines() if line.startswith("\x1b[1mTP0"))
+    assert "\x1b[34m█" in tp0  # dist_init, blue
+    assert "\x1b[33m█" in tp0  # weights_load, yellow
+    assert "\x1b[31m░" in tp0  # silence before `listening`, red
+
+
+def test_straggler_and_missing_called_out() -> None:
+    out = render(straggler_analysis())
+    tp5, tp4 = row(out, "TP5"), row(out, "TP4")
+    assert "dist_init    behind" in tp5
+    # TP5's silence starts where the others start loading weights
+    assert tp5.index("░") >= tp4.index("█", tp4.index("█") + 1) - 2
+    assert "weights_load" not in tp5
+    assert row(out, "TP7").startswith("TP7       missing: never logged")
+    assert "Behind the others: TP5 at dist_init  (others reached weights_load)" in out
+    assert "Missing ranks: TP7  (8 expected from the config, 1 never logged)" in out
+    assert "7 ranks seen, 8 expected" in out
+
+
+def test_findings_sorted_by_severity_with_evidence() -> None:
+    out = render(story_analysis())
+    stalled = out.index(" ERROR  startup.stalled")
+    quant = out.index(" WARNING  quant.fallback_unquantized")
+    attn = out.index(" INFO  attention.backend_fallback")
+    assert stalled < quant < attn
+    assert "Findings (3)  1 error, 1 warning, 1 info" in out
+    assert "Startup stalled after weights_load  [all 8 ranks]" in out
+    assert "Layers fall back to the unquantized path  [TP3, TP6]" in out
+    ev = out.splitlines()[out[:quant].count("\n") + 2]
+    assert ev.startswith("    server.log:120  TP3  22:35:22  Acceleration for non-quantized")
+    block = out[stalled:quant]
+    assert "server.log:177  TP0  22:35:55  Load weight end." in block
+    assert "server.log:180" not in block  # only a few lines ...
+    assert "    … 5 more" in block  # ... and a count of the rest
+    assert "remedy: Run `diag snapshot` on the host" in block
+    assert "caveat: A slow step can look like a hang." in block
+    assert "why: INT4 weights run through the unquantized path" in out[quant:attn]
+
+
+def test_checked_and_did_not_fire_lists_only_the_quiet_rules() -> None:
+    out = render(story_analysis())
+    line = next(x for x in out.splitlines() if x.startswith("Checked and did not fire:"))
+    assert line == "Checked and did not fire: cuda.oom, nccl.timeout, rank.straggler"
+    assert out.rstrip().endswith("note: progress bars have no rank prefix: attributed to no rank")
+
+
+def test_cascade_is_marked() -> None:
+    base = story_analysis()
+    cascade = dataclasses.replace(
+        base.findings[0], id="process.killed", role="cascade", cascade_of="cuda.oom"
+    )
+    out = render(dataclasses.replace(base, findings=(cascade,)))
+    assert "cascade of cuda.oom: likely a consequence, not the cause" in out
+
+
+def test_untimed_log_shows_the_phase_chain() -> None:
+    out = render(untimed_analysis())
+    assert "phases in order, no times" in out
+    assert row(out, "TP0").startswith("TP0  dist_init → weights_load → cuda_graph")
+    assert "no time stamps" in out
+    assert "No findings." in out
+
+
+def test_stacks_grouped() -> None:
+    out = render(stacks_analysis())
+    assert "stack.nccl_collective  2 members: PP0 TP1, PP1 TP1" in out
+    assert "      recv (distributed_c10d.py:2070)" in out
+
+
+def test_narrow_console_fits() -> None:
+    out = render(story_analysis(), width=80)
+    assert all(len(line) <= 80 for line in out.splitlines())
+    assert row(out, "TP0").rstrip().endswith("weights_load silent 3 h 12 min")
