@@ -101,6 +101,7 @@ def run_scenario(name: str, out: Path, args: argparse.Namespace, t_end: float) -
 
         facts = gpu_run.process_facts(server.all_pids)
         _write(work / "facts.json", facts)
+        gpu_run.save_proc_tree(server.all_pids, work / "proc")
         summary["procs"] = [
             {
                 k: f.get(k)

@@ -35,6 +35,7 @@ __all__ = [
     "process_facts",
     "pyspy_dump",
     "pyspy_path",
+    "save_proc_tree",
     "sequential_pyspy_loop",
     "start_server",
     "states",
@@ -230,6 +231,64 @@ def process_facts(pids: Sequence[int], window_s: float = 1.0) -> list[dict[str, 
     procs = [p for p in (_primed(pid) for pid in pids) if p is not None]
     time.sleep(window_s)
     return [_facts(p) for p in procs]
+
+
+ENV_KEYS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "CUDA_VISIBLE_DEVICES",
+)
+ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_FR_", "SGLANG_", "VLLM_")
+
+
+def _copy(src: Path, dst: Path) -> None:
+    try:
+        data = src.read_bytes()
+    except OSError:
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_bytes(data)
+
+
+def _environ_subset(raw: bytes) -> bytes:
+    keep = []
+    for item in raw.split(b"\0"):
+        key = item.split(b"=", 1)[0].decode("utf-8", "replace")
+        if key in ENV_KEYS or key.startswith(ENV_PREFIXES):
+            keep.append(item)
+    return b"\0".join(keep) + (b"\0" if keep else b"")
+
+
+def save_proc_tree(pids: Sequence[int], dest: Path, proc: Path = Path("/proc")) -> None:
+    """Copy what the no-ptrace tier reads of each process into ``dest`` (a fake /proc).
+
+    Per process: stat, status, cmdline, comm, wchan, syscall, environ (only rank, device
+    and NCCL/torch variables), task/<tid>/{stat,comm,wchan}, and fd/<n> socket links;
+    plus /proc/stat and /proc/net/tcp{,6}. Replays read it through a ``proc_root``.
+    """
+    for name in ("stat", "net/tcp", "net/tcp6", "uptime"):
+        _copy(proc / name, dest / name)
+    for pid in pids:
+        base, out = proc / str(pid), dest / str(pid)
+        for name in ("stat", "status", "cmdline", "comm", "wchan", "syscall"):
+            _copy(base / name, out / name)
+        with contextlib.suppress(OSError):
+            (out / "environ").write_bytes(_environ_subset((base / "environ").read_bytes()))
+        with contextlib.suppress(OSError):
+            for task in (base / "task").iterdir():
+                for name in ("stat", "comm", "wchan"):
+                    _copy(task / name, out / "task" / task.name / name)
+        with contextlib.suppress(OSError):
+            (out / "fd").mkdir(parents=True, exist_ok=True)
+            for fd in (base / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd)
+                    if target.startswith("socket:"):
+                        os.symlink(target, out / "fd" / fd.name)
 
 
 def nvml_sample(window_s: float = 3.0, interval_s: float = 0.1) -> dict[str, Any]:
