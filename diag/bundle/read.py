@@ -36,6 +36,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Bundle",
     "Limits",
+    "bundle_logs",
     "is_bundle",
     "log_members",
     "read_bundle",
@@ -295,7 +296,12 @@ def _expand(path: Path, data: bytes, index: Mapping[str, Any], limits: Limits) -
 
 def log_members(path: Path, *, limits: Limits = DEFAULT_LIMITS) -> list[tuple[str, bytes]]:
     """The logs in a bundle as (source name, bytes), at their original line numbers."""
-    bundle = read_bundle(path, limits=limits)
+    return bundle_logs(read_bundle(path, limits=limits), limits=limits)
+
+
+def bundle_logs(bundle: Bundle, *, limits: Limits = DEFAULT_LIMITS) -> list[tuple[str, bytes]]:
+    """The logs of a bundle already read (see :func:`log_members`)."""
+    path = bundle.path
     logs = bundle.manifest.get("logs", [])
     if not isinstance(logs, list):
         raise BundleError(f"{path.name}: {MANIFEST} has a malformed log list")

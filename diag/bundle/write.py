@@ -376,9 +376,9 @@ def _write_atomically(out: Path, members: Mapping[str, bytes], mtime: int) -> in
 def write_bundle(
     out: Path,
     *,
-    logs: Sequence[Path],
-    analysis: Analysis | None,
-    snapshot: Snapshot | None,
+    logs: Sequence[Path] = (),
+    analysis: Analysis | None = None,
+    snapshot: Snapshot | None = None,
     full_logs: bool = False,
     redact_hosts: bool = False,
     command_line: Sequence[str] = (),

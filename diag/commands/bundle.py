@@ -1,11 +1,167 @@
-"""`diag bundle` (placeholder: the owning work item replaces this module)."""
+"""`diag bundle`: one redacted .tar.gz with everything a maintainer asks for.
+
+``diag bundle --log LOG... [--no-snapshot] [--full-logs] [--redact-hosts] [--out FILE]``
+analyses the logs, takes a live snapshot of the servers on this host (unless
+``--no-snapshot``), collects env.json, and writes the bundle atomically.
+``diag bundle verify FILE`` checks a bundle's schema, checksums and structure.
+
+Exit codes: 0 written / verified, 2 bad input or a bad bundle (one line saying why).
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+import importlib
+import inspect
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
 
-__all__ = ["register"]
+from diag.errors import InputError
+from diag.model import Analysis, Snapshot
+
+__all__ = ["bundle_app", "register"]
+
+bundle_app = typer.Typer(
+    name="bundle",
+    help="Pack logs, analysis, a live snapshot and the environment into one redacted bundle.",
+    pretty_exceptions_show_locals=False,
+    add_completion=False,
+)
+
+
+def _analyse(logs: Sequence[Path]) -> Analysis | None:
+    """Run `diag analyze`'s engine on the logs (None while it is not available)."""
+    try:
+        module = importlib.import_module("diag.analyze")
+    except ImportError:
+        return None
+    analyze = getattr(module, "analyze", None)
+    if analyze is None:
+        return None
+    result = analyze(list(logs))
+    return result if isinstance(result, Analysis) else None
+
+
+def _snapshot(pid: int | None) -> tuple[Snapshot | None, list[str]]:
+    """A live snapshot through the collector (None, with a note, when it cannot run)."""
+    try:
+        from diag.collect import snapshot as collect
+    except ImportError as exc:  # pragma: no cover - ships with diag
+        return None, [f"no snapshot: the collector is not available ({exc})"]
+    params = inspect.signature(collect.SnapshotOptions).parameters
+    options: Any = (
+        collect.SnapshotOptions(pid=pid) if "pid" in params else collect.SnapshotOptions()
+    )
+    return collect.take_snapshot(options), []
+
+
+def _default_out() -> Path:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path(f"diag-bundle-{stamp}.tar.gz")
+
+
+@bundle_app.callback(invoke_without_command=True)
+def create(
+    ctx: typer.Context,
+    log: Annotated[
+        list[Path] | None,
+        typer.Option("--log", "-l", help="A server log (repeat for several ranks or nodes)."),
+    ] = None,
+    no_snapshot: Annotated[
+        bool, typer.Option("--no-snapshot", help="Offline: analysis and env only.")
+    ] = False,
+    full_logs: Annotated[
+        bool,
+        typer.Option("--full-logs", help="Whole logs, not excerpts (still capped; cuts noted)."),
+    ] = False,
+    redact_hosts: Annotated[
+        bool,
+        typer.Option("--redact-hosts", help="Also mask host names and IPs (consistently)."),
+    ] = False,
+    pid: Annotated[
+        int | None,
+        typer.Option("--pid", help="Snapshot the server this process belongs to."),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Bundle file (default diag-bundle-TIME.tar.gz)."),
+    ] = None,
+) -> None:
+    """Write a redacted bundle: logs, analysis, report, live snapshot, environment."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from diag.bundle.write import write_bundle
+
+    logs = list(log or [])
+    if not logs and no_snapshot:
+        raise InputError(
+            "nothing to bundle: give --log LOG, or drop --no-snapshot to snapshot a live server",
+            help_text="diag bundle --log server.log",
+        )
+    for path in logs:
+        if not path.is_file():
+            what = "not a file" if path.exists() else "no such file"
+            raise InputError(f"{path}: {what}")
+    if pid is not None and pid <= 0:
+        raise InputError(f"--pid {pid}: not a process id", help_text="Pass a positive pid.")
+    target = out if out is not None else _default_out()
+    if target.is_dir():
+        raise InputError(f"--out {target}: is a folder", help_text="Name a file: --out hang.tar.gz")
+
+    analysis = _analyse(logs) if logs else None
+    notes: list[str] = []
+    if logs and analysis is None:
+        notes.append("no analysis: the log analyser is not available in this diag")
+    snapshot: Snapshot | None = None
+    if not no_snapshot:
+        snapshot, snap_notes = _snapshot(pid)
+        notes += snap_notes
+    info = write_bundle(
+        target,
+        logs=logs,
+        analysis=analysis,
+        snapshot=snapshot,
+        full_logs=full_logs,
+        redact_hosts=redact_hosts,
+        command_line=["diag", *sys.argv[1:]],
+        env_pids=[pid] if pid is not None else [],
+        notes=notes,
+    )
+    masked = ", ".join(f"{k} {v}" for k, v in info.redactions.items()) or "nothing"
+    typer.echo(f"wrote {info.path} ({info.size} bytes, {len(info.members)} members)")
+    typer.echo(f"redacted: {masked}")
+    if snapshot is not None:
+        typer.echo(f"snapshot: {len(snapshot.processes)} processes")
+    for note in info.notes:
+        typer.echo(f"note: {note}")
+
+
+@bundle_app.command("verify")
+def verify(
+    file: Annotated[Path, typer.Argument(help="The bundle (.tar.gz) to check.")],
+) -> None:
+    """Check a bundle: safe members, schema version, sizes and checksums, log indexes."""
+    from diag.bundle.verify import verify_bundle
+
+    if not file.exists():
+        raise InputError(f"{file}: no such file")
+    report = verify_bundle(file)
+    typer.echo(
+        f"ok: {report.path} schema {report.schema}, diag {report.diag_version}, "
+        f"created {report.created}, {report.members} members, {report.bytes} bytes"
+    )
+    parts = ["analysis" if report.analysis else "", "snapshot" if report.snapshot else ""]
+    held = ", ".join(p for p in parts if p) or "no analysis, no snapshot"
+    typer.echo(f"holds: {held}; logs: {', '.join(report.logs) or 'none'}")
+    if report.cut_logs:
+        typer.echo(f"cut (excerpts): {', '.join(report.cut_logs)}")
+    masked = ", ".join(f"{k} {v}" for k, v in report.redactions.items()) or "nothing"
+    typer.echo(f"redacted: {masked}")
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.add_typer(bundle_app, name="bundle")
