@@ -1,0 +1,100 @@
+"""`--format markdown`: a report to paste into a GitHub issue."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from report_samples import stacks_analysis, story_analysis, straggler_analysis, untimed_analysis
+
+from diag.model import Evidence
+from diag.report.markdown import mermaid_gantt, render_markdown
+
+TASK = re.compile(
+    r"^    (?P<name>[^:]+) :(?:(?P<tag>done|active|crit), )?"
+    r"(?P<start>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d), (?P<dur>\d+)s$"
+)
+
+
+def test_summary_line_and_heading() -> None:
+    md = render_markdown(story_analysis())
+    lines = md.splitlines()
+    assert lines[0] == "## diag analyze: sglang startup reached `weights_load`"
+    assert lines[2].startswith("**sglang 0.5.6** · `/models/moonshotai/Kimi-K2.5-INT4`")
+    assert "tp=8 pp=1 dp=1 ep=1 nodes=1" in lines[2]
+    assert lines[2].endswith("3 findings (1 error, 1 warning, 1 info)")
+
+
+def test_mermaid_gantt_block() -> None:
+    md = render_markdown(story_analysis())
+    block = md.split("```mermaid\n", 1)[1].split("\n```", 1)[0]
+    lines = block.splitlines()
+    assert lines[0] == "gantt"
+    assert "    dateFormat YYYY-MM-DD HH:mm:ss" in lines
+    sections = [x.split("section ", 1)[1] for x in lines if x.startswith("    section ")]
+    assert sections == ["no rank"] + [f"TP{i}" for i in range(8)]
+    tasks = [TASK.match(x) for x in lines if not x.startswith(("gantt", "    section"))]
+    tasks = [m for m in tasks if m]
+    # every task line parses as mermaid "name :tag, start, duration"
+    assert len(tasks) == len([x for x in lines if x.startswith("    ") and " :" in x])
+    tp3 = lines[lines.index("    section TP3") + 1 : lines.index("    section TP4")]
+    assert tp3 == [
+        "    dist_init :done, 2026-02-22 22:35:01, 19s",
+        "    weights_load :done, 2026-02-22 22:35:21, 34s",
+    ]
+
+
+def test_mermaid_marks_silence_and_skips_untimed() -> None:
+    gantt = mermaid_gantt(straggler_analysis())
+    assert gantt is not None
+    tp5 = gantt.split("section TP5\n", 1)[1].split("    section", 1)[0].splitlines()
+    assert tp5 == [
+        "    dist_init :done, 2026-02-22 22:35:01, 19s",
+        "    silent :crit, 2026-02-22 22:35:20, 35s",
+    ]
+    assert mermaid_gantt(untimed_analysis()) is None
+    assert "```mermaid" not in render_markdown(untimed_analysis())
+
+
+def test_findings_in_details_sorted_with_evidence() -> None:
+    md = render_markdown(story_analysis())
+    blocks = re.findall(r"<details>\n<summary>(.*?)</summary>(.*?)</details>", md, re.S)
+    summaries = [s for s, _ in blocks]
+    assert summaries[0].startswith("<b>🔴 error</b> <code>startup.stalled</code>")
+    assert summaries[0].endswith("— all 8 ranks")
+    assert summaries[1] == (
+        "<b>🟠 warning</b> <code>quant.fallback_unquantized</code> "
+        "Layers fall back to the unquantized path — TP3, TP6"
+    )
+    assert summaries[2].startswith("<b>🔵 info</b> <code>attention.backend_fallback</code>")
+    quant = blocks[1][1]
+    assert "Evidence (2 of 2):" in quant
+    assert "```text\nserver.log:120 TP3 22:35:22 Acceleration for non-quantized" in quant
+    assert "**Remedy:** Check the quantization config's ignore list." in quant
+    assert summaries[3] == "Checked and did not fire (3 rules)"
+    assert "`cuda.oom`, `nccl.timeout`, `rank.straggler`" in blocks[3][1]
+
+
+def test_markdown_escapes_html_and_fences() -> None:
+    base = story_analysis()
+    evil = dataclasses.replace(
+        base.findings[0],
+        title="<script>x</script>",
+        evidence=(Evidence("a.log", 3, "```nested fence``` <b>"),),
+        evidence_total=1,
+    )
+    md = render_markdown(dataclasses.replace(base, findings=(evil,)))
+    assert "<script>" not in md and "&lt;script&gt;" in md
+    assert "````text\na.log:3 ```nested fence``` <b>\n````" in md
+
+
+def test_rank_table_and_missing() -> None:
+    md = render_markdown(straggler_analysis())
+    assert "| TP5 | `dist_init` ⚠ behind | dist_init (19 s) | 3 h 12 min |" in md
+    assert "| TP7 | **missing** (never logged) | | |" in md
+    assert "**Behind the others:** TP5" in md
+
+
+def test_stacks_in_markdown() -> None:
+    md = render_markdown(stacks_analysis())
+    assert "- `stack.nccl_collective`: PP0 TP1, PP1 TP1 (2 members)" in md
