@@ -1,0 +1,428 @@
+"""`diag analyze` engine: inputs -> records -> events -> timelines -> Analysis.
+
+Small inputs are parsed line by line. Large ones stream through the prefilter
+(:mod:`diag.parse.prefilter`): one vectorised multi-pattern pass per chunk picks the lines
+that can matter (phase markers, warnings and errors, tracebacks, stack dumps, rule
+needles), and per-rank aggregates (line counts, first and last line of each rank and of
+each serving stream) come from the bulk without building Python objects for it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from diag.errors import InputError
+from diag.model import Analysis, Event, RankId, Record
+from diag.parse.config import detect_config_line, normalise, parse_config_message
+from diag.parse.reader import Source, iter_chunks, resolve_inputs
+from diag.parse.records import Draft, SourceParser, freeze, resolve_years
+from diag.parse.text import decode
+from diag.phases import load_catalogue
+from diag.timeline import (
+    RankStats,
+    build_timelines,
+    expected_ranks,
+    missing_ranks,
+    stragglers,
+)
+
+__all__ = ["PREFILTER_MIN_BYTES", "analyze", "analyze_text"]
+
+# Inputs at least this large stream through the prefilter; smaller ones are read whole.
+PREFILTER_MIN_BYTES = 32 << 20
+
+ProgressFn = Callable[[int, int], None]
+
+
+def analyze(
+    inputs: Sequence[str | Path],
+    *,
+    year: int | None = None,
+    rules_dirs: Sequence[Path] = (),
+    progress: ProgressFn | None = None,
+    prefilter: bool | None = None,
+) -> Analysis:
+    """Analyse log files, folders, ``-`` (stdin), compressed files or bundles.
+
+    ``prefilter`` forces (True) or forbids (False) the streaming prefilter; by default it is
+    used for inputs of at least :data:`PREFILTER_MIN_BYTES`. Raises :class:`InputError` for
+    a missing path, empty input, or input with no recognisable log line."""
+    sources = resolve_inputs(inputs)
+    return _analyze_sources(sources, year=year, rules_dirs=rules_dirs, progress=progress,
+                            prefilter=prefilter)
+
+
+def analyze_text(text: str, name: str = "<text>", *, year: int | None = None,
+                 prefilter: bool | None = False) -> Analysis:
+    """Analyse a string (for tests and callers that hold the log in memory)."""
+    import io
+
+    data = text.encode("utf-8", errors="surrogateescape")
+    src = Source(name=name, open=lambda: io.BytesIO(data), size=len(data), mtime=None)
+    return _analyze_sources([src], year=year, rules_dirs=(), progress=None, prefilter=prefilter)
+
+
+# ---------------------------------------------------------------------------
+
+
+class _Collected:
+    def __init__(self) -> None:
+        self.drafts: list[Draft] = []
+        self.notes: list[str] = []
+        self.undecodable = 0
+        self.nul_bytes = 0
+        self.total_bytes = 0
+        self.known = 0
+        self.lines = 0
+        self.stats: dict[str, object] = {}
+        self.bulk: list[object] = []
+
+
+def _analyze_sources(
+    sources: Sequence[Source],
+    *,
+    year: int | None,
+    rules_dirs: Sequence[Path],
+    progress: ProgressFn | None,
+    prefilter: bool | None,
+) -> Analysis:
+    total = sum(s.size or 0 for s in sources)
+    use_pf = prefilter if prefilter is not None else total >= PREFILTER_MIN_BYTES
+    col = _Collected()
+    done_before = 0
+    bulk_stats: list[object] = []
+    for src in sources:
+        sp = SourceParser(src.name)
+        if use_pf:
+            from diag.parse.prefilter import scan_source  # type: ignore[import-untyped]
+
+            bulk_stats.append(
+                scan_source(src, sp, col.notes, progress=progress, done_before=done_before,
+                            total=total)
+            )
+            col.undecodable += sp_undecodable(sp)
+        else:
+            _read_full(src, sp, col, progress, done_before, total)
+        done_before += src.size or 0
+        col.known += sp.known_lines
+        if sp.unknown_lines and sp.known_lines:
+            first, last = sp.first_unknown, sp.last_unknown
+            col.notes.append(
+                f"{sp.unknown_lines} lines of {src.name} (lines {first}-{last}) "
+                "matched no known log format"
+            )
+        note = resolve_years(sp.drafts, year=year, ref=src.mtime)
+        if note:
+            col.notes.append(f"{src.name}: {note}")
+        col.drafts.extend(sp.drafts)
+    if col.undecodable:
+        col.notes.append(f"{col.undecodable} bytes of invalid UTF-8 replaced")
+    if col.nul_bytes:
+        col.notes.append(f"{col.nul_bytes} NUL bytes dropped")
+    if total == 0 and not col.drafts:
+        raise InputError("input is empty")
+    recognised = sum(
+        1 for d in col.drafts if d.p.grammar != "plain" or d.continuation or d.p.ts is not None
+    )
+    if not col.drafts:
+        raise InputError(f"{', '.join(s.name for s in sources)}: input is empty")
+    if recognised == 0 and not _any_log_word(col.drafts):
+        raise InputError(
+            f"{', '.join(s.name for s in sources)}: not a log (no recognisable line)"
+        )
+    return _finish(sources, col, bulk_stats, rules_dirs)
+
+
+def sp_undecodable(sp: SourceParser) -> int:
+    return int(getattr(sp, "undecodable", 0))
+
+
+_LOG_WORD = re.compile(
+    r"Error|Exception|Killed|killed|Traceback|WARN|INFO|ERROR|CUDA|NCCL|sglang|vllm|vLLM|"
+    r"Segmentation fault|core dumped|Aborted"
+)
+
+
+def _any_log_word(drafts: Sequence[Draft]) -> bool:
+    cat = load_catalogue()
+    return any(
+        _LOG_WORD.search(d.p.message) or cat.any_message.search(d.p.message)
+        for d in drafts[:5000]
+    )
+
+
+def _read_full(
+    src: Source,
+    sp: SourceParser,
+    col: _Collected,
+    progress: ProgressFn | None,
+    done_before: int,
+    total: int,
+) -> None:
+    lineno = 0
+    for chunk, consumed in iter_chunks(src, col.notes):
+        col.nul_bytes += chunk.count(b"\x00")
+        text, bad = decode(chunk)
+        col.undecodable += bad
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        for i, line in enumerate(lines, start=lineno + 1):
+            sp.feed(i, line)
+        lineno += len(lines)
+        col.lines += len(lines)
+        if progress is not None:
+            progress(min(done_before + consumed, total), total)
+
+
+# ---------------------------------------------------------------------------
+# attribution
+
+
+_WORLD_RANK = re.compile(r"world_size=(\d+) rank=(\d+) local_rank=\d+")
+
+
+def _detect_framework(drafts: Sequence[Draft]) -> str:
+    sg = vl = 0
+    for d in drafts:
+        g = d.p.grammar
+        msg = d.p.message
+        if g == "sglang":
+            sg += 3
+        if d.p.process and d.p.process.startswith(
+            ("VllmWorker", "Worker", "EngineCore", "APIServer", "RayWorker")
+        ):
+            vl += 3
+        low = msg[:400]
+        if "sglang" in low or "server_args=" in low or "sgl_kernel" in low:
+            sg += 2
+        if "vllm" in low or "vLLM" in low or "LLM engine" in low:
+            vl += 1
+        for c in d.continuation[:50]:
+            if "/sglang/" in c:
+                sg += 1
+            elif "/vllm/" in c:
+                vl += 1
+    if sg == 0 and vl == 0:
+        return "unknown"
+    return "sglang" if sg >= vl else "vllm"
+
+
+def _config(drafts: Sequence[Draft]) -> tuple[dict[str, object], str | None]:
+    merged: dict[str, object] = {}
+    version: str | None = None
+    raw_all: dict[str, object] = {}
+    for d in drafts:
+        msg = d.p.message
+        if not detect_config_line(msg):
+            continue
+        text = msg
+        if d.continuation:
+            text = msg + " " + " ".join(c.strip() for c in d.continuation)
+        raw, v = parse_config_message(text)
+        if v and not version:
+            version = v
+        for k, val in raw.items():
+            raw_all.setdefault(k, val)
+    if raw_all:
+        merged = normalise(raw_all)
+        merged["raw"] = raw_all
+    return merged, version
+
+
+_VERSION_RE = (
+    re.compile(r"vLLM API server version (\d+\.\d+\.\d+\S*)"),
+    re.compile(r"LLM engine \(v(\d+\.\d+[^)]*)\)"),
+    re.compile(r"\bsglang[=:]{1,2}v?(\d+\.\d+\.\d+(?:\.post\d+)?)"),
+)
+
+
+def _version(drafts: Sequence[Draft], framework: str) -> str | None:
+    for d in drafts:
+        for rx in _VERSION_RE:
+            m = rx.search(d.p.message)
+            if m and (framework != "sglang" or "sglang" in rx.pattern):
+                return m.group(1)
+    return None
+
+
+def _attribute(drafts: Sequence[Draft], framework: str, config: dict[str, object]) -> None:
+    """Give rank-less lines a rank where the log says which one, always with the reason."""
+    # 1. vLLM workers without rank in their prefix: the pid's own "rank=N" line
+    pid_rank: dict[int, tuple[RankId, str]] = {}
+    for d in drafts:
+        if d.p.pid is None:
+            continue
+        m = _WORLD_RANK.search(d.p.message)
+        if m and (d.rank is None or d.rank_reason != "tag"):
+            reason = f"pid {d.p.pid} logged world_size={m.group(1)} rank={m.group(2)}"
+            pid_rank.setdefault(d.p.pid, (RankId(node=d.p.host, tp=int(m.group(2))), reason))
+    if pid_rank:
+        for d in drafts:
+            if d.rank is None and d.p.pid in pid_rank:
+                d.rank, d.rank_reason = pid_rank[d.p.pid]
+    tagged = any(d.rank is not None and d.rank_reason == "tag" for d in drafts)
+    procs = {d.p.process for d in drafts if d.p.process}
+    # 2. vLLM V0 multiprocessing workers: rank by pid order (with the driver as TP0)
+    v0 = framework == "vllm" and any(
+        p in ("VllmWorkerProcess", "RayWorkerWrapper", "RayWorkerVllm") for p in procs
+    )
+    v1 = any(p and p.startswith(("EngineCore", "APIServer", "VllmWorker", "Worker")) for p in procs)
+    if v0 and not v1:
+        worker_pids = sorted(
+            {d.p.pid for d in drafts if d.p.process == "VllmWorkerProcess" and d.p.pid}
+        )
+        for i, pid in enumerate(worker_pids, start=1):
+            if pid in pid_rank:
+                continue
+            reason = (
+                "VllmWorkerProcess pid order (vLLM V0 starts workers in rank order; "
+                "the driver is TP0)"
+            )
+            for d in drafts:
+                if d.p.pid == pid and d.rank is None:
+                    d.rank, d.rank_reason = RankId(tp=i), reason
+        for d in drafts:
+            if d.rank is None and d.p.process is None and d.p.grammar == "vllm":
+                d.rank = RankId(tp=0)
+                d.rank_reason = "vLLM V0 driver (lines with no process prefix) is TP0"
+        return
+    # 3. single-rank layouts: every line belongs to the one rank
+    world = 1
+    for k in ("tp", "pp", "dp"):
+        v = config.get(k)
+        if isinstance(v, int) and v > 0:
+            world *= v
+    if config and world == 1 and not tagged and not pid_rank:
+        reason = "single-rank layout (tp=pp=dp=1): every line belongs to TP0"
+        for d in drafts:
+            if d.rank is None and d.p.grammar not in ("uvicorn",) and d.p.process not in (
+                "APIServer",
+            ):
+                d.rank, d.rank_reason = RankId(tp=0), reason
+        return
+    for d in drafts:
+        if d.rank is None and d.p.grammar == "progress":
+            d.rank_reason = "unattributed: progress bar has no rank prefix"
+
+
+# ---------------------------------------------------------------------------
+
+
+def _finish(
+    sources: Sequence[Source],
+    col: _Collected,
+    bulk_stats: Sequence[object],
+    rules_dirs: Sequence[Path],
+) -> Analysis:
+    drafts = col.drafts
+    framework = _detect_framework(drafts)
+    config, version = _config(drafts)
+    version = version or _version(drafts, framework)
+    _attribute(drafts, framework, config)
+    records = [freeze(d) for d in drafts]
+    cat = load_catalogue()
+    events: list[Event] = []
+    for r in records:
+        ev = cat.match(r)
+        if ev is not None:
+            events.append(ev)
+    stats = _rank_stats(records, bulk_stats)
+    log_end = _log_end(records, stats)
+    ranks, global_phases = build_timelines(events, stats, log_end)
+    seen = [t.rank for t in ranks]
+    expected = expected_ranks(config, seen)
+    missing = missing_ranks(expected, seen)
+    if not ranks and events and framework != "unknown":
+        pass
+    notes = list(col.notes)
+    analysis = Analysis(
+        sources=tuple(s.name for s in sources),
+        framework=framework,
+        version=version,
+        config=config,
+        ranks=ranks,
+        expected_ranks=expected,
+        missing_ranks=missing,
+        stragglers=stragglers(ranks),
+        log_end=log_end,
+        records=len(records) + sum(_bulk_lines(b) for b in bulk_stats),
+        events=tuple(events),
+        global_phases=global_phases,
+        notes=tuple(notes),
+        undecodable_bytes=col.undecodable,
+    )
+    return _post(analysis, records, rules_dirs)
+
+
+def _bulk_lines(b: object) -> int:
+    return int(getattr(b, "bulk_lines", 0))
+
+
+def _rank_stats(records: Sequence[Record], bulk: Sequence[object]) -> dict[RankId, RankStats]:
+    first: dict[RankId, dt.datetime] = {}
+    last: dict[RankId, dt.datetime] = {}
+    count: dict[RankId, int] = defaultdict(int)
+    inferred: dict[RankId, bool] = {}
+    for r in records:
+        if r.rank is None:
+            continue
+        count[r.rank] += 1
+        inferred[r.rank] = inferred.get(r.rank, True) and r.rank_reason != "tag"
+        if r.ts is not None:
+            if r.rank not in first or r.ts < first[r.rank]:
+                first[r.rank] = r.ts
+            if r.rank not in last or r.ts > last[r.rank]:
+                last[r.rank] = r.ts
+    for b in bulk:
+        extra = getattr(b, "rank_lines", {})
+        for rank, n in extra.items():
+            count[rank] += n
+    return {
+        rank: RankStats(
+            first_ts=first.get(rank),
+            last_ts=last.get(rank),
+            lines=count[rank],
+            inferred=inferred.get(rank, False),
+        )
+        for rank in count
+    }
+
+
+def _log_end(records: Iterable[Record], stats: dict[RankId, RankStats]) -> dt.datetime | None:
+    best: dt.datetime | None = None
+    for r in records:
+        if r.ts is not None and (best is None or r.ts > best):
+            best = r.ts
+    for st in stats.values():
+        if st.last_ts is not None and (best is None or st.last_ts > best):
+            best = st.last_ts
+    return best
+
+
+def _post(analysis: Analysis, records: list[Record], rules_dirs: Sequence[Path]) -> Analysis:
+    """Stacks found in the text, their groups, then the rules engine."""
+    import dataclasses
+
+    from diag.stacks.textdump import extract_stack_processes
+
+    processes = extract_stack_processes(records)
+    groups: list[object] = []
+    try:
+        from diag.stacks import merge as stack_merge  # type: ignore[attr-defined]
+    except ImportError:
+        stack_merge = None
+    if stack_merge is not None and processes:
+        groups = list(stack_merge.group_stacks(processes))
+    analysis = dataclasses.replace(
+        analysis,
+        stack_processes=tuple(processes),
+        stack_groups=tuple(groups),  # type: ignore[arg-type]
+    )
+    from diag.rules import apply_rules
+
+    return apply_rules(analysis, records, extra_dirs=rules_dirs)

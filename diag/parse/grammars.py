@@ -1,0 +1,430 @@
+"""Line grammars: one logical line -> the fields of a Record.
+
+A line is first unwrapped (docker/k8s timestamps, compose service names, journald,
+Buildkite, TorchServe, FastChat, k9s borders, HTML colour tags, Python-logging wrappers,
+vLLM/Ray process prefixes), then read by the first grammar that fits: SGLang
+``[ts DPx TPy]``, vLLM ``LEVEL mm-dd hh:mm:ss [file.py:n]``, NCCL, torch c10d/glog, uvicorn,
+Ray, tqdm bars, stack dumps, tracebacks, and ``plain`` when nothing fits.
+
+Grammars never raise: malformed input yields a ``plain`` line.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+
+from diag.model import RankId
+
+__all__ = [
+    "LEVELS",
+    "Parsed",
+    "parse_line",
+    "is_continuation_text",
+]
+
+LEVELS = {
+    "DEBUG": "DEBUG",
+    "INFO": "INFO",
+    "WARNING": "WARNING",
+    "WARN": "WARNING",
+    "ERROR": "ERROR",
+    "CRITICAL": "CRITICAL",
+    "FATAL": "CRITICAL",
+    "I": "INFO",
+    "W": "WARNING",
+    "E": "ERROR",
+    "F": "CRITICAL",
+}
+
+_LVL = r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
+
+
+@dataclass(slots=True)
+class Parsed:
+    """Mutable scratch result of one line (the record builder freezes it)."""
+
+    message: str
+    grammar: str = "plain"
+    ts: dt.datetime | None = None
+    yearless: bool = False  # ts carries a placeholder year (vLLM/glog): resolve later
+    dateless: bool = False  # ts carries a placeholder date (SGLang 2024 time-only)
+    rank: RankId | None = None
+    rank_reason: str | None = None
+    process: str | None = None
+    pid: int | None = None
+    host: str | None = None
+    level: str | None = None
+    logger_file: str | None = None
+    wrapper_ts: dt.datetime | None = None
+    repeated: int = 0
+
+
+PLACEHOLDER_YEAR = 2000  # a leap year, so that Feb 29 of a year-less stamp is valid
+PLACEHOLDER_DATE = dt.date(2000, 1, 1)
+
+# ---------------------------------------------------------------------------
+# wrappers
+
+_RFC3339 = re.compile(
+    r"^(?P<d>\d{4}-\d\d-\d\d)T(?P<t>\d\d:\d\d:\d\d)(?:[.,](?P<f>\d+))?(?:Z|[+-]\d\d:?\d\d)?\s+"
+)
+_TORCHSERVE = re.compile(r"^\[(?P<lvl>[A-Z]+)\s*\] \S+ (?:MODEL_LOG - |MODEL_METRICS - )?")
+_FASTCHAT = re.compile(
+    r"^(?P<d>\d{4}-\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d) \| (?P<lvl>[A-Z]+) \| (?P<name>[\w.]+) \| "
+)
+_JOURNALD = re.compile(
+    r"^\S{3,5}\.? {1,2}\d{1,2} \d\d:\d\d:\d\d (?P<host>\S+) (?P<ident>[\w.@\-]+)\[(?P<pid>\d+)\]: "
+)
+_BUILDKITE = re.compile(r"^(?:\x1b?_?bk;t=\d+\x07?)+\s*")
+_COMPOSE = re.compile(r"^(?P<svc>[A-Za-z][\w.\-]*)\s+\| ")
+_K9S = re.compile(r"^[│|]\s?(?P<body>.*?)\s*[│|]?\s*$")
+_HTML = re.compile(r"</?(?:font|b|span|i|strong)\b[^>]*>")
+_PYLOG_WRAP = re.compile(
+    r"^(?P<d>\d{4}-\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)(?:,(?P<f>\d+))? - (?P<name>[\w.<>]+) - "
+    + _LVL
+    + r" - (?P<msg>.*)$"
+)
+_PYLOG_LEVEL_FIRST = re.compile(
+    r"^(?P<d>\d{4}-\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)(?:,(?P<f>\d+))? - "
+    + _LVL
+    + r" - (?:(?P<name>[\w.<>]+): )?(?P<msg>.*)$"
+)
+# (VllmWorker rank=3 pid=1090) / (Worker_TP3 pid=..) / (RayWorkerWrapper pid=1, ip=10.0.0.2)
+# / (pid=10414) / (EngineCore_DP0 pid=2557)
+_PROC_PREFIX = re.compile(
+    r"^\((?:(?P<name>[A-Za-z][\w\-]*)\s*)?(?:rank=(?P<rank>\d+)\s*)?pid=(?P<pid>\d+)"
+    r"(?:,\s*ip=(?P<ip>[\w.:\-]+))?\)\s?"
+)
+_REPEATED = re.compile(r"\s*\[repeated (?P<n>\d+)x across cluster\](?:\s*\(Ray deduplicates.*)?$")
+_TORCH_RANK = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")
+_WORKER_COORDS = re.compile(r"(?:^|_)(?P<k>DP|PP|TP|EP)(?P<v>\d+)")
+
+# ---------------------------------------------------------------------------
+# grammars
+
+_SGLANG = re.compile(
+    r"^\[?(?:(?P<d>\d{4}-\d\d-\d\d) )?(?P<t>\d\d:\d\d:\d\d)(?:[.,]\d+)?"
+    r"(?P<tags>(?: (?:DP|PP|TP|EP|NP|CP|ATTN_CP|ATTN_DP|MOE_DP|PD)\d+)*)\] ?(?P<msg>.*)$",
+    re.S,
+)
+_SGLANG_TAG = re.compile(r"(DP|PP|TP|EP|NP)(\d+)")
+_SGLANG_LEVEL_FILE = re.compile(
+    _LVL + r" (?P<file>[\w./\-]+\.py):(?P<line>\d+): ?(?P<msg>.*)$", re.S
+)
+_VLLM = re.compile(
+    r"^" + _LVL + r" (?P<md>\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)(?:[.,]\d+)? "
+    r"\[?(?P<file>[\w./\-]+\.py):(?P<line>\d+)\] ?(?P<msg>.*)$",
+    re.S,
+)
+# 2025-04-13 14:53:38 INFO 511 [pynccl.py:78] msg    (user logging formats)
+_ISO_LEVEL_PID_FILE = re.compile(
+    r"^(?P<d>\d{4}-\d\d-\d\d)[ T](?P<t>\d\d:\d\d:\d\d)(?:[.,](?P<f>\d+))? " + _LVL
+    + r"(?: (?P<pid>\d+))? \[(?P<file>[\w./\-]+\.py):(?P<line>\d+)\] ?(?P<msg>.*)$",
+    re.S,
+)
+# Ray: 2024-04-13 10:17:27,901 INFO worker.py:1752 -- msg
+_RAY = re.compile(
+    r"^(?P<d>\d{4}-\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)(?:,(?P<f>\d+))? " + _LVL
+    + r" (?P<file>[\w./\-]+\.py):(?P<line>\d+) -- (?P<msg>.*)$",
+    re.S,
+)
+# 2026-01-17 10:49:37 | warnings | 140592998728832 | WARNING : msg
+_PIPE = re.compile(
+    r"^(?P<d>\d{4}-\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)(?:[.,]\d+)? \| (?P<name>[\w.]+) \| "
+    r"(?P<tid>\d+) \| " + _LVL + r"\s*: ?(?P<msg>.*)$",
+    re.S,
+)
+# tracing (Dynamo): after an RFC3339 wrapper: "INFO model_runner.init_device_graphs: msg"
+_TRACING = re.compile(r"^\s*" + _LVL + r"\s+(?P<target>[\w.:<>]+): (?P<msg>.*)$", re.S)
+# generic "2025-.. 12:00:00[,123] [-] LEVEL [-] msg"
+_ISO_GENERIC = re.compile(
+    r"^(?P<d>\d{4}-\d\d-\d\d)[ T](?P<t>\d\d:\d\d:\d\d)(?:[.,](?P<f>\d+))?Z?\s+(?:[-|]\s+)?"
+    r"(?:" + _LVL + r"\s*(?:[-|:]\s+)?)?(?P<msg>.*)$",
+    re.S,
+)
+_NCCL = re.compile(
+    r"^(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+    r"(?:(?P<src>[\w/.\-]+:\d+) )?(?P<msg>NCCL (?P<nl>INFO|WARN|ERROR|TRACE|ABORT)\b.*)$",
+    re.S,
+)
+# torch c10d / glog: [W1222 15:01:54.123 ProcessGroupNCCL.cpp:..] or I0820 02:41:20.4 710 x.cpp:422]
+_GLOG = re.compile(
+    r"^\[?(?P<l>[IWEF])(?P<md>\d{4}) (?P<t>\d\d:\d\d:\d\d)(?:\.\d+)?\s+(?:(?P<pid>\d+) )?"
+    r"(?P<file>[\w./\-]+\.(?:cpp|cc|h|hpp|c|cu|py)):(?P<line>\d+)\]\s?(?P<msg>.*)$",
+    re.S,
+)
+_UVICORN = re.compile(r"^" + _LVL + r":\s+(?P<msg>.*)$", re.S)
+_TQDM = re.compile(r"\d+%\|| \d+% Completed \| \d+/\d+|^\s*\d+%\s*\|.*\| *\d+/\d+")
+_PYSPY = re.compile(
+    r"^(?:Process \d+: |Python v\d|Thread 0x[0-9A-Fa-f]+ \((?:idle|active|gil)|"
+    r"Thread \d+ \((?:idle|active)|Pyspy (?:dump for PID|failed to dump))"
+)
+_FAULTHANDLER = re.compile(
+    r"^(?:Fatal Python error: |Thread 0x[0-9a-fA-F]+ \(most recent call first\)|"
+    r"Current thread 0x[0-9a-fA-F]+ \(most recent call first\)|Extension modules: )"
+)
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
+
+
+def _dt(d: str | None, t: str, frac: str | None = None) -> dt.datetime | None:
+    try:
+        base = PLACEHOLDER_DATE if d is None else dt.date(int(d[:4]), int(d[5:7]), int(d[8:10]))
+        hh, mm, ss = int(t[0:2]), int(t[3:5]), int(t[6:8])
+        us = int((frac or "0")[:6].ljust(6, "0"))
+        return dt.datetime(base.year, base.month, base.day, hh, mm, min(ss, 59), us)
+    except ValueError:
+        return None
+
+
+def _dt_md(md: str, t: str) -> dt.datetime | None:
+    """'03-10' or '0310' + time, with the placeholder year."""
+    digits = md.replace("-", "")
+    try:
+        return dt.datetime(
+            PLACEHOLDER_YEAR, int(digits[0:2]), int(digits[2:4]),
+            int(t[0:2]), int(t[3:5]), min(int(t[6:8]), 59),
+        )
+    except ValueError:
+        return None
+
+
+def _rank_from_worker_name(name: str, rank: str | None) -> RankId | None:
+    """vLLM worker process names: VllmWorker rank=3, Worker_TP3, Worker_DP1_TP0_EP2,
+    Worker_PP0. EngineCore / APIServer are processes, not ranks."""
+    if rank is not None and name.startswith(("VllmWorker", "Worker")):
+        return RankId(tp=int(rank))
+    if not name.startswith("Worker"):
+        return None
+    coords = {m.group("k").lower(): int(m.group("v")) for m in _WORKER_COORDS.finditer(name)}
+    if not coords:
+        return None
+    return RankId(
+        dp=coords.get("dp"), pp=coords.get("pp"), tp=coords.get("tp"), ep=coords.get("ep")
+    )
+
+
+def _sglang_rank(tags: str, p: Parsed) -> None:
+    coords: dict[str, int] = {}
+    for k, v in _SGLANG_TAG.findall(tags):
+        coords[k.lower()] = int(v)
+    if not coords:
+        return
+    node = coords.get("np")
+    p.rank = RankId(
+        node=None if node is None else str(node),
+        dp=coords.get("dp"),
+        pp=coords.get("pp"),
+        tp=coords.get("tp"),
+        ep=coords.get("ep"),
+    )
+    p.rank_reason = "tag"
+
+
+def _unwrap(line: str, p: Parsed) -> str:
+    """Strip wrappers (outermost first), recording what they tell."""
+    for _ in range(6):
+        before = line
+        if line.startswith(("<", " <")) and "<" in line[:4] and _HTML.search(line):
+            line = _HTML.sub("", line).lstrip()
+        if line[:1] in "│|" and line.rstrip().endswith(("│", "|")):
+            m = _K9S.match(line)
+            if m:
+                line = m.group("body")
+        if "bk;t=" in line[:12]:
+            line = _BUILDKITE.sub("", line, count=1)
+        m = _RFC3339.match(line)
+        if m:
+            p.wrapper_ts = _dt(m.group("d"), m.group("t"), m.group("f"))
+            line = line[m.end():]
+            m2 = _TORCHSERVE.match(line)
+            if m2:
+                line = line[m2.end():]
+            continue_ = True
+        else:
+            continue_ = False
+        m = _FASTCHAT.match(line)
+        if m:
+            p.wrapper_ts = _dt(m.group("d"), m.group("t"))
+            line = line[m.end():]
+        m = _JOURNALD.match(line)
+        if m:
+            p.host = m.group("host")
+            p.pid = int(m.group("pid"))
+            line = line[m.end():]
+        m = _COMPOSE.match(line)
+        if m and not line[: m.end()].rstrip(" |").replace("-", "").isdigit():
+            p.process = p.process or m.group("svc")
+            line = line[m.end():]
+        m = _PYLOG_WRAP.match(line)
+        if m and (m.group("msg").startswith("[") or m.group("msg").startswith("(")):
+            inner = m.group("msg")
+            if _SGLANG.match(inner) or _PROC_PREFIX.match(inner):
+                p.wrapper_ts = _dt(m.group("d"), m.group("t"), m.group("f"))
+                line = inner
+        m = _PROC_PREFIX.match(line)
+        while m:
+            name = m.group("name") or ""
+            p.pid = int(m.group("pid"))
+            ip = m.group("ip")
+            if ip:
+                p.host = ip
+            rank = _rank_from_worker_name(name, m.group("rank"))
+            # the innermost prefix is the process that logged the line
+            p.process = name or p.process or "pid"
+            if rank is not None:
+                p.rank = RankId(node=ip, dp=rank.dp, pp=rank.pp, tp=rank.tp, ep=rank.ep)
+                p.rank_reason = "tag"
+            line = line[m.end():]
+            m = _PROC_PREFIX.match(line)
+        m = _TORCH_RANK.match(line)
+        if m:
+            if p.rank is None:
+                p.rank = RankId(tp=int(m.group("rank")))
+                p.rank_reason = "torch [rankN] prefix (global rank, read as TP)"
+            line = line[m.end():]
+        if line == before and not continue_:
+            break
+    return line
+
+
+def parse_line(raw: str) -> Parsed:
+    """Parse one logical line (ANSI already stripped)."""
+    p = Parsed(message=raw)
+    line = _unwrap(raw, p) if raw[:1] not in " \t" else raw
+    if "[repeated " in line:
+        m = _REPEATED.search(line)
+        if m:
+            p.repeated = int(m.group("n"))
+            line = line[: m.start()]
+    first = line[:1]
+    m = None
+    if first == "[" or (first.isdigit() and len(line) > 8 and line[2:3] in ":-"):
+        m = _SGLANG.match(line)
+        if m:
+            p.grammar = "sglang"
+            d = m.group("d")
+            p.ts = _dt(d, m.group("t"))
+            p.dateless = d is None
+            _sglang_rank(m.group("tags"), p)
+            msg = m.group("msg")
+            m2 = _SGLANG_LEVEL_FILE.match(msg)
+            if m2:
+                p.level = LEVELS[m2.group("level")]
+                p.logger_file = m2.group("file")
+                msg = m2.group("msg")
+            # the vLLM-format line logged through an SGLang wrapper keeps its own level
+            p.message = msg
+            if p.level is None and msg.startswith(("WARNING", "ERROR", "CRITICAL")):
+                p.level = msg.split(" ", 1)[0].rstrip(":")
+            return p
+    if first in "DIWECF":
+        m = _VLLM.match(line)
+        if m:
+            p.grammar = "vllm"
+            p.level = LEVELS[m.group("level")]
+            p.ts = _dt_md(m.group("md"), m.group("t"))
+            p.yearless = True
+            p.logger_file = m.group("file")
+            p.message = m.group("msg")
+            return p
+        m = _UVICORN.match(line)
+        if m:
+            p.grammar = "uvicorn"
+            p.level = LEVELS[m.group("level")]
+            p.message = m.group("msg")
+            p.process = p.process or "uvicorn"
+            return p
+    if first in "[IWEF":
+        m = _GLOG.match(line)
+        if m:
+            p.grammar = "glog"
+            p.level = LEVELS[m.group("l")]
+            p.ts = _dt_md(m.group("md"), m.group("t"))
+            p.yearless = True
+            p.logger_file = m.group("file")
+            if m.group("pid") and p.pid is None:
+                p.pid = int(m.group("pid"))
+            p.message = m.group("msg")
+            return p
+    if first.isdigit():
+        for rx, name in (
+            (_ISO_LEVEL_PID_FILE, "pylog"),
+            (_RAY, "ray"),
+            (_PIPE, "pylog"),
+            (_PYLOG_LEVEL_FIRST, "pylog"),
+            (_PYLOG_WRAP, "pylog"),
+        ):
+            m = rx.match(line)
+            if m:
+                gd = m.groupdict()
+                p.grammar = name
+                p.ts = _dt(gd["d"], gd["t"], gd.get("f"))
+                p.level = LEVELS[gd["level"]]
+                p.logger_file = gd.get("file") or gd.get("name")
+                if gd.get("pid"):
+                    p.pid = p.pid or int(gd["pid"])
+                p.message = gd["msg"]
+                return p
+        m = _ISO_GENERIC.match(line)
+        if m:
+            p.grammar = "iso"
+            p.ts = _dt(m.group("d"), m.group("t"), m.group("f"))
+            if m.group("level"):
+                p.level = LEVELS[m.group("level")]
+            p.message = m.group("msg")
+            return p
+    if ":" in line[:80] and "NCCL" in line[:200]:
+        m = _NCCL.match(line)
+        if m:
+            p.grammar = "nccl"
+            p.host = m.group("host")
+            p.pid = int(m.group("pid"))
+            nl = m.group("nl")
+            p.level = {"WARN": "WARNING", "ERROR": "ERROR", "ABORT": "ERROR"}.get(nl, "INFO")
+            p.message = m.group("msg")
+            p.logger_file = m.group("src")
+            p.process = p.process or f"{m.group('host')}:{m.group('pid')}"
+            return p
+    if p.wrapper_ts is not None:
+        m = _TRACING.match(line)
+        if m:
+            p.grammar = "tracing"
+            p.level = LEVELS[m.group("level")]
+            p.logger_file = m.group("target")
+            p.message = m.group("msg").rstrip()
+            p.ts = p.wrapper_ts
+            return p
+    p.message = line
+    if _TQDM.search(line):
+        p.grammar = "progress"
+    elif _PYSPY.match(line):
+        p.grammar = "pyspy"
+    elif _FAULTHANDLER.match(line):
+        p.grammar = "faulthandler"
+    elif _TRACEBACK.search(line):
+        p.grammar = "traceback"
+    if p.ts is None and p.wrapper_ts is not None:
+        p.ts = p.wrapper_ts
+    return p
+
+
+_EXC_LINE = re.compile(
+    r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Fault|Abort\w*)\b:?"
+)
+
+
+def is_continuation_text(message: str) -> bool:
+    """A line that continues the record before it: indented (traceback frames, py-spy
+    frames, wrapped bodies) or a traceback's closing parts."""
+    if not message:
+        return False
+    c = message[0]
+    if c in " \t":
+        return bool(message.strip())
+    return message.startswith(("During handling of the above", "The above exception was"))
+
+
+def is_exception_line(message: str) -> bool:
+    return _EXC_LINE.match(message) is not None

@@ -1,0 +1,188 @@
+"""Input resolution and byte streaming.
+
+Inputs are files, folders (every log-like file inside), ``-`` for stdin, compressed files
+(.gz/.bz2/.xz, and .zst when ``zstandard`` is importable; detected by magic bytes, not by
+name) and diag bundles (through ``diag.bundle.read`` when that module exists).
+"""
+
+from __future__ import annotations
+
+import bz2
+import datetime as dt
+import gzip
+import io
+import lzma
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from diag.errors import InputError
+
+__all__ = [
+    "CHUNK_BYTES",
+    "Source",
+    "iter_chunks",
+    "resolve_inputs",
+]
+
+CHUNK_BYTES = 8 << 20
+MAX_LINE_BYTES = 64 << 20  # a line longer than this is cut (kept in pieces)
+
+_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x1f\x8b", "gzip"),
+    (b"BZh", "bzip2"),
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+)
+_SKIP_SUFFIXES = {
+    ".png", ".jpg", ".jpeg", ".gif", ".so", ".pyc", ".whl", ".tar", ".zip", ".pt",
+    ".safetensors", ".bin", ".npy", ".pdf", ".sha256", ".sig",
+}
+_SKIP_NAMES = {"manifest.json", "checksums.txt", "SHA256SUMS"}
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One stream of log bytes."""
+
+    name: str
+    open: Callable[[], BinaryIO]
+    size: int | None
+    mtime: dt.datetime | None
+
+
+def _sniff(head: bytes) -> str | None:
+    for magic, kind in _MAGIC:
+        if head.startswith(magic):
+            return kind
+    return None
+
+
+def _decompressing(raw: BinaryIO, kind: str | None, name: str) -> BinaryIO:
+    if kind is None:
+        return raw
+    if kind == "gzip":
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    if kind == "bzip2":
+        return bz2.BZ2File(raw, mode="rb")  # type: ignore[return-value]
+    if kind == "xz":
+        return lzma.LZMAFile(raw, mode="rb")  # type: ignore[return-value]
+    try:
+        import zstandard  # type: ignore[import-not-found, unused-ignore]
+    except ImportError as exc:
+        raise InputError(
+            f"{name}: zstd-compressed, and the zstandard package is not installed",
+            help_text="pip install zstandard, or decompress it first: zstd -d FILE",
+        ) from exc
+    return zstandard.ZstdDecompressor().stream_reader(raw)  # type: ignore[no-any-return]
+
+
+def _file_source(path: Path) -> Source:
+    st = path.stat()
+    mtime = dt.datetime.fromtimestamp(st.st_mtime)
+
+    def opener() -> BinaryIO:
+        raw = open(path, "rb")  # noqa: SIM115 - the caller closes it
+        head = raw.peek(8)[:8] if hasattr(raw, "peek") else b""
+        return _decompressing(raw, _sniff(head), str(path))
+
+    return Source(name=str(path), open=opener, size=st.st_size, mtime=mtime)
+
+
+def _bytes_source(name: str, data: bytes, mtime: dt.datetime | None) -> Source:
+    kind = _sniff(data[:8])
+
+    def opener() -> BinaryIO:
+        return _decompressing(io.BytesIO(data), kind, name)
+
+    return Source(name=name, open=opener, size=len(data), mtime=mtime)
+
+
+def _bundle_sources(path: Path) -> list[Source] | None:
+    try:
+        from diag.bundle import read as bundle_read
+    except ImportError:
+        return None
+    is_bundle = getattr(bundle_read, "is_bundle", None)
+    members = getattr(bundle_read, "log_members", None)
+    if is_bundle is None or members is None:
+        return None
+    try:
+        if not is_bundle(path):
+            return None
+    except OSError:
+        return None
+    mtime = dt.datetime.fromtimestamp(path.stat().st_mtime)
+    return [_bytes_source(f"{path}:{n}", data, mtime) for n, data in members(path)]
+
+
+def _log_like(path: Path) -> bool:
+    if path.name.startswith(".") or path.name in _SKIP_NAMES:
+        return False
+    return path.suffix.lower() not in _SKIP_SUFFIXES
+
+
+def resolve_inputs(inputs: Sequence[str | Path], stdin: BinaryIO | None = None) -> list[Source]:
+    """Inputs -> sources, in the order given (folders sorted by name)."""
+    if not inputs:
+        raise InputError("no input given")
+    out: list[Source] = []
+    for item in inputs:
+        if str(item) == "-":
+            stream = stdin if stdin is not None else sys.stdin.buffer
+            data = stream.read()
+            out.append(_bytes_source("<stdin>", data, None))
+            continue
+        path = Path(item)
+        if not path.exists():
+            raise InputError(f"{path}: no such file or folder")
+        if path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.is_file() and _log_like(p))
+            if not files:
+                raise InputError(f"{path}: folder holds no log files")
+            for f in files:
+                out.extend(_bundle_sources(f) or [_file_source(f)])
+            continue
+        if not os.access(path, os.R_OK):
+            raise InputError(f"{path}: not readable (permission denied)")
+        out.extend(_bundle_sources(path) or [_file_source(path)])
+    return out
+
+
+def iter_chunks(
+    src: Source, notes: list[str], chunk_bytes: int = CHUNK_BYTES
+) -> Iterator[tuple[bytes, int]]:
+    """Yield (bytes ending at a line boundary, bytes consumed so far).
+
+    A damaged compressed stream ends the source early with a note, not an error."""
+    try:
+        stream = src.open()
+    except OSError as exc:
+        raise InputError(f"{src.name}: cannot read: {exc.strerror or exc}") from exc
+    with stream:
+        carry = b""
+        consumed = 0
+        while True:
+            try:
+                block = stream.read(chunk_bytes)
+            except (OSError, EOFError, lzma.LZMAError, ValueError) as exc:
+                # a truncated or corrupt compressed stream: keep what was read
+                notes.append(f"{src.name}: damaged compressed data after {consumed} bytes ({exc})")
+                break
+            if not block:
+                break
+            consumed += len(block)
+            data = carry + block if carry else block
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                if len(data) < MAX_LINE_BYTES:
+                    carry = data
+                    continue
+                cut = len(data) - 1
+            carry = data[cut + 1:]
+            yield data[: cut + 1], consumed
+        if carry:
+            yield carry, consumed

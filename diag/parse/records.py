@@ -1,0 +1,208 @@
+"""Lines -> record drafts: grammars, continuation lines, year inference.
+
+A :class:`SourceParser` takes the lines of one source in order (all of them, or only the
+prefilter's candidates with their line numbers) and keeps *drafts*: mutable records whose
+rank attribution and year are settled once the whole input is known, then frozen into
+:class:`~diag.model.Record` by :func:`freeze`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from diag.model import RankId, Record
+from diag.parse.grammars import (
+    PLACEHOLDER_YEAR,
+    Parsed,
+    is_continuation_text,
+    is_exception_line,
+    parse_line,
+)
+from diag.parse.text import split_physical, strip_ansi
+
+__all__ = ["Draft", "SourceParser", "freeze", "resolve_years"]
+
+MAX_CONTINUATION = 400  # continuation lines kept per record (the rest are counted)
+MAX_MESSAGE = 20_000  # characters of a message kept (multi-MB lines are cut)
+
+
+@dataclass(slots=True)
+class Draft:
+    source: str
+    line: int
+    raw: str
+    p: Parsed
+    continuation: list[str] = field(default_factory=list)
+    dropped: int = 0
+    rank: RankId | None = None
+    rank_reason: str | None = None
+    in_traceback: bool = False
+
+
+class SourceParser:
+    """Parses the lines of one source, attaching continuation lines."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.drafts: list[Draft] = []
+        self._last: Draft | None = None  # last record of the source
+        self._last_line = -10
+        self._by_stream: dict[tuple[str | None, int | None, str | None], Draft] = {}
+        self.unknown_lines = 0
+        self.first_unknown: int | None = None
+        self.last_unknown: int | None = None
+        self.known_lines = 0
+
+    def feed(self, lineno: int, physical: str) -> None:
+        """One physical line (1-based number)."""
+        if not physical or physical.isspace():
+            return
+        for piece in split_physical(strip_ansi(physical)):
+            if piece:
+                self._piece(lineno, piece)
+
+    def feed_many(self, lines: Iterable[tuple[int, str]]) -> None:
+        for lineno, text in lines:
+            self.feed(lineno, text)
+
+    def _piece(self, lineno: int, text: str) -> None:
+        if len(text) > MAX_MESSAGE:
+            text = text[:MAX_MESSAGE] + f" …[{len(text) - MAX_MESSAGE} chars cut]"
+        p = parse_line(text)
+        last = self._last
+        near = last is not None and lineno - self._last_line <= 2
+        # 1. a prefixed line whose body is indented: continues the same stream's record
+        if p.grammar != "plain" and p.message[:1] in (" ", "\t") and p.message.strip():
+            prev = self._by_stream.get((p.process, p.pid, p.logger_file))
+            if prev is not None and p.grammar != "progress":
+                self._attach(prev, p.message, lineno)
+                return
+        # 2. a bare continuation line (indented, or a traceback's closing lines)
+        if p.grammar in ("plain", "traceback", "faulthandler") and last is not None and near:
+            msg = p.message
+            if is_continuation_text(msg) and p.grammar != "progress":
+                self._attach(last, msg, lineno)
+                return
+            if last.in_traceback and last.continuation and is_exception_line(msg):
+                self._attach(last, msg, lineno)
+                last.in_traceback = False
+                return
+        if p.grammar == "plain" and p.ts is None and p.level is None:
+            self.unknown_lines += 1
+            if self.first_unknown is None:
+                self.first_unknown = lineno
+            self.last_unknown = lineno
+        else:
+            self.known_lines += 1
+        d = Draft(source=self.name, line=lineno, raw=text, p=p)
+        d.rank, d.rank_reason = p.rank, p.rank_reason
+        if "Traceback (most recent call last)" in p.message or p.grammar == "faulthandler":
+            d.in_traceback = True
+        self.drafts.append(d)
+        self._last = d
+        self._last_line = lineno
+        self._by_stream[(p.process, p.pid, p.logger_file)] = d
+
+    def _attach(self, d: Draft, text: str, lineno: int) -> None:
+        if len(d.continuation) < MAX_CONTINUATION:
+            d.continuation.append(text)
+        else:
+            d.dropped += 1
+        if "Traceback (most recent call last)" in text:
+            d.in_traceback = True
+        self._last_line = lineno
+
+
+def resolve_years(
+    drafts: list[Draft], *, year: int | None, ref: dt.datetime | None
+) -> str | None:
+    """Settle placeholder years (vLLM, glog) and dates (SGLang 2024 time-only) in place.
+
+    With ``year`` the first stamp gets that year and a month going back (Dec -> Jan) moves
+    to the next. Without it the last stamp is anchored at ``ref`` (the latest full date in
+    the source, else the file's mtime) and earlier ones walk back across rollovers.
+    Returns a note about the inference, or None when nothing needed it."""
+    yl = [d for d in drafts if d.p.ts is not None and d.p.yearless]
+    dl = [d for d in drafts if d.p.ts is not None and d.p.dateless]
+    if not yl and not dl:
+        return None
+    full = [d.p.ts for d in drafts if d.p.ts is not None and not (d.p.yearless or d.p.dateless)]
+    anchor: dt.datetime | None = max(full) if full else ref
+    note: str | None = None
+    if yl:
+        if year is not None:
+            cur, prev_m = year, None
+            for d in yl:
+                ts = d.p.ts
+                assert ts is not None
+                if prev_m is not None and ts.month < prev_m - 6:
+                    cur += 1
+                prev_m = ts.month
+                d.p.ts = _with_year(ts, cur)
+            note = f"year {year} given for timestamps that have none"
+        else:
+            if anchor is None:
+                anchor = dt.datetime.now()
+            last = yl[-1].p.ts
+            assert last is not None
+            cur = anchor.year
+            if (last.month, last.day) > (anchor.month, anchor.day + 1):
+                cur -= 1
+            nxt_m: int | None = None
+            for d in reversed(yl):
+                ts = d.p.ts
+                assert ts is not None
+                if nxt_m is not None and ts.month > nxt_m + 6:
+                    cur -= 1
+                nxt_m = ts.month
+                d.p.ts = _with_year(ts, cur)
+            how = "the latest full date in it" if full else "its modification time"
+            note = f"year of year-less timestamps inferred from {how} ({anchor:%Y-%m-%d})"
+    if dl:
+        base = (anchor or dt.datetime.now()).date()
+        days = 0
+        nxt: dt.datetime | None = None
+        for d in reversed(dl):
+            ts = d.p.ts
+            assert ts is not None
+            if nxt is not None and (ts - nxt).total_seconds() > 12 * 3600:
+                days += 1
+            nxt = ts
+            day = base - dt.timedelta(days=days)
+            d.p.ts = ts.replace(year=day.year, month=day.month, day=day.day)
+        note = (note + "; " if note else "") + f"date of time-only stamps taken as {base}"
+    return note
+
+
+def _with_year(ts: dt.datetime, year: int) -> dt.datetime:
+    if ts.year != PLACEHOLDER_YEAR:
+        return ts
+    try:
+        return ts.replace(year=year)
+    except ValueError:  # Feb 29 in a non-leap year
+        return ts.replace(year=year, day=28)
+
+
+def freeze(d: Draft) -> Record:
+    cont = tuple(d.continuation)
+    if d.dropped:
+        cont += (f"… {d.dropped} more continuation lines",)
+    p = d.p
+    return Record(
+        source=d.source,
+        line=d.line,
+        message=p.message,
+        raw=d.raw,
+        ts=p.ts,
+        rank=d.rank,
+        rank_reason=d.rank_reason,
+        process=p.process,
+        pid=p.pid,
+        host=p.host,
+        level=p.level,
+        logger_file=p.logger_file,
+        grammar=p.grammar,
+        continuation=cont,
+    )

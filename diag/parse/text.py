@@ -1,0 +1,92 @@
+"""Text clean-up before grammars: decoding, colour codes, tqdm updates, glued lines.
+
+Everything here is pure string work, shared by the full parser and the prefilter path.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+
+__all__ = [
+    "ANSI_RE",
+    "decode",
+    "split_physical",
+    "strip_ansi",
+]
+
+# Real ESC sequences, caret-notation ones pasted as text (^[[0;36m), and ESC-stripped ones
+# ([1;36m / [0m) that pastes leave behind. The ESC-stripped form is only removed when it is
+# an SGR code (digits and ';' followed by 'm').
+ANSI_RE = re.compile(
+    r"(?:\x1b|\^\[)\[[0-9;?]*[A-Za-z]|\x1b[()][AB0-2]|\[(?:\d{1,3}(?:;\d{1,3})*)?m"
+)
+_ANSI_HINT = re.compile(r"\x1b|\^\[|\[[\d;]*m")
+
+# tqdm bar end followed directly by the next log line (no newline): split after the bar.
+_GLUED_BAR = re.compile(
+    r"(\[[0-9:?]+<[0-9:?]+,\s*[0-9.?]+\s*(?:it/s|s/it|B/s|[kMG]B/s)\])(?=\S)"
+)
+
+
+def strip_ansi(s: str) -> str:
+    if _ANSI_HINT.search(s) is None:
+        return s
+    return ANSI_RE.sub("", s)
+
+
+class _Counter:
+    __slots__ = ("bad",)
+
+    def __init__(self) -> None:
+        self.bad = 0
+
+
+def decode(data: bytes) -> tuple[str, int]:
+    """Decode UTF-8; invalid bytes become U+FFFD. Returns (text, number of bad bytes).
+
+    NUL bytes are kept in the text (the grammars ignore them)."""
+    try:
+        return data.decode("utf-8"), 0
+    except UnicodeDecodeError:
+        pass
+    counter = _Counter()
+
+    def handler(exc: UnicodeError) -> tuple[str, int]:
+        assert isinstance(exc, UnicodeDecodeError)
+        counter.bad += exc.end - exc.start
+        return ("\ufffd", exc.end)
+
+    name = f"diag-count-{id(counter)}"
+    codecs.register_error(name, handler)
+    text = data.decode("utf-8", errors=name)
+    return text, counter.bad
+
+
+def split_physical(line: str) -> list[str]:
+    """One physical line -> the logical pieces in it.
+
+    A trailing CR is dropped; inner CRs separate tqdm updates (each one its own piece);
+    a progress bar glued to the next log line is split after the bar."""
+    if "\x00" in line:
+        line = line.replace("\x00", "")
+    if line.endswith("\r"):
+        line = line.rstrip("\r")
+    parts = line.split("\r") if "\r" in line else [line]
+    out: list[str] = []
+    for part in parts:
+        if "it/s]" in part or "s/it]" in part:
+            pieces = _GLUED_BAR.split(part)
+            # split keeps the bar group: rejoin each bar with the text before it
+            buf = ""
+            for i, piece in enumerate(pieces):
+                if i % 2 == 1:
+                    out.append(buf + piece)
+                    buf = ""
+                else:
+                    buf = piece
+            if buf:
+                out.append(buf)
+        elif part or not out:
+            out.append(part)
+    return [p for p in out if p.strip()] or ([""] if not out else [])

@@ -1,0 +1,199 @@
+"""Events -> per-rank timelines: phase intervals, last phase, silence, stragglers, missing.
+
+Pure functions over model objects; no I/O.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from diag.model import (
+    Event,
+    PhaseInterval,
+    RankId,
+    RankTimeline,
+    ShardProgress,
+    phase_index,
+)
+
+__all__ = [
+    "RankStats",
+    "build_intervals",
+    "build_timelines",
+    "expected_ranks",
+    "missing_ranks",
+    "shard_progress",
+    "stragglers",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RankStats:
+    """What the timeline needs from all of a rank's lines (not only its events)."""
+
+    first_ts: dt.datetime | None
+    last_ts: dt.datetime | None
+    lines: int
+    inferred: bool = False
+
+
+def _order_key(e: Event) -> tuple[int, dt.datetime, str, int]:
+    return (0 if e.ts is not None else 1, e.ts or dt.datetime.min, e.source, e.line)
+
+
+def build_intervals(events: Sequence[Event]) -> tuple[PhaseInterval, ...]:
+    """Phase intervals of one rank (or of the rank-less lines), in phase order.
+
+    A phase starts at its first event. It ends at its explicit end marker when one was
+    seen (``ended``), else where the next phase begins; the furthest phase without an end
+    marker stays open (``end`` None)."""
+    if not events:
+        return ()
+    firsts: dict[str, Event] = {}
+    lasts: dict[str, Event] = {}
+    ends: dict[str, Event] = {}
+    for e in sorted(events, key=_order_key):
+        firsts.setdefault(e.phase, e)
+        lasts[e.phase] = e
+        if e.kind == "end":
+            ends[e.phase] = e
+    order = sorted(firsts, key=phase_index)
+    out: list[PhaseInterval] = []
+    for i, phase in enumerate(order):
+        first = firsts[phase]
+        end_ev = ends.get(phase)
+        end: dt.datetime | None
+        if end_ev is not None:
+            end = end_ev.ts
+        else:
+            later = [t for p in order[i + 1 :] if (t := firsts[p].ts) is not None]
+            end = min(later) if later else None
+            if end is not None and first.ts is not None and end < first.ts:
+                end = first.ts
+        out.append(
+            PhaseInterval(
+                phase=phase,
+                start=first.ts,
+                end=end,
+                first_line=first.line,
+                last_line=lasts[phase].line,
+                source=first.source,
+                ended=end_ev is not None,
+            )
+        )
+    return tuple(out)
+
+
+def shard_progress(events: Iterable[Event]) -> ShardProgress | None:
+    """The latest shard progress (k/n, s/it) among weight-loading bar events."""
+    best: ShardProgress | None = None
+    for e in events:
+        f = e.fields
+        if "done" not in f or "total" not in f:
+            continue
+        done, total = f["done"], f["total"]
+        if not isinstance(done, float) or not isinstance(total, float):
+            continue
+        rate: float | None = None
+        r = f.get("rate")
+        if isinstance(r, float) and r > 0:
+            rate = r if f.get("unit") == "s/it" else 1.0 / r
+        elapsed: float | None = None
+        el = f.get("elapsed")
+        if isinstance(el, str):
+            parts = [int(x) for x in el.split(":") if x.isdigit()]
+            secs = 0
+            for x in parts:
+                secs = secs * 60 + x
+            elapsed = float(secs)
+        best = ShardProgress(
+            done=int(done), total=int(total), rate_s_per_it=rate, elapsed_s=elapsed
+        )
+    return best
+
+
+def build_timelines(
+    events: Sequence[Event],
+    stats: Mapping[RankId, RankStats],
+    log_end: dt.datetime | None,
+) -> tuple[tuple[RankTimeline, ...], tuple[PhaseInterval, ...]]:
+    """(per-rank timelines sorted by rank, phases of rank-less lines)."""
+    by_rank: dict[RankId, list[Event]] = defaultdict(list)
+    glob: list[Event] = []
+    for e in events:
+        if e.rank is None:
+            glob.append(e)
+        else:
+            by_rank[e.rank].append(e)
+    ranks = set(by_rank) | set(stats)
+    out: list[RankTimeline] = []
+    for rank in sorted(ranks, key=lambda r: r.sort_key):
+        evs = by_rank.get(rank, [])
+        st = stats.get(rank)
+        last_ts = st.last_ts if st else None
+        ev_ts = [e.ts for e in evs if e.ts is not None]
+        if ev_ts and (last_ts is None or max(ev_ts) > last_ts):
+            last_ts = max(ev_ts)
+        silent = None
+        if log_end is not None and last_ts is not None:
+            silent = max(0.0, (log_end - last_ts).total_seconds())
+        out.append(
+            RankTimeline(
+                rank=rank,
+                phases=build_intervals(evs),
+                last_ts=last_ts,
+                silent_s=silent,
+                shards=shard_progress(e for e in evs if e.phase == "weights_load"),
+                line_count=st.lines if st else len(evs),
+                inferred=st.inferred if st else False,
+            )
+        )
+    return tuple(out), build_intervals(glob)
+
+
+def stragglers(timelines: Sequence[RankTimeline]) -> tuple[RankId, ...]:
+    """Ranks whose last phase is behind the one most ranks reached."""
+    known = [(t.rank, phase_index(t.last_phase)) for t in timelines if t.last_phase is not None]
+    if len(known) < 2:
+        return ()
+    counts = Counter(i for _, i in known)
+    top = max(counts.values())
+    # the majority phase; on a tie the furthest of the tied phases
+    majority = max(i for i, c in counts.items() if c == top)
+    if top * 2 <= len(known) and len(counts) > 2:
+        return ()  # no majority: ranks are spread out, nobody is "behind the others"
+    return tuple(r for r, i in known if i < majority)
+
+
+def expected_ranks(config: Mapping[str, object], seen: Sequence[RankId] = ()) -> tuple[RankId, ...]:
+    """Ranks the layout implies: tp x pp (TP ranks are global in SGLang), restricted to one
+    node's slice when the config names the node (multi-node logs hold one node each)."""
+    tp = config.get("tp")
+    pp = config.get("pp")
+    tp_n = tp if isinstance(tp, int) and tp > 0 else None
+    pp_n = pp if isinstance(pp, int) and pp > 0 else 1
+    if tp_n is None:
+        return ()
+    tps = list(range(tp_n))
+    nnodes = config.get("nnodes")
+    node_rank = config.get("node_rank")
+    if isinstance(nnodes, int) and nnodes > 1 and isinstance(node_rank, int) and tp_n % nnodes == 0:
+        per = tp_n // nnodes
+        mine = set(range(node_rank * per, (node_rank + 1) * per))
+        if not any(r.tp is not None and r.tp not in mine for r in seen):
+            tps = sorted(mine)
+    out = [
+        RankId(pp=p if pp_n > 1 else None, tp=t) for p in range(pp_n) for t in tps
+    ]
+    return tuple(out)
+
+
+def missing_ranks(expected: Sequence[RankId], seen: Sequence[RankId]) -> tuple[RankId, ...]:
+    """Expected ranks no line was attributed to (matched on tp, and pp when expected)."""
+    if not seen:
+        return ()
+    keys = {(r.pp, r.tp) for r in seen} | {(None, r.tp) for r in seen}
+    return tuple(r for r in expected if (r.pp, r.tp) not in keys)
