@@ -1,16 +1,482 @@
-"""Stack dumps found in text: py-spy text dumps and faulthandler dumps.
+"""Stack dumps found in text: py-spy text dumps, faulthandler dumps, tracebacks.
 
-(Placeholder until the snapshot work item lands.)
+Recognised, standalone or embedded in a log:
+
+- py-spy's text view (``Process N: title`` / ``Python v3.x`` / ``Thread 187 (idle):
+  "MainThread"`` / ``    recv (zmq/sugar/socket.py:812)``), with or without ``--native``
+  frames and ``--locals`` blocks, several dumps after one another;
+- SGLang's watchdog embedding (``[ts TP3] Pyspy dump for PID 187 (py-spy dump --native
+  --pid 187):`` then the dump), whose log prefix gives the rank;
+- faulthandler (``Thread 0x00007f71b9fff640 (most recent call first):`` / ``Current thread
+  0x...`` / ``Stack (most recent call first):`` / ``  File "x.py", line 12 in f``), also
+  with its header lost;
+- pystack (``Traceback for thread N (...) (most recent call last):`` / ``(Python) File``);
+- a Python traceback that ends in ``KeyboardInterrupt`` (someone pressed Ctrl-C on the hung
+  process: where it was is where it hung). Other tracebacks are errors, not stack dumps.
+- py-spy ``--json`` output pasted into a text file.
+
+Lines carrying a per-line process prefix (torch's ``[rank3]:``, vLLM's ``(VllmWorker rank=3
+pid=12)``, Ray's ``(RayWorkerWrapper pid=12, ip=...)``) are demultiplexed by that prefix, so
+dumps of several processes interleaved in one stream come apart again. Parsing is
+tolerant: a few foreign lines inside a dump (a log line written by another process) do not
+end it, frames whose header was cut off become a process with no pid, and nothing raises.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 
-from diag.model import Record, StackProcess
+from diag.model import RankId, Record, StackFrame, StackProcess, StackThread
+from diag.stacks.classify import classified, pick_thread
+from diag.stacks.frames import make_frame, rank_from_title, split_pyspy_frame
+from diag.stacks.pyspy_json import parse_pyspy_json
 
-__all__ = ["extract_stack_processes"]
+__all__ = ["extract_stack_processes", "parse_stack_text", "records_from_text"]
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_TORCH_RANK = re.compile(r"^\[rank(\d+)\]:\s?")
+_PROC_PREFIX = re.compile(
+    r"^\((?P<name>[A-Za-z][\w:.\-]*(?: rank=\d+)?) pid=(?P<pid>\d+)"
+    r"(?:, ip=[0-9a-fA-F.:]+)?\)\s?"
+)
+_SGLANG_PREFIX = re.compile(
+    r"^\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?"
+    r"(?P<coords>(?: [A-Z_]+\d+)*)\]\s?"
+)
+
+_WATCHDOG = re.compile(r"Pyspy dump for PID (\d+)(?: \(([^)]*)\))?")
+_PROCESS = re.compile(r"^Process (\d+): ?(.*)$")
+_IGNORED = re.compile(r"^(Parent Process \d+:|Python v\d[\w.+]*\b|py-spy \d|Error: |Caused by:)")
+_PYSPY_THREAD = re.compile(r'^Thread (0x[0-9a-fA-F]+|\d+) \(([a-z+]+)\)(?:: "(.*)")?:?$')
+_FH_THREAD = re.compile(
+    r"^(Current thread|Thread) (0x[0-9a-fA-F]+|\d+) \(most recent call first\):$"
+)
+_FH_STACK = re.compile(r"^Stack \(most recent call first\):$")
+_FH_C_STACK = re.compile(r"^Current thread's C stack trace|^<.*C stack trace")
+_FH_FRAME = re.compile(r'^\s*File "(.*)", line (\d+|\?\?\?) in (.+?)\s*$')
+_TB_HEADER = re.compile(r"^Traceback \(most recent call last\):$")
+_TB_FRAME = re.compile(r'^\s*File "(.*)", line (\d+), in (.+?)\s*$')
+_PYSTACK_HEADER = re.compile(
+    r"^Traceback for thread (\d+)(?: \(([^)]*)\))?.*\(most recent call last\):$"
+)
+_PYSTACK_FRAME = re.compile(r'^\s*\((Python|C)\) File "(.*)", line (\d+), in (.+?)\s*$')
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*)(?::.*)?$")
+_LOCALS_HEAD = re.compile(r"^\s+(Arguments|Locals):\s*$")
+_LOCAL_VAR = re.compile(r"^\s*[A-Za-z_]\w*: ")
+_FOREIGN_LIMIT = 3  # this many foreign lines in a row end a dump
+
+
+@dataclass(slots=True)
+class _Line:
+    text: str
+    source: str
+    line: int
+    channel: str
+    rank: RankId | None = None
+    title: str | None = None
+
+
+def _split_prefixes(text: str) -> tuple[str, str, RankId | None, str | None]:
+    """(rest, channel, rank, title hint) of one line after its per-line prefixes."""
+    channel = ""
+    rank: RankId | None = None
+    title: str | None = None
+    for _ in range(3):
+        m = _PROC_PREFIX.match(text)
+        if m:
+            channel += f"pid{m.group('pid')}/"
+            title = m.group("name")
+            rank = rank_from_title(title) or rank
+            text = text[m.end() :]
+            continue
+        m = _TORCH_RANK.match(text)
+        if m:
+            channel += f"rank{m.group(1)}/"
+            rank = rank or RankId(tp=int(m.group(1)))
+            text = text[m.end() :]
+            continue
+        break
+    m = _SGLANG_PREFIX.match(text)
+    if m:
+        rank = rank_from_title(m.group("coords")) or rank
+        text = text[m.end() :]
+    return text, channel, rank, title
+
+
+def _lines_of(records: Iterable[Record]) -> Iterator[_Line]:
+    for rec in records:
+        texts = [rec.raw or rec.message, *rec.continuation]
+        offset = 0
+        for text in texts:
+            for piece in text.split("\n"):
+                clean = _ANSI.sub("", piece).rstrip("\r\n ")
+                rest, channel, rank, title = _split_prefixes(clean)
+                if rank is None and not channel and rec.rank is not None and offset == 0:
+                    rank = rec.rank
+                yield _Line(rest, rec.source, rec.line + offset, channel, rank, title)
+                offset += 1
+
+
+@dataclass(slots=True)
+class _Thread:
+    tid: int | None
+    name: str | None
+    status: str | None
+    frames: list[StackFrame] = field(default_factory=list)
+    outer_first: bool = False
+
+
+@dataclass(slots=True)
+class _Proc:
+    kind: str  # text | faulthandler | pystack | traceback
+    source: str
+    line: int
+    pid: int | None = None
+    title: str | None = None
+    rank: RankId | None = None
+    threads: list[_Thread] = field(default_factory=list)
+
+    def build(self) -> StackProcess | None:
+        threads = []
+        for t in self.threads:
+            frames = tuple(reversed(t.frames)) if t.outer_first else tuple(t.frames)
+            threads.append(
+                StackThread(
+                    thread_id=t.tid,
+                    name=t.name,
+                    frames=frames,
+                    idle=None if t.status is None else t.status == "idle",
+                    owns_gil=None if t.status is None else "gil" in t.status,
+                )
+            )
+        if not any(t.frames for t in threads):
+            return None
+        rank = rank_from_title(self.title) or self.rank
+        return classified(
+            StackProcess(
+                pid=self.pid,
+                title=self.title,
+                threads=tuple(threads),
+                rank=rank,
+                mode=self.kind,
+                source=self.source,
+                line=self.line,
+            )
+        )
+
+
+def _int_id(text: str) -> int:
+    return int(text, 16) if text.lower().startswith("0x") else int(text)
+
+
+@dataclass(slots=True)
+class _Pending:
+    pid: int
+    rank: RankId | None
+    native: bool
+
+
+class _Channel:
+    """The parser state of one demultiplexed stream of lines."""
+
+    def __init__(self, out: list[StackProcess]) -> None:
+        self.out = out
+        self.proc: _Proc | None = None
+        self.thread: _Thread | None = None
+        self.pending: _Pending | None = None
+        self.locals = False
+        self.foreign = 0
+        self.tb: _Proc | None = None
+        self.json: list[str] | None = None
+        self.json_at: _Line | None = None
+
+    # -- emitting ----------------------------------------------------------------------
+    def close(self) -> None:
+        if self.proc is not None:
+            built = self.proc.build()
+            if built is not None:
+                self.out.append(built)
+        self.proc = None
+        self.thread = None
+        self.locals = False
+        self.foreign = 0
+
+    def _open(
+        self, ln: _Line, kind: str, pid: int | None = None, title: str | None = None
+    ) -> _Proc:
+        self.close()
+        rank = ln.rank
+        if self.pending is not None and (pid is None or self.pending.pid == pid):
+            rank = self.pending.rank or rank
+            pid = pid if pid is not None else self.pending.pid
+            self.pending = None
+        self.proc = _Proc(kind, ln.source, ln.line, pid, title or ln.title, rank)
+        return self.proc
+
+    def _new_thread(
+        self,
+        proc: _Proc,
+        tid: int | None,
+        name: str | None,
+        status: str | None,
+        outer_first: bool = False,
+    ) -> None:
+        self.thread = _Thread(tid, name, status, outer_first=outer_first)
+        proc.threads.append(self.thread)
+        self.locals = False
+
+    # -- feeding -------------------------------------------------------------------------
+    def feed(self, ln: _Line) -> None:
+        text = ln.text
+        stripped = text.strip()
+        if self.json is not None and self._feed_json(ln, stripped):
+            return
+        if stripped == "[" and self.tb is None:
+            self.json, self.json_at = [text], ln
+            return
+        if self.tb is not None and self._feed_traceback(ln, text, stripped):
+            return
+        m = _WATCHDOG.search(text)
+        if m:
+            self.close()
+            self.pending = _Pending(int(m.group(1)), ln.rank, "--native" in (m.group(2) or ""))
+            return
+        if self._feed_header(ln, stripped):
+            self.foreign = 0
+            return
+        if self._feed_frame(ln, text, stripped):
+            self.foreign = 0
+            return
+        if not stripped:
+            return
+        self.foreign += 1
+        if self.foreign >= _FOREIGN_LIMIT:
+            self.close()
+
+    def _feed_header(self, ln: _Line, stripped: str) -> bool:
+        m = _PROCESS.match(stripped)
+        if m:
+            self._open(ln, "text", int(m.group(1)), m.group(2).strip() or None)
+            return True
+        if _IGNORED.match(stripped):
+            return True
+        m = _PYSPY_THREAD.match(stripped)
+        if m:
+            proc = self.proc if self.proc is not None and self.proc.kind == "text" else None
+            if proc is None:
+                proc = self._open(ln, "text")
+            self._new_thread(proc, _int_id(m.group(1)), m.group(3), m.group(2))
+            return True
+        m = _FH_THREAD.match(stripped)
+        if m or _FH_STACK.match(stripped):
+            tid = _int_id(m.group(2)) if m else None
+            proc = self.proc if self.proc is not None and self.proc.kind == "faulthandler" else None
+            if proc is None or (tid is not None and any(t.tid == tid for t in proc.threads)):
+                proc = self._open(ln, "faulthandler")
+            self._new_thread(proc, tid, None, None)
+            return True
+        if _FH_C_STACK.match(stripped):
+            self.thread = None  # native frames of Python >= 3.14: not parsed
+            return True
+        m = _PYSTACK_HEADER.match(stripped)
+        if m:
+            proc = self.proc if self.proc is not None and self.proc.kind == "pystack" else None
+            tid = int(m.group(1))
+            if proc is None or any(t.tid == tid for t in proc.threads):
+                proc = self._open(ln, "pystack")
+            self._new_thread(proc, tid, None, None, outer_first=True)
+            return True
+        if _TB_HEADER.match(stripped):
+            self.tb = _Proc("traceback", ln.source, ln.line, None, ln.title, ln.rank)
+            self.tb.threads.append(_Thread(None, None, None, outer_first=True))
+            return True
+        return False
+
+    def _feed_frame(self, ln: _Line, text: str, stripped: str) -> bool:
+        m = _PYSTACK_FRAME.match(text)
+        if m and self.thread is not None and self.proc is not None and self.proc.kind == "pystack":
+            name = re.sub(r" \([^()]*\)$", "", m.group(4)) if m.group(1) == "C" else m.group(4)
+            if name != "???":
+                line = int(m.group(3)) or None
+                where = (
+                    m.group(2) if m.group(1) == "Python" else m.group(4)[len(name) :].strip(" ()")
+                )
+                frame = make_frame(name, f"{where}:{line}" if line else where)
+                if m.group(1) == "C":
+                    frame = replace(frame, native=True)
+                self.thread.frames.append(frame)
+            return True
+        m = _TB_FRAME.match(text)
+        if m:
+            if self.tb is None:  # header cut off
+                self.tb = _Proc("traceback", ln.source, ln.line, None, ln.title, ln.rank)
+                self.tb.threads.append(_Thread(None, None, None, outer_first=True))
+            self.tb.threads[0].frames.append(make_frame(m.group(3), f"{m.group(1)}:{m.group(2)}"))
+            return True
+        m = _FH_FRAME.match(text)
+        if m:
+            if self.thread is None or self.proc is None or self.proc.kind != "faulthandler":
+                proc = self._open(ln, "faulthandler")
+                self._new_thread(proc, None, None, None)
+            assert self.thread is not None
+            lineno = m.group(2)
+            where = f"{m.group(1)}:{lineno}" if lineno.isdigit() else m.group(1)
+            self.thread.frames.append(make_frame(m.group(3), where))
+            return True
+        in_text_thread = (
+            self.thread is not None and self.proc is not None and self.proc.kind == "text"
+        )
+        if in_text_thread and _LOCALS_HEAD.match(text):
+            self.locals = True
+            return True
+        if self.locals and _LOCAL_VAR.match(text):
+            return True
+        indented = text[:1] in (" ", "\t")
+        if not (in_text_thread or indented):
+            return False
+        parts = split_pyspy_frame(stripped)
+        if parts is None:
+            return False
+        if not in_text_thread:  # frames whose headers were cut off
+            orphan = self.proc if self.proc is not None and self.proc.kind == "text" else None
+            if orphan is None:
+                orphan = self._open(ln, "text")
+            self._new_thread(orphan, None, None, None)
+        assert self.thread is not None
+        self.locals = False
+        self.thread.frames.append(make_frame(*parts))
+        return True
+
+    def _feed_traceback(self, ln: _Line, text: str, stripped: str) -> bool:
+        """Lines inside a traceback: source lines and carets are skipped; the exception
+        line ends it. Returns False for a line the traceback does not own."""
+        tb = self.tb
+        assert tb is not None
+        if _TB_FRAME.match(text):
+            return False
+        if not stripped:
+            return True
+        if text[:1] in (" ", "\t") or set(stripped) <= set("^~ "):
+            return True  # a source line or its carets
+        m = _EXCEPTION.match(stripped)
+        self.tb = None
+        if m and m.group(1).rsplit(".", 1)[-1] == "KeyboardInterrupt":
+            built = tb.build()
+            if built is not None:
+                self.out.append(replace(built, mode="traceback"))
+            return True
+        return bool(m)
+
+    def _feed_json(self, ln: _Line, stripped: str) -> bool:
+        assert self.json is not None and self.json_at is not None
+        if stripped != "]" and not ln.text[:1].isspace() and stripped not in ("{", "}", "},"):
+            self.json = None  # not py-spy's pretty-printed JSON after all
+            return False
+        self.json.append(ln.text)
+        if stripped == "]" and not ln.text[:1].isspace():
+            at, lines = self.json_at, self.json
+            self.json = self.json_at = None
+            try:
+                data = json.loads("\n".join(lines))
+            except ValueError:
+                return True
+            if (
+                isinstance(data, list)
+                and data
+                and isinstance(data[0], dict)
+                and "frames" in data[0]
+            ):
+                pid = data[0].get("pid")
+                try:
+                    proc = parse_pyspy_json(
+                        data, pid=pid if isinstance(pid, int) else None, title=at.title, mode="json"
+                    )
+                except ValueError:
+                    return True
+                self.out.append(
+                    replace(proc, source=at.source, line=at.line, rank=proc.rank or at.rank)
+                )
+        return True
+
+    def finish(self) -> None:
+        self.close()
+        self.tb = None
+        self.json = None
+
+
+def _merge_samples(procs: Sequence[StackProcess]) -> StackProcess:
+    """Several dumps of one pid in one source: keep the richest latest one (native frames
+    beat Python-only), count the samples and say whether the chosen thread moved."""
+
+    def has_native(p: StackProcess) -> bool:
+        return any(f.native for t in p.threads for f in t.frames)
+
+    natives = [p for p in procs if has_native(p)]
+    best = (natives or list(procs))[-1]
+    leaves = set()
+    for p in procs:
+        thread, _ = pick_thread(p)
+        if thread is None:
+            continue
+        python = [f for f in thread.frames if not f.native]
+        if python:
+            leaves.add((python[0].name, python[0].filename, python[0].line))
+    return replace(
+        best,
+        samples=len(procs),
+        moving=len(leaves) > 1 if len(procs) > 1 else None,
+        rank=best.rank or next((p.rank for p in procs if p.rank), None),
+        line=procs[0].line,
+    )
 
 
 def extract_stack_processes(records: Sequence[Record]) -> list[StackProcess]:
-    return []
+    """Every stack dump in a stream of records, classified (``wait_site`` set).
+
+    Dumps of the same pid in the same source are merged into one process (see
+    :func:`_merge_samples`); processes come in the order they first appear."""
+    found: list[StackProcess] = []
+    channels: dict[str, _Channel] = {}
+    for ln in _lines_of(records):
+        chan = channels.get(ln.channel)
+        if chan is None:
+            chan = channels[ln.channel] = _Channel(found)
+        chan.feed(ln)
+    for chan in channels.values():
+        chan.finish()
+    found.sort(key=lambda p: (p.source or "", p.line or 0))
+    by_pid: dict[tuple[str | None, int], list[StackProcess]] = {}
+    order: list[tuple[str | None, int] | int] = []
+    for i, p in enumerate(found):
+        if p.pid is None:
+            order.append(i)
+            continue
+        key = (p.source, p.pid)
+        if key not in by_pid:
+            by_pid[key] = []
+            order.append(key)
+        by_pid[key].append(p)
+    result: list[StackProcess] = []
+    for item in order:
+        if isinstance(item, int):
+            result.append(found[item])
+        else:
+            group = by_pid[item]
+            result.append(group[0] if len(group) == 1 else _merge_samples(group))
+    return result
+
+
+def records_from_text(text: str, *, source: str = "<text>") -> list[Record]:
+    """One plain record per line: how a standalone dump file arrives without a log parser."""
+    return [
+        Record(source=source, line=i, message=line, raw=line)
+        for i, line in enumerate(text.splitlines(), start=1)
+    ]
+
+
+def parse_stack_text(text: str, *, source: str = "<text>") -> list[StackProcess]:
+    """:func:`extract_stack_processes` over a text (a dump file's contents)."""
+    return extract_stack_processes(records_from_text(text, source=source))

@@ -1,0 +1,583 @@
+"""Where is a process waiting? Map its stack to a wait-site id of shared/corpus/LABELS.md.
+
+The rules are data: :data:`RULES` is an ordered table of (frame name regex, file regex,
+native-only?) -> site. A thread's frames are read innermost first:
+
+1. *strong* rules name a wait by what it is for (``c10d::TCPStore::doWait``,
+   ``all_reduce`` in torch.distributed, ``MessageQueue.dequeue``, a safetensors read). The
+   innermost frame that matches a strong rule decides. Some strong rules are *leaf* rules
+   (an asyncio loop, an idle thread-pool worker, a GPU-kernel wrapper): they only count
+   where the frames inside them are native or generic waits, i.e. where the thread sits in
+   that frame itself rather than in code it called.
+2. *weak* rules name a generic primitive (a lock, ``pthread_cond_wait``, ``select``,
+   ``queue.get``, a file lock, ``time.sleep``). They decide only when no strong rule
+   matches, and then the outermost weak frame of the innermost wait chain wins (the
+   ``queue.get`` around the ``Condition.wait``, the ``_shutdown`` around the lock).
+
+The thread that matters (:func:`pick_thread`) is the main thread unless another
+non-helper thread waits somewhere harder (the SGLang overlap scheduler's forward thread in
+an NCCL call while the main thread waits on it); helper threads (tqdm monitor, watchdogs,
+Inductor's pipe reader, idle pool workers) are never chosen while another thread exists.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from diag.model import STACK_SITES, StackFrame, StackProcess, StackThread
+from diag.stacks.frames import is_address, normalise_path
+
+__all__ = [
+    "HARD_SITES",
+    "RULES",
+    "SiteRule",
+    "apply_gpu_facts",
+    "classify_frames",
+    "classify_process",
+    "classify_thread",
+    "classified",
+    "is_helper_thread",
+    "is_main_thread",
+    "pick_thread",
+    "site_priority",
+]
+
+Strength = Literal["strong", "weak"]
+
+
+@dataclass(frozen=True, slots=True)
+class SiteRule:
+    """One row of the table: a frame matches when every given regex searches its text."""
+
+    id: str
+    site: str
+    name: str | None = None  # regex searched in the frame's function name
+    file: str | None = None  # regex searched in the frame's normalised filename
+    native: bool | None = None  # True: native frames only; False: Python frames only
+    strength: Strength = "strong"
+    leaf: bool = False  # only where everything inside it is native or a generic wait
+    why: str = ""
+
+    def matches(self, frame: StackFrame) -> bool:
+        if self.native is not None and frame.native != self.native:
+            return False
+        if self.name is not None and not _compiled(self.name).search(frame.name):
+            return False
+        if self.file is not None:
+            return bool(_compiled(self.file).search(normalise_path(frame.filename)))
+        return True
+
+
+_CACHE: dict[str, re.Pattern[str]] = {}
+
+
+def _compiled(pattern: str) -> re.Pattern[str]:
+    rx = _CACHE.get(pattern)
+    if rx is None:
+        rx = _CACHE[pattern] = re.compile(pattern)
+    return rx
+
+
+_NCCL = "stack.nccl_collective"
+_INIT = "stack.dist_init"
+_SYNC = "stack.cuda_sync"
+_GRAPH = "stack.cuda_graph_capture"
+_JIT = "stack.jit_compile"
+_WEIGHTS = "stack.weights_io"
+_IPC = "stack.ipc_wait"
+_IDLE = "stack.idle_loop"
+_LOCK = "stack.gil_or_lock"
+
+_C10D_PY = r"torch/distributed/distributed_c10d\.py$"
+_COLLECTIVE_NAMES = (
+    r"(^|\.)(all_reduce|all_reduce_coalesced|all_gather|all_gather_into_tensor|"
+    r"all_gather_object|all_gather_coalesced|_all_gather_base|broadcast|"
+    r"broadcast_object_list|barrier|monitored_barrier|reduce|reduce_scatter|"
+    r"reduce_scatter_tensor|_reduce_scatter_base|gather|gather_object|scatter|"
+    r"scatter_object_list|all_to_all|all_to_all_single|send|recv|isend|irecv|"
+    r"send_object_list|recv_object_list|batch_isend_irecv|wait)$"
+)
+_FRAMEWORK_COLLECTIVE = (
+    r"(all_reduce|all_gather|gather|broadcast|barrier|reduce_scatter|all_to_all|"
+    r"send|recv|_pyobj|tensor_dict|recv_object|send_object)"
+)
+
+# The table. Order matters within one frame (first row that matches wins), so the
+# specific rows of a family come before its general ones.
+RULES: tuple[SiteRule, ...] = (
+    # --- distributed init: communicator creation and store waits ----------------------
+    SiteRule(
+        "nccl-comm-init",
+        _INIT,
+        name=r"^(nccl|pynccl)?.*(CommInitRank|GetUniqueId|CommSplit)",
+        why="NCCL communicator creation waits for every rank (bootstrap)",
+    ),
+    SiteRule(
+        "c10d-nccl-comm-init",
+        _INIT,
+        name=r"ProcessGroupNCCL::(getNCCLComm|initNCCLComm|initializeNCCLComm)",
+        native=True,
+        why="ProcessGroupNCCL creating its communicator",
+    ),
+    SiteRule(
+        "c10d-store",
+        _INIT,
+        name=r"^c10d::(TCPStore|detail::TCPClient|.*Store::(doWait|doGet|wait|get|"
+        r"compareSet|add))|^c10d::rendezvous|TCPStoreMasterDaemon",
+        native=True,
+        why="a c10d store get/wait: ranks meeting through the TCPStore",
+    ),
+    SiteRule(
+        "c10d-init-py",
+        _INIT,
+        file=_C10D_PY,
+        name=r"(^|\.)(init_process_group|_new_process_group_helper|new_group|"
+        r"_store_based_barrier|new_subgroups|_create_process_group_wrapper)$",
+    ),
+    SiteRule(
+        "torch-rendezvous",
+        _INIT,
+        file=r"torch/distributed/(rendezvous\.py|"
+        r"elastic/rendezvous/|elastic/utils/store\.py)",
+    ),
+    SiteRule(
+        "framework-dist-init",
+        _INIT,
+        native=False,
+        name=r"(^|\.)(init_distributed_environment|initialize_model_parallel|"
+        r"init_model_parallel_group|ensure_model_parallel_initialized|init_world_group|"
+        r"init_torch_distributed|init_worker_distributed_environment|"
+        r"stateless_init_torch_distributed_process_group|StatelessProcessGroup\.create)$",
+    ),
+    # --- collectives (NCCL, gloo, custom all-reduce, CPU shm all-reduce) ---------------
+    SiteRule(
+        "nccl-native", _NCCL, name=r"^nccl|^ncclKernel|^ncclDevKernel", why="inside an NCCL call"
+    ),
+    SiteRule(
+        "c10d-process-group",
+        _NCCL,
+        name=r"^c10d::(ProcessGroup(NCCL|Gloo|MPI|UCC|Wrapper)|.*Work\w*::(wait|synchronize)"
+        r"|Work::wait|.*[Aa]ll[Rr]educe|.*[Aa]ll[Gg]ather|.*[Bb]roadcast|.*[Bb]arrier)",
+        native=True,
+        why="a c10d collective (or its Work::wait)",
+    ),
+    SiteRule("gloo", _NCCL, name=r"^gloo::", native=True, why="inside a gloo collective"),
+    SiteRule(
+        "shm-allreduce",
+        _NCCL,
+        name=r"shm_allreduce|shm_all_gather|shm_cc_|all_reduce_sum_impl|custom_ar|"
+        r"CustomAllreduce|cross_device_reduce|quickreduce",
+        why="vLLM/SGLang CPU shared-memory or custom all-reduce spinning on peers",
+    ),
+    SiteRule("c10d-collective-py", _NCCL, file=_C10D_PY, name=_COLLECTIVE_NAMES),
+    SiteRule(
+        "functional-collectives", _NCCL, file=r"torch/distributed/_functional_collectives\.py$"
+    ),
+    SiteRule(
+        "framework-comm-module",
+        _NCCL,
+        file=r"(device_communicators/(custom_all_reduce|pynccl|cpu_communicator|"
+        r"quick_all_reduce|symm_mem|cuda_communicator|all2all|base_device_communicator|"
+        r"pymscclpp|custom_all_reduce_ops)\w*\.py|parallel_utils/communication_op\.py|"
+        r"distributed/communication_op\.py)$",
+    ),
+    SiteRule("pynccl-wrapper", _NCCL, file=r"pynccl\w*\.py$", name=r"^nccl|comm_window"),
+    SiteRule(
+        "framework-group-collective",
+        _NCCL,
+        file=r"(vllm|sglang|srt)/.*distributed/parallel_state\.py$|^distributed/parallel_state\.py$",
+        name=_FRAMEWORK_COLLECTIVE,
+    ),
+    SiteRule(
+        "sglang-pyobj",
+        _NCCL,
+        name=r"(^|\.)(broadcast_pyobj|point_to_point_pyobj|"
+        r"all_gather_pyobj|broadcast_recv_input)$",
+        native=False,
+    ),
+    # --- CUDA graph capture ---------------------------------------------------------------
+    SiteRule(
+        "cuda-graph-native",
+        _GRAPH,
+        name=r"^(cudaStreamBeginCapture|cudaStreamEndCapture|cudaGraphInstantiate|"
+        r"cuStreamBeginCapture|cuStreamEndCapture|cuGraphInstantiate|"
+        r"at::cuda::CUDAGraph::capture)",
+        native=True,
+    ),
+    SiteRule("torch-cuda-graphs", _GRAPH, file=r"torch/cuda/graphs\.py$"),
+    SiteRule(
+        "framework-graph-capture",
+        _GRAPH,
+        native=False,
+        file=r"(cuda_graph|cudagraph|model_runner|graph_runner)\w*\.py$",
+        name=r"(^|[._])_?capture(_model|_cudagraphs?|_graphs?|_one_batch_size|_one_graph)?$",
+    ),
+    # --- CUDA synchronisation --------------------------------------------------------------
+    SiteRule(
+        "cuda-sync-native",
+        _SYNC,
+        native=True,
+        name=r"^(cuCtxSynchronize|cuStreamSynchronize|cuEventSynchronize|cudaDeviceSynchronize|"
+        r"cudaStreamSynchronize|cudaEventSynchronize|cudaMemcpy(?!Async)|"
+        r"cuMemcpy(DtoH|HtoD|DtoD)?(_v2)?$|c10::cuda::(device_synchronize|"
+        r"memcpy_and_sync|stream_synchronize)|at::native::_local_scalar_dense|"
+        r"c10_npu::.*[Ss]ynchron)",
+    ),
+    SiteRule(
+        "torch-cuda-sync",
+        _SYNC,
+        file=r"torch/(cuda|npu|xpu)/(__init__|streams)\.py$",
+        name=r"(^|\.)(synchronize|wait|query)$",
+    ),
+    SiteRule(
+        "gpu-kernel-leaf",
+        _SYNC,
+        leaf=True,
+        native=False,
+        file=r"(flashinfer/(?!jit/)|sgl_kernel/|vllm/_custom_ops\.py$|deep_gemm/(?!jit/)|"
+        r"flash_attn/|vllm_flash_attn/)",
+        why="the innermost Python frame is a GPU-kernel wrapper: a thread stuck there is "
+        "blocked in the CUDA runtime (a full launch queue or an implicit sync)",
+    ),
+    # --- JIT compilation -------------------------------------------------------------------
+    SiteRule(
+        "inductor-compile",
+        _JIT,
+        native=False,
+        file=r"torch/_inductor/(?!output_code\.py|runtime/|compile_worker/subproc_pool\.py)",
+    ),
+    SiteRule(
+        "inductor-subproc-wait",
+        _JIT,
+        file=r"torch/_inductor/compile_worker/",
+        name=r"submit|wait|result|_send",
+    ),
+    SiteRule(
+        "dynamo-compile",
+        _JIT,
+        file=r"torch/_dynamo/(convert_frame|symbolic_convert|output_graph|variables/|"
+        r"guards|backends/)",
+    ),
+    SiteRule("dynamo-aot-compile", _JIT, file=r"torch/_dynamo/", name=r"aot_compile"),
+    SiteRule(
+        "aot-autograd-compile", _JIT, file=r"torch/_functorch/_aot_autograd/graph_compile\.py$"
+    ),
+    SiteRule(
+        "vllm-compilation",
+        _JIT,
+        file=r"vllm/compilation/(backends|compiler_interface|inductor_pass|pass_manager)\.py$",
+    ),
+    SiteRule("vllm-compile-wrapper", _JIT, file=r"vllm/compilation/wrapper\.py$", name=r"compile"),
+    SiteRule(
+        "triton-compile",
+        _JIT,
+        file=r"triton/(compiler/|backends/.*compiler\.py$|runtime/build\.py$|"
+        r"runtime/autotuner\.py$)",
+    ),
+    SiteRule(
+        "kernel-jit",
+        _JIT,
+        file=r"(deep_gemm/jit|flashinfer/jit/|tilelang/(jit|engine)/|tvm_ffi/|"
+        r"torch/utils/cpp_extension\.py$|compile_utils\.py$|jit_kernel/)",
+    ),
+    SiteRule(
+        "nvcc-native",
+        _JIT,
+        native=True,
+        name=r"^(nvrtc|__nvrtc|nvJitLink|cuModuleLoad|"
+        r"cuLibraryLoad|cuLinkComplete)",
+    ),
+    # --- weights ---------------------------------------------------------------------------
+    SiteRule("safetensors", _WEIGHTS, file=r"safetensors"),
+    SiteRule("weight-utils", _WEIGHTS, file=r"(^|/)weight_utils\.py$"),
+    SiteRule(
+        "model-loader",
+        _WEIGHTS,
+        file=r"model_loader/",
+        name=r"(load_weights|load_model|_get_all_weights|_get_weights_iterator|"
+        r"download_model|_prepare_weights|weights_iterator)",
+    ),
+    SiteRule("model-load-weights", _WEIGHTS, native=False, name=r"(^|\.)load_weights$"),
+    SiteRule("torch-load", _WEIGHTS, file=r"torch/serialization\.py$"),
+    SiteRule("hf-download", _WEIGHTS, file=r"huggingface_hub/|modelscope/hub/"),
+    # --- IPC ---------------------------------------------------------------------------------
+    SiteRule("zmq", _IPC, file=r"(^|/)zmq/"),
+    SiteRule("zmq-native", _IPC, native=True, name=r"^zmq::|^zmq_"),
+    SiteRule(
+        "shm-broadcast",
+        _IPC,
+        file=r"shm_broadcast\.py$",
+        why="vLLM's shared-memory MessageQueue (engine <-> workers)",
+    ),
+    SiteRule(
+        "mp-connection",
+        _IPC,
+        file=r"multiprocessing/(connection|queues|managers|popen_\w+|reduction)\.py$",
+    ),
+    SiteRule(
+        "framework-wait-peer",
+        _IPC,
+        native=False,
+        name=r"(^|\.)(get_response|_wait_for_response|wait_for_ready|wait_until_ready|"
+        r"wait_for_engine_startup|_wait_for_scheduler_ready|get_output|"
+        r"wait_for_.*_ready|recv_requests_from_\w+)$",
+    ),
+    SiteRule("ray-get", _IPC, file=r"ray/_private/worker\.py$", name=r"(^|\.)(get|wait)$"),
+    SiteRule(
+        "future-result",
+        _IPC,
+        file=r"concurrent/futures/_base\.py$",
+        name=r"(^|\.)(result|wait|as_completed|_result_or_cancel)$",
+    ),
+    # --- idle loops -------------------------------------------------------------------------
+    SiteRule(
+        "sglang-idle",
+        _IDLE,
+        native=False,
+        name=r"(^|\.)(on_idle|is_fully_idle|self_check_during_idle|check_tree_cache|"
+        r"_process_input_queue|wait_for_work|_idle_wait)$",
+        why="the serving loop's own idle path",
+    ),
+    SiteRule(
+        "asyncio-loop",
+        _IDLE,
+        leaf=True,
+        native=False,
+        file=r"(asyncio/(base_events|runners|events|selector_events|unix_events|"
+        r"windows_events|proactor_events)\.py$|uvloop/|uvicorn/server\.py$|"
+        r"tornado/ioloop\.py$)",
+    ),
+    SiteRule(
+        "pool-worker-idle",
+        _IDLE,
+        leaf=True,
+        native=False,
+        file=r"concurrent/futures/thread\.py$",
+        name=r"(^|\.)_worker$",
+    ),
+    # --- GIL and locks -------------------------------------------------------------------------
+    SiteRule(
+        "gil-wait",
+        _LOCK,
+        native=True,
+        name=r"^(take_gil|_PyEval_EvalFrame.*take_gil|"
+        r"PyEval_AcquireLock|drop_gil)$",
+        why="waiting for the GIL",
+    ),
+    # --- weak: generic primitives and channels ---------------------------------------------
+    SiteRule(
+        "filelock",
+        _JIT,
+        strength="weak",
+        file=r"(^|/)filelock/|torch/utils/_filelock\.py$",
+        why="a file lock, usually a compile/cache directory shared by ranks",
+    ),
+    SiteRule(
+        "flock-native", _JIT, strength="weak", native=True, name=r"^(flock|__flock|fcntl|lockf)$"
+    ),
+    SiteRule(
+        "queue-get", _IPC, strength="weak", file=r"(^|/)queue\.py$", name=r"(^|\.)(get|put|join)$"
+    ),
+    SiteRule("selectors", _IPC, strength="weak", file=r"(^|/)selectors\.py$"),
+    SiteRule(
+        "socket-py",
+        _IPC,
+        strength="weak",
+        file=r"(^|/)(socket|ssl)\.py$|http/client\.py$|urllib3/|requests/|httpx/|httpcore/",
+    ),
+    SiteRule("subprocess-wait", _IPC, strength="weak", file=r"(^|/)subprocess\.py$"),
+    SiteRule("ray-any", _IPC, strength="weak", file=r"(^|/)ray/"),
+    SiteRule(
+        "io-native",
+        _IPC,
+        strength="weak",
+        native=True,
+        name=r"^(__)?(read|recv|recvfrom|recvmsg|poll|ppoll|epoll_wait|epoll_pwait|select|"
+        r"pselect\d*|accept4?|eventfd_read|__libc_read|__libc_recv)$",
+    ),
+    SiteRule(
+        "sleep",
+        _IDLE,
+        strength="weak",
+        native=True,
+        name=r"^(clock_nanosleep|nanosleep|__clock_nanosleep|time_sleep|usleep|pysleep)$",
+    ),
+    SiteRule(
+        "threading-py",
+        _LOCK,
+        strength="weak",
+        file=r"(^|/)threading\.py$",
+        name=r"(^|\.)(acquire|wait|join|_wait_for_tstate_lock|_shutdown|wait_for)$",
+    ),
+    SiteRule("mp-synchronize", _LOCK, strength="weak", file=r"multiprocessing/synchronize\.py$"),
+    SiteRule(
+        "lock-native",
+        _LOCK,
+        strength="weak",
+        native=True,
+        name=r"^(PyThread_acquire_lock\w*|lock_PyThread_acquire_lock|rlock_acquire|"
+        r"acquire_timed|pthread_mutex_lock|__pthread_mutex_lock|__lll_lock_wait\w*|"
+        r"pthread_cond_wait|pthread_cond_timedwait|__pthread_cond_wait\w*|"
+        r"__futex_abstimed_wait\w*|futex_wait|do_futex_wait\w*|sem_wait|sem_timedwait|"
+        r"std::condition_variable::wait\w*|std::__condvar::wait\w*)",
+    ),
+)
+
+# Sites where a thread is held by something outside it (another rank, the GPU, the disk);
+# ranked above a plain IPC or lock wait when choosing the thread that matters.
+HARD_SITES: frozenset[str] = frozenset({_NCCL, _INIT, _SYNC, _GRAPH, _JIT, _WEIGHTS})
+
+_HELPER_NAME = re.compile(
+    r"^(tqdm_monitor|subprocess-watchdog|uvloop_\d+|ThreadPoolExecutor-\S+|InductorSubproc|"
+    r"DeathPipeMonitor|MultiprocWorkerMonitor|QueueFeederThread|pt_\w+|"
+    r"Thread-\d+ \((_watchdog_thread|_read_thread|_monitor_loop|_handle_workers|_handle_tasks|"
+    r"_handle_results|_feed|monitor\w*|process_input_sockets|process_output_sockets|"
+    r"_serve|_check_alive|run_watchdog)\))$"
+)
+_HELPER_FRAME = re.compile(
+    r"tqdm/_monitor\.py|utils/watchdog\.py|compile_worker/subproc_pool\.py:(\w+\.)?_read_thread|"
+    r"multiprocessing/queues\.py:(\w+\.)?_feed|multiprocessing/pool\.py:(\w+\.)?_handle_|"
+    r"(monitor_death_pipe|start_worker_monitor|_monitor_loop|process_input_sockets|"
+    r"process_output_sockets|_watchdog_thread)"
+)
+
+
+def site_priority(site: str | None) -> int:
+    """3 for a hard wait, 2 for an IPC or lock wait, 1 for an idle loop, 0 for none."""
+    if site is None:
+        return 0
+    if site in HARD_SITES:
+        return 3
+    if site == _IDLE:
+        return 1
+    return 2
+
+
+def classify_frames(frames: Sequence[StackFrame]) -> tuple[str | None, SiteRule | None]:
+    """The wait site of one stack (innermost frame first) and the rule that decided it."""
+    chain_open = True  # every frame so far is native or a generic wait
+    weak: SiteRule | None = None
+    for frame in frames:
+        if frame.native and is_address(frame.name):
+            continue
+        hit: SiteRule | None = None
+        for rule in RULES:
+            if rule.leaf and not chain_open:
+                continue
+            if rule.matches(frame):
+                hit = rule
+                break
+        if hit is not None and hit.strength == "strong":
+            return hit.site, hit
+        if hit is not None:
+            if chain_open:
+                weak = hit
+        elif not frame.native:
+            chain_open = False
+    if weak is not None:
+        return weak.site, weak
+    return None, None
+
+
+def classify_thread(thread: StackThread) -> str | None:
+    return classify_frames(thread.frames)[0]
+
+
+def is_main_thread(thread: StackThread, pid: int | None) -> bool:
+    if thread.name == "MainThread":
+        return True
+    if pid is not None and thread.thread_id == pid:
+        return True
+    if thread.name is None and thread.frames:
+        python = [f for f in thread.frames if not f.native]
+        return bool(python) and python[-1].name == "<module>"
+    return False
+
+
+def is_helper_thread(thread: StackThread) -> bool:
+    """A background thread of a library or framework (progress bars, watchdogs, pipe
+    readers, idle pools): never the thread that explains a hang."""
+    if thread.name == "MainThread":
+        return False
+    if thread.name and _HELPER_NAME.match(thread.name):
+        return True
+    for frame in thread.frames:
+        if _HELPER_FRAME.search(f"{normalise_path(frame.filename)}:{frame.name}"):
+            return True
+    return False
+
+
+def pick_thread(p: StackProcess) -> tuple[StackThread | None, str | None]:
+    """The thread that matters and its wait site (see the module docstring)."""
+    if not p.threads:
+        return None, None
+    sites = [classify_thread(t) for t in p.threads]
+    candidates = [i for i, t in enumerate(p.threads) if not is_helper_thread(t)]
+    if not candidates:
+        return None, None
+    mains = [i for i in candidates if is_main_thread(p.threads[i], p.pid)]
+
+    def key(i: int) -> tuple[int, int, int]:
+        return (site_priority(sites[i]), 1 if i in mains else 0, -i)
+
+    if mains:
+        main = mains[0]
+        best = max(candidates, key=key)
+        # The main thread stands unless another thread waits somewhere strictly harder.
+        chosen = best if site_priority(sites[best]) > site_priority(sites[main]) else main
+    else:
+        chosen = max(candidates, key=key)
+    return p.threads[chosen], sites[chosen]
+
+
+def classify_process(p: StackProcess) -> tuple[str | None, int | None]:
+    """(wait site id, thread id it was read from); (None, None) when no thread says."""
+    thread, site = pick_thread(p)
+    if thread is None or site is None:
+        return None, None
+    return site, thread.thread_id
+
+
+def classified(p: StackProcess) -> StackProcess:
+    """The process with ``wait_site`` and ``wait_thread`` set by :func:`classify_process`."""
+    site, tid = classify_process(p)
+    return replace(p, wait_site=site, wait_thread=tid)
+
+
+def apply_gpu_facts(
+    processes: Iterable[StackProcess],
+    util_by_pid: Mapping[int, float],
+    *,
+    busy_percent: float = 90.0,
+    idle_percent: float = 10.0,
+) -> list[StackProcess]:
+    """Use GPU utilisation where the stack alone cannot tell (shared/lab/gpu-h200x2-*):
+    a rank blocked in a CUDA sync whose GPU spins at ~100% while a peer rank's GPU is
+    idle is waiting on a collective kernel that the idle peer never launched, so its wait
+    site becomes stack.nccl_collective. Other processes are returned unchanged."""
+    procs = list(processes)
+    utils = {p.pid: util_by_pid[p.pid] for p in procs if p.pid is not None and p.pid in util_by_pid}
+    out: list[StackProcess] = []
+    for p in procs:
+        mine = utils.get(p.pid) if p.pid is not None else None
+        peers_idle = any(u <= idle_percent for pid, u in utils.items() if pid != p.pid)
+        if p.wait_site == _SYNC and mine is not None and mine >= busy_percent and peers_idle:
+            out.append(replace(p, wait_site=_NCCL))
+        else:
+            out.append(p)
+    return out
+
+
+def _check_table() -> None:
+    for rule in RULES:
+        if rule.site not in STACK_SITES:
+            raise ValueError(f"rule {rule.id}: unknown site {rule.site}")
+        for pattern in (rule.name, rule.file):
+            if pattern is not None:
+                _compiled(pattern)
+
+
+_check_table()
