@@ -1,0 +1,217 @@
+"""Who-is-missing evidence: NCCL's RAS service and PyTorch Flight Recorder dumps.
+
+Stacks say *where* each rank waits; these say *who* the collective is waiting for.
+
+- NCCL RAS (NCCL >= 2.24) listens on 127.0.0.1:28028 by default (``NCCL_RAS_ADDR``) and
+  answers the line protocol its ``ncclras`` client speaks: ``CLIENT PROTOCOL 2`` ->
+  ``SERVER PROTOCOL n``, ``TIMEOUT t`` -> ``OK``, ``VERBOSE STATUS`` -> text until EOF.
+  It is queried only when something on this host listens on that port, with a short timeout.
+- Flight Recorder (``TORCH_NCCL_TRACE_BUFFER_SIZE`` / ``TORCH_FR_BUFFER_SIZE`` set):
+  torch writes one pickle per rank to ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` (or
+  ``TORCH_FR_DUMP_TEMP_FILE``; default ``/tmp/nccl_trace_rank_``) + rank, on a timeout or
+  when its debug pipe is poked. Only dumps of this host's own live processes are read,
+  with an unpickler that refuses every class (a dump is plain dicts, lists, strings and
+  numbers), so reading one cannot run code.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from diag.model import Unavailable
+
+__all__ = [
+    "RAS_PORT",
+    "FlightRecorderDump",
+    "flight_recorder_evidence",
+    "load_fr_dump",
+    "ras_query",
+    "summarise_fr",
+]
+
+RAS_PORT = 28028
+FlightRecorderDump = dict[str, object]
+
+
+def ras_query(
+    host: str = "127.0.0.1", port: int = RAS_PORT, *, timeout_s: float = 2.0
+) -> dict[str, object] | Unavailable:
+    """The RAS service's verbose status text, or why it could not be read."""
+    start = time.monotonic()
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.settimeout(timeout_s)
+            sock.sendall(b"CLIENT PROTOCOL 2\n")
+            hello = _read_line(sock)
+            if not hello.upper().startswith("SERVER PROTOCOL"):
+                return Unavailable(f"RAS at {host}:{port}: unexpected greeting {hello!r}")
+            sock.sendall(f"TIMEOUT {max(1, int(timeout_s))}\n".encode())
+            ok = _read_line(sock)
+            if ok.strip().upper() != "OK":
+                return Unavailable(f"RAS at {host}:{port}: TIMEOUT answered {ok!r}")
+            sock.sendall(b"VERBOSE STATUS\n")
+            chunks: list[bytes] = []
+            while time.monotonic() - start < timeout_s * 2:
+                try:
+                    data = sock.recv(65536)
+                except TimeoutError:
+                    break
+                if not data:
+                    break
+                chunks.append(data)
+    except OSError as exc:
+        return Unavailable(f"RAS at {host}:{port}: {exc}")
+    text = b"".join(chunks).decode("utf-8", "replace")
+    return {
+        "kind": "nccl_ras",
+        "address": f"{host}:{port}",
+        "protocol": hello.strip(),
+        "text": text[:20000],
+        "elapsed_s": round(time.monotonic() - start, 3),
+    }
+
+
+def _read_line(sock: socket.socket) -> str:
+    buf = b""
+    while not buf.endswith(b"\n") and len(buf) < 4096:
+        data = sock.recv(1024)
+        if not data:
+            break
+        buf += data
+    return buf.decode("utf-8", "replace")
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> object:
+        raise pickle.UnpicklingError(
+            f"refusing {module}.{name}: a Flight Recorder dump is plain data"
+        )
+
+
+def load_fr_dump(path: Path, *, max_bytes: int = 64 << 20) -> FlightRecorderDump | Unavailable:
+    """One Flight Recorder dump (a pickle of plain containers), read without running code."""
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            return Unavailable(f"{path}: {size} bytes, larger than {max_bytes}")
+        raw = path.read_bytes()
+    except OSError as exc:
+        return Unavailable(f"{path}: {exc.strerror or exc}")
+    try:
+        data = _PlainUnpickler(io.BytesIO(raw)).load()
+    except Exception as exc:
+        return Unavailable(f"{path}: not a Flight Recorder dump ({exc})")
+    if not isinstance(data, dict) or "entries" not in data:
+        return Unavailable(f"{path}: no 'entries' key; not a Flight Recorder dump")
+    return data
+
+
+def _base(filename: object) -> str:
+    return str(filename or "").rsplit("/", 1)[-1]
+
+
+def _last_entry(dump: FlightRecorderDump) -> dict[str, object] | None:
+    entries = dump.get("entries")
+    if not isinstance(entries, list) or not entries:
+        return None
+    last = entries[-1]
+    return last if isinstance(last, dict) else None
+
+
+def summarise_fr(dumps: Mapping[int, FlightRecorderDump]) -> dict[str, object]:
+    """Per rank the last collective it enqueued/started/completed, and which ranks are
+    behind the others in each process group (the ones the collective waits for)."""
+    ranks: list[dict[str, object]] = []
+    per_pg: dict[str, dict[int, int]] = {}
+    for rank, dump in sorted(dumps.items()):
+        last = _last_entry(dump)
+        status = dump.get("pg_status")
+        row: dict[str, object] = {"rank": rank}
+        if last is not None:
+            row.update(
+                {
+                    "last_collective": last.get("profiling_name"),
+                    "last_seq": last.get("collective_seq_id"),
+                    "last_state": last.get("state"),
+                    "timeout_ms": last.get("timeout_ms"),
+                }
+            )
+            frames = last.get("frames")
+            if isinstance(frames, list) and frames:
+                row["last_stack"] = [
+                    f"{f.get('name')} ({_base(f.get('filename'))}:{f.get('line')})"
+                    for f in frames[:6]
+                    if isinstance(f, dict)
+                ]
+        if isinstance(status, dict):
+            row["pg_status"] = status
+            for pg, st in status.items():
+                if isinstance(st, dict) and isinstance(st.get("last_enqueued_collective"), int):
+                    per_pg.setdefault(str(pg), {})[rank] = int(st["last_enqueued_collective"])
+        ranks.append(row)
+    behind: dict[str, list[int]] = {}
+    for pg, seqs in per_pg.items():
+        top = max(seqs.values())
+        late = sorted(r for r, s in seqs.items() if s < top)
+        if late:
+            behind[pg] = late
+    return {"ranks": ranks, "behind": behind}
+
+
+def flight_recorder_evidence(
+    envs: Sequence[tuple[int, int | None, Mapping[str, str]]],
+) -> dict[str, object] | None:
+    """FR evidence for processes given as (pid, rank, environ subset); None when no
+    process has the Flight Recorder on."""
+    enabled = [
+        (pid, rank, env)
+        for pid, rank, env in envs
+        if env.get("TORCH_NCCL_TRACE_BUFFER_SIZE", "0") not in ("", "0")
+        or env.get("TORCH_FR_BUFFER_SIZE", "0") not in ("", "0")
+    ]
+    if not enabled:
+        return None
+    dumps: dict[int, FlightRecorderDump] = {}
+    files: dict[str, str] = {}
+    pipes: list[str] = []
+    for _pid, rank, env in enabled:
+        if rank is None:
+            continue
+        prefix = (
+            env.get("TORCH_FR_DUMP_TEMP_FILE")
+            or env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+            or "/tmp/nccl_trace_rank_"
+        )
+        path = Path(f"{prefix}{rank}")
+        pipe = env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE")
+        if pipe:
+            pipes.append(f"{pipe}{rank}.pipe")
+        if not path.exists():
+            files[str(rank)] = f"{path}: no dump yet"
+            continue
+        loaded = load_fr_dump(path)
+        if isinstance(loaded, Unavailable):
+            files[str(rank)] = loaded.reason
+        else:
+            dumps[rank] = loaded
+            files[str(rank)] = str(path)
+    out: dict[str, object] = {
+        "kind": "flight_recorder",
+        "enabled_pids": [pid for pid, _, _ in enabled],
+        "files": files,
+    }
+    if dumps:
+        out.update(summarise_fr(dumps))
+        missing = sorted(r for _, r, _ in enabled if r is not None and r not in dumps)
+        if missing:
+            out["no_dump_from_ranks"] = missing
+    if pipes:
+        out["hint"] = "for a fresh dump, write to the debug pipe of each rank: " + " ".join(
+            f"echo 1 > {p}" for p in pipes[:8]
+        )
+    return out

@@ -1,0 +1,281 @@
+"""Find SGLang / vLLM servers on this host and name the role and rank of each process.
+
+Servers are found by command line (``python -m sglang.launch_server``, ``vllm serve``,
+``vllm.entrypoints...``) and by the process titles the frameworks set with setproctitle:
+SGLang ``sglang::scheduler_TP3``, ``sglang::scheduler_DP0_TP3_EP3``, ``sglang::detokenizer``
+(``scheduler.py``/``detokenizer_manager.py``: ``setproctitle(f"sglang::scheduler{prefix}")``
+with the prefix's spaces turned into ``_``); vLLM ``VLLM::EngineCore``, ``VLLM::Worker_TP0``
+(``vllm/utils`` ``set_process_title``: ``f"{VLLM_PROCESS_NAME_PREFIX}::{name}_{suffix}"``);
+Ray's ``ray::RayWorkerWrapper``. The tree is walked from each launcher. Rank coordinates
+come from the title, else from the environment (RANK / LOCAL_RANK), else they are unknown,
+and ``rank_source`` says which.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from diag.collect.procfs import list_pids, read_cmdline, read_environ, read_stat
+from diag.errors import InputError
+from diag.model import RankId, Unavailable
+
+__all__ = [
+    "DEFAULT_PORTS",
+    "Discovery",
+    "FoundProcess",
+    "FoundServer",
+    "classify",
+    "discover",
+    "launcher_framework",
+    "port_from_cmdline",
+    "rank_from_title",
+]
+
+DEFAULT_PORTS = {"sglang": 30000, "vllm": 8000}
+
+_COORD = re.compile(r"(?:^|_)(DP|PP|TP|EP)(\d+)(?=_|$)")
+_SGLANG_ROLES = (
+    ("scheduler", "scheduler"),
+    ("semi_pd_scheduler", "scheduler"),
+    ("gpu_worker", "worker"),
+    ("detokenizer", "detokenizer"),
+    ("tokenizer", "tokenizer"),
+    ("data_parallel_controller", "other"),
+)
+_VLLM_ROLES = (
+    ("EngineCore", "engine_core"),
+    ("Worker", "worker"),
+    ("APIServer", "api_server"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FoundProcess:
+    pid: int
+    ppid: int | None
+    role: str
+    title: str
+    cmdline: tuple[str, ...]
+    framework: str | None
+    rank: RankId | None
+    rank_source: str | None  # "title" | "env:RANK" | "env:LOCAL_RANK" | None
+    starttime_ticks: int
+    state: str
+    children: tuple[int, ...]
+    server: int  # index into Discovery.servers
+
+
+@dataclass(frozen=True, slots=True)
+class FoundServer:
+    framework: str
+    launcher_pid: int
+    port: int | None
+    port_source: str  # "cmdline" | "default" | "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Discovery:
+    servers: tuple[FoundServer, ...]
+    processes: tuple[FoundProcess, ...]
+    notes: tuple[str, ...] = ()
+
+
+def rank_from_title(title: str) -> RankId | None:
+    """``sglang::scheduler_DP0_TP3_EP3`` -> RankId(dp=0, tp=3, ep=3); None without coords."""
+    head = title.split("::", 1)[-1]
+    found = {k.lower(): int(v) for k, v in _COORD.findall(head)}
+    if not found:
+        return None
+    return RankId(dp=found.get("dp"), pp=found.get("pp"), tp=found.get("tp"), ep=found.get("ep"))
+
+
+def classify(title: str) -> tuple[str, str] | None:
+    """(framework, role) of a framework-set process title, or None."""
+    if title.startswith("sglang::"):
+        kind = title[len("sglang::") :]
+        for prefix, role in _SGLANG_ROLES:
+            if kind.startswith(prefix):
+                return "sglang", role
+        return "sglang", "other"
+    if title.startswith("VLLM::") or title.startswith("vllm::"):
+        kind = title.split("::", 1)[1]
+        for prefix, role in _VLLM_ROLES:
+            if kind.startswith(prefix):
+                return "vllm", role
+        return "vllm", "other"
+    if title.startswith("ray::RayWorkerWrapper"):
+        return "vllm", "worker"
+    return None
+
+
+def launcher_framework(cmdline: Sequence[str]) -> str | None:
+    """The framework a launcher command line starts, or None."""
+    joined = " ".join(cmdline)
+    if "sglang.launch_server" in joined or re.search(r"\bsglang\s+serve\b", joined):
+        return "sglang"
+    if re.search(r"\bvllm\s+serve\b", joined) or "vllm.entrypoints" in joined:
+        return "vllm"
+    return None
+
+
+def port_from_cmdline(cmdline: Sequence[str], framework: str | None) -> tuple[int | None, str]:
+    """The HTTP port a launcher was given (``--port N`` / ``--port=N``), else the default."""
+    for i, arg in enumerate(cmdline):
+        value: str | None = None
+        if arg == "--port" and i + 1 < len(cmdline):
+            value = cmdline[i + 1]
+        elif arg.startswith("--port="):
+            value = arg.split("=", 1)[1]
+        if value is not None and value.isdigit():
+            return int(value), "cmdline"
+    if framework in DEFAULT_PORTS:
+        return DEFAULT_PORTS[framework], "default"
+    return None, "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class _Raw:
+    pid: int
+    ppid: int
+    comm: str
+    state: str
+    starttime: int
+    cmdline: tuple[str, ...]
+
+    @property
+    def title(self) -> str:
+        return " ".join(self.cmdline) if self.cmdline else self.comm
+
+
+def _scan(proc_root: Path) -> dict[int, _Raw]:
+    out: dict[int, _Raw] = {}
+    for pid in list_pids(proc_root):
+        st = read_stat(pid, proc_root)
+        if st is None:
+            continue
+        out[pid] = _Raw(
+            pid, st.ppid, st.comm, st.state, st.starttime_ticks, read_cmdline(pid, proc_root)
+        )
+    return out
+
+
+def _is_pyspy(raw: _Raw) -> bool:
+    return raw.comm == "py-spy" or (bool(raw.cmdline) and raw.cmdline[0].endswith("py-spy"))
+
+
+def _interesting(raw: _Raw) -> bool:
+    return classify(raw.title) is not None or launcher_framework(raw.cmdline) is not None
+
+
+def _rank_from_env(pid: int, proc_root: Path) -> tuple[RankId | None, str | None]:
+    env = read_environ(pid, proc_root, ("RANK", "LOCAL_RANK"))
+    if isinstance(env, Unavailable):
+        return None, None
+    for key in ("RANK", "LOCAL_RANK"):
+        value = env.get(key, "")
+        if value.isdigit():
+            return RankId(tp=int(value)), f"env:{key}"
+    return None, None
+
+
+def discover(proc_root: Path = Path("/proc"), *, pid: int | None = None) -> Discovery:
+    """Servers and their processes. With ``pid``: the server that process belongs to
+    (or, if it is in none, the process and its descendants)."""
+    procs = _scan(proc_root)
+    children: dict[int, list[int]] = {}
+    for raw in procs.values():
+        children.setdefault(raw.ppid, []).append(raw.pid)
+    me = os.getpid()
+    notes: list[str] = []
+
+    def climb(start: int) -> int:
+        top = start
+        cur = procs[start].ppid
+        while cur in procs and cur > 1:
+            if _interesting(procs[cur]):
+                top = cur
+            cur = procs[cur].ppid
+        return top
+
+    roots: list[int] = []
+    if pid is not None:
+        if pid not in procs:
+            raise InputError(
+                f"no process {pid} on this host",
+                help_text="Check the pid with `ps -ef | grep -E 'sglang|vllm'`, or run "
+                "`diag snapshot` with no --pid to find servers by itself.",
+            )
+        roots.append(climb(pid))
+    else:
+        for raw in procs.values():
+            if raw.pid != me and _interesting(raw):
+                top = climb(raw.pid)
+                if top not in roots:
+                    roots.append(top)
+
+    servers: list[FoundServer] = []
+    found: list[FoundProcess] = []
+    seen: set[int] = set()
+    for root in sorted(roots):
+        if root in seen:
+            continue
+        members: list[int] = []
+        stack = [root]
+        while stack:
+            cur = stack.pop()
+            if cur in seen or cur == me or _is_pyspy(procs[cur]):
+                continue
+            seen.add(cur)
+            members.append(cur)
+            stack.extend(sorted(children.get(cur, []), reverse=True))
+        framework = launcher_framework(procs[root].cmdline)
+        if framework is None:
+            frameworks = [c[0] for m in members if (c := classify(procs[m].title)) is not None]
+            framework = frameworks[0] if frameworks else "unknown"
+        port, port_source = port_from_cmdline(procs[root].cmdline, framework)
+        index = len(servers)
+        servers.append(FoundServer(framework, root, port, port_source))
+        for m in members:
+            raw = procs[m]
+            c = classify(raw.title)
+            if m == root and c is None:
+                role = "launcher"
+            elif c is not None:
+                role = c[1]
+            else:
+                role = "other"
+            rank: RankId | None = None
+            rank_source: str | None = None
+            if c is not None:
+                rank = rank_from_title(raw.title)
+                rank_source = "title" if rank is not None else None
+            if rank is None and role in ("worker", "scheduler", "other"):
+                rank, rank_source = _rank_from_env(m, proc_root)
+                if rank is not None and role == "other":
+                    role = "worker"
+            found.append(
+                FoundProcess(
+                    pid=m,
+                    ppid=raw.ppid,
+                    role=role,
+                    title=raw.title,
+                    cmdline=raw.cmdline,
+                    framework=c[0] if c is not None else (framework if m == root else None),
+                    rank=rank,
+                    rank_source=rank_source,
+                    starttime_ticks=raw.starttime,
+                    state=raw.state,
+                    children=tuple(sorted(children.get(m, []))),
+                    server=index,
+                )
+            )
+    if not servers:
+        notes.append(
+            "no SGLang or vLLM server found (looked for sglang.launch_server / vllm serve "
+            "command lines and sglang:: / VLLM:: process titles)"
+        )
+    return Discovery(tuple(servers), tuple(found), tuple(notes))

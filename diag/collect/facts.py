@@ -1,0 +1,137 @@
+"""psutil facts for a set of processes: state, RSS, CPU% over one shared window, threads,
+listening TCP ports, uptime and children.
+
+CPU% is sampled for all processes at once (one window, not one per process), so the
+cost is the window, whatever the number of ranks. psutil's exceptions are translated
+here into :class:`Unavailable` values.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import psutil
+
+from diag.model import Unavailable
+
+__all__ = ["ProcessFacts", "collect_facts", "listening_ports_by_pid"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessFacts:
+    pid: int
+    state: str | Unavailable
+    rss_bytes: int | Unavailable
+    cpu_percent: float | Unavailable
+    threads: int | Unavailable
+    listening_ports: tuple[int, ...] | Unavailable
+    create_time: float | None
+    uptime_s: float | None
+    children: tuple[int, ...]
+
+
+# psutil status names -> the /proc one-letter states diag reports.
+_STATE = {
+    psutil.STATUS_RUNNING: "R",
+    psutil.STATUS_SLEEPING: "S",
+    psutil.STATUS_DISK_SLEEP: "D",
+    psutil.STATUS_STOPPED: "T",
+    psutil.STATUS_TRACING_STOP: "t",
+    psutil.STATUS_ZOMBIE: "Z",
+    psutil.STATUS_DEAD: "X",
+    psutil.STATUS_IDLE: "I",
+}
+
+
+def _why(exc: Exception) -> Unavailable:
+    if isinstance(exc, psutil.NoSuchProcess):
+        return Unavailable("process exited")
+    if isinstance(exc, psutil.AccessDenied):
+        return Unavailable("access denied (another user's process; run as root)")
+    return Unavailable(f"{type(exc).__name__}: {exc}")
+
+
+def listening_ports_by_pid() -> dict[int, tuple[int, ...]] | Unavailable:
+    """pid -> listening TCP ports, from one system-wide table."""
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.AccessDenied, PermissionError):
+        return Unavailable("the socket table needs root to map ports to processes")
+    out: dict[int, set[int]] = {}
+    for c in conns:
+        if c.status == psutil.CONN_LISTEN and c.pid is not None and c.laddr:
+            out.setdefault(c.pid, set()).add(c.laddr.port)
+    return {pid: tuple(sorted(ports)) for pid, ports in out.items()}
+
+
+def _start(pid: int) -> psutil.Process | Unavailable:
+    """A handle whose CPU counter starts now (the window's first reading)."""
+    try:
+        p = psutil.Process(pid)
+        p.cpu_percent(None)
+    except psutil.Error as exc:
+        return _why(exc)
+    return p
+
+
+def _get(fn: Callable[[], object]) -> object:
+    try:
+        return fn()
+    except (psutil.Error, OSError) as exc:
+        return _why(exc)
+
+
+def collect_facts(
+    pids: Sequence[int], *, window_s: float = 0.3, now: float | None = None
+) -> dict[int, ProcessFacts]:
+    """Facts for every pid; CPU% is measured over one ``window_s`` window shared by all."""
+    handles = {pid: _start(pid) for pid in pids}
+    if window_s > 0:
+        time.sleep(window_s)
+    ports = listening_ports_by_pid()
+    stamp = time.time() if now is None else now
+    out: dict[int, ProcessFacts] = {}
+    for pid, h in handles.items():
+        if isinstance(h, Unavailable):
+            out[pid] = ProcessFacts(pid, h, h, h, h, h, None, None, ())
+            continue
+        cpu = _get(h.cpu_percent)
+        with h.oneshot():
+            status = _get(h.status)
+            mem = _get(h.memory_info)
+            nthreads = _get(h.num_threads)
+            created = _get(h.create_time)
+            kids = _get(h.children)
+        listening: tuple[int, ...] | Unavailable
+        if isinstance(ports, Unavailable):
+            conns = _get(h.net_connections)
+            if isinstance(conns, Unavailable):
+                listening = conns
+            else:
+                assert isinstance(conns, list)
+                listening = tuple(
+                    sorted({c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN})
+                )
+        else:
+            listening = ports.get(pid, ())
+        ctime = created if isinstance(created, float) else None
+        out[pid] = ProcessFacts(
+            pid=pid,
+            state=_STATE.get(status, str(status))
+            if isinstance(status, str)
+            else _as_unavail(status),
+            rss_bytes=mem.rss if hasattr(mem, "rss") else _as_unavail(mem),
+            cpu_percent=round(cpu, 1) if isinstance(cpu, float) else _as_unavail(cpu),
+            threads=nthreads if isinstance(nthreads, int) else _as_unavail(nthreads),
+            listening_ports=listening,
+            create_time=ctime,
+            uptime_s=round(stamp - ctime, 1) if ctime is not None else None,
+            children=tuple(sorted(k.pid for k in kids)) if isinstance(kids, list) else (),
+        )
+    return out
+
+
+def _as_unavail(value: object) -> Unavailable:
+    return value if isinstance(value, Unavailable) else Unavailable(f"unexpected value {value!r}")

@@ -1,0 +1,167 @@
+"""GPUs through NVML: one query function, utilization sampled over a window.
+
+``query_gpus`` is the only place diag calls NVML. It reads each GPU's name, UUID and
+memory once, samples utilization ``samples`` times ``interval_s`` apart (one reading says
+little: an NCCL kernel spinning reads 100%, an idle rank 0%), and maps per-process GPU
+memory (``nvmlDeviceGetComputeRunningProcesses``) to pids. No NVML library, no driver or
+no GPU gives ``Unavailable(reason)`` and the snapshot goes on. ``CUDA_VISIBLE_DEVICES``
+(of diag's own environment) limits the GPUs reported to the ones it names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import time
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from diag.model import GpuSample, Unavailable
+
+__all__ = ["GpuQuery", "parse_visible_devices", "query_gpus"]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuQuery:
+    gpus: tuple[GpuSample, ...]
+    elapsed_s: float
+
+
+def parse_visible_devices(value: str | None) -> list[str] | None:
+    """``"0,2"`` -> ["0", "2"]; ``"GPU-ab12,..."`` keeps UUIDs; unset -> None (all GPUs)."""
+    if value is None:
+        return None
+    items = [v.strip() for v in value.split(",")]
+    out: list[str] = []
+    for item in items:
+        if not item or item == "-1":
+            break  # CUDA stops at the first invalid entry
+        out.append(item)
+    return out
+
+
+def _selected(index: int, uuid: str | Unavailable, visible: list[str] | None) -> bool:
+    if visible is None:
+        return True
+    for v in visible:
+        if v.isdigit() and int(v) == index:
+            return True
+        if isinstance(uuid, str) and not v.isdigit() and uuid.startswith(v):
+            return True
+    return False
+
+
+def _err(nvml: Any, exc: Exception) -> str:
+    try:
+        return str(nvml.nvmlErrorString(exc.value)) if hasattr(exc, "value") else str(exc)
+    except Exception:
+        return str(exc)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def query_gpus(
+    *,
+    samples: int = 5,
+    interval_s: float = 0.1,
+    nvml: ModuleType | Any | None = None,
+    visible_devices: str | None = None,
+    use_env: bool = True,
+) -> GpuQuery | Unavailable:
+    """Every (visible) GPU with utilization sampled over ``samples`` readings."""
+    start = time.monotonic()
+    if nvml is None:
+        try:
+            nvml = importlib.import_module("pynvml")
+        except ImportError:
+            return Unavailable("pynvml is not installed (pip install nvidia-ml-py)")
+    if visible_devices is None and use_env:
+        visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = parse_visible_devices(visible_devices)
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:
+        return Unavailable(f"NVML not available: {_err(nvml, exc)} (no NVIDIA driver or GPU)")
+    try:
+        count = int(nvml.nvmlDeviceGetCount())
+        handles: list[tuple[int, Any, str | Unavailable, str | Unavailable]] = []
+        for i in range(count):
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            uuid: str | Unavailable
+            name: str | Unavailable
+            try:
+                uuid = _text(nvml.nvmlDeviceGetUUID(h))
+            except Exception as exc:
+                uuid = Unavailable(_err(nvml, exc))
+            if not _selected(i, uuid, visible):
+                continue
+            try:
+                name = _text(nvml.nvmlDeviceGetName(h))
+            except Exception as exc:
+                name = Unavailable(_err(nvml, exc))
+            handles.append((i, h, name, uuid))
+        if not handles:
+            return Unavailable(
+                "NVML found no GPU"
+                if count == 0
+                else f"no GPU matches CUDA_VISIBLE_DEVICES={visible_devices}"
+            )
+        util: dict[int, list[float]] = {i: [] for i, *_ in handles}
+        util_err: dict[int, str] = {}
+        for n in range(max(1, samples)):
+            if n:
+                time.sleep(interval_s)
+            for i, h, _, _ in handles:
+                if i in util_err:
+                    continue
+                try:
+                    util[i].append(float(nvml.nvmlDeviceGetUtilizationRates(h).gpu))
+                except Exception as exc:
+                    util_err[i] = _err(nvml, exc)
+        out: list[GpuSample] = []
+        for i, h, name, uuid in handles:
+            used: int | Unavailable
+            total: int | Unavailable
+            try:
+                mem = nvml.nvmlDeviceGetMemoryInfo(h)
+                used, total = int(mem.used), int(mem.total)
+            except Exception as exc:
+                used = total = Unavailable(_err(nvml, exc))
+            procs: dict[int, int] = {}
+            try:
+                for p in nvml.nvmlDeviceGetComputeRunningProcesses(h):
+                    mem_used = getattr(p, "usedGpuMemory", None)
+                    procs[int(p.pid)] = int(mem_used) if isinstance(mem_used, int) else 0
+            except Exception:
+                pass  # per-process memory is not supported everywhere (e.g. vGPU / MIG)
+            readings = util[i]
+            mean: float | Unavailable
+            peak: float | Unavailable
+            if readings:
+                mean = round(sum(readings) / len(readings), 1)
+                peak = max(readings)
+            else:
+                mean = peak = Unavailable(util_err.get(i, "no utilization reading"))
+            out.append(
+                GpuSample(
+                    index=i,
+                    name=name,
+                    uuid=uuid,
+                    util_percent_mean=mean,
+                    util_percent_max=peak,
+                    memory_used_bytes=used,
+                    memory_total_bytes=total,
+                    samples=len(readings),
+                    processes=procs,
+                )
+            )
+        return GpuQuery(tuple(out), round(time.monotonic() - start, 3))
+    except Exception as exc:
+        return Unavailable(f"NVML query failed: {_err(nvml, exc)}")
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()

@@ -1,0 +1,530 @@
+"""``take_snapshot``: one live look at every SGLang / vLLM server on this host.
+
+Discovery -> the no-ptrace /proc tier of every process -> then, concurrently, psutil
+facts over one CPU window, NVML utilization over one sampling window and py-spy dumps
+of every process under one deadline -> stacks classified, merged and the odd ranks
+named (``diag.stacks``) -> who-is-missing evidence (NCCL RAS, Flight Recorder) -> the
+rules engine's snapshot findings -> a one-paragraph verdict. Every probe degrades
+alone: a missing py-spy, NVML or permission is recorded in ``Snapshot.partial`` (with
+its fix) and the rest is still taken.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import socket
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, cast
+
+from diag.collect import collective, stackapi
+from diag.collect.discover import Discovery, FoundProcess, discover
+from diag.collect.facts import ProcessFacts, collect_facts
+from diag.collect.gpu import GpuQuery, query_gpus
+from diag.collect.procfs import (
+    ProcTier,
+    boot_time,
+    listening_ports_by_inode,
+    read_proc_tier,
+)
+from diag.collect.pyspy import DumpResult, DumpTarget, dump_all, find_pyspy, main_thread
+from diag.errors import PermissionProblem, ToolMissing
+from diag.model import (
+    Finding,
+    GpuSample,
+    ProcessInfo,
+    Snapshot,
+    StackGroup,
+    StackProcess,
+    Unavailable,
+)
+from diag.runner import Runner, SubprocessRunner
+
+__all__ = ["SnapshotOptions", "build_verdict", "take_snapshot"]
+
+RANK_ROLES = ("scheduler", "worker")
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotOptions:
+    pid: int | None = None
+    samples: int = 2
+    interval_s: float = 1.0
+    timeout_s: float = 10.0
+    native: bool = True
+    cpu_window_s: float = 0.5
+    gpu_samples: int = 5
+    gpu_interval_s: float = 0.1
+    ras: bool = True
+    nvml: Any = None  # an NVML module stand-in (tests); None imports pynvml
+
+
+def _ticks_per_s() -> int:
+    import os
+
+    try:
+        return int(os.sysconf("SC_CLK_TCK"))
+    except (ValueError, OSError, AttributeError):
+        return 100
+
+
+def _gpu_for(
+    pid: int, gpus: Sequence[GpuSample], env: Mapping[str, str]
+) -> tuple[int | None, int | None]:
+    for g in gpus:
+        if pid in g.processes:
+            return g.index, g.processes[pid]
+    visible = env.get("CUDA_VISIBLE_DEVICES", "")
+    items = [v for v in visible.split(",") if v.strip()]
+    if len(items) == 1 and items[0].strip().isdigit():
+        return int(items[0]), None
+    return None, None
+
+
+def _short(frames_owner: StackProcess | None, n: int = 3) -> str:
+    if frames_owner is None:
+        return ""
+    t = main_thread(frames_owner)
+    if t is None:
+        return ""
+    return " <- ".join(f.name for f in t.frames[:n])
+
+
+def _rank_label(p: ProcessInfo) -> str:
+    return p.rank.label if p.rank is not None else f"pid {p.pid}"
+
+
+def _collapse(labels: Sequence[str]) -> str:
+    return (
+        ", ".join(labels)
+        if len(labels) <= 6
+        else f"{', '.join(labels[:5])} and {len(labels) - 5} more"
+    )
+
+
+def build_verdict(snap: Snapshot) -> str:
+    """One paragraph: what the server is doing and which ranks are the odd ones out."""
+    if not snap.processes:
+        return "No SGLang or vLLM server process was found on this host."
+    parts: list[str] = []
+    for s in snap.servers:
+        listening = s.get("port_listening")
+        port = s.get("port")
+        state = (
+            f"port {port} is listening (pid {s.get('listening_pid')})"
+            if listening
+            else f"port {port} is not listening"
+        )
+        parts.append(f"{s.get('framework')} server, launcher pid {s.get('launcher_pid')}: {state}.")
+    ranked = [p for p in snap.processes if p.role in RANK_ROLES]
+    if ranked:
+        by_site: dict[str, list[str]] = {}
+        for p in ranked:
+            site = p.stack.wait_site if p.stack is not None else None
+            by_site.setdefault(site or "unknown", []).append(_rank_label(p))
+        if len(by_site) == 1:
+            site, labels = next(iter(by_site.items()))
+            parts.append(f"All {len(labels)} ranks wait at {site}.")
+        else:
+            majority = max(by_site.items(), key=lambda kv: len(kv[1]))
+            parts.append(f"{len(majority[1])} of {len(ranked)} ranks wait at {majority[0]}.")
+            for site, labels in by_site.items():
+                if site == majority[0]:
+                    continue
+                sample = next(
+                    (p for p in ranked if _rank_label(p) in labels and p.stack is not None), None
+                )
+                where = _short(sample.stack if sample else None)
+                extra = f" in {where}" if where else ""
+                parts.append(f"{_collapse(labels)}: {site}{extra}.")
+        if snap.outlier_tp_ranks:
+            odd = ", ".join(f"TP{r}" for r in snap.outlier_tp_ranks)
+            parts.append(f"Odd one(s) out: {odd} (stack differs from the majority).")
+        stopped = [p for p in ranked if p.state == "T"]
+        if stopped:
+            parts.append(f"Stopped (state T): {_collapse([_rank_label(p) for p in stopped])}.")
+        busy = [
+            _rank_label(p)
+            for p in ranked
+            if isinstance(p.cpu_percent, float) and p.cpu_percent >= 50
+        ]
+        if busy:
+            parts.append(f"Busy on CPU (>=50%): {_collapse(busy)}.")
+        moving = [_rank_label(p) for p in ranked if p.stack is not None and p.stack.moving is True]
+        stuck = [_rank_label(p) for p in ranked if p.stack is not None and p.stack.moving is False]
+        if stuck or moving:
+            bits = []
+            if stuck:
+                bits.append(f"stuck (same frames in every sample): {_collapse(stuck)}")
+            if moving:
+                bits.append(f"moving (slow, not stuck): {_collapse(moving)}")
+            text = "; ".join(bits)
+            parts.append(text[:1].upper() + text[1:] + ".")
+    if isinstance(snap.gpus, Unavailable):
+        parts.append(f"GPUs: {snap.gpus.reason}.")
+    else:
+        utils = [g.util_percent_mean for g in snap.gpus]
+        shown = ", ".join(
+            f"GPU{g.index} {u:.0f}%" if isinstance(u, float) else f"GPU{g.index} ?"
+            for g, u in zip(snap.gpus, utils, strict=True)
+        )
+        parts.append(f"GPU utilization: {shown}.")
+        known = [u for u in utils if isinstance(u, float)]
+        no_port = any(not s.get("port_listening") for s in snap.servers)
+        if known and max(known) < 5 and no_port:
+            parts.append(
+                "All GPUs idle and no port: the ranks are blocked on the CPU side "
+                "(store wait, lock, IPC, compile), not inside a GPU collective."
+            )
+    for ev in snap.collective_evidence:
+        behind = ev.get("behind")
+        if ev.get("kind") == "flight_recorder" and isinstance(behind, dict) and behind:
+            for pg, ranks in behind.items():
+                parts.append(f"Flight Recorder: process group {pg} waits for rank(s) {ranks}.")
+    if snap.partial:
+        parts.append("Collection was partial: " + "; ".join(snap.partial) + ".")
+    return " ".join(parts)
+
+
+def _apply_rules(snap: Snapshot) -> tuple[Finding, ...]:
+    try:
+        mod = importlib.import_module("diag.rules")
+    except ImportError:
+        return ()
+    fn = getattr(mod, "apply_snapshot_rules", None)
+    if fn is None:
+        for sub in ("diag.rules.snapshot", "diag.rules.engine", "diag.rules.checks"):
+            try:
+                fn = getattr(importlib.import_module(sub), "apply_snapshot_rules", None)
+            except ImportError:
+                continue
+            if fn is not None:
+                break
+    if fn is None:
+        return ()
+    return tuple(cast(Callable[[Snapshot], Sequence[Finding]], fn)(snap))
+
+
+def _port_owner(
+    port: int | None, facts: Mapping[int, ProcessFacts], tiers: Mapping[int, ProcTier]
+) -> int | None:
+    if port is None:
+        return None
+    for pid, f in facts.items():
+        if not isinstance(f.listening_ports, Unavailable) and port in f.listening_ports:
+            return pid
+    for pid, t in tiers.items():
+        if not isinstance(t.listening_ports, Unavailable) and port in t.listening_ports:
+            return pid
+    return None
+
+
+def _port_listening_anywhere(port: int | None) -> bool:
+    if port is None:
+        return False
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def _targets(found: Sequence[FoundProcess], native: bool) -> list[DumpTarget]:
+    out: list[DumpTarget] = []
+    for p in found:
+        if p.state == "Z":
+            continue
+        out.append(
+            DumpTarget(
+                pid=p.pid,
+                starttime_ticks=p.starttime_ticks,
+                title=p.title,
+                native=native and p.role != "other",
+            )
+        )
+    return out
+
+
+def _partial_reasons(dumps: Mapping[int, DumpResult]) -> list[str]:
+    reasons: list[str] = []
+    outcomes = {d.outcome for d in dumps.values()}
+    if "no_pyspy" in outcomes:
+        reasons.append(f"py-spy not found: {ToolMissing.help_text}")
+    if "permission_denied" in outcomes:
+        reasons.append(f"py-spy was refused ptrace: {PermissionProblem.help_text}")
+    timeouts = sorted(pid for pid, d in dumps.items() if d.outcome == "timeout")
+    if timeouts:
+        reasons.append(f"py-spy timed out on pid {', '.join(map(str, timeouts))} (raise --timeout)")
+    return reasons
+
+
+def take_snapshot(
+    options: SnapshotOptions,
+    *,
+    runner: Runner | None = None,
+    proc_root: Path = Path("/proc"),
+) -> Snapshot:
+    """Everything diag can see about the servers on this host, right now."""
+    start = time.monotonic()
+    runner = runner if runner is not None else SubprocessRunner()
+    taken_at = dt.datetime.now(dt.timezone.utc)
+    timings: dict[str, float] = {}
+
+    disc: Discovery = discover(proc_root, pid=options.pid)
+    timings["discover_s"] = round(time.monotonic() - start, 3)
+    found = disc.processes
+    pids = [p.pid for p in found]
+
+    t = time.monotonic()
+    listening = listening_ports_by_inode(proc_root)
+    tiers: dict[int, ProcTier] = {}
+    for p in found:
+        read = read_proc_tier(p.pid, proc_root, listening=listening)
+        if isinstance(read, ProcTier):
+            tiers[p.pid] = read
+    timings["procfs_s"] = round(time.monotonic() - t, 3)
+
+    pyspy_path = find_pyspy(runner)
+
+    def _timed(name: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.monotonic()
+        try:
+            return fn()
+        finally:
+            timings[name] = round(time.monotonic() - t0, 3)
+
+    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="snapshot") as pool:
+        f_dumps = pool.submit(
+            _timed,
+            "pyspy_s",
+            lambda: dump_all(
+                _targets(found, options.native),
+                runner=runner,
+                proc_root=proc_root,
+                timeout_s=options.timeout_s,
+                samples=options.samples,
+                interval_s=options.interval_s,
+                pyspy=pyspy_path,
+            ),
+        )
+        f_facts = pool.submit(
+            _timed, "facts_s", lambda: collect_facts(pids, window_s=options.cpu_window_s)
+        )
+        f_gpu = pool.submit(
+            _timed,
+            "gpu_s",
+            lambda: query_gpus(
+                samples=options.gpu_samples, interval_s=options.gpu_interval_s, nvml=options.nvml
+            ),
+        )
+        dumps: dict[int, DumpResult] = f_dumps.result()
+        facts: dict[int, ProcessFacts] = f_facts.result()
+        gpu_result: GpuQuery | Unavailable = f_gpu.result()
+
+    gpus: tuple[GpuSample, ...] | Unavailable = (
+        gpu_result.gpus if isinstance(gpu_result, GpuQuery) else gpu_result
+    )
+    btime = boot_time(proc_root)
+    tick = _ticks_per_s()
+    now = time.time()
+
+    # Stacks: classify each process.
+    stacks: dict[int, StackProcess] = {}
+    for p in found:
+        d = dumps.get(p.pid)
+        if d is None:
+            continue
+        sp = d.stack
+        if sp is None:
+            sp = StackProcess(
+                pid=p.pid, title=p.title, threads=(), outcome=d.outcome, error=d.error
+            )
+        sp = replace(sp, rank=p.rank, title=p.title)
+        if sp.threads:
+            sp = stackapi.classify(sp)
+        # /proc thread states beside the stack's threads.
+        tier = tiers.get(p.pid)
+        if tier is not None and sp.threads:
+            by_tid = {th.tid: th for th in tier.threads}
+            sp = replace(
+                sp,
+                threads=tuple(
+                    replace(
+                        th, os_state=by_tid[th.thread_id].state, wchan=by_tid[th.thread_id].wchan
+                    )
+                    if th.thread_id in by_tid
+                    else th
+                    for th in sp.threads
+                ),
+            )
+        stacks[p.pid] = sp
+
+    if not isinstance(gpus, Unavailable) and stacks:
+        util_by_pid: dict[int, float] = {}
+        for p in found:
+            tier = tiers.get(p.pid)
+            penv = tier.environ if tier is not None and isinstance(tier.environ, dict) else {}
+            index, _ = _gpu_for(p.pid, gpus, penv)
+            g = next((g for g in gpus if g.index == index), None)
+            if g is not None and isinstance(g.util_percent_mean, float):
+                util_by_pid[p.pid] = g.util_percent_mean
+        if util_by_pid:
+            adjusted = stackapi.gpu_facts(list(stacks.values()), util_by_pid)
+            stacks = {sp.pid: sp for sp in adjusted if sp.pid is not None}
+
+    processes: list[ProcessInfo] = []
+    for p in found:
+        fa = facts.get(p.pid)
+        tier = tiers.get(p.pid)
+        env: Mapping[str, str] = (
+            tier.environ if tier is not None and isinstance(tier.environ, dict) else {}
+        )
+        gpu_index, gpu_mem = (None, None)
+        if not isinstance(gpus, Unavailable):
+            gpu_index, gpu_mem = _gpu_for(p.pid, gpus, env)
+        state: str | Unavailable = (
+            tier.state
+            if tier is not None
+            else (fa.state if fa is not None else Unavailable("gone"))
+        )
+        ctime = (
+            fa.create_time
+            if fa is not None and fa.create_time is not None
+            else (btime + p.starttime_ticks / tick if btime is not None else None)
+        )
+        d = dumps.get(p.pid)
+        ports: tuple[int, ...] | Unavailable = Unavailable("process gone")
+        if fa is not None:
+            ports = fa.listening_ports
+        if isinstance(ports, Unavailable) and tier is not None:
+            ports = tier.listening_ports
+        processes.append(
+            ProcessInfo(
+                pid=p.pid,
+                ppid=p.ppid,
+                role=p.role,
+                title=p.title,
+                cmdline=p.cmdline,
+                framework=p.framework,
+                rank=p.rank,
+                rank_source=p.rank_source,
+                state=state,
+                rss_bytes=fa.rss_bytes if fa is not None else Unavailable("process gone"),
+                cpu_percent=fa.cpu_percent if fa is not None else Unavailable("process gone"),
+                threads=fa.threads if fa is not None else Unavailable("process gone"),
+                listening_ports=ports,
+                create_time=ctime,
+                children=fa.children if fa is not None and fa.children else p.children,
+                gpu_index=gpu_index,
+                gpu_memory_bytes=gpu_mem,
+                wchan=tier.wchan if tier is not None else None,
+                stack=stacks.get(p.pid),
+                uptime_s=round(now - ctime, 1) if ctime is not None else None,
+                syscall=tier.syscall if tier is not None else None,
+                thread_states=tier.thread_states if tier is not None else {},
+                thread_names=tier.thread_names if tier is not None else {},
+                env=dict(env),
+                stopped_before=d.was_stopped if d is not None else False,
+                resumed=d.resumed if d is not None else False,
+                dump_attempts=tuple(
+                    {
+                        "mode": a.mode,
+                        "outcome": a.outcome,
+                        "elapsed_s": a.elapsed_s,
+                        "error": a.error,
+                    }
+                    for a in (d.attempts if d is not None else ())
+                ),
+            )
+        )
+
+    ranked = [p.stack for p in processes if p.role in RANK_ROLES and p.stack is not None]
+    t = time.monotonic()
+    groups: tuple[StackGroup, ...] = stackapi.group(ranked) if ranked else ()
+    outliers: tuple[int, ...] = stackapi.outliers(ranked, groups) if ranked else ()
+    timings["analysis_s"] = round(time.monotonic() - t, 3)
+
+    servers: list[dict[str, object]] = []
+    for s in disc.servers:
+        owner = _port_owner(s.port, facts, tiers)
+        listening_now = owner is not None or (
+            s.port_source == "cmdline" and _port_listening_anywhere(s.port)
+        )
+        servers.append(
+            {
+                "framework": s.framework,
+                "launcher_pid": s.launcher_pid,
+                "port": s.port,
+                "port_source": s.port_source,
+                "port_listening": listening_now,
+                "listening_pid": owner,
+                "processes": sum(1 for p in found if p.server == disc.servers.index(s)),
+            }
+        )
+
+    evidence: list[dict[str, object]] = []
+    notes = list(disc.notes)
+    if options.ras and found:
+        ras_listening = collective.RAS_PORT in listening.values() or any(
+            not isinstance(f.listening_ports, Unavailable)
+            and collective.RAS_PORT in f.listening_ports
+            for f in facts.values()
+        )
+        if ras_listening:
+            ras = collective.ras_query(timeout_s=2.0)
+            if isinstance(ras, Unavailable):
+                notes.append(ras.reason)
+            else:
+                evidence.append(ras)
+    fr = collective.flight_recorder_evidence(
+        [
+            (p.pid, p.rank.tp if p.rank is not None else None, p.env)
+            for p in processes
+            if p.role in RANK_ROLES
+        ]
+    )
+    if fr is not None:
+        evidence.append(fr)
+
+    partial = _partial_reasons(dumps)
+    stopped_before = [p.pid for p in processes if p.stopped_before]
+    if stopped_before:
+        notes.append(
+            "already stopped before diag came (state T; dumped with --nonblocking and left "
+            f"stopped): pid {', '.join(map(str, stopped_before))}"
+        )
+    resumed = [p.pid for p in processes if p.resumed]
+    if resumed:
+        notes.append(
+            f"a dump left pid {', '.join(map(str, resumed))} stopped: continued with SIGCONT"
+        )
+    if isinstance(gpus, Unavailable):
+        notes.append(f"no GPU facts: {gpus.reason}")
+    api = stackapi.stacks_api_available()
+    if not all(api.values()):
+        notes.append(
+            "stack analysis not available: " + ", ".join(k for k, v in api.items() if not v)
+        )
+
+    snap = Snapshot(
+        host=socket.gethostname(),
+        taken_at=taken_at,
+        processes=tuple(processes),
+        gpus=gpus,
+        servers=tuple(servers),
+        groups=groups,
+        outlier_tp_ranks=outliers,
+        notes=tuple(notes),
+        collective_evidence=tuple(evidence),
+        partial=tuple(partial),
+    )
+    t = time.monotonic()
+    findings = _apply_rules(snap)
+    timings["rules_s"] = round(time.monotonic() - t, 3)
+    snap = replace(snap, findings=findings)
+    timings["total_s"] = round(time.monotonic() - start, 3)
+    return replace(snap, verdict=build_verdict(snap), timings=timings, elapsed_s=timings["total_s"])

@@ -1,0 +1,221 @@
+"""The versioned JSON contract of ``diag snapshot --json`` (schema_version 1).
+
+``snapshot_to_dict`` turns a :class:`~diag.model.Snapshot` into plain JSON values: host,
+servers, processes (pid, role, title, tp/dp/pp/ep rank, state, rss_bytes, cpu_percent,
+listening_ports, gpu_index, gpu_memory_bytes, wait_site, stack), gpus, groups,
+outlier_tp_ranks, verdict and findings, plus the collection details (how each dump went,
+/proc facts, who-is-missing evidence, what was partial). An unreadable fact is ``null``
+with its reason under ``unavailable``. Keys are only added within a version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from diag.model import (
+    Finding,
+    GpuSample,
+    ProcessInfo,
+    Snapshot,
+    StackFrame,
+    StackGroup,
+    StackProcess,
+    StackThread,
+    Unavailable,
+)
+
+__all__ = ["SCHEMA_VERSION", "snapshot_to_dict"]
+
+SCHEMA_VERSION = 1
+
+
+def _val(value: object, key: str, unavailable: dict[str, str]) -> Any:
+    if isinstance(value, Unavailable):
+        unavailable[key] = value.reason
+        return None
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _frame(f: StackFrame) -> dict[str, Any]:
+    return {
+        "name": f.name,
+        "filename": f.filename,
+        "line": f.line,
+        "module": f.module,
+        "native": f.native,
+    }
+
+
+def _thread(t: StackThread) -> dict[str, Any]:
+    return {
+        "thread_id": t.thread_id,
+        "name": t.name,
+        "idle": t.idle,
+        "owns_gil": t.owns_gil,
+        "os_state": t.os_state,
+        "wchan": t.wchan,
+        "frames": [_frame(f) for f in t.frames],
+    }
+
+
+def _stack(s: StackProcess | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    return {
+        "outcome": s.outcome,
+        "mode": s.mode,
+        "error": s.error,
+        "wait_site": s.wait_site,
+        "wait_thread": s.wait_thread,
+        "samples": s.samples,
+        "moving": s.moving,
+        "threads": [_thread(t) for t in s.threads],
+    }
+
+
+def _finding(f: Finding) -> dict[str, Any]:
+    try:
+        from diag.report.json_out import finding_to_dict
+    except ImportError:
+        pass
+    else:
+        return dict(finding_to_dict(f))
+    return {
+        "id": f.id,
+        "severity": f.severity,
+        "title": f.title,
+        "message": f.message,
+        "role": f.role,
+        "cascade_of": f.cascade_of,
+        "ranks": list(f.ranks),
+        "evidence": [
+            {"source": e.source, "line": e.line, "rank": e.rank, "text": e.text} for e in f.evidence
+        ],
+        "remedy": f.remedy,
+        "references": list(f.references),
+    }
+
+
+def _process(p: ProcessInfo) -> dict[str, Any]:
+    unavailable: dict[str, str] = {}
+    rank = p.rank
+    out: dict[str, Any] = {
+        "pid": p.pid,
+        "ppid": p.ppid,
+        "role": p.role,
+        "title": p.title,
+        "framework": p.framework,
+        "rank": rank.label if rank is not None else None,
+        "rank_source": p.rank_source,
+        "tp_rank": rank.tp if rank is not None else None,
+        "dp_rank": rank.dp if rank is not None else None,
+        "pp_rank": rank.pp if rank is not None else None,
+        "ep_rank": rank.ep if rank is not None else None,
+        "state": _val(p.state, "state", unavailable),
+        "rss_bytes": _val(p.rss_bytes, "rss_bytes", unavailable),
+        "cpu_percent": _val(p.cpu_percent, "cpu_percent", unavailable),
+        "threads": _val(p.threads, "threads", unavailable),
+        "listening_ports": _val(p.listening_ports, "listening_ports", unavailable),
+        "uptime_s": p.uptime_s,
+        "create_time": p.create_time,
+        "children": list(p.children),
+        "gpu_index": p.gpu_index,
+        "gpu_memory_bytes": p.gpu_memory_bytes,
+        "wchan": _val(p.wchan, "wchan", unavailable),
+        "syscall": _val(p.syscall, "syscall", unavailable),
+        "thread_states": dict(p.thread_states),
+        "thread_names": dict(p.thread_names),
+        "env": dict(p.env),
+        "wait_site": p.stack.wait_site if p.stack is not None else None,
+        "dump": {
+            "outcome": p.stack.outcome if p.stack is not None else None,
+            "attempts": [dict(a) for a in p.dump_attempts],
+            "stopped_before": p.stopped_before,
+            "resumed": p.resumed,
+        },
+        "stack": _stack(p.stack),
+        "unavailable": unavailable,
+    }
+    if out["listening_ports"] is None:
+        out["listening_ports"] = []
+    return out
+
+
+def _gpu(g: GpuSample) -> dict[str, Any]:
+    unavailable: dict[str, str] = {}
+    return {
+        "index": g.index,
+        "name": _val(g.name, "name", unavailable),
+        "uuid": _val(g.uuid, "uuid", unavailable),
+        "util_percent_mean": _val(g.util_percent_mean, "util_percent_mean", unavailable),
+        "util_percent_max": _val(g.util_percent_max, "util_percent_max", unavailable),
+        "memory_used_bytes": _val(g.memory_used_bytes, "memory_used_bytes", unavailable),
+        "memory_total_bytes": _val(g.memory_total_bytes, "memory_total_bytes", unavailable),
+        "samples": g.samples,
+        "processes": [
+            {"pid": pid, "memory_bytes": mem} for pid, mem in sorted(g.processes.items())
+        ],
+        "unavailable": unavailable,
+    }
+
+
+def _group(g: StackGroup, snap: Snapshot) -> dict[str, Any]:
+    by_pid = {p.pid: p for p in snap.processes}
+    tp = sorted(
+        {
+            r.tp
+            for pid in g.pids
+            if (p := by_pid.get(pid)) is not None and (r := p.rank) is not None and r.tp is not None
+        }
+    )
+    return {
+        "wait_site": g.wait_site,
+        "ranks": list(g.members),
+        "tp_ranks": tp,
+        "pids": list(g.pids),
+        "frames": [_frame(f) for f in g.frames],
+    }
+
+
+def _plain(value: object) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Unavailable):
+        return {"unavailable": value.reason}
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return repr(value)
+
+
+def snapshot_to_dict(s: Snapshot) -> dict[str, Any]:
+    """The JSON value of a snapshot (schema_version 1)."""
+    gpus: Any
+    if isinstance(s.gpus, Unavailable):
+        gpus = []
+        gpu_unavailable: str | None = s.gpus.reason
+    else:
+        gpus = [_gpu(g) for g in s.gpus]
+        gpu_unavailable = None
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "host": s.host,
+        "taken_at": s.taken_at.isoformat(),
+        "elapsed_s": s.elapsed_s,
+        "servers": [_plain(dict(srv)) for srv in s.servers],
+        "processes": [_process(p) for p in s.processes],
+        "gpus": gpus,
+        "gpus_unavailable": gpu_unavailable,
+        "groups": [_group(g, s) for g in s.groups],
+        "outlier_tp_ranks": list(s.outlier_tp_ranks),
+        "verdict": s.verdict,
+        "findings": [_finding(f) for f in s.findings],
+        "collective_evidence": [_plain(dict(e)) for e in s.collective_evidence],
+        "partial": list(s.partial),
+        "notes": list(s.notes),
+        "timings": dict(s.timings),
+    }

@@ -1,0 +1,230 @@
+"""The terminal view of a snapshot: the verdict first, then a table per server (one row
+per process: role, rank, pid, state, RSS, CPU, GPU, util, wait site, top frames), then
+the stack groups, the who-is-missing evidence, findings and notes.
+
+``render_snapshot`` returns rich renderables; only ``diag/commands`` prints them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from diag.model import GpuSample, ProcessInfo, Snapshot, StackFrame, Unavailable
+
+__all__ = ["fmt_bytes", "render_snapshot", "top_frames"]
+
+_ROLE_ORDER = {
+    "launcher": 0,
+    "api_server": 1,
+    "tokenizer": 2,
+    "engine_core": 3,
+    "scheduler": 4,
+    "worker": 5,
+    "detokenizer": 6,
+    "other": 7,
+}
+
+
+def fmt_bytes(n: int | Unavailable | None) -> str:
+    if n is None or isinstance(n, Unavailable):
+        return "?"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit in ("B", "KiB") else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def _frames_for(p: ProcessInfo) -> tuple[StackFrame, ...]:
+    s = p.stack
+    if s is None or not s.threads:
+        return ()
+    thread = None
+    if s.wait_thread is not None:
+        thread = next((t for t in s.threads if t.thread_id == s.wait_thread), None)
+    if thread is None:
+        thread = next((t for t in s.threads if t.thread_id == p.pid), s.threads[0])
+    return thread.frames
+
+
+def top_frames(p: ProcessInfo, n: int = 3) -> str:
+    """Innermost frames of the wait thread: the native leaf, then the Python frames."""
+    frames = _frames_for(p)
+    if not frames:
+        return ""
+    named = [f for f in frames if not (f.native and f.name.startswith("0x"))]
+    py = [f for f in named if not f.native]
+    picked: list[StackFrame] = []
+    if named and named[0].native:
+        picked.append(named[0])
+    picked += py[: max(1, n - len(picked))]
+    return " <- ".join(_short_label(f) for f in picked[:n])
+
+
+def _short_label(f: StackFrame) -> str:
+    if f.native:
+        return f.name
+    where = f.filename.rsplit("/", 1)[-1] if f.filename else ""
+    return f"{f.name} ({where}:{f.line})" if where else f.name
+
+
+def _gpu_util(p: ProcessInfo, gpus: Sequence[GpuSample] | Unavailable) -> str:
+    if p.gpu_index is None or isinstance(gpus, Unavailable):
+        return "-"
+    g = next((g for g in gpus if g.index == p.gpu_index), None)
+    if g is None or isinstance(g.util_percent_mean, Unavailable):
+        return "?"
+    return f"{g.util_percent_mean:.0f}%"
+
+
+def _state(p: ProcessInfo) -> Text:
+    if isinstance(p.state, Unavailable):
+        return Text("?", style="dim")
+    style = {"T": "bold red", "D": "bold yellow", "Z": "red", "R": "green"}.get(p.state, "")
+    label = p.state
+    if p.stopped_before:
+        label += " (was)"
+    elif p.resumed:
+        label += " (cont)"
+    return Text(label, style=style)
+
+
+def _process_table(snap: Snapshot, server: int | None, procs: Sequence[ProcessInfo]) -> Table:
+    title = "processes"
+    if server is not None and server < len(snap.servers):
+        s = snap.servers[server]
+        listening = "listening" if s.get("port_listening") else "NOT listening"
+        title = (
+            f"{s.get('framework')} server · launcher {s.get('launcher_pid')} · "
+            f"port {s.get('port')} {listening}"
+        )
+    table = Table(title=title, title_justify="left", expand=False, show_lines=False)
+    for col in (
+        "role",
+        "rank",
+        "pid",
+        "state",
+        "RSS",
+        "CPU",
+        "GPU",
+        "util",
+        "wait site",
+        "top frames",
+    ):
+        table.add_column(col, overflow="fold", no_wrap=col in ("pid", "state", "RSS", "CPU"))
+    outliers = set(snap.outlier_tp_ranks)
+    for p in sorted(
+        procs,
+        key=lambda p: (
+            _ROLE_ORDER.get(p.role, 9),
+            p.rank.sort_key if p.rank else ("", 0, 0, 0, 0),
+            p.pid,
+        ),
+    ):
+        rank = p.rank.label if p.rank is not None else "-"
+        if p.rank is not None and p.rank_source and p.rank_source != "title":
+            rank += f" ({p.rank_source})"
+        odd = p.rank is not None and p.rank.tp in outliers and p.role in ("scheduler", "worker")
+        site = p.stack.wait_site if p.stack is not None and p.stack.wait_site else None
+        if site is None and p.stack is not None and p.stack.outcome != "ok" and not p.stack.threads:
+            site = f"({p.stack.outcome})"
+        cpu = "?" if isinstance(p.cpu_percent, Unavailable) else f"{p.cpu_percent:.0f}%"
+        gpu = "-"
+        if p.gpu_index is not None:
+            gpu = f"{p.gpu_index}"
+            if p.gpu_memory_bytes:
+                gpu += f" {fmt_bytes(p.gpu_memory_bytes)}"
+        table.add_row(
+            p.role,
+            Text(rank + (" *" if odd else ""), style="bold magenta" if odd else ""),
+            str(p.pid),
+            _state(p),
+            fmt_bytes(p.rss_bytes),
+            cpu,
+            gpu,
+            _gpu_util(p, snap.gpus),
+            site or "-",
+            top_frames(p),
+        )
+    return table
+
+
+def render_snapshot(snap: Snapshot, *, max_group_frames: int = 8) -> list[RenderableType]:
+    """The verdict, a table per server, stack groups, evidence, findings, notes."""
+    out: list[RenderableType] = [
+        Panel(Text(snap.verdict or "(no verdict)"), title="verdict", title_align="left")
+    ]
+    by_server: dict[int | None, list[ProcessInfo]] = {}
+    launcher_index = {s.get("launcher_pid"): i for i, s in enumerate(snap.servers)}
+    current: int | None = None
+    for p in snap.processes:
+        if p.pid in launcher_index:
+            current = launcher_index[p.pid]
+        by_server.setdefault(current, []).append(p)
+    for server, procs in by_server.items():
+        out.append(_process_table(snap, server, procs))
+    if snap.groups:
+        out.append(Text("stack groups (ranks with identical main-thread stacks)", style="bold"))
+        for g in snap.groups:
+            members = ", ".join(g.members)
+            body = Text()
+            for f in g.frames[:max_group_frames]:
+                body.append(("  [native] " if f.native else "  ") + f.label + "\n")
+            if len(g.frames) > max_group_frames:
+                body.append(f"  ... {len(g.frames) - max_group_frames} more frames\n", style="dim")
+            out.append(
+                Panel(
+                    body, title=f"{g.wait_site or 'unclassified'} · {members}", title_align="left"
+                )
+            )
+    for ev in snap.collective_evidence:
+        kind = str(ev.get("kind"))
+        if kind == "nccl_ras":
+            out.append(
+                Panel(
+                    Text(str(ev.get("text", ""))[:4000]),
+                    title=f"NCCL RAS {ev.get('address')}",
+                    title_align="left",
+                )
+            )
+        elif kind == "flight_recorder":
+            rows = ev.get("ranks")
+            lines = [
+                f"rank {row.get('rank')}: last {row.get('last_collective')} "
+                f"seq {row.get('last_seq')} ({row.get('last_state')})"
+                for row in (rows if isinstance(rows, list) else [])
+                if isinstance(row, dict)
+            ]
+            behind = ev.get("behind")
+            if behind:
+                lines.append(f"behind the others: {behind}")
+            if ev.get("hint"):
+                lines.append(str(ev.get("hint")))
+            out.append(
+                Panel(
+                    Text("\n".join(lines) or "no dumps yet"),
+                    title="Flight Recorder",
+                    title_align="left",
+                )
+            )
+    if snap.findings:
+        table = Table(title="findings", title_justify="left")
+        for col in ("severity", "id", "ranks", "title"):
+            table.add_column(col, overflow="fold")
+        for fd in snap.findings:
+            style = {"error": "bold red", "warning": "yellow"}.get(fd.severity, "")
+            table.add_row(
+                Text(fd.severity, style=style), fd.id, ", ".join(fd.ranks) or "-", fd.title
+            )
+        out.append(table)
+    out.extend(Text(f"partial: {reason}", style="yellow") for reason in snap.partial)
+    out.extend(Text(f"note: {note}", style="dim") for note in snap.notes)
+    if snap.elapsed_s is not None:
+        out.append(Text(f"taken in {snap.elapsed_s:.2f} s on {snap.host}", style="dim"))
+    return out
