@@ -33,7 +33,8 @@ def row(text: str, label: str) -> str:
 def test_header_names_framework_model_layout_and_span() -> None:
     out = render(story_analysis())
     lines = out.splitlines()
-    assert "sglang 0.5.6" in lines[0]
+    assert lines[0].rstrip() == "diag analyze"
+    assert lines[1].startswith("framework  sglang 0.5.6")
     assert "/models/moonshotai/Kimi-K2.5-INT4" in out
     assert "quantization compressed-tensors" in out
     assert "tp 8 · pp 1 · dp 1 · ep 1 · nodes 1" in out

@@ -1,11 +1,248 @@
-"""`diag analyze` (placeholder: the owning work item replaces this module)."""
+"""`diag analyze`: read logs, print where each rank stopped and why.
+
+``diag analyze [PATHS...]`` takes files, folders, globs and ``-`` (stdin);
+``--example`` analyses the built-in example log (the story of DESIGN.md). The result is
+rendered as the terminal view (default), ``--json`` / ``--format json`` (exactly the JSON,
+nothing else), ``--format markdown`` (for a GitHub issue) or ``--format perfetto`` (a
+trace for ui.perfetto.dev); ``--out FILE`` writes it to a file instead of stdout.
+
+Exit codes: 0 clean (no finding at or above ``--fail-on``), 1 findings at or above
+``--fail-on``, 2 usage or input error (raised as :class:`DiagError`, printed by cli.main).
+"""
 
 from __future__ import annotations
 
-import typer
+import contextlib
+import enum
+import importlib.resources
+import io
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Annotated
 
-__all__ = ["register"]
+import typer
+from rich.console import Console
+
+from diag.errors import EXIT_CLEAN, EXIT_FINDINGS, InputError
+from diag.model import SEVERITIES, Analysis, Finding
+
+__all__ = ["EXAMPLE_RESOURCE", "FailOn", "Format", "exit_code_for", "register", "render"]
+
+EXAMPLE_RESOURCE = "example.log"
+PIPE_WIDTH = 120  # the terminal view's width when stdout is a pipe or a file
+
+
+class Format(str, enum.Enum):
+    terminal = "terminal"
+    json = "json"
+    markdown = "markdown"
+    perfetto = "perfetto"
+
+
+class FailOn(str, enum.Enum):
+    error = "error"
+    warning = "warning"
+    info = "info"
+    none = "none"
+
+
+def exit_code_for(findings: Sequence[Finding], fail_on: str) -> int:
+    """1 when a finding is at or above ``fail_on`` (error > warning > info), else 0."""
+    if fail_on == "none":
+        return EXIT_CLEAN
+    threshold = [str(s) for s in SEVERITIES].index(fail_on)
+    hit = any(
+        f.severity in SEVERITIES and SEVERITIES.index(f.severity) <= threshold for f in findings
+    )
+    return EXIT_FINDINGS if hit else EXIT_CLEAN
+
+
+def render(analysis: Analysis, fmt: Format, *, width: int | None = None) -> str:
+    """The analysis rendered as text in the chosen format (no colour for terminal)."""
+    if fmt is Format.json:
+        from diag.report.json_out import render_json
+
+        return render_json(analysis) + "\n"
+    if fmt is Format.markdown:
+        from diag.report.markdown import render_markdown
+
+        return render_markdown(analysis)
+    if fmt is Format.perfetto:
+        from diag.report.perfetto import render_perfetto
+
+        return render_perfetto(analysis) + "\n"
+    from diag.report.terminal import render_terminal
+
+    buf = io.StringIO()
+    Console(file=buf, width=width or 120, color_system=None, highlight=False).print(
+        render_terminal(analysis)
+    )
+    return buf.getvalue()
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A transient rich progress bar on stderr, or None when it would be noise."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    with Progress(
+        TextColumn("reading logs"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("read", total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total or None)
+
+        yield update
+
+
+def _run_analysis(
+    paths: Sequence[str],
+    *,
+    example: bool,
+    year: int | None,
+    rules_dirs: Sequence[Path],
+    progress: Callable[[int, int], None] | None,
+) -> Analysis:
+    from diag.analyze import analyze
+
+    if example:
+        resource = importlib.resources.files("diag.data").joinpath(EXAMPLE_RESOURCE)
+        with importlib.resources.as_file(resource) as path:
+            return analyze([path], year=year, rules_dirs=rules_dirs, progress=progress)
+    return analyze(list(paths), year=year, rules_dirs=rules_dirs, progress=progress)
+
+
+def _write_out(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(
+            f"cannot write {path}: {exc.strerror or exc}",
+            help_text="Pass --out a path in a folder you can write to.",
+        ) from exc
+
+
+def _emit(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `diag analyze ... | head`: the reader left, that is fine
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def analyze_command(
+    paths: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Log files, folders, globs, .gz/.bz2/.xz files, or - for stdin.",
+            show_default=False,
+        ),
+    ] = None,
+    example: Annotated[
+        bool, typer.Option("--example", help="Analyse the built-in example log (the story).")
+    ] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the JSON result and nothing else.")
+    ] = False,
+    fmt: Annotated[
+        Format | None,
+        typer.Option(
+            "--format",
+            "-f",
+            help="terminal (default), json, markdown (GitHub issue) or perfetto (trace).",
+            case_sensitive=False,
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Write the rendering to this file.", dir_okay=False),
+    ] = None,
+    year: Annotated[
+        int | None,
+        typer.Option("--year", help="Year for log time stamps that have none (vLLM).", min=1970),
+    ] = None,
+    rules: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--rules",
+            help="A folder of extra rule files (repeatable).",
+            exists=True,
+            file_okay=False,
+        ),
+    ] = None,
+    fail_on: Annotated[
+        FailOn,
+        typer.Option(
+            "--fail-on",
+            help="Exit 1 when a finding at or above this severity is reported.",
+            case_sensitive=False,
+        ),
+    ] = FailOn.none,
+    width: Annotated[
+        int | None,
+        typer.Option(
+            "--width", help="Width of the terminal view (default: the terminal's).", min=40
+        ),
+    ] = None,
+) -> None:
+    """Read multi-rank SGLang / vLLM logs: per-rank startup timeline and findings."""
+    paths = list(paths or [])
+    if json_out and fmt not in (None, Format.json):
+        raise typer.BadParameter(
+            "--json and --format disagree; pass one of them", param_hint="--json"
+        )
+    chosen = Format.json if json_out else (fmt or Format.terminal)
+    if example and paths:
+        raise typer.BadParameter("pass either --example or PATHS, not both", param_hint="--example")
+    if not example and not paths:
+        raise InputError(
+            "no input: pass a log file, a folder, - for stdin, or --example",
+            help_text="Try `diag analyze --example`, or `diag analyze server.log`.",
+        )
+    show_progress = chosen is not Format.json and sys.stderr.isatty()
+    with _progress(show_progress) as progress:
+        analysis = _run_analysis(
+            paths, example=example, year=year, rules_dirs=list(rules or []), progress=progress
+        )
+    code = exit_code_for(analysis.findings, fail_on.value)
+    if out is not None:
+        _write_out(out, render(analysis, chosen, width=width))
+        if sys.stderr.isatty():
+            Console(stderr=True, highlight=False).print(f"wrote {chosen.value} report to {out}")
+    elif chosen is Format.terminal:
+        from diag.report.terminal import render_terminal
+
+        piped = not sys.stdout.isatty()
+        console = Console(highlight=False, width=width or (PIPE_WIDTH if piped else None))
+        try:
+            console.print(render_terminal(analysis))
+        except BrokenPipeError:
+            _emit("")
+    else:
+        _emit(render(analysis, chosen))
+    if code:
+        raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("analyze", no_args_is_help=False)(analyze_command)

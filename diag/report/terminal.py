@@ -13,6 +13,7 @@ import datetime as dt
 from collections.abc import Iterable
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -71,6 +72,7 @@ GAP_CHAR = "·"
 SILENT_CHAR = "░"
 MAX_GANTT_ROWS = 64
 MAX_EVIDENCE = 3
+MAX_MESSAGE_LINES = 3
 SILENCE_ALERT_S = 60.0  # silence at the end worth colouring red (before `listening`)
 
 
@@ -90,11 +92,10 @@ def _header(a: Analysis) -> RenderableType:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
-    fw = a.framework if a.framework else "unknown"
-    title = Text.assemble(("diag analyze", "bold"), "  ", (fw, "bold cyan"))
+    fw = Text(a.framework or "unknown", style="bold cyan")
     if a.version:
-        title.append(f" {a.version}", style="cyan")
-    grid.add_row("framework", title)
+        fw.append(f" {a.version}", style="cyan")
+    grid.add_row("framework", fw)
     name = model_name(a.config)
     if name:
         model = Text(name)
@@ -131,7 +132,7 @@ def _header(a: Analysis) -> RenderableType:
     if last is not None and not _listening_reached(last):
         verdict.append("  (the server never reached `listening`)", style="dim")
     grid.add_row("reached", verdict)
-    return grid
+    return Group(Text("diag analyze", style="bold underline"), grid)
 
 
 # ---------------------------------------------------------------------------
@@ -389,8 +390,7 @@ def _ranks_summary(a: Analysis) -> RenderableType | None:
     return Group(*lines) if lines else None
 
 
-def _finding_view(f: Finding, all_ranks: list[str], width: int) -> RenderableType:
-    parts: list[RenderableType] = []
+def _finding_view(f: Finding, all_ranks: list[str]) -> RenderableType:
     head = Text()
     head.append(f" {f.severity.upper()} ", style=SEVERITY_STYLES.get(f.severity, "bold"))
     head.append(f" {f.id}", style="bold")
@@ -399,21 +399,20 @@ def _finding_view(f: Finding, all_ranks: list[str], width: int) -> RenderableTyp
     ranks = collapse_ranks(f.ranks, all_ranks)
     if ranks:
         head.append(f"  [{ranks}]", style="cyan")
-    parts.append(head)
-    indent = "    "
+    body: list[RenderableType] = []
     if f.role == "cascade":
-        parts.append(
+        body.append(
             Text(
-                f"{indent}cascade of {f.cascade_of or 'another finding'}: "
+                f"cascade of {f.cascade_of or 'another finding'}: "
                 "likely a consequence, not the cause",
                 style="dim italic",
             )
         )
-    message = f.message or f.summary
+    message = _clip(f.message or f.summary)
     if message:
-        parts.append(Text(indent + message))
+        body.append(Text(message))
     for ev in f.evidence[:MAX_EVIDENCE]:
-        line = Text(indent)
+        line = Text()
         line.append(f"{_short_source(ev.source)}:{ev.line}", style="dim")
         if ev.rank:
             line.append(f"  {ev.rank}", style="cyan")
@@ -422,20 +421,28 @@ def _finding_view(f: Finding, all_ranks: list[str], width: int) -> RenderableTyp
         line.append("  " + (ev.text.splitlines()[0] if ev.text else ""))
         line.no_wrap = True
         line.overflow = "ellipsis"
-        parts.append(line)
+        body.append(line)
     total = max(f.evidence_total, len(f.evidence))
     hidden = total - min(len(f.evidence), MAX_EVIDENCE)
     if hidden > 0:
-        parts.append(Text(f"{indent}… {hidden} more", style="dim"))
+        body.append(Text(f"… {hidden} more", style="dim"))
     for label, value in (("why", f.why), ("remedy", f.remedy), ("caveat", f.caveat)):
         if value:
-            t = Text(indent)
+            t = Text()
             t.append(f"{label}: ", style="bold")
-            t.append(value.strip())
-            parts.append(t)
+            t.append(" ".join(value.split()))
+            body.append(t)
     if f.references:
-        parts.append(Text(indent + "see " + " ".join(f.references), style="dim"))
-    return Group(*parts)
+        body.append(Text("see " + " ".join(f.references), style="dim"))
+    return Group(head, Padding(Group(*body), (0, 0, 0, 4), expand=False))
+
+
+def _clip(message: str, limit: int = MAX_MESSAGE_LINES) -> str:
+    """The first lines of a finding's message (tracebacks belong in the evidence)."""
+    lines = [x.rstrip() for x in message.strip().splitlines() if x.strip()]
+    if len(lines) <= limit:
+        return "\n".join(lines)
+    return "\n".join([*lines[:limit], f"… ({len(lines) - limit} more lines)"])
 
 
 def _short_source(source: str) -> str:
@@ -505,7 +512,7 @@ def render_terminal(analysis: Analysis) -> RenderableType:
         head.append("  " + ", ".join(f"{n} {s}" for s, n in counts.items() if n), style="dim")
         parts.append(head)
         for f in findings:
-            parts.append(_finding_view(f, all_ranks, 0))
+            parts.append(_finding_view(f, all_ranks))
     else:
         parts.append(Text("No findings.", style="bold green" if a.rules_checked else "dim"))
     if a.stack_groups or a.stack_processes:
