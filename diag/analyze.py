@@ -10,10 +10,12 @@ each serving stream) come from the bulk without building Python objects for it.
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from diag.errors import InputError
 from diag.model import Analysis, Event, RankId, Record
@@ -271,7 +273,11 @@ def _attribute(drafts: Sequence[Draft], framework: str, config: dict[str, object
     v0 = framework == "vllm" and any(
         p in ("VllmWorkerProcess", "RayWorkerWrapper", "RayWorkerVllm") for p in procs
     )
-    v1 = any(p and p.startswith(("EngineCore", "APIServer", "VllmWorker", "Worker")) for p in procs)
+    v1 = any(
+        p.startswith(("EngineCore", "APIServer", "VllmWorker", "Worker"))
+        and p != "VllmWorkerProcess"
+        for p in procs
+    )
     if v0 and not v1:
         worker_pids = sorted(
             {d.p.pid for d in drafts if d.p.process == "VllmWorkerProcess" and d.p.pid}
@@ -331,15 +337,30 @@ def _finish(
         ev = cat.match(r)
         if ev is not None:
             events.append(ev)
+    notes = list(col.notes)
+    if not events and records:
+        # The server ran (it logged) but no line marks a phase: it got as far as launch.
+        first = records[0]
+        events.append(
+            Event(
+                source=first.source,
+                line=first.line,
+                ts=first.ts,
+                rank=None,
+                phase="launch",
+                kind="mark",
+                pattern="fallback.logged",
+                message=first.message[:500],
+                fields={"reason": "no phase marker in the log; the process had started"},
+            )
+        )
+        notes.append("no line marks a startup phase: last phase taken as launch")
     stats = _rank_stats(records, bulk_stats)
     log_end = _log_end(records, stats)
     ranks, global_phases = build_timelines(events, stats, log_end)
     seen = [t.rank for t in ranks]
     expected = expected_ranks(config, seen)
     missing = missing_ranks(expected, seen)
-    if not ranks and events and framework != "unknown":
-        pass
-    notes = list(col.notes)
     analysis = Analysis(
         sources=tuple(s.name for s in sources),
         framework=framework,
@@ -413,10 +434,10 @@ def _post(analysis: Analysis, records: list[Record], rules_dirs: Sequence[Path])
     processes = extract_stack_processes(records)
     groups: list[object] = []
     try:
-        from diag.stacks import merge as stack_merge  # type: ignore[attr-defined]
+        stack_merge: Any = importlib.import_module("diag.stacks.merge")
     except ImportError:
         stack_merge = None
-    if stack_merge is not None and processes:
+    if stack_merge is not None and processes and hasattr(stack_merge, "group_stacks"):
         groups = list(stack_merge.group_stacks(processes))
     analysis = dataclasses.replace(
         analysis,

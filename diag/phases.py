@@ -41,7 +41,7 @@ class PhaseEntry:
     framework: str
     source: str
     version: str
-    where: str = "message"  # message | text (message plus continuation lines)
+    where: str = "message"  # message | text (plus continuation lines) | raw (the whole line)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +71,7 @@ def _entry(raw: dict[str, Any], where_from: str) -> PhaseEntry:
     if raw["framework"] not in _FRAMEWORKS:
         raise DiagError(f"{where_from}: phase entry {ident}: bad framework {raw['framework']!r}")
     where = raw.get("where", "message")
-    if where not in ("message", "text"):
+    if where not in ("message", "text", "raw"):
         raise DiagError(f"{where_from}: phase entry {ident}: bad where {where!r}")
     try:
         rx = re.compile(str(raw["regex"]))
@@ -98,7 +98,7 @@ def parse_catalogue(text: str, where_from: str = "phases.yaml") -> Catalogue:
     if len(set(ids)) != len(ids):
         raise DiagError(f"{where_from}: duplicate entry ids")
     msg = [_anon(e.regex.pattern) for e in entries if e.where == "message"]
-    txt = [_anon(e.regex.pattern) for e in entries if e.where == "text"]
+    txt = [_anon(e.regex.pattern) for e in entries if e.where != "message"]
     return Catalogue(
         entries=entries,
         any_message=re.compile("|".join(f"(?:{p})" for p in msg)),
@@ -140,13 +140,14 @@ def match_record(cat: Catalogue, record: Record) -> Event | None:
             m = e.regex.search(msg)
             if m:
                 return _event(record, e, m)
-    if record.continuation and cat.any_text is not None:
+    if cat.any_text is not None:
         text = record.text
-        if cat.any_text.search(text):
+        raw = record.raw or msg
+        if cat.any_text.search(text) or cat.any_text.search(raw):
             for e in cat.entries:
-                if e.where != "text":
+                if e.where == "message":
                     continue
-                m = e.regex.search(text)
+                m = e.regex.search(text if e.where == "text" else raw)
                 if m:
                     return _event(record, e, m)
     return None

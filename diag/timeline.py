@@ -154,18 +154,37 @@ def build_timelines(
     return tuple(out), build_intervals(glob)
 
 
+BEHIND_MIN_S = 120.0  # a rank behind in phase must also have been quiet this long
+QUIET_MIN_S = 300.0  # a rank in the same phase counts as stuck when quiet this much longer
+
+
 def stragglers(timelines: Sequence[RankTimeline]) -> tuple[RankId, ...]:
-    """Ranks whose last phase is behind the one most ranks reached."""
-    known = [(t.rank, phase_index(t.last_phase)) for t in timelines if t.last_phase is not None]
+    """Ranks that fell behind the others.
+
+    Either its last phase is earlier than the one most ranks reached while the others
+    kept logging for at least :data:`BEHIND_MIN_S` after it went quiet, or it is in the
+    same phase but went quiet :data:`QUIET_MIN_S` before another rank's last line. Where
+    timestamps are missing the phase alone decides."""
+    known = [t for t in timelines if t.last_phase is not None]
     if len(known) < 2:
         return ()
-    counts = Counter(i for _, i in known)
+    counts = Counter(phase_index(t.last_phase) for t in known)
     top = max(counts.values())
     # the majority phase; on a tie the furthest of the tied phases
     majority = max(i for i, c in counts.items() if c == top)
-    if top * 2 <= len(known) and len(counts) > 2:
-        return ()  # no majority: ranks are spread out, nobody is "behind the others"
-    return tuple(r for r, i in known if i < majority)
+    spread = top * 2 <= len(known) and len(counts) > 2
+    silences = [t.silent_s for t in known if t.silent_s is not None]
+    floor = min(silences) if silences else None
+    out: list[RankId] = []
+    for t in known:
+        idx = phase_index(t.last_phase)
+        quiet = None if (t.silent_s is None or floor is None) else t.silent_s - floor
+        if idx < majority and not spread:
+            if quiet is None or quiet >= BEHIND_MIN_S:
+                out.append(t.rank)
+        elif quiet is not None and quiet >= QUIET_MIN_S and idx <= majority:
+            out.append(t.rank)
+    return tuple(out)
 
 
 def expected_ranks(config: Mapping[str, object], seen: Sequence[RankId] = ()) -> tuple[RankId, ...]:
