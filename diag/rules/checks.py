@@ -1,0 +1,547 @@
+"""Named aggregate checks: what a rule cannot say from one line.
+
+A YAML rule names one of these with ``check: <name>``; it gets a :class:`CheckContext`
+(the analysis, the records, the rule's own pattern hits if it has a ``match``, the
+findings fired so far and the rule's ``params``) and returns a :class:`CheckOutcome` or
+None. Checks run in the order of :data:`CHECKS`, so a later check can see an earlier one
+(``no_listen_port`` sees ``startup.stalled``; ``stalled`` sees every error).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import regex
+
+from diag.model import (
+    Analysis,
+    Evidence,
+    Finding,
+    RankId,
+    RankTimeline,
+    Record,
+    Severity,
+    phase_index,
+)
+from diag.rules import specdec
+
+__all__ = [
+    "CHECKS",
+    "NOT_AN_EXPLANATION",
+    "CheckContext",
+    "CheckOutcome",
+    "Hit",
+    "StallFacts",
+    "Progress",
+    "fmt_duration",
+    "parse_progress",
+    "stall_facts",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One line a rule pattern matched (or a check chose as evidence)."""
+
+    source: str
+    line: int
+    text: str
+    rank: RankId | None = None
+    ts: dt.datetime | None = None
+    groups: Mapping[str, str] = field(default_factory=dict)
+    level: str | None = None
+
+    def evidence(self) -> Evidence:
+        return Evidence(
+            source=self.source,
+            line=self.line,
+            text=self.text[:400],
+            rank=self.rank.label if self.rank is not None else None,
+            ts=self.ts,
+        )
+
+    @classmethod
+    def of(cls, rec: Record) -> Hit:
+        return cls(rec.source, rec.line, rec.message.strip(), rec.rank, rec.ts, {}, rec.level)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckContext:
+    analysis: Analysis
+    records: Sequence[Record]
+    hits: tuple[Hit, ...]
+    fired: Mapping[str, Finding]
+    params: Mapping[str, object]
+
+    def param(self, name: str, default: float) -> float:
+        value = self.params.get(name, default)
+        return float(value) if isinstance(value, (int, float)) else default
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOutcome:
+    message: str
+    hits: tuple[Hit, ...] = ()
+    ranks: tuple[str, ...] = ()
+    severity: Severity | None = None  # overrides the rule's severity when set
+
+
+# Findings that do not explain a stop: they describe it or are side facts.
+NOT_AN_EXPLANATION = frozenset(
+    {
+        "startup.stalled",
+        "startup.no_listen_port",
+        "rank.missing",
+        "rank.straggler",
+        "dist.init_hang",
+        "weights.slow_load",
+        "specdec.low_acceptance",
+    }
+)
+
+
+def fmt_duration(seconds: float) -> str:
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        m, sec = divmod(s, 60)
+        return f"{m} min {sec} s" if sec and m < 10 else f"{m} min"
+    h, rem = divmod(s, 3600)
+    return f"{h} h {rem // 60} min"
+
+
+def _hms(ts: dt.datetime | None) -> str:
+    return ts.strftime("%H:%M:%S") if ts is not None else "?"
+
+
+# ---------------------------------------------------------------------------
+# progress bars (tqdm) and the end of the log
+
+_BAR = regex.compile(
+    r"(?P<label>[A-Za-z][^|:\n]{0,80}?)?:?\s*(?:\d{1,3}%\s*(?:Completed\s*)?\|[^|\n]*\|?\s*)?"
+    r"(?P<done>\d+)/(?P<total>\d+)\s*\[(?P<elapsed>[\d:]+)<(?P<left>[^,\]]*),\s*"
+    r"(?P<rate>[\d.]+|\?)\s*(?P<unit>s/it|it/s)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    source: str
+    line: int
+    label: str
+    done: int
+    total: int
+    elapsed_s: float | None
+    s_per_it: float | None
+    rec: Record
+
+    @property
+    def is_shards(self) -> bool:
+        low = self.label.lower()
+        return "shard" in low or "checkpoint" in low
+
+
+def _clock(text: str) -> float | None:
+    try:
+        parts = [int(p) for p in text.split(":")]
+    except ValueError:
+        return None
+    total = 0
+    for p in parts:
+        total = total * 60 + p
+    return float(total)
+
+
+def parse_progress(rec: Record) -> list[Progress]:
+    """Every tqdm update in a record (bars glued together are separate updates)."""
+    text = rec.message
+    if "it]" not in text and "/it" not in text and "it/s" not in text:
+        return []
+    out: list[Progress] = []
+    for m in _BAR.finditer(text, timeout=0.05):
+        rate = m.group("rate")
+        s_per_it: float | None = None
+        if rate != "?":
+            value = float(rate)
+            if m.group("unit") == "s/it":
+                s_per_it = value
+            elif value > 0:
+                s_per_it = 1.0 / value
+        out.append(
+            Progress(
+                source=rec.source,
+                line=rec.line,
+                label=(m.group("label") or "").strip(),
+                done=int(m.group("done")),
+                total=int(m.group("total")),
+                elapsed_s=_clock(m.group("elapsed")),
+                s_per_it=s_per_it,
+                rec=rec,
+            )
+        )
+    return out
+
+
+def _last_line(analysis: Analysis, records: Sequence[Record], source: str) -> int:
+    lines = [r.line for r in records if r.source == source]
+    lines += [e.line for e in analysis.events if e.source == source]
+    return max(lines, default=0)
+
+
+def _ends_in_progress(analysis: Analysis, records: Sequence[Record]) -> Progress | None:
+    """The progress bar the log ends on, when it was still advancing (done > 0)."""
+    progress = [p for rec in records for p in parse_progress(rec)]
+    if not progress:
+        return None
+    last_source = records[-1].source if records else progress[-1].source
+    bars = [p for p in progress if p.source == last_source]
+    if not bars:
+        return None
+    last = max(bars, key=lambda p: p.line)
+    if last.line < _last_line(analysis, records, last_source):
+        return None
+    return last if last.done > 0 else None
+
+
+def _error_explains(fired: Mapping[str, Finding]) -> list[Finding]:
+    return [
+        f for f in fired.values() if f.severity == "error" and f.id not in NOT_AN_EXPLANATION
+    ]
+
+
+# ---------------------------------------------------------------------------
+# startup stalls
+
+
+@dataclass(frozen=True, slots=True)
+class StallFacts:
+    phase: str | None  # furthest phase any rank reached
+    by_phase: Mapping[str, tuple[RankTimeline, ...]]
+    last_ts: dt.datetime | None  # last timestamp of any rank line
+    gap_s: float | None  # log end minus last_ts (silence while the log went on)
+    hits: tuple[Hit, ...]
+
+
+def _rank_hit(analysis: Analysis, rank: RankTimeline, records: Sequence[Record]) -> Hit | None:
+    """The last line of a rank: from its records, else from its last phase interval."""
+    mine = [r for r in records if r.rank == rank.rank]
+    if mine:
+        return Hit.of(max(mine, key=lambda r: (r.source, r.line)))
+    ivs = [iv for iv in rank.phases if iv.phase == rank.last_phase]
+    if ivs:
+        iv = ivs[-1]
+        evs = [
+            e
+            for e in analysis.events
+            if e.rank == rank.rank and e.source == iv.source and e.line == iv.last_line
+        ]
+        text = evs[0].message if evs else f"(last line of {iv.phase})"
+        return Hit(iv.source, iv.last_line, text, rank.rank, iv.end or iv.start)
+    return None
+
+
+def stall_facts(
+    analysis: Analysis, records: Sequence[Record], fired: Mapping[str, Finding]
+) -> StallFacts | None:
+    """The log stops before `listening` with no error to explain it; None otherwise."""
+    last = analysis.last_phase
+    if last is not None and phase_index(last) >= phase_index("listening"):
+        return None
+    if _error_explains(fired):
+        return None
+    if not analysis.ranks and not analysis.events and not analysis.global_phases:
+        return None  # nothing known about startup at all: no claim
+    if _ends_in_progress(analysis, records) is not None:
+        return None
+    ranks = tuple(r for r in analysis.ranks if r.line_count > 0 or r.phases)
+    by_phase: dict[str, list[RankTimeline]] = {}
+    for r in ranks:
+        by_phase.setdefault(r.last_phase or "launch", []).append(r)
+    times = [r.last_ts for r in ranks if r.last_ts is not None]
+    if not times:
+        times = [e.ts for e in analysis.events if e.ts is not None]
+    last_ts = max(times, default=None)
+    gap: float | None = None
+    if last_ts is not None and analysis.log_end is not None:
+        gap = max(0.0, (analysis.log_end - last_ts).total_seconds())
+    hits: list[Hit] = []
+    for r in sorted(ranks, key=lambda r: r.rank.sort_key):
+        h = _rank_hit(analysis, r, records)
+        if h is not None:
+            hits.append(h)
+    if not hits:
+        evs = sorted(analysis.events, key=lambda e: (e.source, e.line))
+        if evs:
+            e = evs[-1]
+            hits.append(Hit(e.source, e.line, e.message, e.rank, e.ts))
+    return StallFacts(
+        phase=last,
+        by_phase={k: tuple(v) for k, v in by_phase.items()},
+        last_ts=last_ts,
+        gap_s=gap,
+        hits=tuple(hits),
+    )
+
+
+def _ranks_phrase(facts: StallFacts) -> str:
+    total = sum(len(v) for v in facts.by_phase.values())
+    if total == 0:
+        return f"the log reached {facts.phase or 'no known phase'}"
+    if len(facts.by_phase) == 1:
+        phase = next(iter(facts.by_phase))
+        who = "the only rank" if total == 1 else f"every rank ({total})"
+        return f"{who} reached {phase}"
+    parts = []
+    for phase in sorted(facts.by_phase, key=phase_index, reverse=True):
+        members = facts.by_phase[phase]
+        labels = ", ".join(r.rank.label for r in members[:4])
+        if len(members) > 4:
+            labels = f"{len(members)} ranks"
+        parts.append(f"{phase} ({labels})")
+    return "ranks stopped at " + "; ".join(parts)
+
+
+def _check_stalled(ctx: CheckContext) -> CheckOutcome | None:
+    facts = stall_facts(ctx.analysis, ctx.records, ctx.fired)
+    if facts is None:
+        return None
+    min_gap = ctx.param("min_gap_s", 60.0)
+    head = _ranks_phrase(facts)
+    when = f" at {_hms(facts.last_ts)}" if facts.last_ts else ""
+    if facts.gap_s is not None and facts.gap_s >= min_gap:
+        tail = (
+            f", then 0 lines from any rank for {fmt_duration(facts.gap_s)} while the log "
+            f"went on to {_hms(ctx.analysis.log_end)}"
+        )
+    elif facts.gap_s is not None:
+        tail = f"; the log ends {fmt_duration(facts.gap_s)} after that line"
+    else:
+        tail = "; the log ends there (no timestamps to measure the silence)"
+    message = (
+        f"{head}{when}{tail}; no rank reached listening and no error explains the stop"
+    )
+    return CheckOutcome(message=message, hits=facts.hits)
+
+
+def _check_dist_init_hang(ctx: CheckContext) -> CheckOutcome | None:
+    if ctx.hits:
+        first = ctx.hits[0]
+        return CheckOutcome(
+            message=f"distributed init timed out: {first.text[:300]}", hits=ctx.hits
+        )
+    facts = stall_facts(ctx.analysis, ctx.records, ctx.fired)
+    if facts is None or facts.phase != "dist_init":
+        return None
+    nccl = [
+        Hit.of(r)
+        for r in ctx.records
+        if "nccl" in r.message.lower() or "world_size=" in r.message
+    ][-3:]
+    return CheckOutcome(
+        message=(
+            f"{_ranks_phrase(facts)} (distributed init) and got no further"
+            f"{' by ' + _hms(facts.last_ts) if facts.last_ts else ''}: the process group "
+            "or NCCL communicator setup never completed"
+        ),
+        hits=facts.hits + tuple(nccl),
+    )
+
+
+def _check_no_listen_port(ctx: CheckContext) -> CheckOutcome | None:
+    bind = [h for h in ctx.hits if "bind" in h.text.lower() or "in use" in h.text.lower()]
+    if bind:
+        return CheckOutcome(
+            message=f"the HTTP server could not bind its port: {bind[0].text[:200]}",
+            hits=tuple(bind),
+            severity="error",
+        )
+    if ctx.hits:
+        first, last = ctx.hits[0], ctx.hits[-1]
+        span = ""
+        if first.ts and last.ts and last.ts > first.ts:
+            span = f" over {fmt_duration((last.ts - first.ts).total_seconds())}"
+        return CheckOutcome(
+            message=(
+                f"a client waited for the server {len(ctx.hits)} times{span} and it never "
+                f"answered; the log never reaches listening (last phase "
+                f"{ctx.analysis.last_phase or 'unknown'})"
+            ),
+            hits=ctx.hits,
+        )
+    stalled = ctx.fired.get("startup.stalled")
+    if stalled is None:
+        return None
+    return CheckOutcome(
+        message=(
+            f"the log never reaches listening (last phase {ctx.analysis.last_phase or 'unknown'})"
+            ": no HTTP port was opened while it was written"
+        ),
+        hits=tuple(
+            Hit(e.source, e.line, e.text, None, e.ts) for e in stalled.evidence[-1:]
+        ),
+    )
+
+
+def _check_error_ends_log(ctx: CheckContext) -> CheckOutcome | None:
+    """The log's last line is an ERROR line and nothing else explains it: the run
+    ended in an error whose traceback the excerpt cut off."""
+    if _error_explains(ctx.fired) or not ctx.records:
+        return None
+    last = max(ctx.records, key=lambda r: r.line)
+    source_last = [r for r in ctx.records if r.source == last.source]
+    last = max(source_last, key=lambda r: r.line)
+    if last.line < _last_line(ctx.analysis, ctx.records, last.source):
+        return None
+    level = (last.level or "").upper()
+    if level not in ("ERROR", "CRITICAL", "FATAL"):
+        raw = last.raw or last.message
+        if not regex.search(r"(?:^|\s)(?:ERROR|CRITICAL|FATAL)\s", raw[:80]):
+            return None
+    return CheckOutcome(
+        message=f"the log ends on an ERROR line with its traceback cut off: {last.message[:200]}",
+        hits=(Hit.of(last),),
+    )
+
+
+# ---------------------------------------------------------------------------
+# weights, spec decode, ranks
+
+_LOAD_TOOK = regex.compile(
+    r"(?:Loading weights took|Model loading took [\d.]+ ?GiB and|Load weight end\..*?elapsed=)"
+    r"\s*(?P<s>[\d.]+) ?(?:s\b|seconds|sec)",
+    regex.IGNORECASE,
+)
+
+
+def _check_slow_load(ctx: CheckContext) -> CheckOutcome | None:
+    max_rate = ctx.param("max_s_per_shard", 15.0)
+    max_total = ctx.param("max_load_s", 600.0)
+    shards = [p for rec in ctx.records for p in parse_progress(rec) if p.is_shards]
+    slow = [p for p in shards if p.s_per_it is not None and p.s_per_it >= max_rate]
+    took: list[tuple[float, Record]] = []
+    for rec in ctx.records:
+        m = _LOAD_TOOK.search(rec.message, timeout=0.05)
+        if m:
+            took.append((float(m.group("s")), rec))
+    long_loads = [(s, rec) for s, rec in took if s >= max_total]
+    if slow:
+        rates = sorted(p.s_per_it for p in slow if p.s_per_it is not None)
+        median = rates[len(rates) // 2]
+        last = max(shards, key=lambda p: (p.source, p.line, p.done))
+        total = last.total
+        eta = fmt_duration(median * total)
+        message = (
+            f"checkpoint shards load at {median:.1f} s per shard (limit {max_rate:g} s); "
+            f"{total} shards take ~{eta} at that pace; {last.done}/{total} done at the last "
+            f"progress line"
+        )
+        hits = tuple(Hit.of(p.rec) for p in slow[:3]) + (Hit.of(last.rec),)
+        return CheckOutcome(message=message, hits=hits)
+    if long_loads:
+        secs, rec = max(long_loads, key=lambda t: t[0])
+        return CheckOutcome(
+            message=f"weight loading took {fmt_duration(secs)} (limit {fmt_duration(max_total)})",
+            hits=tuple(Hit.of(r) for _, r in long_loads),
+        )
+    return None
+
+
+def _check_specdec(ctx: CheckContext) -> CheckOutcome | None:
+    cost = ctx.param("draft_cost", specdec.DEFAULT_DRAFT_COST)
+    summary = specdec.summarize(ctx.records, ctx.analysis.config, draft_cost=cost)
+    if summary is None:
+        return None
+    min_rate = ctx.param("min_rate_unknown_steps", 0.2)
+    low = summary.below_break_even
+    if summary.speedup is None:
+        low = (summary.rate is not None and summary.rate < min_rate) or (
+            summary.mean_len is not None and summary.mean_len < 1.0 + min_rate
+        )
+    if not low:
+        return None
+    parts = []
+    if summary.mean_len is not None:
+        parts.append(f"mean acceptance length {summary.mean_len:.2f} tokens/step")
+    if summary.rate is not None:
+        parts.append(f"draft acceptance rate {summary.rate * 100:.1f}%")
+    n = len(summary.reports)
+    text = ", ".join(parts) + f" over {n} report{'s' if n != 1 else ''}"
+    if summary.steps is not None and summary.speedup is not None:
+        text += (
+            f"; with {summary.steps} draft steps ({summary.steps_source}) break-even is "
+            f"{summary.break_even_len:.2f} tokens/step, so decoding runs at about "
+            f"{summary.speedup:.2f}x the speed of no speculation (draft cost {cost:g})"
+        )
+    else:
+        text += "; draft steps unknown, but acceptance this low cannot pay for drafting"
+    reports = summary.reports
+    chosen = list(reports[:2]) + ([reports[-1]] if len(reports) > 2 else [])
+    hits = tuple(Hit(r.source, r.line, r.text, r.rank, r.ts) for r in chosen)
+    return CheckOutcome(message=text, hits=hits)
+
+
+def _present(analysis: Analysis) -> list[RankTimeline]:
+    return [r for r in analysis.ranks if not r.inferred and r.line_count > 0]
+
+
+def _check_missing(ctx: CheckContext) -> CheckOutcome | None:
+    missing = ctx.analysis.missing_ranks
+    present = _present(ctx.analysis)
+    if not missing or not present:
+        return None
+    min_lines = ctx.param("min_lines_per_rank", 5.0)
+    if min(r.line_count for r in present) < min_lines:
+        return None  # too little per rank to tell absence from an excerpt's cut
+    labels = ", ".join(r.label for r in missing[:8])
+    if len(missing) > 8:
+        labels += f" and {len(missing) - 8} more"
+    expected = len(ctx.analysis.expected_ranks)
+    message = (
+        f"{labels} never logged a line; {len(present)} of {expected} expected ranks did "
+        f"(each at least {min(r.line_count for r in present)} lines)"
+    )
+    hits = tuple(
+        h
+        for r in present[:2]
+        if (h := _rank_hit(ctx.analysis, r, ctx.records)) is not None
+    )
+    return CheckOutcome(message=message, hits=hits, ranks=tuple(r.label for r in missing))
+
+
+def _check_straggler(ctx: CheckContext) -> CheckOutcome | None:
+    slow = set(ctx.analysis.stragglers)
+    if not slow:
+        return None
+    ranks = {r.rank: r for r in ctx.analysis.ranks}
+    behind = [ranks[r] for r in sorted(slow, key=lambda r: r.sort_key) if r in ranks]
+    ahead = [r for r in ctx.analysis.ranks if r.rank not in slow]
+    if not behind or not ahead:
+        return None
+    ahead_phase = Counter(r.last_phase for r in ahead).most_common(1)[0][0]
+    where = Counter(r.last_phase for r in behind)
+    desc = "; ".join(
+        f"{', '.join(r.rank.label for r in behind if r.last_phase == ph)} at {ph}"
+        for ph, _ in where.most_common()
+    )
+    message = (
+        f"{desc} while {len(ahead)} other rank{'s' if len(ahead) != 1 else ''} reached "
+        f"{ahead_phase}"
+    )
+    hits = tuple(h for r in behind if (h := _rank_hit(ctx.analysis, r, ctx.records)))
+    return CheckOutcome(message=message, hits=hits, ranks=tuple(r.rank.label for r in behind))
+
+
+CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
+    "specdec_acceptance": _check_specdec,
+    "slow_weight_load": _check_slow_load,
+    "rank_missing": _check_missing,
+    "rank_straggler": _check_straggler,
+    "error_ends_log": _check_error_ends_log,
+    "dist_init_hang": _check_dist_init_hang,
+    "stalled": _check_stalled,
+    "no_listen_port": _check_no_listen_port,
+}

@@ -1,0 +1,324 @@
+"""Run rules over an analysis: pattern rules over records, check rules over aggregates.
+
+Flow: each record's text (message plus continuation lines) is tested line by line
+against every pattern rule whose needles it contains, within the rule's level, phase and
+framework limits (regexes run with a timeout). Hits group per rule into one finding:
+ranks collapsed, a few evidence lines and the total. Check rules then run in the order of
+:data:`diag.rules.checks.CHECKS`, seeing the findings so far. Finally cascades are tied to
+the root they follow, and findings are sorted by severity, then time.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import regex
+
+from diag.model import SEVERITIES, Analysis, Event, Evidence, Finding, RankId, Record
+from diag.rules.checks import CHECKS, CheckContext, CheckOutcome, Hit
+from diag.rules.loader import Rule
+
+__all__ = [
+    "MAX_EVIDENCE",
+    "evaluate",
+    "hits_for_line",
+    "outcome_finding",
+    "render_message",
+    "sort_findings",
+]
+
+MAX_EVIDENCE = 5
+_MAX_TEXT = 400
+_MAX_TIMEOUTS = 3  # a pattern that times out this often is dropped for the run
+_FIELD = regex.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class _PhaseAt:
+    """The phase in force at a (source, line): the latest event at or before it."""
+
+    def __init__(self, events: Sequence[Event]) -> None:
+        per_source: dict[str, list[tuple[int, str]]] = {}
+        for ev in events:
+            per_source.setdefault(ev.source, []).append((ev.line, ev.phase))
+        self._lines: dict[str, list[int]] = {}
+        self._phases: dict[str, list[str]] = {}
+        for source, items in per_source.items():
+            items.sort()
+            self._lines[source] = [line for line, _ in items]
+            self._phases[source] = [phase for _, phase in items]
+
+    def __call__(self, source: str, line: int) -> str | None:
+        lines = self._lines.get(source)
+        if not lines:
+            return None
+        i = bisect.bisect_right(lines, line) - 1
+        return self._phases[source][i] if i >= 0 else None
+
+
+def _logger_name(rec: Record) -> str:
+    name = (rec.logger_file or "").split(":", 1)[0]
+    return name.rsplit("/", 1)[-1]
+
+
+def hits_for_line(rule: Rule, line: str) -> list[Any]:
+    """Matches of a pattern rule on one line of text, ignoring record limits (used by
+    the example runner, so examples test exactly what the engine tests)."""
+    if rule.match is None:
+        return []
+    low = line.lower()
+    if not any(n in low for n in rule.needles):
+        return []
+    m = rule.match.search(line)
+    return [] if m is None else [m]
+
+
+def _scan(
+    rules: Sequence[Rule],
+    records: Sequence[Record],
+    framework: str,
+    phase_at: _PhaseAt,
+    notes: list[str],
+) -> dict[str, list[Hit]]:
+    active = [r for r in rules if r.match is not None and r.applies_to(framework)]
+    hits: dict[str, list[Hit]] = {r.id: [] for r in active}
+    timeouts: dict[str, int] = {}
+    for rec in records:
+        text = rec.text
+        low = text.lower()
+        level = (rec.level or "").upper()
+        phase: str | None = None
+        phase_known = False
+        for rule in active:
+            spec = rule.match
+            assert spec is not None
+            if not any(n in low for n in rule.needles):
+                continue
+            if spec.levels and level not in spec.levels:
+                continue
+            if spec.loggers and _logger_name(rec) not in spec.loggers:
+                continue
+            if (
+                spec.frameworks
+                and framework in ("sglang", "vllm")
+                and framework not in spec.frameworks
+            ):
+                continue
+            if spec.phases:
+                if not phase_known:
+                    phase = phase_at(rec.source, rec.line)
+                    phase_known = True
+                if phase not in spec.phases:
+                    continue
+            if timeouts.get(rule.id, 0) >= _MAX_TIMEOUTS:
+                continue
+            lines = text.split("\n") if rec.continuation else [text]
+            for i, line in enumerate(lines):
+                if len(lines) > 1 and not any(n in line.lower() for n in rule.needles):
+                    continue
+                try:
+                    m = spec.search(line)
+                except TimeoutError:
+                    timeouts[rule.id] = timeouts.get(rule.id, 0) + 1
+                    if timeouts[rule.id] == _MAX_TIMEOUTS:
+                        notes.append(
+                            f"rule {rule.id}: pattern timed out {_MAX_TIMEOUTS} times "
+                            f"(last at {rec.source}:{rec.line + i}); rule skipped for the rest"
+                        )
+                    break
+                if m is None:
+                    continue
+                groups = {k: v for k, v in m.groupdict().items() if v is not None}
+                for n, value in enumerate(m.groups(), start=1):
+                    if value is not None:
+                        groups.setdefault(f"g{n}", value)
+                groups.setdefault("match", m.group(0))
+                hits[rule.id].append(
+                    Hit(
+                        source=rec.source,
+                        line=rec.line + i,
+                        text=line.strip(),
+                        rank=rec.rank,
+                        ts=rec.ts,
+                        groups=groups,
+                        level=level or None,
+                    )
+                )
+    return hits
+
+
+def render_message(template: str, values: Mapping[str, object]) -> str:
+    """Fill ``{name}`` fields from ``values``; a field with no value becomes empty."""
+
+    def sub(m: Any) -> str:
+        value = values.get(m.group(1))
+        return "" if value is None else str(value)
+
+    return str(_FIELD.sub(sub, template)).strip().rstrip(":").strip()
+
+
+def _rank_labels(ranks: Sequence[RankId | None]) -> tuple[str, ...]:
+    known = sorted({r for r in ranks if r is not None}, key=lambda r: r.sort_key)
+    return tuple(r.label for r in known)
+
+
+def _pick_evidence(hits: Sequence[Hit]) -> tuple[Evidence, ...]:
+    """A few lines that prove it: the first line of each rank first, then in order."""
+    ordered = sorted(hits, key=lambda h: (h.source, h.line))
+    chosen: list[Hit] = []
+    seen_ranks: set[RankId | None] = set()
+    seen_text: set[str] = set()
+    for h in ordered:
+        key = h.text[:120]
+        if h.rank not in seen_ranks and key not in seen_text:
+            chosen.append(h)
+            seen_ranks.add(h.rank)
+            seen_text.add(key)
+        if len(chosen) >= MAX_EVIDENCE:
+            break
+    for h in ordered:
+        if len(chosen) >= MAX_EVIDENCE:
+            break
+        if h not in chosen and h.text[:120] not in seen_text:
+            chosen.append(h)
+            seen_text.add(h.text[:120])
+    chosen.sort(key=lambda h: (h.source, h.line))
+    return tuple(h.evidence() for h in chosen)
+
+
+def _dedupe(hits: Sequence[Hit]) -> list[Hit]:
+    seen: set[tuple[str, int, str]] = set()
+    out: list[Hit] = []
+    for h in hits:
+        key = (h.source, h.line, h.text)
+        if key not in seen:
+            seen.add(key)
+            out.append(h)
+    return out
+
+
+def _finding(rule: Rule, message: str, hits: Sequence[Hit], ranks: Sequence[str]) -> Finding:
+    return Finding(
+        id=rule.finding_id,
+        severity=rule.severity,
+        title=rule.title,
+        message=message,
+        role="root",
+        ranks=tuple(ranks),
+        evidence=_pick_evidence(hits),
+        evidence_total=len(hits),
+        summary=rule.summary,
+        why=rule.why,
+        remedy=rule.remedy,
+        caveat=rule.caveat,
+        references=rule.references,
+    )
+
+
+def _pattern_finding(rule: Rule, hits: Sequence[Hit]) -> Finding:
+    ranks = _rank_labels([h.rank for h in hits])
+    first = hits[0]
+    values: dict[str, object] = dict(first.groups)
+    values["count"] = len(hits)
+    values["ranks"] = ", ".join(ranks) if ranks else "no rank"
+    values["line"] = first.text[:_MAX_TEXT]
+    message = render_message(rule.message, values) if rule.message else first.text[:_MAX_TEXT]
+    if len(hits) > 1:
+        where = f" on {len(ranks)} ranks" if len(ranks) > 1 else ""
+        message += f" ({len(hits)} lines{where})"
+    return _finding(rule, message, hits, ranks)
+
+
+def outcome_finding(rule: Rule, outcome: CheckOutcome) -> Finding:
+    hits = _dedupe(outcome.hits)
+    ranks = outcome.ranks if outcome.ranks else _rank_labels([h.rank for h in hits])
+    finding = _finding(rule, outcome.message, hits, ranks)
+    if outcome.severity is not None:
+        finding = dataclasses.replace(finding, severity=outcome.severity)
+    return finding
+
+
+def sort_findings(findings: Sequence[Finding]) -> tuple[Finding, ...]:
+    """Severity first (error, warning, info), then the time of the first evidence."""
+    far = dt.datetime.max
+
+    def key(f: Finding) -> tuple[int, int, dt.datetime, str]:
+        times = [e.ts.replace(tzinfo=None) for e in f.evidence if e.ts is not None]
+        first = min(times) if times else far
+        return (SEVERITIES.index(f.severity), 0 if times else 1, first, f.id)
+
+    return tuple(sorted(findings, key=key))
+
+
+def _tie_cascades(findings: list[Finding], rules_by_finding: Mapping[str, Rule]) -> list[Finding]:
+    fired = {f.id for f in findings}
+    out: list[Finding] = []
+    for f in findings:
+        rule = rules_by_finding.get(f.id)
+        if rule is not None and rule.role == "cascade":
+            roots = [r for r in rule.cascade_of if r in fired and r != f.id]
+            if roots:
+                f = dataclasses.replace(f, role="cascade", cascade_of=roots[0])
+        out.append(f)
+    return out
+
+
+def evaluate(
+    analysis: Analysis, records: Sequence[Record], rules: Sequence[Rule]
+) -> tuple[tuple[Finding, ...], tuple[str, ...], tuple[str, ...]]:
+    """Findings (sorted), the ids of the rules checked, and notes for the analysis."""
+    notes: list[str] = []
+    framework = analysis.framework
+    phase_at = _PhaseAt(analysis.events)
+    hits = _scan(rules, records, framework, phase_at, notes)
+    findings: dict[str, Finding] = {}
+    checked: list[str] = []
+
+    def add(rule: Rule, finding: Finding) -> None:
+        prior = findings.get(finding.id)
+        if prior is None:
+            findings[finding.id] = finding
+            return
+        # two rules, one finding id: keep one finding with both rules' evidence
+        merged_ranks = tuple(dict.fromkeys(prior.ranks + finding.ranks))
+        findings[finding.id] = dataclasses.replace(
+            prior,
+            ranks=merged_ranks,
+            evidence=(prior.evidence + finding.evidence)[: MAX_EVIDENCE + 1],
+            evidence_total=prior.evidence_total + finding.evidence_total,
+            severity=min(prior.severity, finding.severity, key=SEVERITIES.index),
+        )
+
+    for rule in rules:
+        if rule.check is None and rule.match is not None:
+            if not rule.applies_to(framework):
+                continue
+            checked.append(rule.id)
+            rule_hits = _dedupe(hits.get(rule.id, []))
+            if rule_hits:
+                add(rule, _pattern_finding(rule, rule_hits))
+
+    order = list(CHECKS)
+    check_rules = sorted(
+        (r for r in rules if r.check in CHECKS and r.applies_to(framework)),
+        key=lambda r: order.index(r.check or ""),
+    )
+    for rule in check_rules:
+        checked.append(rule.id)
+        ctx = CheckContext(
+            analysis=analysis,
+            records=records,
+            hits=tuple(_dedupe(hits.get(rule.id, []))),
+            fired=dict(findings),
+            params=rule.params,
+        )
+        outcome = CHECKS[rule.check or ""](ctx)
+        if outcome is not None:
+            add(rule, outcome_finding(rule, outcome))
+
+    by_finding = {r.finding_id: r for r in rules}
+    tied = _tie_cascades(list(findings.values()), by_finding)
+    return sort_findings(tied), tuple(checked), tuple(notes)

@@ -1,0 +1,304 @@
+"""Load rule files: YAML -> schema check -> compiled :class:`Rule` objects.
+
+Built-in rules ship inside the wheel as ``diag/rule_library`` (hatch force-include of the
+repository's top-level ``rules/`` folder); an editable install falls back to that folder.
+Users add folders with ``--rules DIR``. Every problem is a :class:`RuleError` that names
+the file.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import regex
+import yaml
+
+from diag.errors import RuleError
+from diag.model import PHASES, Severity
+from diag.rules.schema import FILE_SCHEMA
+
+if sys.version_info >= (3, 11):
+    from importlib.resources.abc import Traversable
+else:  # pragma: no cover
+    from importlib.abc import Traversable
+
+__all__ = [
+    "REGEX_TIMEOUT_S",
+    "Examples",
+    "MatchSpec",
+    "Rule",
+    "builtin_rules",
+    "builtin_rules_dir",
+    "load_dir",
+    "load_rules",
+]
+
+# Per search; a pattern that takes longer on one line is abandoned for that line.
+REGEX_TIMEOUT_S = 0.05
+
+_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "FATAL"})
+
+
+@dataclass(frozen=True, slots=True)
+class MatchSpec:
+    patterns: tuple[Any, ...]  # compiled `regex` patterns
+    exclude: tuple[Any, ...] = ()
+    levels: frozenset[str] = frozenset()
+    phases: frozenset[str] = frozenset()
+    frameworks: frozenset[str] = frozenset()
+    loggers: frozenset[str] = frozenset()
+    sources: tuple[str, ...] = ()  # the pattern texts, for `diag rules show`
+
+    def search(self, line: str) -> Any | None:
+        """The first pattern's match on one line (None when excluded or no match).
+
+        Raises TimeoutError when a pattern runs past REGEX_TIMEOUT_S."""
+        for pattern in self.patterns:
+            m = pattern.search(line, timeout=REGEX_TIMEOUT_S)
+            if m is not None:
+                for ex in self.exclude:
+                    if ex.search(line, timeout=REGEX_TIMEOUT_S) is not None:
+                        return None
+                return m
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Examples:
+    match: tuple[str, ...] = ()
+    no_match: tuple[str, ...] = ()
+    todo_match: tuple[str, ...] = ()
+    todo_no_match: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    id: str
+    finding_id: str
+    title: str
+    severity: Severity
+    role: str
+    frameworks: tuple[str, ...]
+    summary: str
+    why: str
+    remedy: str
+    references: tuple[str, ...]
+    path: str
+    caveat: str = ""
+    cascade_of: tuple[str, ...] = ()
+    message: str = ""
+    needles: tuple[str, ...] = ()
+    match: MatchSpec | None = None
+    check: str | None = None
+    params: Mapping[str, object] = field(default_factory=dict)
+    examples: Examples = field(default_factory=Examples)
+    raw: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        return "check" if self.check else "pattern"
+
+    def applies_to(self, framework: str) -> bool:
+        if "any" in self.frameworks or framework not in ("sglang", "vllm"):
+            return True
+        return framework in self.frameworks
+
+    def to_json(self) -> dict[str, object]:
+        """The rule as `diag rules list --json` prints it."""
+        return {
+            "id": self.id,
+            "finding": self.finding_id,
+            "title": self.title,
+            "severity": self.severity,
+            "role": self.role,
+            "cascade_of": list(self.cascade_of),
+            "caveat": self.caveat,
+            "frameworks": list(self.frameworks),
+            "kind": self.kind,
+            "check": self.check,
+            "patterns": list(self.match.sources) if self.match else [],
+            "needles": list(self.needles),
+            "summary": self.summary,
+            "why": self.why,
+            "remedy": self.remedy,
+            "references": list(self.references),
+            "path": self.path,
+        }
+
+
+def _compile(expr: str, *, ignore_case: bool, where: str) -> Any:
+    flags = regex.IGNORECASE if ignore_case else 0
+    try:
+        return regex.compile(expr, flags | regex.VERSION1)
+    except regex.error as exc:
+        raise RuleError(f"{where}: bad regex {expr!r}: {exc}") from exc
+
+
+def _match_spec(data: Mapping[str, Any], where: str) -> MatchSpec:
+    ignore_case = bool(data.get("ignore_case", True))
+    levels = frozenset(str(v).upper() for v in data.get("levels", ()))
+    if levels - _LEVELS:
+        raise RuleError(f"{where}: unknown level(s) {sorted(levels - _LEVELS)}")
+    phases = frozenset(data.get("phases", ()))
+    if phases - set(PHASES):
+        raise RuleError(f"{where}: unknown phase(s) {sorted(phases - set(PHASES))}")
+    return MatchSpec(
+        patterns=tuple(_compile(p, ignore_case=ignore_case, where=where) for p in data["patterns"]),
+        exclude=tuple(
+            _compile(p, ignore_case=ignore_case, where=where) for p in data.get("exclude", ())
+        ),
+        levels=levels,
+        phases=phases,
+        frameworks=frozenset(data.get("frameworks", ())),
+        loggers=frozenset(data.get("loggers", ())),
+        sources=tuple(data["patterns"]),
+    )
+
+
+def _rule(data: Mapping[str, Any], path: str, known_checks: Iterable[str]) -> Rule:
+    rid = data["id"]
+    where = f"{path} (rule {rid})"
+    match = _match_spec(data["match"], where) if "match" in data else None
+    needles = tuple(str(n) for n in data.get("needles", ()))
+    if match is not None and not needles:
+        raise RuleError(f"{where}: a rule with `match` needs `needles`")
+    if any(n != n.lower() for n in needles):
+        raise RuleError(f"{where}: needles must be lowercase literals")
+    check = data.get("check")
+    if check is not None and check not in set(known_checks):
+        raise RuleError(f"{where}: unknown check {check!r}")
+    ex = data.get("examples", {})
+    return Rule(
+        id=rid,
+        finding_id=data.get("finding", rid),
+        title=data["title"],
+        severity=data["severity"],
+        role=data["role"],
+        frameworks=tuple(data["frameworks"]),
+        summary=data["summary"].strip(),
+        why=data["why"].strip(),
+        remedy=data["remedy"].strip(),
+        references=tuple(data["references"]),
+        path=path,
+        caveat=data.get("caveat", "").strip(),
+        cascade_of=tuple(data.get("cascade_of", ())),
+        message=data.get("message", ""),
+        needles=needles,
+        match=match,
+        check=check,
+        params=dict(data.get("params", {})),
+        examples=Examples(
+            match=tuple(ex.get("match", ())),
+            no_match=tuple(ex.get("no_match", ())),
+            todo_match=tuple(ex.get("todo_match", ())),
+            todo_no_match=tuple(ex.get("todo_no_match", ())),
+        ),
+        raw=dict(data),
+    )
+
+
+def _parse_file(text: str, path: str, known_checks: Iterable[str]) -> list[Rule]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise RuleError(f"{path}: not valid YAML: {exc}".replace("\n", " ")) from exc
+    validator = jsonschema.Draft202012Validator(FILE_SCHEMA)
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        # oneOf hides the useful message; re-check against the branch the file meant
+        from diag.rules.schema import RULE_SCHEMA
+
+        if isinstance(data, dict) and "rules" in data and isinstance(data["rules"], list):
+            for i, item in enumerate(data["rules"]):
+                sub = list(jsonschema.Draft202012Validator(RULE_SCHEMA).iter_errors(item))
+                if sub:
+                    raise RuleError(f"{path}: rules[{i}]: {_describe(sub[0])}")
+            raise RuleError(f"{path}: {_describe(errors[0])}")
+        sub = list(jsonschema.Draft202012Validator(RULE_SCHEMA).iter_errors(data))
+        raise RuleError(f"{path}: {_describe(sub[0] if sub else errors[0])}")
+    items = data.get("rules", [data])
+    return [_rule(item, path, known_checks) for item in items]
+
+
+def _describe(err: jsonschema.ValidationError) -> str:
+    where = ".".join(str(p) for p in err.absolute_path)
+    msg = err.message
+    if len(msg) > 200:
+        msg = msg[:200] + "..."
+    return f"{where}: {msg}" if where else msg
+
+
+def _rule_files(folder: Traversable) -> list[Traversable]:
+    found: list[Traversable] = []
+    for entry in folder.iterdir():
+        if entry.is_dir():
+            found.extend(_rule_files(entry))
+        elif entry.name.endswith((".yaml", ".yml")):
+            found.append(entry)
+    return sorted(found, key=lambda e: e.name)
+
+
+def load_dir(folder: Path | Traversable, *, label: str | None = None) -> list[Rule]:
+    """Every rule in a folder (recursively), in file-name order."""
+    from diag.rules.checks import CHECKS
+    from diag.rules.snapshot_checks import SNAPSHOT_CHECKS
+
+    if isinstance(folder, Path) and not folder.is_dir():
+        raise RuleError(f"{folder}: not a folder of rule files")
+    rules: list[Rule] = []
+    for entry in _rule_files(folder):
+        path = f"{label}/{entry.name}" if label else str(entry)
+        try:
+            text = entry.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RuleError(f"{path}: cannot read: {exc}") from exc
+        rules.extend(_parse_file(text, path, [*CHECKS, *SNAPSHOT_CHECKS]))
+    return rules
+
+
+def builtin_rules_dir() -> Traversable:
+    """The built-in rule library: inside the installed package, else the repo's rules/."""
+    packaged = resources.files("diag") / "rule_library"
+    if packaged.is_dir():
+        return packaged
+    repo = Path(__file__).resolve().parents[2] / "rules"
+    if repo.is_dir():
+        return repo
+    raise RuleError(
+        "the built-in rule library is missing (no diag/rule_library in the package)",
+        help_text="Reinstall diag (`pip install --force-reinstall diag`).",
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def builtin_rules() -> tuple[Rule, ...]:
+    rules = load_dir(builtin_rules_dir(), label="rules")
+    _check_unique(rules)
+    return tuple(rules)
+
+
+def load_rules(extra_dirs: Sequence[Path] = ()) -> tuple[Rule, ...]:
+    """Built-in rules plus those of ``extra_dirs``; a user rule with a built-in id
+    replaces it."""
+    rules: dict[str, Rule] = {r.id: r for r in builtin_rules()}
+    for folder in extra_dirs:
+        found = load_dir(Path(folder))
+        _check_unique(found)
+        for rule in found:
+            rules[rule.id] = rule
+    return tuple(rules.values())
+
+
+def _check_unique(rules: Sequence[Rule]) -> None:
+    seen: dict[str, str] = {}
+    for rule in rules:
+        if rule.id in seen:
+            raise RuleError(f"{rule.path}: duplicate rule id {rule.id!r} (also in {seen[rule.id]})")
+        seen[rule.id] = rule.path

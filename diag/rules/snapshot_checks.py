@@ -1,0 +1,220 @@
+"""Checks over a live snapshot: processes, listening ports, GPU use, merged stacks.
+
+The rule text (title, why, remedy, references) lives in YAML like every other rule, with
+``check: <name>`` naming one of :data:`SNAPSHOT_CHECKS`. What the GPU lab showed drives
+the verdicts: a rank waiting inside an NCCL collective spins its GPU near 100%; the rank
+that never joined shows 0%; all GPUs idle with high RSS and no port means the ranks are
+blocked on the CPU side (store wait, lock, IPC, compile), not in a collective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from diag.model import Finding, GpuSample, ProcessInfo, Snapshot, Unavailable
+from diag.rules.checks import CheckOutcome, Hit
+
+__all__ = [
+    "DEFAULT_PORTS",
+    "SNAPSHOT_CHECKS",
+    "SnapshotContext",
+    "server_port",
+    "snapshot_findings",
+]
+
+DEFAULT_PORTS = {"sglang": 30000, "vllm": 8000}
+_GIB = 1024**3
+
+
+class SnapshotContext:
+    def __init__(self, snapshot: Snapshot, params: Mapping[str, object]) -> None:
+        self.snapshot = snapshot
+        self.params = params
+
+    def param(self, name: str, default: float) -> float:
+        value = self.params.get(name, default)
+        return float(value) if isinstance(value, (int, float)) else default
+
+    def hit(self, proc: ProcessInfo | None, text: str) -> Hit:
+        return Hit(
+            source=f"snapshot:{self.snapshot.host}",
+            line=proc.pid if proc is not None else 0,
+            text=text,
+            rank=proc.rank if proc is not None else None,
+            ts=self.snapshot.taken_at,
+        )
+
+
+def server_port(cmdline: Sequence[str], framework: str | None) -> int | None:
+    """The HTTP port a launcher command line asks for (its framework's default if none)."""
+    args = list(cmdline)
+    for i, arg in enumerate(args):
+        value: str | None = None
+        if arg == "--port" and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith("--port="):
+            value = arg.split("=", 1)[1]
+        if value is not None and value.isdigit():
+            return int(value)
+    return DEFAULT_PORTS.get(framework or "")
+
+
+def _launchers(snap: Snapshot) -> list[ProcessInfo]:
+    return [p for p in snap.processes if p.role in ("launcher", "api_server")]
+
+
+def _all_ports(snap: Snapshot) -> set[int] | None:
+    ports: set[int] = set()
+    known = False
+    for p in snap.processes:
+        if isinstance(p.listening_ports, Unavailable):
+            continue
+        known = True
+        ports.update(p.listening_ports)
+    return ports if known else None
+
+
+def _workers(snap: Snapshot) -> list[ProcessInfo]:
+    return [p for p in snap.processes if p.role in ("worker", "scheduler", "engine_core")]
+
+
+def _no_port(ctx: SnapshotContext) -> CheckOutcome | None:
+    snap = ctx.snapshot
+    ports = _all_ports(snap)
+    if ports is None:
+        return None
+    for proc in _launchers(snap):
+        want = server_port(proc.cmdline, proc.framework)
+        if want is None or want in ports:
+            continue
+        return CheckOutcome(
+            message=(
+                f"port {want} (from the {proc.framework or 'server'} command line of pid "
+                f"{proc.pid}) is not listening; open ports: "
+                f"{', '.join(map(str, sorted(ports))) or 'none'}"
+            ),
+            hits=(ctx.hit(proc, " ".join(proc.cmdline)[:300]),),
+        )
+    return None
+
+
+def _gpu_util(gpus: Sequence[GpuSample]) -> list[float]:
+    return [g.util_percent_mean for g in gpus if isinstance(g.util_percent_mean, float)]
+
+
+def _cpu_side_hang(ctx: SnapshotContext) -> CheckOutcome | None:
+    snap = ctx.snapshot
+    if isinstance(snap.gpus, Unavailable) or not snap.gpus:
+        return None
+    if _no_port(ctx) is None:
+        return None
+    utils = _gpu_util(snap.gpus)
+    idle_max = ctx.param("idle_util_percent", 5.0)
+    if not utils or max(utils) > idle_max:
+        return None
+    workers = _workers(snap)
+    rss = [p.rss_bytes for p in workers if isinstance(p.rss_bytes, int)]
+    min_rss = ctx.param("min_rss_gib", 4.0) * _GIB
+    if not rss or max(rss) < min_rss:
+        return None
+    message = (
+        f"{len(workers)} workers alive with up to {max(rss) / _GIB:.0f} GiB RSS, every GPU "
+        f"idle (max {max(utils):.0f}% utilization) and no HTTP port open: the ranks are "
+        "blocked on the CPU side (store wait, lock, IPC, compile), not in a collective"
+    )
+    hits = tuple(
+        ctx.hit(p, f"pid {p.pid} {p.title}: RSS {p.rss_bytes / _GIB:.1f} GiB")
+        for p in workers[:4]
+        if isinstance(p.rss_bytes, int)
+    )
+    return CheckOutcome(message=message, hits=hits)
+
+
+def _outlier(ctx: SnapshotContext) -> CheckOutcome | None:
+    odd = ctx.snapshot.outlier_tp_ranks
+    if not odd:
+        return None
+    procs = [p for p in ctx.snapshot.processes if p.rank is not None and p.rank.tp in odd]
+    labels = ", ".join(f"TP{r}" for r in odd)
+    sites = {p.stack.wait_site for p in procs if p.stack is not None and p.stack.wait_site}
+    where = f" (waiting at {', '.join(sorted(sites))})" if sites else ""
+    return CheckOutcome(
+        message=f"{labels} differ from the other ranks{where}: look there first",
+        hits=tuple(ctx.hit(p, f"pid {p.pid} {p.title}") for p in procs[:4]),
+        ranks=tuple(f"TP{r}" for r in odd),
+    )
+
+
+def _collective_wait(ctx: SnapshotContext) -> CheckOutcome | None:
+    groups = ctx.snapshot.groups
+    waiting = [g for g in groups if g.wait_site == "stack.nccl_collective"]
+    others = [g for g in groups if g.wait_site != "stack.nccl_collective"]
+    if not waiting or not others:
+        return None
+    n_wait = sum(len(g.members) for g in waiting)
+    odd = [m for g in others for m in g.members]
+    sites = sorted({g.wait_site or "unknown" for g in others})
+    return CheckOutcome(
+        message=(
+            f"{n_wait} ranks wait inside an NCCL collective for {', '.join(odd[:6])}, which "
+            f"{'is' if len(odd) == 1 else 'are'} elsewhere ({', '.join(sites)})"
+        ),
+        hits=tuple(
+            ctx.hit(None, f"{', '.join(g.members)}: {g.wait_site or 'unknown'}")
+            for g in (*others, *waiting)[:5]
+        ),
+        ranks=tuple(odd),
+    )
+
+
+def _state(ctx: SnapshotContext, code: str, what: str) -> CheckOutcome | None:
+    procs = [
+        p
+        for p in ctx.snapshot.processes
+        if isinstance(p.state, str) and p.state.upper().startswith(code)
+    ]
+    if not procs:
+        return None
+    return CheckOutcome(
+        message=(
+            f"{len(procs)} process{'es' if len(procs) != 1 else ''} {what}: "
+            + ", ".join(f"pid {p.pid} ({p.title})" for p in procs[:5])
+        ),
+        hits=tuple(
+            ctx.hit(p, f"pid {p.pid} {p.title}: state {p.state}, wchan {p.wchan or '?'}")
+            for p in procs[:5]
+        ),
+    )
+
+
+def _stopped(ctx: SnapshotContext) -> CheckOutcome | None:
+    return _state(ctx, "T", "stopped (state T: a debugger, Ctrl-Z or SIGSTOP holds them)")
+
+
+def _disk_wait(ctx: SnapshotContext) -> CheckOutcome | None:
+    return _state(ctx, "D", "in uninterruptible I/O (state D: storage or driver wait)")
+
+
+SNAPSHOT_CHECKS: dict[str, Callable[[SnapshotContext], CheckOutcome | None]] = {
+    "snapshot_no_listen_port": _no_port,
+    "snapshot_cpu_side_hang": _cpu_side_hang,
+    "snapshot_rank_outlier": _outlier,
+    "snapshot_collective_wait": _collective_wait,
+    "snapshot_process_stopped": _stopped,
+    "snapshot_disk_wait": _disk_wait,
+}
+
+
+def snapshot_findings(snapshot: Snapshot) -> tuple[Finding, ...]:
+    from diag.rules.engine import outcome_finding, sort_findings
+    from diag.rules.loader import builtin_rules
+
+    findings: list[Finding] = []
+    for rule in builtin_rules():
+        fn = SNAPSHOT_CHECKS.get(rule.check or "")
+        if fn is None:
+            continue
+        outcome = fn(SnapshotContext(snapshot, rule.params))
+        if outcome is not None:
+            findings.append(outcome_finding(rule, outcome))
+    return sort_findings(findings)
