@@ -33,11 +33,14 @@ import gpu_run  # noqa: E402
 
 __all__ = ["SCENARIOS", "main", "run_scenario"]
 
-# name -> (mini server mode, wait style)
-SCENARIOS: dict[str, tuple[str, str]] = {
-    "collective": ("collective", "blocking"),
-    "collective-sync": ("collective", "sync"),
-    "cpu": ("cpu", "blocking"),
+# name -> (mini server mode, wait style, backend (None: --backend), weights device)
+SCENARIOS: dict[str, tuple[str, str, str | None, str | None]] = {
+    "collective": ("collective", "blocking", None, None),
+    "collective-sync": ("collective", "sync", None, None),
+    "cpu": ("cpu", "blocking", None, None),
+    # gloo for the process group, weights on the GPU (no NCCL needed; no GPU spin)
+    "collective-gloo": ("collective", "blocking", "gloo", "cuda"),
+    "cpu-gloo": ("cpu", "blocking", "gloo", "cuda"),
 }
 
 
@@ -57,15 +60,17 @@ def _json_or_none(text: str) -> Any:
 
 
 def run_scenario(name: str, out: Path, args: argparse.Namespace, t_end: float) -> dict[str, Any]:
-    mode, wait = SCENARIOS[name]
+    mode, wait, backend, device = SCENARIOS[name]
+    backend = backend or args.backend
     work = out / name
     work.mkdir(parents=True, exist_ok=True)
-    summary: dict[str, Any] = {"scenario": name, "mode": mode, "wait": wait}
+    summary: dict[str, Any] = {"scenario": name, "mode": mode, "wait": wait, "backend": backend}
     server = gpu_run.start_server(
         work,
         mode=mode,
         world=args.world,
-        backend=args.backend,
+        backend=backend,
+        device=device,
         wait=wait,
         outlier_rank=args.outlier_rank,
         weights_gb=args.weights_gb,
@@ -82,7 +87,8 @@ def run_scenario(name: str, out: Path, args: argparse.Namespace, t_end: float) -
             "mode": mode,
             "wait": wait,
             "world": args.world,
-            "backend": args.backend,
+            "backend": backend,
+            "device": device,
             "outlier_rank": args.outlier_rank if mode == "collective" else None,
             "weights_gb": args.weights_gb,
             "host_gb": args.host_gb,
@@ -98,6 +104,7 @@ def run_scenario(name: str, out: Path, args: argparse.Namespace, t_end: float) -
             round(g["util_mean"], 1) for g in nvml.get("gpus", [])
         ] or nvml.get("unavailable")
         summary["gpu_procs"] = [g.get("processes") for g in nvml.get("gpus", [])]
+        summary["process_sm_util"] = [g.get("process_sm_util") for g in nvml.get("gpus", [])]
 
         facts = gpu_run.process_facts(server.all_pids)
         _write(work / "facts.json", facts)

@@ -109,6 +109,7 @@ def start_server(
     world: int,
     backend: str,
     wait: str = "blocking",
+    device: str | None = None,
     outlier_rank: int = 1,
     weights_gb: float = 4.0,
     host_gb: float = 2.0,
@@ -127,6 +128,7 @@ def start_server(
         f"--world={world}",
         f"--backend={backend}",
         f"--wait={wait}",
+        *([f"--device={device}"] if device else []),
         f"--outlier-rank={outlier_rank}",
         f"--weights-gb={weights_gb}",
         f"--host-gb={host_gb}",
@@ -322,6 +324,7 @@ def nvml_sample(window_s: float = 3.0, interval_s: float = 0.1) -> dict[str, Any
                 "memory_used_bytes": int(mem.used),
                 "memory_total_bytes": int(mem.total),
             }
+            entry["process_sm_util"] = _process_util(pynvml, h, t0)
             try:
                 entry["processes"] = {
                     str(p.pid): int(p.usedGpuMemory or 0)
@@ -340,6 +343,19 @@ def nvml_sample(window_s: float = 3.0, interval_s: float = 0.1) -> dict[str, Any
         }
     finally:
         pynvml.nvmlShutdown()
+
+
+def _process_util(pynvml: Any, handle: Any, since_monotonic: float) -> Any:
+    """Per-process SM utilization samples since the window began (not on every GPU/VM)."""
+    since_us = int((time.time() - (time.monotonic() - since_monotonic)) * 1e6)
+    try:
+        samples = pynvml.nvmlDeviceGetProcessUtilization(handle, since_us)
+    except Exception as exc:
+        return f"unavailable: {exc!r}"
+    out: dict[str, list[int]] = {}
+    for smp in samples:
+        out.setdefault(str(smp.pid), []).append(int(smp.smUtil))
+    return out
 
 
 def _try_int(fn: Any) -> int | str:

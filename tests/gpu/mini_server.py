@@ -27,7 +27,9 @@ Each rank creates ``<ready-dir>/hang.<rank>`` right before it enters its hang, a
 launcher writes ``<ready-dir>/pids.json`` (launcher, detokenizer, ranks) once they exist.
 
 Runs without a GPU with ``--backend gloo`` (tensors on the CPU), which is how it is
-tested on machines without one.
+tested on machines without one; ``--backend gloo --device cuda`` keeps the weights on the
+GPU. With more ranks than GPUs, ranks share GPUs round-robin (NCCL then needs each rank
+to pose as its own host: see ``scheduler``).
 """
 
 from __future__ import annotations
@@ -93,10 +95,10 @@ def wait_for_peer_node(store: Any, timeout: dt.timedelta) -> None:
     store.wait(["mini/peer_node_ready"], timeout)
 
 
-def capture_cuda_graph(torch: Any, dist: Any, x: Any, use_cuda: bool, wait: str) -> None:
+def capture_cuda_graph(torch: Any, dist: Any, x: Any, nccl: bool, wait: str) -> None:
     """Mode A, the ranks that join: an all-reduce the outlier never joins."""
     dist.all_reduce(x)
-    if use_cuda and wait == "sync":
+    if nccl and wait == "sync":
         torch.cuda.synchronize()
     else:
         x.cpu()  # gloo / blocking wait returned only on completion: never reached
@@ -110,8 +112,9 @@ def scheduler(
     """One scheduler process (one rank, one GPU)."""
     prefix = f"TP{rank}"
     _set_title(f"sglang::scheduler_{prefix}")
-    use_cuda = args.backend == "nccl"
-    if use_cuda and args.mode == "collective" and args.wait == "blocking":
+    use_cuda = args.device == "cuda"
+    nccl = args.backend == "nccl"
+    if nccl and args.mode == "collective" and args.wait == "blocking":
         os.environ["TORCH_NCCL_BLOCKING_WAIT"] = "1"
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
@@ -126,8 +129,23 @@ def scheduler(
     timeout = dt.timedelta(seconds=HANG_SECONDS)
     device = torch.device("cpu")
     if use_cuda:
-        torch.cuda.set_device(rank)
-        device = torch.device("cuda", rank)
+        gpus = torch.cuda.device_count()
+        gpu = rank % gpus
+        torch.cuda.set_device(gpu)
+        device = torch.device("cuda", gpu)
+        if nccl and args.world > gpus:
+            # More ranks than GPUs: NCCL refuses two ranks on one GPU ("Duplicate GPU
+            # detected") unless each rank looks like its own host; then its peers are
+            # reached over sockets on loopback.
+            os.environ.update(
+                NCCL_HOSTID=f"diag-mini-rank{rank}",
+                NCCL_P2P_DISABLE="1",
+                NCCL_SHM_DISABLE="1",
+                NCCL_IB_DISABLE="1",
+                NCCL_SOCKET_IFNAME="lo",
+            )
+        log(prefix, f"rank {rank} on cuda:{gpu} of {gpus}")
+    comm_device = device if nccl else torch.device("cpu")
 
     def avail() -> str:
         if not use_cuda:
@@ -159,7 +177,7 @@ def scheduler(
     host = bytearray(int(args.host_gb * 2**30))
     for off in range(0, len(host), 4096):  # touch every page: real RSS
         host[off] = 1
-    x = torch.ones(1024, device=device)
+    x = torch.ones(1024, device=comm_device)
     dist.all_reduce(x)  # warm-up: the communicator exists before the hang
     if use_cuda:
         torch.cuda.synchronize()
@@ -182,7 +200,7 @@ def scheduler(
         if rank == args.outlier_rank:
             wait_for_jit_cache_lock(ready / "jit_cache.lock")
         else:
-            capture_cuda_graph(torch, dist, x, use_cuda, args.wait)
+            capture_cuda_graph(torch, dist, x, nccl, args.wait)
     else:  # cpu
         store = dist.distributed_c10d._get_default_store()
         _touch(ready / f"hang.{rank}")
@@ -202,6 +220,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--world", type=int, default=2, help="ranks (one process per GPU)")
     p.add_argument("--mode", choices=("collective", "cpu"), default="collective")
     p.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
+    p.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default=None,
+        help="where the 'weights' live (default: cuda with nccl, cpu with gloo)",
+    )
     p.add_argument("--wait", choices=("blocking", "sync"), default="blocking")
     p.add_argument("--outlier-rank", type=int, default=1)
     p.add_argument("--weights-gb", type=float, default=4.0, help="GPU 'weights' per rank")
@@ -212,6 +236,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ready-dir", required=True)
     p.add_argument("--model-path", default="diag-mini")
     args = p.parse_args(argv)
+    if args.device is None:
+        args.device = "cuda" if args.backend == "nccl" else "cpu"
+    if args.backend == "nccl" and args.device == "cpu":
+        p.error("--backend nccl needs --device cuda")
     if not 0 <= args.outlier_rank < args.world:
         p.error("--outlier-rank must be a rank of --world")
     return args
