@@ -68,11 +68,14 @@ def _call_kwargs(text: str) -> dict[str, object] | None:
 
 def _balanced(text: str, start: int) -> str | None:
     """The bracketed expression starting at text[start] (quotes respected)."""
-    opening = text[start]
-    closing = {"(": ")", "{": "}", "[": "]"}[opening]
+    i = start
+    while i < len(text) and text[i] not in "([{":  # `ServerArgs(`: skip the callee name
+        i += 1
+    if i >= len(text):
+        return None
+    closing = {"(": ")", "{": "}", "[": "]"}[text[i]]
     depth = 0
     quote: str | None = None
-    i = start
     n = len(text)
     while i < n:
         c = text[i]
