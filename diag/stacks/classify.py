@@ -297,7 +297,7 @@ RULES: tuple[SiteRule, ...] = (
         "model-loader",
         _WEIGHTS,
         file=r"model_loader/",
-        name=r"(load_weights|load_model|_get_all_weights|_get_weights_iterator|"
+        name=r"(load_weights|_get_all_weights|_get_weights_iterator|"
         r"download_model|_prepare_weights|weights_iterator)",
     ),
     SiteRule("model-load-weights", _WEIGHTS, native=False, name=r"(^|\.)load_weights$"),
@@ -526,8 +526,10 @@ def pick_thread(p: StackProcess) -> tuple[StackThread | None, str | None]:
     if mains:
         main = mains[0]
         best = max(candidates, key=key)
-        # The main thread stands unless another thread waits somewhere strictly harder.
-        chosen = best if site_priority(sites[best]) > site_priority(sites[main]) else main
+        # The main thread stands unless another thread is held by something outside the
+        # process (a hard site) while the main thread is not.
+        hard = site_priority(sites[best]) == 3 and site_priority(sites[main]) < 3
+        chosen = best if hard else main
     else:
         chosen = max(candidates, key=key)
     return p.threads[chosen], sites[chosen]

@@ -66,6 +66,8 @@ _PYSTACK_FRAME = re.compile(r'^\s*\((Python|C)\) File "(.*)", line (\d+), in (.+
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*)(?::.*)?$")
 _LOCALS_HEAD = re.compile(r"^\s+(Arguments|Locals):\s*$")
 _LOCAL_VAR = re.compile(r"^\s*[A-Za-z_]\w*: ")
+# What py-spy puts in the parentheses: file:line, or a shared object / executable.
+_WHERE = re.compile(r"(:\d+|\.so[\w.\-]*|\bpython[\d.]*|\.dylib|\.dll|\.pyd|\.exe)$")
 _FOREIGN_LIMIT = 3  # this many foreign lines in a row end a dump
 
 
@@ -338,7 +340,7 @@ class _Channel:
         if not (in_text_thread or indented):
             return False
         parts = split_pyspy_frame(stripped)
-        if parts is None:
+        if parts is None or not _WHERE.search(parts[1]) or stripped[0] in "=#[":
             return False
         if not in_text_thread:  # frames whose headers were cut off
             orphan = self.proc if self.proc is not None and self.proc.kind == "text" else None
@@ -423,7 +425,7 @@ def _merge_samples(procs: Sequence[StackProcess]) -> StackProcess:
             continue
         python = [f for f in thread.frames if not f.native]
         if python:
-            leaves.add((python[0].name, python[0].filename, python[0].line))
+            leaves.add((python[0].name, python[0].filename.rsplit("/", 1)[-1], python[0].line))
     return replace(
         best,
         samples=len(procs),

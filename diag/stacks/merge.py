@@ -1,0 +1,214 @@
+"""Merge the stacks of many ranks into equivalence classes, as LLNL's STAT does.
+
+Each process contributes one path: the frames of the thread that matters (the one its
+wait site was read from, else its main thread), outermost first, normalised so that
+ranks in the same place compare equal:
+
+- native frames py-spy could not symbolise (``0x7f...``) are dropped (ASLR differs per
+  process); named native frames are kept only when every process has some (so a
+  ``--native`` dump and a Python-only dump of the same place still match);
+- a frame compares by function name and file *basename* (site-packages prefixes and
+  Windows separators differ between dump kinds); line numbers only with ``lines=True``
+  (a sender and a receiver in ``broadcast_pyobj`` sit at different lines of one call).
+
+:func:`build_tree` gives STAT's prefix tree (each node lists the ranks whose path goes
+through it); :func:`group_stacks` gives its leaves: ranks grouped by identical paths,
+largest group first. :func:`outliers` names the ranks outside the majority group.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from diag.model import StackFrame, StackGroup, StackProcess, StackThread
+from diag.stacks.classify import is_main_thread, pick_thread
+from diag.stacks.frames import is_address, short_path
+
+__all__ = [
+    "RENDEZVOUS_SITES",
+    "StackTree",
+    "build_tree",
+    "group_stacks",
+    "member_label",
+    "outlier_tp_ranks",
+    "outliers",
+    "reference_group",
+    "stack_path",
+]
+
+# Sites where a rank waits for all its peers: a group parked there is the side that
+# waits, so in a tie it is the reference and the other side is the odd one out.
+RENDEZVOUS_SITES: frozenset[str] = frozenset({"stack.nccl_collective", "stack.dist_init"})
+
+
+@dataclass(frozen=True, slots=True)
+class StackTree:
+    """A node of the prefix tree: ``frame`` (None at the root) and the ranks through it."""
+
+    frame: StackFrame | None
+    members: tuple[str, ...]
+    children: tuple[StackTree, ...] = ()
+
+
+def member_label(p: StackProcess) -> str:
+    """How a process is named in a group: its rank, else ``pid N``, else its title."""
+    if p.rank is not None and p.rank.label != "?":
+        return p.rank.label
+    if p.pid is not None:
+        return f"pid {p.pid}"
+    return p.title or f"{p.source or '?'}:{p.line or 0}"
+
+
+def _thread_of(p: StackProcess) -> StackThread | None:
+    if p.wait_thread is not None:
+        for t in p.threads:
+            if t.thread_id == p.wait_thread:
+                return t
+    thread, _ = pick_thread(p)
+    if thread is not None:
+        return thread
+    for t in p.threads:
+        if is_main_thread(t, p.pid):
+            return t
+    return p.threads[0] if p.threads else None
+
+
+def _has_named_native(frames: Iterable[StackFrame]) -> bool:
+    return any(f.native and not is_address(f.name) for f in frames)
+
+
+def stack_path(
+    p: StackProcess, *, lines: bool = False, native: bool = True
+) -> tuple[StackFrame, ...]:
+    """The normalised frames of the process's thread that matters, innermost first."""
+    thread = _thread_of(p)
+    if thread is None:
+        return ()
+    out = []
+    for f in thread.frames:
+        if f.native and (is_address(f.name) or not native):
+            continue
+        out.append(
+            StackFrame(
+                name=f.name,
+                filename=short_path(f.filename),
+                line=f.line if lines else None,
+                native=f.native,
+            )
+        )
+    return tuple(out)
+
+
+def _key(frames: Sequence[StackFrame]) -> tuple[tuple[str, str, int | None], ...]:
+    return tuple((f.name, f.filename.rsplit("/", 1)[-1], f.line) for f in frames)
+
+
+def _sort_key(p: StackProcess) -> tuple[int, tuple[str, int, int, int, int], int]:
+    if p.rank is not None:
+        return (0, p.rank.sort_key, p.pid or 0)
+    return (1, ("", 0, 0, 0, 0), p.pid or 0)
+
+
+def _paths(
+    processes: Sequence[StackProcess], lines: bool
+) -> list[tuple[StackProcess, tuple[StackFrame, ...]]]:
+    procs = sorted(processes, key=_sort_key)
+    with_native = all(
+        _has_named_native(t.frames) for p in procs if (t := _thread_of(p)) is not None
+    )
+    return [(p, stack_path(p, lines=lines, native=with_native)) for p in procs]
+
+
+def group_stacks(
+    processes: Sequence[StackProcess], *, lines: bool = False
+) -> tuple[StackGroup, ...]:
+    """Equivalence classes of identical (normalised) paths, largest first; ties go to the
+    group holding the lowest rank. ``frames`` is the common path, innermost first."""
+    classes: dict[object, list[tuple[StackProcess, tuple[StackFrame, ...]]]] = {}
+    for p, path in _paths(processes, lines):
+        classes.setdefault(_key(path), []).append((p, path))
+    groups = []
+    for members in classes.values():
+        sites = Counter(p.wait_site for p, _ in members)
+        site = max(sites, key=lambda s: (sites[s], s is not None))
+        groups.append(
+            StackGroup(
+                wait_site=site,
+                members=tuple(member_label(p) for p, _ in members),
+                frames=members[0][1],
+                pids=tuple(p.pid for p, _ in members if p.pid is not None),
+            )
+        )
+    # classes keep first-seen order, and processes were sorted by rank: a stable sort on
+    # size alone leaves ties in lowest-rank-first order.
+    groups.sort(key=lambda g: -len(g.members))
+    return tuple(groups)
+
+
+def build_tree(processes: Sequence[StackProcess], *, lines: bool = False) -> StackTree:
+    """STAT's prefix tree: from the outermost frame inwards, one child per distinct frame."""
+
+    def grow(
+        frame: StackFrame | None, items: list[tuple[str, tuple[StackFrame, ...]]], depth: int
+    ) -> StackTree:
+        children: dict[object, list[tuple[str, tuple[StackFrame, ...]]]] = {}
+        heads: dict[object, StackFrame] = {}
+        for label, outer_first in items:
+            if depth < len(outer_first):
+                f = outer_first[depth]
+                k = _key((f,))
+                heads.setdefault(k, f)
+                children.setdefault(k, []).append((label, outer_first))
+        return StackTree(
+            frame=frame,
+            members=tuple(label for label, _ in items),
+            children=tuple(grow(heads[k], v, depth + 1) for k, v in children.items()),
+        )
+
+    items = [(member_label(p), tuple(reversed(path))) for p, path in _paths(processes, lines)]
+    return grow(None, items, 0)
+
+
+def reference_group(groups: Sequence[StackGroup]) -> int | None:
+    """Index of the group the others are compared with, or None when no group can be.
+
+    The largest group; a tie for largest goes to the one tied group parked at a
+    rendezvous (a collective or a store wait: the side that waits), so with 2 ranks and 2
+    stacks the rank *not* in the collective is the odd one out. A tie that this does not
+    settle (both or neither at a rendezvous) names no reference: no outliers are claimed."""
+    if not groups:
+        return None
+    top = max(len(g.members) for g in groups)
+    tied = [i for i, g in enumerate(groups) if len(g.members) == top]
+    if len(tied) == 1:
+        return tied[0]
+    waiting = [i for i in tied if groups[i].wait_site in RENDEZVOUS_SITES]
+    return waiting[0] if len(waiting) == 1 else None
+
+
+def outliers(groups: Sequence[StackGroup]) -> list[str]:
+    """Members of every group but the reference group (see :func:`reference_group`)."""
+    ref = reference_group(groups)
+    if ref is None or len(groups) < 2:
+        return []
+    return [m for i, g in enumerate(groups) if i != ref for m in g.members]
+
+
+def outlier_tp_ranks(
+    processes: Sequence[StackProcess], groups: Sequence[StackGroup]
+) -> tuple[int, ...]:
+    """TP ranks of the outliers among the processes that have a TP rank; launchers,
+    detokenizers and other rank-less processes in ``groups`` are left out first."""
+    tp_of = {
+        member_label(p): p.rank.tp
+        for p in processes
+        if p.rank is not None and p.rank.tp is not None
+    }
+    ranked = [
+        StackGroup(g.wait_site, tuple(m for m in g.members if m in tp_of), g.frames, g.pids)
+        for g in groups
+    ]
+    ranked = [g for g in ranked if g.members]
+    return tuple(sorted({tp_of[m] for m in outliers(ranked)}))
