@@ -100,11 +100,11 @@ _BEARER = re.compile(r"(?P<head>(?i:\bbearer)\s+)(?P<val>[A-Za-z0-9._~+/=-]{6,})
 # --flag VALUE, --flag=VALUE, and list reprs: '--flag', 'VALUE'
 _FLAG = re.compile(
     r"(?<![\w-])(?P<name>--[A-Za-z][\w-]*)(?P<sep>=|[ \t]+|['\"],[ \t]*['\"])"
-    r"(?P<val>[^\s'\",\]]+)"
+    r"(?P<val>'[^'\n]*'|\"[^\"\n]*\"|[^\s'\",\]]+)"
 )
 # name=VALUE, name: VALUE, 'name': 'VALUE', "name": "VALUE", name='VALUE'
 _FIELD = re.compile(
-    r"(?P<q>['\"]?)(?P<name>\b[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)(?P<op>\s*[=:]\s*)"
+    r"(?P<q>['\"]?)(?P<name>\b[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)(?P<op>\s*=\s*|\s*:(?:\s+|(?=['\"])))"
     r"(?P<val>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s,;)}\]&'\"]+)"
 )
 _TOKENS: tuple[tuple[str, re.Pattern[str]], ...] = (

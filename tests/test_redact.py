@@ -1,0 +1,215 @@
+"""The redactor: every kind of secret masked, nothing else touched."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from diag.redact import Redactor, is_secret_env_name, is_secret_name
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# (text, the secret that must vanish, the kind counted)
+POSITIVE = [
+    ("token is hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123 ok", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123",
+     "hf_token"),
+    ("client(sk-proj-abcDEF1234567890ghijKLMN)", "sk-proj-abcDEF1234567890ghijKLMN", "openai_key"),
+    ("k=sk-ant-api03-AAAABBBBCCCCDDDD1234", "sk-ant-api03-AAAABBBBCCCCDDDD1234", "anthropic_key"),
+    ("using AKIAIOSFODNN7EXAMPLE now", "AKIAIOSFODNN7EXAMPLE", "aws_access_key"),
+    ("aws_secret_access_key=wJalrXUtnFEMI/K7MDENG", "wJalrXUtnFEMI/K7MDENG", "field"),
+    ("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG", "wJalrXUtnFEMI/K7MDENG", "env"),
+    ("push ghp_0123456789abcdefghijABCDEFGHIJ012345", "ghp_0123456789abcdefghijABCDEFGHIJ012345",
+     "github_token"),
+    ("gho_0123456789abcdefghijABCDEFGHIJ012345", "gho_0123456789abcdefghijABCDEFGHIJ012345",
+     "github_token"),
+    ("pat github_pat_11AAAAAAA0123456789_abcdefghijklmnopqrstuvwxyz",
+     "github_pat_11AAAAAAA0123456789_abcdefghijklmnopqrstuvwxyz", "github_token"),
+    ("-H 'Authorization: Bearer abc.def-ghi_123'", "abc.def-ghi_123", "authorization"),
+    ('{"Authorization": "Basic dXNlcjpwYXNz"}', "dXNlcjpwYXNz", "authorization"),
+    ("sent Bearer tok3nV4lue99 to server", "tok3nV4lue99", "bearer"),
+    ("redis://admin:hunter2pass@cache:6379/0", "hunter2pass", "url_password"),
+    ("--api-key s3cr3tvalue --port 30000", "s3cr3tvalue", "flag"),
+    ("--api-key=s3cr3tvalue", "s3cr3tvalue", "flag"),
+    ("--hf-token hf_short", "hf_short", "flag"),
+    ("--password 'pw with'", "pw", "flag"),
+    ("--admin-api-key xyzzy42", "xyzzy42", "flag"),
+    ("['--token', 'listreprsecret']", "listreprsecret", "flag"),
+    ("export HF_TOKEN=plainvalue123", "plainvalue123", "env"),
+    ("MY_SERVICE_CREDENTIALS=abc123def", "abc123def", "env"),
+    ("ServerArgs(api_key='serverkey1', port=1)", "serverkey1", "field"),
+    ("{'api_key': 'serverkey2', 'admin_api_key': 'adminkey3'}", "serverkey2", "field"),
+    ("{'api_key': 'serverkey2', 'admin_api_key': 'adminkey3'}", "adminkey3", "field"),
+    ('{"hf_token": "jsonvalue1"}', "jsonvalue1", "field"),
+    ("https://host/path?token=querysecret&x=1", "querysecret", "field"),
+    ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJlMTIz", "c2lnbmF0dXJlMTIz", "jwt"),
+]
+
+# Real log lines (and look-alikes) that must come out unchanged.
+NEGATIVE = [
+    "[2025 TP0] Prefill batch. #new-seq: 1, #new-token: 6, #cached-token: 0, token usage: 0.00",
+    "[2025 TP0] Decode batch. #running-req: 1, #token: 90, token usage: 0.00, accept len: 2.1",
+    "server_args=ServerArgs(max_total_tokens=4096, api_key=None, hf_token=None, port=30000)",
+    "--max-num-batched-tokens 8192 --tokenizer-mode auto --skip-tokenizer-init",
+    "Loading tokenizer from hf_config; kv_cache_dtype=auto; --disable-custom-all-reduce",
+    "task-abcdefghijklmnopqrstuvwxyz and disk-ABCDEFGHIJKLMNOPQRST",
+    "INFO 03-10 16:19:26 [llm_engine.py:123] tokenizer_mode=auto, max_seq_len=4096",
+    "Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)",
+    "node-0:270:270 [0] NCCL INFO Bootstrap: Using eth0:10.0.0.2<0>",
+    "NCCL version 2.21.5+cuda12.4 at 15:01:54.123",
+    "{'api_key': None, 'admin_api_key': '', 'token': None}",
+]
+
+
+@pytest.mark.parametrize(("text", "secret", "kind"), POSITIVE)
+def test_secret_masked(text: str, secret: str, kind: str) -> None:
+    r = Redactor()
+    out = r.text(text)
+    assert secret not in out
+    assert f"<redacted:{kind}>" in out
+    assert r.summary().get(kind, 0) >= 1
+    assert secret not in repr(r.summary())
+
+
+@pytest.mark.parametrize("text", NEGATIVE)
+def test_ordinary_lines_untouched(text: str) -> None:
+    r = Redactor()
+    assert r.text(text) == text
+    assert r.total == 0
+
+
+def test_real_corpus_untouched() -> None:
+    """The real-log corpus holds no secrets: redaction must not change one byte of it."""
+    files = sorted(p for p in (ROOT / "fixtures" / "real").rglob("*") if p.is_file()
+                   and p.suffix != ".toml")
+    assert len(files) > 40
+    r = Redactor()
+    for path in files:
+        text = path.read_text(encoding="utf-8", errors="surrogateescape")
+        for line in text.splitlines():
+            assert r.text(line) == line, (path.name, line)
+    assert r.total == 0
+
+
+def test_server_args_still_parse() -> None:
+    r = Redactor()
+    line = "{'model_path': '/m', 'api_key': 'abc\\'def', 'tp_size': 8, 'admin_api_key': \"x,y\"}"
+    out = r.text(line)
+    parsed = ast.literal_eval(out)
+    assert parsed["tp_size"] == 8 and parsed["model_path"] == "/m"
+    assert parsed["api_key"] == parsed["admin_api_key"] == "<redacted:field>"
+
+
+def test_argv() -> None:
+    r = Redactor()
+    argv = ["python", "-m", "sglang.launch_server", "--api-key", "k1", "--token", "--port",
+            "30000", "--hf-token=hf_xyz", "HF_TOKEN=abc", "--model-path", "/m"]
+    out = r.argv(argv)
+    assert out == ["python", "-m", "sglang.launch_server", "--api-key", "<redacted:flag>",
+                   "--token", "--port", "30000", "--hf-token=<redacted:flag>",
+                   "HF_TOKEN=<redacted:env>", "--model-path", "/m"]
+    assert r.summary() == {"env": 1, "flag": 2}
+
+
+def test_env_mapping() -> None:
+    r = Redactor()
+    env = {"HF_TOKEN": "abc", "TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": "INFO",
+           "HF_ENDPOINT": "https://u:pw9@mirror", "SGLANG_ADMIN_PASSWORD": "", "VLLM_KEY": "k"}
+    out = r.env(env)
+    assert out == {"HF_TOKEN": "<redacted:env>", "TOKENIZERS_PARALLELISM": "<redacted:env>",
+                   "NCCL_DEBUG": "INFO", "HF_ENDPOINT": "https://u:<redacted:url_password>@mirror",
+                   "SGLANG_ADMIN_PASSWORD": "", "VLLM_KEY": "<redacted:env>"}
+
+
+def test_value_walker() -> None:
+    r = Redactor()
+    data = {
+        "cmdline": ["vllm", "serve", "--api-key", "walk1"],
+        "env": {"api_key": "walk2", "PORT": "8000"},
+        "nested": [{"message": "Bearer walk3token"}, 3, None, {"password": 1234}],
+    }
+    out = r.value(data)
+    assert "walk" not in repr(out)
+    assert out["env"]["PORT"] == "8000"  # type: ignore[index]
+    assert out["nested"][1:3] == [3, None]  # type: ignore[index]
+
+
+def test_names() -> None:
+    assert is_secret_name("api_key") and is_secret_name("admin-api-key")
+    assert is_secret_name("adminApiKey") and is_secret_name("HF_TOKEN")
+    assert not is_secret_name("max_total_tokens") and not is_secret_name("tokenizer_path")
+    assert is_secret_env_name("TOKENIZERS_PARALLELISM")  # the issue's substring rule
+    assert not is_secret_env_name("NCCL_DEBUG")
+
+
+def test_idempotent_and_counted_once() -> None:
+    r = Redactor()
+    once = r.text("--api-key k1 Authorization: Bearer t0k3n123 sk-abcdefghijklmnopqrst")
+    counts = r.summary()
+    assert r.text(once) == once
+    assert r.summary() == counts
+
+
+def test_lines_are_streamed() -> None:
+    def source() -> Iterator[str]:
+        yield "--api-key one"
+        raise AssertionError("read past the line that was asked for")
+
+    assert next(Redactor().lines(source())) == "--api-key <redacted:flag>"
+
+
+def test_hosts_masked_consistently() -> None:
+    r = Redactor(redact_hosts=True, hosts=["gpu-node-7.cluster.local"])
+    a = r.text("gpu-node-7:123:456 [0] NCCL INFO Bootstrap: Using eth0:10.1.2.3<0>")
+    b = r.text("(RayWorkerWrapper pid=1, ip=10.1.2.3) connecting to gpu-node-7.cluster.local")
+    c = r.text("peer 10.9.9.9 and again 10.1.2.3, listening on 0.0.0.0 and 127.0.0.1")
+    h = r.host_mask("gpu-node-7")  # (the local host name took a mask first)
+    assert h.startswith("host-") and h == r.host_mask("GPU-NODE-7.cluster.local")
+    assert a == f"{h}:123:456 [0] NCCL INFO Bootstrap: Using eth0:ip-1<0>"
+    assert b == f"(RayWorkerWrapper pid=1, ip=ip-1) connecting to {h}"
+    assert c == "peer ip-2 and again ip-1, listening on 0.0.0.0 and 127.0.0.1"
+
+
+def test_hosts_learned_from_log_contexts() -> None:
+    r = Redactor(redact_hosts=True)
+    r.learn_hosts("[2025] server_args={'host': 'head-node-a', 'dist_init_addr': 'worker-b:5000'}")
+    r.learn_hosts("worker-c:77:77 [1] NCCL INFO comm 0x1 rank 1")
+    out = r.text("head-node-a, worker-b and worker-c; see https://docs.nvidia.com/x and v2.21.5")
+    a, b, c = (r.host_mask(h) for h in ("head-node-a", "worker-b", "worker-c"))
+    assert len({a, b, c}) == 3
+    assert out == f"{a}, {b} and {c}; see https://docs.nvidia.com/x and v2.21.5"
+
+
+def test_hosts_left_alone_by_default() -> None:
+    r = Redactor()
+    assert r.text("node-0:1:1 [0] NCCL INFO 10.0.0.2") == "node-0:1:1 [0] NCCL INFO 10.0.0.2"
+
+
+_ALNUM = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789",
+                 min_size=30, max_size=40)
+_FILLER = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\n\r"), max_size=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(prefix=st.sampled_from(["hf_", "sk-", "sk-ant-", "ghp_", "github_pat_"]), body=_ALNUM,
+       before=_FILLER, after=_FILLER)
+def test_tokens_never_survive(prefix: str, body: str, before: str, after: str) -> None:
+    secret = prefix + body
+    out = Redactor().text(f"{before} {secret} {after}")
+    assert secret not in out
+    assert "<redacted:" in out
+
+
+@settings(max_examples=100, deadline=None)
+@given(flag=st.sampled_from(["--api-key", "--token", "--password", "--hf-token",
+                             "--admin-api-key", "--ssl-keyfile-password"]),
+       value=st.text(alphabet="abcdefghijkXYZ0123456789_./+", min_size=6, max_size=30),
+       sep=st.sampled_from([" ", "="]))
+def test_flag_values_never_survive(flag: str, value: str, sep: str) -> None:
+    r = Redactor()
+    assert value not in r.text(f"launch {flag}{sep}{value} --port 1")
+    assert value not in r.argv(["launch", *([flag, value] if sep == " " else [flag + "=" + value])])
