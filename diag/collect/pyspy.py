@@ -164,7 +164,10 @@ class _Dumper:
             data = json.loads(res.stdout)
         except json.JSONDecodeError as exc:
             return DumpAttempt(mode, "partial", elapsed, f"py-spy JSON unreadable: {exc}"), None
-        stack = stackapi.parse(data, pid=target.pid, title=target.title, mode=mode)
+        try:
+            stack = stackapi.parse(data, pid=target.pid, title=target.title, mode=mode)
+        except ValueError as exc:
+            return DumpAttempt(mode, "partial", elapsed, str(exc)), None
         return DumpAttempt(mode, "ok", elapsed), stack
 
     def after(self, target: DumpTarget, was_stopped: bool) -> tuple[bool, bool]:

@@ -27,15 +27,10 @@ __all__ = [
 ]
 
 _MODULES = (
-    "diag.stacks",
-    "diag.stacks.pyspy",
     "diag.stacks.pyspy_json",
     "diag.stacks.classify",
-    "diag.stacks.parse",
-    "diag.stacks.pyspy_parse",
     "diag.stacks.merge",
-    "diag.stacks.group",
-    "diag.stacks.analysis",
+    "diag.stacks",
 )
 
 

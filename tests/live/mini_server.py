@@ -115,7 +115,9 @@ def rank_main(args: argparse.Namespace) -> None:
     _log(fw, tag, f"world_size={n} rank={r} local_rank={r} backend=gloo", "parallel_state.py:2")
     _log(fw, tag, "Init torch distributed ends. mem usage=0.00 GB", "parallel_state.py:3")
     _log(fw, tag, "Load weight begin. avail mem=20.00 GB", "model_runner.py:1")
-    _log(fw, tag, "Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16", "model_runner.py:2")
+    _log(
+        fw, tag, "Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16", "model_runner.py:2"
+    )
     t = torch.ones(8)
     mode = args.mode
     last = n - 1
@@ -126,7 +128,10 @@ def rank_main(args: argparse.Namespace) -> None:
         dist.all_reduce(t)
     elif mode == "store":
         store = dist.TCPStore(
-            "127.0.0.1", args.store_port, n, is_master=(r == 0),
+            "127.0.0.1",
+            args.store_port,
+            n,
+            is_master=(r == 0),
             timeout=datetime.timedelta(hours=1),
         )
         _ready(ready_dir, f"rank{r}", {"pid": os.getpid()})
@@ -187,15 +192,21 @@ def _free_port() -> int:
 def engine_core_main(args: argparse.Namespace) -> None:
     """vLLM's EngineCore: starts the workers, then waits for them over IPC."""
     _set_title("VLLM::EngineCore")
-    _log("vllm", "EngineCore", "Initializing a V1 LLM engine (v0.0.0-mini) with config: ...",
-         "core.py:1")
+    _log(
+        "vllm",
+        "EngineCore",
+        "Initializing a V1 LLM engine (v0.0.0-mini) with config: ...",
+        "core.py:1",
+    )
     address = os.path.join(args.ready_dir, "engine.sock")
     listener = Listener(address, authkey=b"mini")
     children = [
         _spawn("rank", args, rank=r, ipc_address=address if args.mode == "ipc" else None)
         for r in range(args.tp)
     ]
-    _ready(Path(args.ready_dir), "engine", {"pid": os.getpid(), "workers": [c.pid for c in children]})
+    _ready(
+        Path(args.ready_dir), "engine", {"pid": os.getpid(), "workers": [c.pid for c in children]}
+    )
     if args.mode == "ipc":
         wait_for_ranks(listener, args.tp)
     for c in children:

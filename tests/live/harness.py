@@ -1,0 +1,174 @@
+"""Start, wait for and always reap the mini servers of ``mini_server.py``.
+
+Like pystack's ``spawn_child_process``: the server runs in its own session
+(``start_new_session=True``, so a stopped rank is never continued by a shell's SIGHUP),
+readiness is a file handshake (each rank writes ``ready_dir/rank<r>`` right before it
+starts to wait), and teardown SIGKILLs the whole process group and every descendant seen,
+whatever happened in the test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+__all__ = ["MiniServer", "free_port", "gate_reason", "mini_server", "stopped_pids"]
+
+MINI = Path(__file__).with_name("mini_server.py")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class MiniServer:
+    proc: subprocess.Popen[bytes]
+    ready_dir: Path
+    log: Path
+    port: int
+    tp: int
+    framework: str
+    seen: set[int] = field(default_factory=set)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def tree(self) -> list[psutil.Process]:
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+        self.seen.update(p.pid for p in procs)
+        return procs
+
+    def rank_pids(self) -> dict[int, int]:
+        out = {}
+        for r in range(self.tp):
+            path = self.ready_dir / f"rank{r}"
+            out[r] = int(json.loads(path.read_text())["pid"])
+        return out
+
+    def wait_ready(self, names: list[str], timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all((self.ready_dir / n).exists() for n in names):
+                self.tree()
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mini server exited {self.proc.returncode}:\n{self.log_text()}")
+            time.sleep(0.1)
+        raise TimeoutError(f"mini server not ready after {timeout} s:\n{self.log_text()}")
+
+    def log_text(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        self.tree()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        for pid in self.seen:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+
+
+def stopped_pids(pids: set[int]) -> list[int]:
+    """Those of ``pids`` in state T (stopped) right now."""
+    out = []
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if psutil.Process(pid).status() == psutil.STATUS_STOPPED:
+                out.append(pid)
+    return out
+
+
+@contextlib.contextmanager
+def mini_server(
+    *, framework: str = "sglang", tp: int = 2, mode: str = "collective"
+) -> Iterator[MiniServer]:
+    ready_dir = Path(tempfile.mkdtemp(prefix=f"diag-mini-{mode}-"))
+    log = ready_dir / "server.log"
+    port = free_port()
+    argv = [
+        sys.executable,
+        str(MINI),
+        "launcher",
+        "--framework",
+        framework,
+        "--tp",
+        str(tp),
+        "--mode",
+        mode,
+        "--port",
+        str(port),
+        "--ready-dir",
+        str(ready_dir),
+    ]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    server = MiniServer(proc, ready_dir, log, port, tp, framework)
+    try:
+        yield server
+    finally:
+        server.kill()
+        shutil.rmtree(ready_dir, ignore_errors=True)
+
+
+def gate_reason() -> str | None:
+    """Why live tests cannot run here (with the fix), or None."""
+    try:
+        import setproctitle  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError as exc:
+        return f"{exc.name} is missing: .venv/bin/pip install torch==2.13.0 setproctitle"
+    pyspy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(pyspy).exists():
+        return "py-spy is missing: pip install py-spy"
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True
+    )
+    try:
+        time.sleep(0.3)
+        res = subprocess.run(
+            [pyspy, "dump", "--pid", str(child.pid)], capture_output=True, text=True, timeout=20
+        )
+    except subprocess.TimeoutExpired:
+        return "py-spy hung on a plain sleeping process (ptrace blocked?)"
+    finally:
+        child.kill()
+        child.wait()
+    if res.returncode != 0:
+        return (
+            "py-spy cannot attach (ptrace refused): run as root, or `--cap-add SYS_PTRACE`, "
+            f"or `sysctl kernel.yama.ptrace_scope=0`. py-spy said: {res.stderr.strip()[:200]}"
+        )
+    return None
