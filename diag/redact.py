@@ -222,7 +222,7 @@ class Redactor:
             alternation = "|".join(
                 re.escape(h) for h in sorted(self._hosts, key=lambda h: (-len(h), h))
             )
-            self._host_re = re.compile(rf"(?<![\w.-])(?:{alternation})(?![\w-]|\.\w)", re.I)
+            self._host_re = re.compile(rf"(?<![\w.-])(?:{alternation})(?![\w-])", re.I)
 
     def learn_hosts(self, text: str) -> None:
         """Find host names in the contexts logs name them, to mask them everywhere."""
