@@ -154,7 +154,11 @@ RULES: tuple[SiteRule, ...] = (
     ),
     # --- collectives (NCCL, gloo, custom all-reduce, CPU shm all-reduce) ---------------
     SiteRule(
-        "nccl-native", _NCCL, name=r"^nccl|^ncclKernel|^ncclDevKernel", why="inside an NCCL call"
+        "nccl-native",
+        _NCCL,
+        name=r"^nccl|^ncclKernel|^ncclDevKernel",
+        native=True,
+        why="inside an NCCL call",
     ),
     SiteRule(
         "c10d-process-group",
@@ -168,6 +172,7 @@ RULES: tuple[SiteRule, ...] = (
     SiteRule(
         "shm-allreduce",
         _NCCL,
+        native=True,
         name=r"shm_allreduce|shm_all_gather|shm_cc_|all_reduce_sum_impl|custom_ar|"
         r"CustomAllreduce|cross_device_reduce|quickreduce",
         why="vLLM/SGLang CPU shared-memory or custom all-reduce spinning on peers",

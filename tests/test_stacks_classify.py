@@ -1,0 +1,532 @@
+"""The wait-site rules table: one example stack per rule, thread choice, GPU facts."""
+
+from __future__ import annotations
+
+import pytest
+
+from diag.model import STACK_SITES, StackFrame, StackProcess, StackThread
+from diag.stacks.classify import (
+    RULES,
+    apply_gpu_facts,
+    classify_frames,
+    classify_process,
+    is_helper_thread,
+    pick_thread,
+)
+from diag.stacks.frames import make_frame, rank_from_title, split_pyspy_frame
+
+
+def frames(*lines: str) -> tuple[StackFrame, ...]:
+    """py-spy text frame lines, innermost first."""
+    out = []
+    for line in lines:
+        parts = split_pyspy_frame(line)
+        assert parts is not None, line
+        out.append(make_frame(*parts))
+    return tuple(out)
+
+
+# (expected rule id, expected site, frames innermost first). Every rule has one.
+EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
+    (
+        "nccl-comm-init",
+        "stack.dist_init",
+        (
+            "ncclCommInitRankConfig (libnccl.so.2)",
+            "c10d::ProcessGroupNCCL::initNCCLComm (libtorch_cuda.so)",
+        ),
+    ),
+    (
+        "c10d-nccl-comm-init",
+        "stack.dist_init",
+        ("0x7f00aa (libc.so.6)", "c10d::ProcessGroupNCCL::getNCCLComm (libtorch_cuda.so)"),
+    ),
+    (
+        "c10d-store",
+        "stack.dist_init",
+        (
+            "poll (libc.so.6)",
+            "c10d::detail::SocketImpl::waitForInput (libtorch_cpu.so)",
+            "c10d::TCPStore::doWait (libtorch_cpu.so)",
+            "worker (gpu_probe.py:56)",
+        ),
+    ),
+    (
+        "c10d-init-py",
+        "stack.dist_init",
+        (
+            "_store_based_barrier (torch/distributed/distributed_c10d.py:4512)",
+            "init_process_group (torch/distributed/distributed_c10d.py:1700)",
+        ),
+    ),
+    (
+        "torch-rendezvous",
+        "stack.dist_init",
+        (
+            "_create_c10d_store (torch/distributed/rendezvous.py:189)",
+            "_env_rendezvous_handler (torch/distributed/rendezvous.py:274)",
+        ),
+    ),
+    (
+        "framework-dist-init",
+        "stack.dist_init",
+        (
+            "ModelRunner.init_torch_distributed (model_runner.py:620)",
+            "ModelRunner.__init__ (model_runner.py:499)",
+        ),
+    ),
+    (
+        "nccl-native",
+        "stack.nccl_collective",
+        ("ncclGroupEnd (libnccl.so.2)", "0x7f00aa (libtorch_cuda.so)"),
+    ),
+    (
+        "c10d-process-group",
+        "stack.nccl_collective",
+        (
+            "0x7fbb512a3f16 (libc.so.6)",
+            "pthread_cond_wait (libc.so.6)",
+            "std::condition_variable::wait (libstdc++.so.6.0.30)",
+            "c10d::Work::wait (libtorch_cpu.so)",
+            "all_reduce (torch/distributed/distributed_c10d.py:3252)",
+        ),
+    ),
+    (
+        "gloo",
+        "stack.nccl_collective",
+        (
+            "pthread_cond_timedwait (libc.so.6)",
+            "gloo::transport::tcp::UnboundBuffer::waitRecv (libtorch_cpu.so)",
+        ),
+    ),
+    (
+        "shm-allreduce",
+        "stack.nccl_collective",
+        (
+            "get_curr_stamp (shm.cpp:130)",
+            "wait_for_all<bool (&)(char, char, char, char)> (shm.cpp:171)",
+            "shm_allreduce (shm.cpp:838)",
+            "OpOverload.__call__ (torch/_ops.py:875)",
+        ),
+    ),
+    (
+        "c10d-collective-py",
+        "stack.nccl_collective",
+        (
+            "broadcast (torch/distributed/distributed_c10d.py:3787)",
+            "_exception_logger.<locals>.wrapper (torch/distributed/c10d_logger.py:83)",
+            "broadcast_pyobj (utils/common.py:2715)",
+        ),
+    ),
+    (
+        "functional-collectives",
+        "stack.nccl_collective",
+        ("wait_tensor (torch/distributed/_functional_collectives.py:144)",),
+    ),
+    (
+        "framework-comm-module",
+        "stack.nccl_collective",
+        (
+            "CustomAllreduce.all_reduce"
+            " (vllm/distributed/device_communicators/custom_all_reduce.py:300)",
+        ),
+    ),
+    (
+        "pynccl-wrapper",
+        "stack.nccl_collective",
+        (
+            "ncclCommWindowRegister (pynccl_wrapper.py:540)",
+            "register_comm_window_raw (pynccl.py:308)",
+        ),
+    ),
+    (
+        "framework-group-collective",
+        "stack.nccl_collective",
+        (
+            "GroupCoordinator.recv_tensor_dict (sglang/srt/distributed/parallel_state.py:1299)",
+            "Scheduler._pp_recv_proxy_tensors (scheduler_pp_mixin.py:941)",
+        ),
+    ),
+    (
+        "sglang-pyobj",
+        "stack.nccl_collective",
+        (
+            "point_to_point_pyobj (utils/common.py:1364)",
+            "Scheduler.recv_requests (scheduler.py:1200)",
+        ),
+    ),
+    (
+        "cuda-graph-native",
+        "stack.cuda_graph_capture",
+        (
+            "cudaStreamEndCapture (libcudart.so.12)",
+            "at::cuda::CUDAGraph::capture_end (libtorch_cuda.so)",
+        ),
+    ),
+    (
+        "torch-cuda-graphs",
+        "stack.cuda_graph_capture",
+        (
+            "CUDAGraph.capture_end (torch/cuda/graphs.py:99)",
+            "graph.__exit__ (torch/cuda/graphs.py:206)",
+        ),
+    ),
+    (
+        "framework-graph-capture",
+        "stack.cuda_graph_capture",
+        (
+            "LlamaForCausalLM.forward (llama.py:400)",
+            "CudaGraphRunner.capture_one_batch_size (cuda_graph_runner.py:612)",
+            "CudaGraphRunner.capture (cuda_graph_runner.py:500)",
+        ),
+    ),
+    (
+        "cuda-sync-native",
+        "stack.cuda_sync",
+        (
+            "0x7f466ee14820 (libcuda.so.580.159.04)",
+            "cuCtxSynchronize_v2 (libcuda.so.580.159.04)",
+            "cudaDeviceSynchronize (libcudart.so.13)",
+            "synchronize (torch/cuda/__init__.py:1162)",
+        ),
+    ),
+    (
+        "torch-cuda-sync",
+        "stack.cuda_sync",
+        ("synchronize (torch/cuda/__init__.py:1162)", "worker (gpu_probe.py:51)"),
+    ),
+    (
+        "gpu-kernel-leaf",
+        "stack.cuda_sync",
+        (
+            "top_k_top_p_sampling_from_logits (flashinfer/sampling.py:1548)",
+            "flashinfer_sample (vllm/v1/sample/ops/topk_topp_sampler.py:508)",
+            "compile_or_warm_up_model (vllm/v1/worker/gpu_worker.py:866)",
+        ),
+    ),
+    (
+        "inductor-compile",
+        "stack.jit_compile",
+        (
+            "VecISA.check_build (torch/_inductor/cpu_vec_isa.py:189)",
+            "compile_fx (torch/_inductor/compile_fx.py:2782)",
+        ),
+    ),
+    (
+        "inductor-subproc-wait",
+        "stack.jit_compile",
+        ("SubprocPool.submit (torch/_inductor/compile_worker/subproc_pool.py:230)",),
+    ),
+    (
+        "dynamo-compile",
+        "stack.jit_compile",
+        ("InstructionTranslator.run (torch/_dynamo/symbolic_convert.py:1200)",),
+    ),
+    (
+        "dynamo-aot-compile",
+        "stack.jit_compile",
+        ("aot_compile_fullgraph (torch/_dynamo/aot_compile.py:396)",),
+    ),
+    (
+        "aot-autograd-compile",
+        "stack.jit_compile",
+        ("aot_stage2_compile (torch/_functorch/_aot_autograd/graph_compile.py:364)",),
+    ),
+    (
+        "vllm-compilation",
+        "stack.jit_compile",
+        ("VllmBackend.__call__ (vllm/compilation/backends.py:600)",),
+    ),
+    (
+        "vllm-compile-wrapper",
+        "stack.jit_compile",
+        ("TorchCompileWithNoGuardsWrapper.aot_compile (vllm/compilation/wrapper.py:185)",),
+    ),
+    (
+        "triton-compile",
+        "stack.jit_compile",
+        (
+            "compile (triton/compiler/compiler.py:300)",
+            "JITFunction.run (triton/runtime/jit.py:590)",
+        ),
+    ),
+    ("kernel-jit", "stack.jit_compile", ("_run_ninja_build (torch/utils/cpp_extension.py:2300)",)),
+    ("nvcc-native", "stack.jit_compile", ("nvrtcCompileProgram (libnvrtc.so.12)",)),
+    ("safetensors", "stack.weights_io", ("safe_open.get_tensor (safetensors/torch.py:300)",)),
+    (
+        "weight-utils",
+        "stack.weights_io",
+        ("safetensors_weights_iterator (vllm/model_executor/model_loader/weight_utils.py:470)",),
+    ),
+    (
+        "model-loader",
+        "stack.weights_io",
+        (
+            "Condition.wait (threading.py:339)",
+            "Semaphore.acquire (threading.py:479)",
+            "ThreadPoolExecutor.submit (concurrent/futures/thread.py:176)",
+            "DefaultModelLoader._get_all_weights (model_loader/loader.py:766)",
+        ),
+    ),
+    ("model-load-weights", "stack.weights_io", ("LlamaForCausalLM.load_weights (llama.py:706)",)),
+    ("torch-load", "stack.weights_io", ("load (torch/serialization.py:1300)",)),
+    (
+        "hf-download",
+        "stack.weights_io",
+        ("SocketIO.readinto (socket.py:706)", "http_get (huggingface_hub/file_download.py:400)"),
+    ),
+    (
+        "zmq",
+        "stack.ipc_wait",
+        ("Socket.recv_pyobj (zmq/sugar/socket.py:1033)", "sock_recv (io_struct.py:2742)"),
+    ),
+    (
+        "zmq-native",
+        "stack.ipc_wait",
+        ("poll (libc.so.6)", "zmq_msg_recv (libzmq-2f02442c.so.5.2.5)"),
+    ),
+    (
+        "shm-broadcast",
+        "stack.ipc_wait",
+        (
+            "MessageQueue.wait_until_ready"
+            " (vllm/distributed/device_communicators/shm_broadcast.py:703)",
+        ),
+    ),
+    ("mp-connection", "stack.ipc_wait", ("Connection._recv (multiprocessing/connection.py:395)",)),
+    (
+        "framework-wait-peer",
+        "stack.ipc_wait",
+        (
+            "_PollLikeSelector.select (selectors.py:415)",
+            "_wait_for_scheduler_ready (engine.py:2025)",
+        ),
+    ),
+    ("ray-get", "stack.ipc_wait", ("get (ray/_private/worker.py:2700)",)),
+    (
+        "future-result",
+        "stack.ipc_wait",
+        (
+            "Condition.wait (threading.py:327)",
+            "Future.result (concurrent/futures/_base.py:451)",
+            "main (x.py:3)",
+        ),
+    ),
+    (
+        "sglang-idle",
+        "stack.idle_loop",
+        ("Scheduler.is_fully_idle (scheduler.py:5355)", "Scheduler.on_idle (scheduler.py:5254)"),
+    ),
+    (
+        "asyncio-loop",
+        "stack.idle_loop",
+        ("select (selectors.py:468)", "BaseEventLoop._run_once (asyncio/base_events.py:1898)"),
+    ),
+    (
+        "pool-worker-idle",
+        "stack.idle_loop",
+        ("_worker (concurrent/futures/thread.py:81)", "Thread.run (threading.py:982)"),
+    ),
+    ("gil-wait", "stack.gil_or_lock", ("take_gil (libpython3.11.so.1.0)",)),
+    (
+        "filelock",
+        "stack.jit_compile",
+        ("BaseFileLock.acquire (filelock/_api.py:330)", "cached_build (mylib/cache.py:12)"),
+    ),
+    ("flock-native", "stack.jit_compile", ("flock (libc.so.6)", "lock (mylib/cache.py:12)")),
+    (
+        "queue-get",
+        "stack.ipc_wait",
+        ("Condition.wait (threading.py:327)", "Queue.get (queue.py:171)", "<module> (tgt.py:10)"),
+    ),
+    ("selectors", "stack.ipc_wait", ("_PollLikeSelector.select (selectors.py:415)", "f (x.py:1)")),
+    ("socket-py", "stack.ipc_wait", ("SocketIO.readinto (socket.py:706)", "f (x.py:1)")),
+    (
+        "subprocess-wait",
+        "stack.ipc_wait",
+        ("Popen._wait (subprocess.py:2000)", "Popen.wait (subprocess.py:1264)", "f (x.py:1)"),
+    ),
+    ("ray-any", "stack.ipc_wait", ("wait (ray/util/queue.py:90)", "f (x.py:1)")),
+    (
+        "io-native",
+        "stack.ipc_wait",
+        ("read (libc.so.6)", "os_read (libpython3.11.so.1.0)", "f (x.py:1)"),
+    ),
+    ("sleep", "stack.idle_loop", ("clock_nanosleep (libc.so.6)", "main (hang.py:18)")),
+    (
+        "threading-py",
+        "stack.gil_or_lock",
+        (
+            "PyThread_acquire_lock_timed (python3.12)",
+            "_shutdown (threading.py:1622)",
+            "_bootstrap (multiprocessing/process.py:332)",
+        ),
+    ),
+    (
+        "mp-synchronize",
+        "stack.gil_or_lock",
+        ("Lock.__enter__ (multiprocessing/synchronize.py:95)",),
+    ),
+    ("lock-native", "stack.gil_or_lock", ("pthread_mutex_lock (libc.so.6)", "f (x.py:1)")),
+]
+
+
+@pytest.mark.parametrize(("rule_id", "site", "lines"), EXAMPLES, ids=[e[0] for e in EXAMPLES])
+def test_rule_example(rule_id: str, site: str, lines: tuple[str, ...]) -> None:
+    got, rule = classify_frames(frames(*lines))
+    assert rule is not None and (rule.id, got) == (rule_id, site)
+
+
+def test_every_rule_and_every_site_has_an_example() -> None:
+    assert {r.id for r in RULES} == {e[0] for e in EXAMPLES}
+    assert len({r.id for r in RULES}) == len(RULES)
+    assert set(STACK_SITES) <= {e[1] for e in EXAMPLES}
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        # running compiled code is not compiling it
+        (
+            "OpOverload.__call__ (torch/_ops.py:875)",
+            "CompiledFxGraph.__call__ (torch/_inductor/output_code.py:763)",
+            "AOTCompiledFunction.__call__ (torch/_dynamo/aot_compile.py:244)",
+        ),
+        # busy Python inside the serving loop: not an idle loop
+        (
+            "gc_object_counts (utils/common.py:4357)",
+            "Scheduler.event_loop_overlap (scheduler.py:2078)",
+            "Runner.run (asyncio/runners.py:118)",
+        ),
+        # a user function named like a compile is not one
+        ("jit_compile_kernel (frras.py:39)", "worker (frras.py:69)"),
+        # a Python-only dump of a C++ wait shows only its caller
+        ("worker (gpu_probe.py:56)", "<module> (<string>:1)"),
+        # model construction importing modules: not a weights read
+        (
+            "get_tensor_method (torch/_dynamo/trace_rules.py:3113)",
+            "BaseModelLoader.create_model (model_loader/base_loader.py:58)",
+            "BaseModelLoader.load_model (model_loader/base_loader.py:76)",
+        ),
+    ],
+)
+def test_no_site_is_invented(lines: tuple[str, ...]) -> None:
+    assert classify_frames(frames(*lines)) == (None, None)
+
+
+def test_innermost_strong_wins_over_outer_context() -> None:
+    # an all-reduce during CUDA-graph capture: the collective is where it waits
+    lines = (
+        "all_reduce (torch/distributed/distributed_c10d.py:3252)",
+        "CudaGraphRunner.capture (cuda_graph_runner.py:500)",
+    )
+    assert classify_frames(frames(*lines))[0] == "stack.nccl_collective"
+    # a file lock inside Inductor is a compile wait, inside a HF download a weights one
+    lock = "BaseFileLock.acquire (filelock/_api.py:330)"
+    hf = "hf_hub_download (huggingface_hub/file_download.py:900)"
+    assert classify_frames(frames(lock, hf))[0] == "stack.weights_io"
+
+
+def _thread(tid: int, name: str | None, *lines: str) -> StackThread:
+    return StackThread(thread_id=tid, name=name, frames=frames(*lines), idle=True)
+
+
+def test_helper_threads_are_recognised() -> None:
+    tqdm = _thread(
+        2, "tqdm_monitor", "Condition.wait (threading.py:331)", "TMonitor.run (tqdm/_monitor.py:69)"
+    )
+    reader = _thread(
+        3,
+        "Thread-1 (_read_thread)",
+        "_recv_msg (torch/_inductor/compile_worker/subproc_pool.py:61)",
+        "_read_thread (torch/_inductor/compile_worker/subproc_pool.py:195)",
+    )
+    anon_tqdm = _thread(4, None, "wait (threading.py:359)", "run (tqdm/_monitor.py:60)")
+    main = _thread(1, "MainThread", "TMonitor.run (tqdm/_monitor.py:69)")
+    assert [is_helper_thread(t) for t in (tqdm, reader, anon_tqdm, main)] == [
+        True,
+        True,
+        True,
+        False,
+    ]
+
+
+def test_main_thread_stands_unless_another_is_held_harder() -> None:
+    main_ipc = _thread(
+        10,
+        "MainThread",
+        "Condition.wait (threading.py:327)",
+        "Queue.get (queue.py:171)",
+        "Scheduler.event_loop_overlap (scheduler.py:1)",
+    )
+    forward = _thread(
+        11,
+        "Thread-2 (forward_thread_func)",
+        "all_reduce (torch/distributed/distributed_c10d.py:3252)",
+    )
+    p = StackProcess(pid=10, title=None, threads=(main_ipc, forward))
+    assert classify_process(p) == ("stack.nccl_collective", 11)
+    # an idle main thread and a non-helper thread in a plain lock: the main thread
+    signal = _thread(
+        12,
+        "signal-callback",
+        "Condition.wait (threading.py:327)",
+        "Event.wait (threading.py:629)",
+        "SignalCallback._run (utils.py:395)",
+    )
+    idle = _thread(
+        10,
+        "MainThread",
+        "Condition.wait (threading.py:327)",
+        "Queue.get (queue.py:171)",
+        "EngineCoreProc._process_input_queue (vllm/v1/engine/core.py:1588)",
+    )
+    assert classify_process(StackProcess(pid=10, title=None, threads=(signal, idle))) == (
+        "stack.idle_loop",
+        10,
+    )
+    # only helper threads: nothing to say
+    tqdm = _thread(2, "tqdm_monitor", "Condition.wait (threading.py:331)")
+    assert pick_thread(StackProcess(pid=None, title=None, threads=(tqdm,))) == (None, None)
+
+
+def test_apply_gpu_facts_needs_a_busy_gpu_and_an_idle_peer() -> None:
+    sync = StackProcess(pid=1, title=None, threads=(), wait_site="stack.cuda_sync")
+    peer = StackProcess(pid=2, title=None, threads=(), wait_site=None)
+    out = apply_gpu_facts([sync, peer], {1: 99.0, 2: 3.0})
+    assert [p.wait_site for p in out] == ["stack.nccl_collective", None]
+    assert apply_gpu_facts([sync, peer], {1: 40.0, 2: 3.0})[0].wait_site == "stack.cuda_sync"
+    assert apply_gpu_facts([sync], {1: 100.0})[0].wait_site == "stack.cuda_sync"
+
+
+@pytest.mark.parametrize(
+    ("title", "label"),
+    [
+        ("sglang::scheduler_TP3", "TP3"),
+        ("sglang::scheduler_DP0_TP3_EP3", "DP0 TP3 EP3"),
+        ("sglang::scheduler_PP2_TP1", "PP2 TP1"),
+        ("sglang::scheduler_DP0_PP1_TP2_EP0", "DP0 PP1 TP2 EP0"),
+        ("VLLM::Worker_TP1", "TP1"),
+        ("VLLM::Worker_PP1_TP0", "PP1 TP0"),
+        ("VllmWorker rank=3", "TP3"),
+        ("sglang::scheduler_NP1_TP2", "node1 TP2"),
+    ],
+)
+def test_rank_from_title(title: str, label: str) -> None:
+    rank = rank_from_title(title)
+    assert rank is not None and rank.label == label
+
+
+@pytest.mark.parametrize(
+    "title",
+    [
+        "sglang::scheduler",
+        "sglang::detokenizer",
+        "VLLM::EngineCore",
+        "/usr/bin/python3 -u hang.py",
+        None,
+        "ray::RayWorkerWrapper",
+    ],
+)
+def test_rank_from_title_none(title: str | None) -> None:
+    assert rank_from_title(title) is None
