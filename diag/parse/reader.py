@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from diag.errors import InputError
 
@@ -80,6 +80,13 @@ def _decompressing(raw: BinaryIO, kind: str | None, name: str) -> BinaryIO:
     return zstandard.ZstdDecompressor().stream_reader(raw)  # type: ignore[no-any-return]
 
 
+_OPEN_BY_PATH: dict[str | None, Callable[[Path, str], object]] = {
+    "gzip": gzip.open,
+    "bzip2": bz2.open,
+    "xz": lzma.open,
+}
+
+
 def _file_source(path: Path) -> Source:
     st = path.stat()
     mtime = dt.datetime.fromtimestamp(st.st_mtime)
@@ -87,7 +94,11 @@ def _file_source(path: Path) -> Source:
     def opener() -> BinaryIO:
         raw = open(path, "rb")  # noqa: SIM115 - the caller closes it
         head = raw.peek(8)[:8] if hasattr(raw, "peek") else b""
-        return _decompressing(raw, _sniff(head), str(path))
+        kind = _sniff(head)
+        if kind in _OPEN_BY_PATH:  # these close the file they open (GzipFile(fileobj) won't)
+            raw.close()
+            return cast(BinaryIO, _OPEN_BY_PATH[kind](path, "rb"))
+        return _decompressing(raw, kind, str(path))
 
     return Source(name=str(path), open=opener, size=st.st_size, mtime=mtime)
 
