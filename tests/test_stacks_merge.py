@@ -1,0 +1,128 @@
+"""STAT-style merging: equivalence classes, the prefix tree, outliers and their ties."""
+
+from __future__ import annotations
+
+from diag.model import RankId, StackProcess, StackThread
+from diag.stacks.classify import classified
+from diag.stacks.frames import make_frame, split_pyspy_frame
+from diag.stacks.merge import (
+    build_tree,
+    group_stacks,
+    outlier_tp_ranks,
+    outliers,
+    reference_group,
+    stack_path,
+)
+
+ALL_REDUCE = (
+    "all_reduce (torch/distributed/distributed_c10d.py:3252)",
+    "work (hang.py:8)",
+    "main (hang.py:19)",
+    "<module> (hang.py:23)",
+)
+SLEEP = ("main (hang.py:18)", "<module> (hang.py:23)")
+STORE = (
+    "c10d::TCPStore::doWait (libtorch_cpu.so)",
+    "worker (probe.py:56)",
+    "<module> (<string>:1)",
+)
+COMPILE = (
+    "compile (triton/compiler/compiler.py:300)",
+    "worker (probe.py:53)",
+    "<module> (<string>:1)",
+)
+
+
+def proc(tp: int | None, lines: tuple[str, ...], *, pid: int | None = None) -> StackProcess:
+    frames = []
+    for line in lines:
+        parts = split_pyspy_frame(line)
+        assert parts is not None
+        frames.append(make_frame(*parts))
+    thread = StackThread(thread_id=pid, name="MainThread", frames=tuple(frames))
+    rank = None if tp is None else RankId(tp=tp)
+    return classified(StackProcess(pid=pid, title=None, threads=(thread,), rank=rank))
+
+
+def test_majority_and_the_odd_rank_out() -> None:
+    ranks = [proc(r, ALL_REDUCE, pid=100 + r) for r in range(7)] + [proc(7, SLEEP, pid=107)]
+    groups = group_stacks(ranks)
+    assert [len(g.members) for g in groups] == [7, 1]
+    assert groups[0].wait_site == "stack.nccl_collective"
+    assert groups[0].frames[0].name == "all_reduce" and groups[0].pids[0] == 100
+    assert outliers(groups) == ["TP7"]
+    assert outlier_tp_ranks(ranks, groups) == (7,)
+
+
+def test_two_ranks_two_stacks_the_one_not_in_the_collective_is_odd() -> None:
+    for order in ((0, 1), (1, 0)):
+        ranks = [proc(order[0], ALL_REDUCE), proc(order[1], SLEEP)]
+        assert outlier_tp_ranks(ranks, group_stacks(ranks)) == (order[1],)
+
+
+def test_a_store_wait_is_a_rendezvous_too() -> None:
+    ranks = [proc(0, STORE), proc(1, COMPILE)]
+    groups = group_stacks(ranks)
+    assert {g.wait_site for g in groups} == {"stack.dist_init", "stack.jit_compile"}
+    assert outliers(groups) == ["TP1"]
+
+
+def test_ties_that_cannot_be_settled_name_nobody() -> None:
+    # both sides in a collective (mismatched collectives): no side is "the majority"
+    bcast = tuple(s.replace("all_reduce", "broadcast") for s in ALL_REDUCE)
+    ranks = [proc(0, ALL_REDUCE), proc(1, bcast)]
+    groups = group_stacks(ranks)
+    assert len(groups) == 2 and reference_group(groups) is None and outliers(groups) == []
+    # neither side waits for peers
+    ranks = [proc(0, SLEEP), proc(1, COMPILE), proc(2, SLEEP), proc(3, COMPILE)]
+    assert outliers(group_stacks(ranks)) == []
+    assert outliers(()) == [] and outliers(group_stacks([proc(0, SLEEP)])) == []
+
+
+def test_line_numbers_are_optional() -> None:
+    other_line = tuple(s.replace("3252", "3260") for s in ALL_REDUCE)
+    ranks = [proc(0, ALL_REDUCE), proc(1, other_line)]
+    assert len(group_stacks(ranks)) == 1
+    assert len(group_stacks(ranks, lines=True)) == 2
+
+
+def test_addresses_dropped_and_a_python_only_dump_matches_a_native_one() -> None:
+    native = ("0x7fbb512a3f16 (libc.so.6)", "c10d::Work::wait (libtorch_cpu.so)", *ALL_REDUCE)
+    with_address = ("0x7f0000000001 (libc.so.6)", *ALL_REDUCE, "0x7f00000000ff (libc.so.6)")
+    ranks = [proc(0, native), proc(1, ALL_REDUCE), proc(2, with_address)]
+    (group,) = group_stacks(ranks)
+    assert group.members == ("TP0", "TP1", "TP2")
+    assert [f.name for f in group.frames] == ["all_reduce", "work", "main", "<module>"]
+    # all native: the native frames take part (and addresses still do not)
+    both = [proc(0, native), proc(1, native)]
+    (group,) = group_stacks(both)
+    assert group.frames[0].name == "c10d::Work::wait"
+    assert all(not f.name.startswith("0x") for f in stack_path(both[0]))
+
+
+def test_full_paths_and_short_paths_compare_equal() -> None:
+    full = tuple(s.replace("(torch/", "(/usr/lib/python3/dist-packages/torch/") for s in ALL_REDUCE)
+    assert len(group_stacks([proc(0, ALL_REDUCE), proc(1, full)])) == 1
+
+
+def test_prefix_tree() -> None:
+    ranks = [proc(0, ALL_REDUCE), proc(1, ALL_REDUCE), proc(2, SLEEP)]
+    tree = build_tree(ranks)
+    assert tree.frame is None and tree.members == ("TP0", "TP1", "TP2")
+    (module,) = tree.children  # every path starts at <module> (hang.py)
+    assert module.frame is not None and module.frame.name == "<module>"
+    (main,) = module.children
+    assert main.members == ("TP0", "TP1", "TP2")
+    work = next(c for c in main.children if c.frame is not None and c.frame.name == "work")
+    assert work.members == ("TP0", "TP1")
+    leaf = work.children[0]
+    assert leaf.frame is not None and leaf.frame.name == "all_reduce" and leaf.children == ()
+
+
+def test_processes_without_rank_are_labelled_by_pid_and_left_out_of_tp_outliers() -> None:
+    launcher = proc(None, SLEEP, pid=9041)
+    ranks = [proc(0, ALL_REDUCE, pid=1), proc(1, ALL_REDUCE, pid=2), launcher]
+    groups = group_stacks(ranks)
+    assert groups[1].members == ("pid 9041",)
+    assert outliers(groups) == ["pid 9041"]
+    assert outlier_tp_ranks(ranks, groups) == ()

@@ -1,0 +1,243 @@
+"""Text stack dumps: the shapes they arrive in, damaged and interleaved."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from diag.model import RankId, Record
+from diag.stacks.frames import make_frame, split_pyspy_frame
+from diag.stacks.textdump import extract_stack_processes, parse_stack_text
+
+FAULTHANDLER_RANK = """\
+Thread 0x00007f71b9fff640 (most recent call first):
+  File "/usr/lib/python3.10/threading.py", line 324 in wait
+  File "/usr/lib/python3.10/threading.py", line 607 in wait
+  File "/usr/local/lib/python3.10/dist-packages/tqdm/_monitor.py", line 60 in run
+
+Current thread 0x00007f7285a4a480 (most recent call first):
+  File "/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py", line {line} in {fn}
+  File "/workspace/vllm/model_executor/layers/linear.py", line 548 in forward
+  File "/workspace/vllm/worker/worker.py", line 100 in execute_model
+  File "<string>", line 1 in <module>
+"""
+
+
+def test_interleaved_faulthandler_dumps_come_apart_by_rank_prefix() -> None:
+    a = FAULTHANDLER_RANK.format(line=2050, fn="all_reduce").splitlines()
+    b = FAULTHANDLER_RANK.format(line=1900, fn="barrier").splitlines()
+    lines = []
+    for la, lb in zip(a, b, strict=True):  # line by line, as two processes writing one stderr
+        lines += [f"[rank0]: {la}", f"[rank1]: {lb}"]
+    procs = parse_stack_text("\n".join(lines))
+    assert [(p.rank, p.mode) for p in procs] == [
+        (RankId(tp=0), "faulthandler"),
+        (RankId(tp=1), "faulthandler"),
+    ]
+    for p, fn in zip(procs, ("all_reduce", "barrier"), strict=True):
+        assert len(p.threads) == 2
+        current = p.threads[1]
+        assert current.thread_id == 0x00007F7285A4A480
+        assert [f.name for f in current.frames][:2] == [fn, "forward"]
+        assert p.wait_site == "stack.nccl_collective" and p.wait_thread == current.thread_id
+
+
+def test_second_faulthandler_dump_of_the_same_thread_is_a_new_process() -> None:
+    one = FAULTHANDLER_RANK.format(line=2050, fn="all_reduce")
+    procs = parse_stack_text(one + "\nsome log line\n" + one)
+    assert len(procs) == 2
+
+
+VLLM_TRACEBACK = """\
+(VllmWorker rank=1 pid=4242) Traceback (most recent call last):
+(VllmWorker rank=1 pid=4242)   File "C:\\env\\Lib\\site-packages\\vllm\\worker.py", line 88, in run
+(VllmWorker rank=1 pid=4242)     self.loop()
+(VllmWorker rank=1 pid=4242)     ~~~~~~~~~^^
+(VllmWorker rank=0 pid=4241) INFO 03-10 16:19:26 [worker.py:12] unrelated line of rank 0
+(VllmWorker rank=1 pid=4242)   File "C:\\env\\Lib\\site-packages\\zmq\\socket.py", line 812, in recv
+(VllmWorker rank=1 pid=4242)     return super().recv(flags)
+(VllmWorker rank=1 pid=4242)            ^^^^^^^^^^^^^^^^^^^
+(VllmWorker rank=1 pid=4242) KeyboardInterrupt
+"""
+
+
+def test_ctrl_c_traceback_with_vllm_prefix_py313_carets_and_windows_paths() -> None:
+    (proc,) = parse_stack_text(VLLM_TRACEBACK)
+    assert proc.mode == "traceback"
+    assert proc.rank == RankId(tp=1) and proc.title == "VllmWorker rank=1"
+    names = [f.name for f in proc.threads[0].frames]
+    assert names == ["recv", "run"]  # innermost first
+    assert proc.threads[0].frames[0].filename.endswith("site-packages/zmq/socket.py")
+    assert proc.wait_site == "stack.ipc_wait"
+
+
+def test_error_tracebacks_are_not_stack_dumps() -> None:
+    text = VLLM_TRACEBACK.replace("KeyboardInterrupt", "RuntimeError: NCCL error")
+    assert parse_stack_text(text) == []
+    cut = "\n".join(VLLM_TRACEBACK.splitlines()[:-1])  # never ends
+    assert parse_stack_text(cut) == []
+
+
+SGLANG_LOG = """\
+[2026-02-22 22:35:21 DP0 TP3 EP3] Load weight end. type=DeepseekV3ForCausalLM
+[2026-02-22 22:40:21 DP0 TP3 EP3] Scheduler watchdog timeout (self.watchdog_timeout=300)
+[2026-02-22 22:40:21 DP0 TP3 EP3] Pyspy dump for PID 5151 (py-spy dump --native --pid 5151):
+Process 5151: sglang::scheduler
+Python v3.12.3 (/usr/bin/python3.12)
+
+Thread 5151 (idle): "MainThread"
+    0x7f1398316d71 (libc.so.6)
+    pthread_cond_wait (libc.so.6)
+    c10d::TCPStore::doWait (libtorch_cpu.so)
+    {interleaved}
+    init_process_group (torch/distributed/distributed_c10d.py:1700)
+    init_distributed_environment (sglang/srt/distributed/parallel_state.py:1200)
+Thread 5200 (idle): "tqdm_monitor"
+    wait (threading.py:359)
+    run (tqdm/_monitor.py:60)
+
+[2026-02-22 22:40:22 DP0 TP3 EP3] Received sigquit from a child process.
+"""
+
+
+def test_sglang_watchdog_dump_rank_from_the_log_prefix() -> None:
+    text = SGLANG_LOG.format(interleaved="c10d::PrefixStore::wait (libtorch_cpu.so)")
+    (proc,) = parse_stack_text(text, source="server.log")
+    assert (proc.pid, proc.title) == (5151, "sglang::scheduler")
+    assert proc.rank == RankId(dp=0, tp=3, ep=3)  # the title names none; the prefix does
+    assert proc.wait_site == "stack.dist_init" and proc.wait_thread == 5151
+    assert (proc.source, proc.line) == ("server.log", 4)
+    assert [t.name for t in proc.threads] == ["MainThread", "tqdm_monitor"]
+
+
+def test_a_foreign_line_inside_a_dump_does_not_split_it() -> None:
+    text = SGLANG_LOG.format(interleaved="[2026-02-22 22:40:21 TP0] another process logs here")
+    (proc,) = parse_stack_text(text)
+    names = [f.name for f in proc.threads[0].frames]
+    assert names[-1] == "init_distributed_environment" and len(proc.threads) == 2
+
+
+def test_sglang_dump_records_as_a_log_parser_gives_them() -> None:
+    """Header record (prefix stripped into message, rank parsed) + continuation lines."""
+    lines = SGLANG_LOG.format(interleaved="c10d::PrefixStore::wait (libtorch_cpu.so)").splitlines()
+    head = Record(
+        source="s.log",
+        line=3,
+        message="Pyspy dump for PID 5151 (py-spy dump --native --pid 5151):",
+        raw="",
+        rank=RankId(dp=0, tp=3, ep=3),
+        continuation=tuple(lines[3:-2]),
+    )
+    (proc,) = extract_stack_processes([head])
+    assert proc.rank == RankId(dp=0, tp=3, ep=3) and proc.wait_site == "stack.dist_init"
+    assert proc.line == 4
+
+
+LOCALS = """\
+Process 9083: /usr/bin/python3 -u hang.py
+Python v3.11.7 (/usr/local/bin/python3.11)
+
+Thread 9083 (idle): "MainThread"
+    all_reduce (torch/distributed/distributed_c10d.py:3252)
+        Arguments:
+            tensor: <Tensor at 0x7fbb3249dbd0>
+        Locals:
+            relevant_args: (<Tensor at 0x7fbb3249dbd0>)
+            opts: f (x)
+    work (hang.py:8)
+        Arguments:
+            rank: 0
+    <module> (hang.py:23)
+"""
+
+
+def test_locals_are_not_frames() -> None:
+    (proc,) = parse_stack_text(LOCALS)
+    assert [f.name for f in proc.threads[0].frames] == ["all_reduce", "work", "<module>"]
+
+
+def test_same_pid_dumped_twice_is_one_process_with_two_samples() -> None:
+    moved = LOCALS.replace("hang.py:8", "hang.py:9")
+    (proc,) = parse_stack_text(LOCALS + "\n# wall: 0.1 s\n" + moved)
+    assert proc.samples == 2 and proc.moving is False  # the leaf (all_reduce:3252) held
+    leaf_moved = LOCALS.replace("distributed_c10d.py:3252", "distributed_c10d.py:3260")
+    (proc,) = parse_stack_text(LOCALS + "\n" + leaf_moved)
+    assert proc.moving is True
+
+
+def test_native_frame_names_and_places_with_parentheses() -> None:
+    long_name = (
+        "pybind11::cpp_function::initialize<bool, c10d::Work, std::chrono::duration<long, "
+        "std::ratio<(long)1, (long)1000> >, pybind11::name>::{lambda(c10d::Work*)#1}::_FUN"
+    )
+    assert split_pyspy_frame(f"    {long_name} (libtorch_python.so)") == (
+        long_name,
+        "libtorch_python.so",
+    )
+    where = "torch/_functorch/_aot_autograd/subclass_codegen.py:codegen(runtime_wrapper):8"
+    assert split_pyspy_frame(f"    _runtime_wrapper ({where})") == ("_runtime_wrapper", where)
+    frame = make_frame("_runtime_wrapper", where)
+    assert (frame.line, frame.native) == (8, False)
+    assert make_frame("shm_allreduce", "shm.cpp:838").native is True
+    assert make_frame("<module>", "torchrun:8").native is False
+    assert make_frame("0x7f259f401d71", "libc.so.6").native is True
+    assert split_pyspy_frame("    buf = self._recv_bytes(maxlength)") is None
+
+
+def test_pystack_dump() -> None:
+    text = """\
+Traceback for thread 602 (python3) [] (most recent call last):
+    (Python) File "<string>", line 1, in <module>
+    (Python) File "/lab/frras.py", line 67, in worker
+        capture_cuda_graphs_allreduce(x)
+    (Python) File "/opt/venv/site-packages/torch/cuda/__init__.py", line 1162, in synchronize
+        return torch._C._cuda_synchronize()
+    (C) File "???", line 0, in cudaDeviceSynchronize (/opt/venv/nvidia/cu13/lib/libcudart.so.13)
+    (C) File "/usr/lib/libcuda.so.1", line 0, in ??? (/usr/lib/libcuda.so.1)
+"""
+    (proc,) = parse_stack_text(text)
+    frames = proc.threads[0].frames
+    assert [f.name for f in frames] == [
+        "cudaDeviceSynchronize",
+        "synchronize",
+        "worker",
+        "<module>",
+    ]
+    assert frames[0].native and not frames[1].native
+    assert proc.wait_site == "stack.cuda_sync" and proc.wait_thread == 602
+
+
+def test_nothing_in_a_plain_log() -> None:
+    log = "\n".join(
+        [
+            "INFO 03-10 16:19:26 [llm_engine.py:123] Initializing (something (nested))",
+            "[2026-02-22 22:35:21 TP4] Load weight begin. avail mem=70.1 GB",
+            "Loading safetensors checkpoint shards:  38% Completed | 62/163 [00:17<00:30]",
+        ]
+    )
+    assert parse_stack_text(log) == []
+    assert parse_stack_text("") == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                *LOCALS.splitlines(),
+                *SGLANG_LOG.splitlines(),
+                *VLLM_TRACEBACK.splitlines(),
+                *FAULTHANDLER_RANK.splitlines(),
+                "[",
+                "]",
+                "  {",
+                "random text (x:1)",
+                "",
+            ]
+        ),
+        max_size=40,
+    )
+)
+def test_shuffled_dump_lines_never_raise(lines: list[str]) -> None:
+    for proc in parse_stack_text("\n".join(lines)):
+        assert proc.threads and any(t.frames for t in proc.threads)
