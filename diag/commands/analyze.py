@@ -76,10 +76,10 @@ def render(analysis: Analysis, fmt: Format, *, width: int | None = None) -> str:
     from diag.report.terminal import render_terminal
 
     buf = io.StringIO()
-    Console(file=buf, width=width or 120, color_system=None, highlight=False).print(
+    Console(file=buf, width=width or PIPE_WIDTH, color_system=None, highlight=False).print(
         render_terminal(analysis)
     )
-    return buf.getvalue()
+    return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
 
 
 @contextlib.contextmanager
@@ -229,15 +229,10 @@ def analyze_command(
         _write_out(out, render(analysis, chosen, width=width))
         if sys.stderr.isatty():
             Console(stderr=True, highlight=False).print(f"wrote {chosen.value} report to {out}")
-    elif chosen is Format.terminal:
+    elif chosen is Format.terminal and sys.stdout.isatty():
         from diag.report.terminal import render_terminal
 
-        piped = not sys.stdout.isatty()
-        console = Console(highlight=False, width=width or (PIPE_WIDTH if piped else None))
-        try:
-            console.print(render_terminal(analysis))
-        except BrokenPipeError:
-            _emit("")
+        Console(highlight=False, width=width).print(render_terminal(analysis))
     else:
         _emit(render(analysis, chosen))
     if code:

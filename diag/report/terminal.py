@@ -176,8 +176,8 @@ class GanttChart:
         tail_w = 13 + 7 + 19  # " last_phase  " + " behind" + " silent 12 h 30 min"
         width = max(12, options.max_width - label_w - 1 - tail_w)
         t0, t1 = time_span(a)
-        timed = t0 is not None and t1 is not None
         span_s = (t1 - t0).total_seconds() if t0 is not None and t1 is not None else 0.0
+        timed = span_s >= 1.0  # a log within one second has no useful time axis
         # silence past the last line (measured against a later "now"): a broken axis
         beyond = _silence_beyond(a, t1)
         zone_w = min(14, max(4, width // 6)) if beyond > 0 else 0
@@ -185,7 +185,13 @@ class GanttChart:
 
         title = Text("Timeline", style="bold")
         title.append(
-            "  one row per rank; " + ("shared time axis" if timed else "phases in order, no times"),
+            "  one row per rank; "
+            + (
+                "shared time axis"
+                if timed
+                else "phases in order, "
+                + ("all within one second" if t0 is not None else "no times")
+            ),
             style="dim",
         )
         yield title
@@ -203,7 +209,7 @@ class GanttChart:
             line.append(f" {(last or '-'):<12}", style=_style(last or ""))
             if label in stragglers:
                 line.append(" behind", style="bold yellow")
-            if rank is not None and rank.silent_s is not None:
+            if rank is not None and rank.silent_s is not None and rank.silent_s >= 1:
                 line.append(
                     f" silent {fmt_duration(rank.silent_s)}",
                     style="bold red" if _alert(rank) else "dim",
