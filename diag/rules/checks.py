@@ -208,9 +208,7 @@ def _ends_in_progress(analysis: Analysis, records: Sequence[Record]) -> Progress
 
 
 def _error_explains(fired: Mapping[str, Finding]) -> list[Finding]:
-    return [
-        f for f in fired.values() if f.severity == "error" and f.id not in NOT_AN_EXPLANATION
-    ]
+    return [f for f in fired.values() if f.severity == "error" and f.id not in NOT_AN_EXPLANATION]
 
 
 # ---------------------------------------------------------------------------
@@ -244,6 +242,19 @@ def _rank_hit(analysis: Analysis, rank: RankTimeline, records: Sequence[Record])
     return None
 
 
+def _engine_ready(ranks: Sequence[RankTimeline]) -> bool:
+    """Every rank finished CUDA-graph capture (an explicit end marker): the engine's own
+    startup is complete, and a missing HTTP server is someone else's (an embedding such as
+    TorchServe, or a log of the engine alone)."""
+    if not ranks:
+        return False
+    for r in ranks:
+        ivs = [iv for iv in r.phases if iv.phase == "cuda_graph"]
+        if r.last_phase != "cuda_graph" or not ivs or not ivs[-1].ended:
+            return False
+    return True
+
+
 def stall_facts(
     analysis: Analysis, records: Sequence[Record], fired: Mapping[str, Finding]
 ) -> StallFacts | None:
@@ -258,6 +269,8 @@ def stall_facts(
     if _ends_in_progress(analysis, records) is not None:
         return None
     ranks = tuple(r for r in analysis.ranks if r.line_count > 0 or r.phases)
+    if _engine_ready(ranks):
+        return None
     by_phase: dict[str, list[RankTimeline]] = {}
     for r in ranks:
         by_phase.setdefault(r.last_phase or "launch", []).append(r)
@@ -287,14 +300,22 @@ def stall_facts(
     )
 
 
+def _all_ended(members: Sequence[RankTimeline], phase: str) -> bool:
+    for r in members:
+        ivs = [iv for iv in r.phases if iv.phase == phase]
+        if not ivs or not ivs[-1].ended:
+            return False
+    return True
+
+
 def _ranks_phrase(facts: StallFacts) -> str:
     total = sum(len(v) for v in facts.by_phase.values())
     if total == 0:
         return f"the log reached {facts.phase or 'no known phase'}"
     if len(facts.by_phase) == 1:
-        phase = next(iter(facts.by_phase))
+        phase, members = next(iter(facts.by_phase.items()))
         who = "the only rank" if total == 1 else f"every rank ({total})"
-        return f"{who} reached {phase}"
+        return f"{who} {'finished' if _all_ended(members, phase) else 'reached'} {phase}"
     parts = []
     for phase in sorted(facts.by_phase, key=phase_index, reverse=True):
         members = facts.by_phase[phase]
@@ -318,11 +339,15 @@ def _check_stalled(ctx: CheckContext) -> CheckOutcome | None:
             f"went on to {_hms(ctx.analysis.log_end)}"
         )
     elif facts.gap_s is not None:
-        tail = f"; the log ends {fmt_duration(facts.gap_s)} after that line"
+        tail = (
+            f"; the log ends {fmt_duration(facts.gap_s)} after that line (no later "
+            "timestamp shows how long it stayed silent)"
+        )
     else:
         tail = "; the log ends there (no timestamps to measure the silence)"
     message = (
-        f"{head}{when}{tail}; no rank reached listening and no error explains the stop"
+        f"{head}{when}{tail}; no rank reached listening, no port was opened, "
+        "and no error explains the stop"
     )
     return CheckOutcome(message=message, hits=facts.hits)
 
@@ -337,9 +362,7 @@ def _check_dist_init_hang(ctx: CheckContext) -> CheckOutcome | None:
     if facts is None or facts.phase != "dist_init":
         return None
     nccl = [
-        Hit.of(r)
-        for r in ctx.records
-        if "nccl" in r.message.lower() or "world_size=" in r.message
+        Hit.of(r) for r in ctx.records if "nccl" in r.message.lower() or "world_size=" in r.message
     ][-3:]
     return CheckOutcome(
         message=(
@@ -372,17 +395,15 @@ def _check_no_listen_port(ctx: CheckContext) -> CheckOutcome | None:
             ),
             hits=ctx.hits,
         )
-    stalled = ctx.fired.get("startup.stalled")
-    if stalled is None:
+    if "startup.stalled" not in ctx.fired:
         return None
+    facts = stall_facts(ctx.analysis, ctx.records, {})
     return CheckOutcome(
         message=(
             f"the log never reaches listening (last phase {ctx.analysis.last_phase or 'unknown'})"
             ": no HTTP port was opened while it was written"
         ),
-        hits=tuple(
-            Hit(e.source, e.line, e.text, None, e.ts) for e in stalled.evidence[-1:]
-        ),
+        hits=facts.hits[-1:] if facts is not None else (),
     )
 
 
@@ -505,9 +526,7 @@ def _check_missing(ctx: CheckContext) -> CheckOutcome | None:
         f"(each at least {min(r.line_count for r in present)} lines)"
     )
     hits = tuple(
-        h
-        for r in present[:2]
-        if (h := _rank_hit(ctx.analysis, r, ctx.records)) is not None
+        h for r in present[:2] if (h := _rank_hit(ctx.analysis, r, ctx.records)) is not None
     )
     return CheckOutcome(message=message, hits=hits, ranks=tuple(r.label for r in missing))
 
@@ -522,14 +541,20 @@ def _check_straggler(ctx: CheckContext) -> CheckOutcome | None:
     if not behind or not ahead:
         return None
     ahead_phase = Counter(r.last_phase for r in ahead).most_common(1)[0][0]
-    where = Counter(r.last_phase for r in behind)
-    desc = "; ".join(
-        f"{', '.join(r.rank.label for r in behind if r.last_phase == ph)} at {ph}"
-        for ph, _ in where.most_common()
-    )
+    others_quiet = [r.silent_s for r in ahead if r.silent_s is not None]
+    parts = []
+    for r in behind:
+        part = f"{r.rank.label} last reached {r.last_phase}"
+        if r.silent_s is not None and others_quiet:
+            lead = r.silent_s - min(others_quiet)
+            if lead >= 1:
+                part += f" and went quiet {fmt_duration(lead)} before the others"
+        parts.append(part)
+    n = len(ahead)
     message = (
-        f"{desc} while {len(ahead)} other rank{'s' if len(ahead) != 1 else ''} reached "
-        f"{ahead_phase}"
+        "; ".join(parts[:6])
+        + (f" (and {len(parts) - 6} more)" if len(parts) > 6 else "")
+        + f", while {n} other rank{'s' if n != 1 else ''} reached {ahead_phase}"
     )
     hits = tuple(h for r in behind if (h := _rank_hit(ctx.analysis, r, ctx.records)))
     return CheckOutcome(message=message, hits=hits, ranks=tuple(r.rank.label for r in behind))

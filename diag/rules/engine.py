@@ -166,25 +166,26 @@ def _rank_labels(ranks: Sequence[RankId | None]) -> tuple[str, ...]:
 
 
 def _pick_evidence(hits: Sequence[Hit]) -> tuple[Evidence, ...]:
-    """A few lines that prove it: the first line of each rank first, then in order."""
+    """A few lines that prove it: one line per rank first (at most 3 with the same
+    text), then further distinct lines, in log order."""
     ordered = sorted(hits, key=lambda h: (h.source, h.line))
     chosen: list[Hit] = []
     seen_ranks: set[RankId | None] = set()
-    seen_text: set[str] = set()
+    per_text: dict[str, int] = {}
     for h in ordered:
+        if len(chosen) >= MAX_EVIDENCE:
+            break
         key = h.text[:120]
-        if h.rank not in seen_ranks and key not in seen_text:
+        if h.rank not in seen_ranks and per_text.get(key, 0) < 3:
             chosen.append(h)
             seen_ranks.add(h.rank)
-            seen_text.add(key)
-        if len(chosen) >= MAX_EVIDENCE:
-            break
+            per_text[key] = per_text.get(key, 0) + 1
     for h in ordered:
         if len(chosen) >= MAX_EVIDENCE:
             break
-        if h not in chosen and h.text[:120] not in seen_text:
+        if h not in chosen and h.text[:120] not in per_text:
             chosen.append(h)
-            seen_text.add(h.text[:120])
+            per_text[h.text[:120]] = 1
     chosen.sort(key=lambda h: (h.source, h.line))
     return tuple(h.evidence() for h in chosen)
 
@@ -220,7 +221,9 @@ def _finding(rule: Rule, message: str, hits: Sequence[Hit], ranks: Sequence[str]
 
 def _pattern_finding(rule: Rule, hits: Sequence[Hit]) -> Finding:
     ranks = _rank_labels([h.rank for h in hits])
-    first = hits[0]
+    wanted = set(_FIELD.findall(rule.message)) - {"count", "ranks", "line"}
+    complete = [h for h in hits if wanted <= set(h.groups)]
+    first = complete[0] if complete else hits[0]
     values: dict[str, object] = dict(first.groups)
     values["count"] = len(hits)
     values["ranks"] = ", ".join(ranks) if ranks else "no rank"
@@ -253,13 +256,15 @@ def sort_findings(findings: Sequence[Finding]) -> tuple[Finding, ...]:
     return tuple(sorted(findings, key=key))
 
 
-def _tie_cascades(findings: list[Finding], rules_by_finding: Mapping[str, Rule]) -> list[Finding]:
+def _tie_cascades(findings: list[Finding], origins: Mapping[str, Sequence[Rule]]) -> list[Finding]:
+    """A finding is a cascade when every rule behind it is one and one of the roots it
+    follows fired; otherwise it stands as a root (keeping its caveat)."""
     fired = {f.id for f in findings}
     out: list[Finding] = []
     for f in findings:
-        rule = rules_by_finding.get(f.id)
-        if rule is not None and rule.role == "cascade":
-            roots = [r for r in rule.cascade_of if r in fired and r != f.id]
+        rules = origins.get(f.id, ())
+        if rules and all(r.role == "cascade" for r in rules):
+            roots = [c for r in rules for c in r.cascade_of if c in fired and c != f.id]
             if roots:
                 f = dataclasses.replace(f, role="cascade", cascade_of=roots[0])
         out.append(f)
@@ -275,9 +280,11 @@ def evaluate(
     phase_at = _PhaseAt(analysis.events)
     hits = _scan(rules, records, framework, phase_at, notes)
     findings: dict[str, Finding] = {}
+    origins: dict[str, list[Rule]] = {}
     checked: list[str] = []
 
     def add(rule: Rule, finding: Finding) -> None:
+        origins.setdefault(finding.id, []).append(rule)
         prior = findings.get(finding.id)
         if prior is None:
             findings[finding.id] = finding
@@ -319,6 +326,5 @@ def evaluate(
         if outcome is not None:
             add(rule, outcome_finding(rule, outcome))
 
-    by_finding = {r.finding_id: r for r in rules}
-    tied = _tie_cascades(list(findings.values()), by_finding)
+    tied = _tie_cascades(list(findings.values()), origins)
     return sort_findings(tied), tuple(checked), tuple(notes)
