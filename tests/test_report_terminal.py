@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from report_samples import stacks_analysis, story_analysis, straggler_analysis, untimed_analysis
+from report_samples import (
+    T,
+    stacks_analysis,
+    story_analysis,
+    straggler_analysis,
+    untimed_analysis,
+)
 from rich.console import Console
 
 from diag.model import Analysis
@@ -77,7 +83,7 @@ def test_straggler_and_missing_called_out() -> None:
     assert tp5.index("░") >= tp4.index("█", tp4.index("█") + 1) - 2
     assert "weights_load" not in tp5
     assert row(out, "TP7").startswith("TP7       missing: never logged")
-    assert "Behind the others: TP5 at dist_init  (others reached weights_load)" in out
+    assert "Behind the others: TP5 at dist_init  (the others reached weights_load)" in out
     assert "Missing ranks: TP7  (8 expected from the config, 1 never logged)" in out
     assert "7 ranks seen, 8 expected" in out
 
@@ -136,3 +142,12 @@ def test_narrow_console_fits() -> None:
     out = render(story_analysis(), width=80)
     assert all(len(line) <= 80 for line in out.splitlines())
     assert row(out, "TP0").rstrip().endswith("weights_load silent 3 h 12 min")
+
+
+def test_straggler_in_the_same_phase_is_behind_in_time() -> None:
+    base = story_analysis()
+    tp0 = dataclasses.replace(base.ranks[0], last_ts=T("22:30:00"))
+    a = dataclasses.replace(base, ranks=(tp0, *base.ranks[1:]), stragglers=(tp0.rank,), findings=())
+    out = render(a)
+    assert "Behind the others: TP0 at weights_load, last line 5 min 55 s before the others" in out
+    assert "behind" in row(out, "TP0") and "behind" not in row(out, "TP1")

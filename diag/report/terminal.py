@@ -372,16 +372,24 @@ def _ranks_summary(a: Analysis) -> RenderableType | None:
     lines: list[Text] = []
     if a.stragglers:
         by_label = {r.rank.label: r for r in a.ranks}
-        furthest = max((r.last_phase for r in a.ranks), key=phase_index, default=None)
+        others = [r for r in a.ranks if r.rank not in set(a.stragglers)]
+        furthest = max((r.last_phase for r in others), key=phase_index, default=None)
+        latest = max((r.last_ts for r in others if r.last_ts is not None), default=None)
         details = []
         for s in a.stragglers:
             rt = by_label.get(s.label)
-            where = f" at {rt.last_phase}" if rt is not None and rt.last_phase else ""
-            details.append(f"{s.label}{where}")
+            text = s.label
+            if rt is not None and rt.last_phase:
+                text += f" at {rt.last_phase}"
+                if rt.last_phase == furthest and rt.last_ts is not None and latest is not None:
+                    gap = (latest - rt.last_ts).total_seconds()
+                    if gap >= 1:
+                        text += f", last line {fmt_duration(gap)} before the others"
+            details.append(text)
         line = Text("Behind the others: ", style="bold yellow")
-        line.append(", ".join(details))
+        line.append("; ".join(details))
         if furthest:
-            line.append(f"  (others reached {furthest})", style="dim")
+            line.append(f"  (the others reached {furthest})", style="dim")
         lines.append(line)
     if a.missing_ranks:
         line = Text("Missing ranks: ", style="bold red")
