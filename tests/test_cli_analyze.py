@@ -334,3 +334,24 @@ def test_json_pipe_through_a_real_process(tmp_path: Path) -> None:
     )
     assert r.returncode == 0 and r.stderr == ""
     assert json.loads(r.stdout)["last_phase"] == "dist_init"
+
+
+def test_progress_bar_only_on_a_terminal_stderr(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from diag.commands import analyze as command
+
+    calls: list[tuple[int, int]] = []
+    real = command._progress
+
+    def spy(enabled: bool) -> Any:
+        calls.append((int(enabled), 0))
+        return real(enabled)
+
+    monkeypatch.setattr(command, "_progress", spy)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    code, out, _ = run(["analyze", "--example", "--format", "markdown"], capsys, monkeypatch)
+    assert code == 0 and out.startswith("## diag analyze")
+    code, out, err = run(["analyze", "--example", "--json"], capsys, monkeypatch)
+    assert code == 0 and json.loads(out)
+    assert calls == [(1, 0), (0, 0)]  # a bar for markdown on a tty, none for --json
