@@ -98,3 +98,18 @@ def test_rank_table_and_missing() -> None:
 def test_stacks_in_markdown() -> None:
     md = render_markdown(stacks_analysis())
     assert "- `stack.nccl_collective`: PP0 TP1, PP1 TP1 (2 members)" in md
+
+
+def test_mermaid_caps_the_number_of_sections() -> None:
+    from diag.model import RankId
+    from diag.report.markdown import MAX_MERMAID_SECTIONS
+
+    base = story_analysis(global_phases=())
+    many = tuple(
+        dataclasses.replace(base.ranks[0], rank=RankId(dp=i // 8, tp=i % 8)) for i in range(80)
+    )
+    gantt = mermaid_gantt(dataclasses.replace(base, ranks=many))
+    assert gantt is not None
+    assert gantt.count("    section ") == MAX_MERMAID_SECTIONS
+    assert f"(first {MAX_MERMAID_SECTIONS} of 80)" in gantt.splitlines()[1]
+    assert "    section DP0 TP0" in gantt and "    section DP4 TP0" not in gantt

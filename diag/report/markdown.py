@@ -93,6 +93,7 @@ def mermaid_gantt(a: Analysis) -> str | None:
     ranks = sorted(a.ranks, key=lambda r: r.rank.sort_key)
     for r in ranks:
         if sections >= MAX_MERMAID_SECTIONS:
+            out[1] = f"    title Startup timeline per rank (first {sections} of {len(ranks)})"
             break
         tasks = _rank_tasks(r.phases, r.last_ts)
         if not tasks:
