@@ -1,11 +1,141 @@
-"""`diag rules` (placeholder: the owning work item replaces this module)."""
+"""`diag rules list|show|test`: browse the rule library and run its examples."""
 
 from __future__ import annotations
 
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from diag.errors import EXIT_FINDINGS, RuleError
+from diag.rules.examples import run_examples
+from diag.rules.loader import Rule, builtin_rules, load_dir, load_rules
 
 __all__ = ["register"]
 
+rules_app = typer.Typer(
+    name="rules",
+    help="List, show and test the rules that turn a log into findings.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+
+RulesOpt = Annotated[
+    list[Path] | None,
+    typer.Option("--rules", help="Also load the rule files in this folder (repeatable)."),
+]
+
+
+def _load(extra: list[Path] | None) -> tuple[Rule, ...]:
+    return load_rules(list(extra or []))
+
+
+@rules_app.command("list")
+def list_rules(
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of rules.")] = False,
+    rules: RulesOpt = None,
+) -> None:
+    """List every rule: id, severity, kind and title."""
+    loaded = _load(rules)
+    if as_json:
+        typer.echo(json.dumps([r.to_json() for r in loaded], indent=2))
+        return
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for col in ("id", "finding", "severity", "role", "kind", "title"):
+        table.add_column(col, no_wrap=col != "title", overflow="fold")
+    for r in sorted(loaded, key=lambda r: r.id):
+        table.add_row(
+            r.id,
+            r.finding_id if r.finding_id != r.id else "",
+            r.severity,
+            r.role,
+            r.check or "pattern",
+            r.title,
+        )
+    console = Console(highlight=False)
+    console.print(table)
+    console.print(f"{len(loaded)} rules")
+
+
+@rules_app.command("show")
+def show_rule(
+    rule_id: Annotated[str, typer.Argument(metavar="ID", help="A rule id or a finding id.")],
+    rules: RulesOpt = None,
+) -> None:
+    """Show one rule in full (or every rule that reports this finding id)."""
+    loaded = _load(rules)
+    chosen = [r for r in loaded if r.id == rule_id] or [
+        r for r in loaded if r.finding_id == rule_id
+    ]
+    if not chosen:
+        raise RuleError(
+            f"no rule {rule_id!r}",
+            help_text="`diag rules list` prints every rule id.",
+        )
+    console = Console(highlight=False, soft_wrap=True)
+    for r in chosen:
+        console.print(f"[bold]{r.id}[/]  {r.severity}  {r.role}  ({r.path})")
+        console.print(f"  title: {r.title}")
+        if r.finding_id != r.id:
+            console.print(f"  reports: {r.finding_id}")
+        if r.cascade_of:
+            console.print(f"  cascade of: {', '.join(r.cascade_of)}")
+        console.print(f"  frameworks: {', '.join(r.frameworks)}")
+        console.print(f"  summary: {r.summary}", markup=False)
+        console.print(f"  why: {r.why}", markup=False)
+        console.print(f"  remedy: {r.remedy}", markup=False)
+        if r.caveat:
+            console.print(f"  caveat: {r.caveat}", markup=False)
+        if r.check:
+            console.print(f"  check: {r.check}  params: {dict(r.params)}", markup=False)
+        if r.match:
+            for pattern in r.match.sources:
+                console.print(f"  pattern: {pattern}", markup=False)
+            console.print(f"  needles: {', '.join(r.needles)}", markup=False)
+        for ref in r.references:
+            console.print(f"  see {ref}", markup=False)
+        console.print()
+
+
+@rules_app.command("test")
+def test_rules(
+    folder: Annotated[
+        Path | None,
+        typer.Argument(metavar="[DIR]", help="A folder of rule files (default: the built-ins)."),
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", help="Show passing lines too.")
+    ] = False,
+) -> None:
+    """Run every rule's examples and print a pass/fail table (exit 1 on a failure)."""
+    loaded = load_dir(folder) if folder is not None else list(builtin_rules())
+    if folder is not None and not loaded:
+        raise RuleError(f"{folder}: no rule files (*.yaml) found")
+    results = run_examples(loaded)
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for col in ("result", "rule", "kind", "line", "detail"):
+        table.add_column(col, overflow="fold")
+    for res in results:
+        if res.ok and not verbose:
+            continue
+        mark = "[green]pass[/]" if res.ok else "[bold red]FAIL[/]"
+        table.add_row(mark, res.rule, res.kind, res.line[:120], res.detail)
+    console = Console(highlight=False)
+    failed = [r for r in results if not r.ok]
+    if verbose or failed:
+        console.print(table)
+    per_rule = Counter(r.rule for r in results)
+    console.print(
+        f"{len(results) - len(failed)} passed, {len(failed)} failed "
+        f"({len(per_rule)} pattern rules, {len(loaded) - len(per_rule)} check rules)"
+    )
+    if failed:
+        raise typer.Exit(EXIT_FINDINGS)
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.add_typer(rules_app, name="rules")
