@@ -353,7 +353,7 @@ class ProcessInfo:
     stopped_before: bool = False  # state T before diag came (left as it was)
     resumed: bool = False  # a dump left it stopped and diag sent SIGCONT
     dump_attempts: tuple[Mapping[str, object], ...] = ()
-    native_peer: int | None = None  # pid whose --native dump stands for this one (same Python stack)
+    native_peer: int | None = None  # pid whose --native dump stands for this one
 
 
 @dataclass(frozen=True, slots=True)
