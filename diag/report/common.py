@@ -9,14 +9,24 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 
-from diag.model import PHASES, SEVERITIES, Analysis, Finding, RankTimeline, phase_index
+from diag.model import (
+    PHASES,
+    SEVERITIES,
+    Analysis,
+    Finding,
+    RankTimeline,
+    StackFrame,
+    phase_index,
+)
 
 __all__ = [
     "LAYOUT_KEYS",
     "collapse_ranks",
     "fmt_duration",
+    "frame_label",
     "fmt_time",
     "layout",
+    "member_label",
     "model_name",
     "not_fired",
     "phase_order",
@@ -134,3 +144,22 @@ def phase_order(rank: RankTimeline) -> list[str]:
     known = [p for p in PHASES if p in seen]
     unknown = sorted(p for p in seen if phase_index(p) < 0)
     return known + unknown
+
+
+def frame_label(frame: StackFrame) -> str:
+    """``name (file.py:123)``; the line left out when unknown, the folder always."""
+    where = frame.filename.rsplit("/", 1)[-1] if frame.filename else ""
+    if not where:
+        return frame.name
+    return (
+        f"{frame.name} ({where}:{frame.line})"
+        if frame.line is not None
+        else (f"{frame.name} ({where})")
+    )
+
+
+def member_label(member: str) -> str:
+    """A stack-group member as shown: a rank label, ``pid N``, or a short source."""
+    if "/" in member:
+        return member.rsplit("/", 1)[-1]
+    return member

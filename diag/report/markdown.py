@@ -15,7 +15,9 @@ from diag.report.common import (
     collapse_ranks,
     fmt_duration,
     fmt_time,
+    frame_label,
     layout,
+    member_label,
     model_name,
     not_fired,
     sorted_findings,
@@ -235,11 +237,11 @@ def render_markdown(analysis: Analysis) -> str:
         out += ["### Stacks", ""]
         for g in a.stack_groups:
             out.append(
-                f"- `{g.wait_site or 'unclassified'}`: {', '.join(g.members)} "
+                f"- `{g.wait_site or 'unclassified'}`: {', '.join(map(member_label, g.members))} "
                 f"({len(g.members)} member{'s' if len(g.members) != 1 else ''})"
             )
             if g.frames:
-                out += ["", _fence("\n".join(fr.label for fr in g.frames[:12])), ""]
+                out += ["", _fence("\n".join(frame_label(fr) for fr in g.frames[:12])), ""]
         if not a.stack_groups:
             for p in a.stack_processes:
                 who = p.rank.label if p.rank is not None else (p.title or "")

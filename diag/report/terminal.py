@@ -32,7 +32,9 @@ from diag.report.common import (
     collapse_ranks,
     fmt_duration,
     fmt_time,
+    frame_label,
     layout,
+    member_label,
     model_name,
     not_fired,
     phase_order,
@@ -467,7 +469,7 @@ def _frames_text(frames: tuple[StackFrame, ...], indent: str, limit: int = 5) ->
     out = []
     for fr in frames[:limit]:
         t = Text(indent)
-        t.append(fr.label, style="dim" if fr.native else "")
+        t.append(frame_label(fr), style="dim" if fr.native else "")
         t.no_wrap = True
         t.overflow = "ellipsis"
         out.append(t)
@@ -483,7 +485,7 @@ def _stacks_view(groups: tuple[StackGroup, ...], procs: tuple[StackProcess, ...]
             head = Text("  ")
             head.append(g.wait_site or "unclassified", style="bold magenta")
             head.append(f"  {len(g.members)} member{'s' if len(g.members) != 1 else ''}: ")
-            head.append(collapse_ranks(g.members, []), style="cyan")
+            head.append(collapse_ranks([member_label(m) for m in g.members], []), style="cyan")
             parts.append(head)
             parts.extend(_frames_text(g.frames, "      "))
     else:
