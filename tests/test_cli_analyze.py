@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -355,3 +356,74 @@ def test_progress_bar_only_on_a_terminal_stderr(
     code, out, err = run(["analyze", "--example", "--json"], capsys, monkeypatch)
     assert code == 0 and json.loads(out)
     assert calls == [(1, 0), (0, 0)]  # a bar for markdown on a tty, none for --json
+
+
+def test_wheel_ships_the_example_and_the_rules(tmp_path: Path) -> None:
+    """Built as a wheel and installed elsewhere, `--example` still finds its log and rules."""
+    import importlib.util
+
+    # offline when hatchling is at hand; otherwise pip fetches it into an isolated build
+    flags = ["--no-build-isolation"] if importlib.util.find_spec("hatchling") else []
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            *flags,
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert build.returncode == 0, build.stderr[-2000:]
+    wheel = next(tmp_path.glob("diag-*.whl"))
+    target = tmp_path / "site"
+    install = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert install.returncode == 0, install.stderr[-2000:]
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    probe = subprocess.run(
+        [sys.executable, "-c", "import diag, sys; print(diag.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert probe.stdout.startswith(str(target)), probe.stdout + probe.stderr
+    r = subprocess.run(
+        [sys.executable, "-m", "diag", "analyze", "--example", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["sources"][0].startswith(str(target))
+    assert {"startup.stalled", "quant.fallback_unquantized"} <= {f["id"] for f in d["findings"]}
