@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from diag.model import RankId, Record, StackFrame, StackProcess, StackThread
@@ -108,18 +108,19 @@ def _split_prefixes(text: str) -> tuple[str, str, RankId | None, str | None]:
     return text, channel, rank, title
 
 
-def _lines_of(records: Iterable[Record]) -> Iterator[_Line]:
-    for rec in records:
-        texts = [rec.raw or rec.message, *rec.continuation]
-        offset = 0
-        for text in texts:
-            for piece in text.split("\n"):
-                clean = _ANSI.sub("", piece).rstrip("\r\n ")
-                rest, channel, rank, title = _split_prefixes(clean)
-                if rank is None and not channel and rec.rank is not None and offset == 0:
-                    rank = rec.rank
-                yield _Line(rest, rec.source, rec.line + offset, channel, rank, title)
-                offset += 1
+# A line can start or continue a dump only if it is indented, is a lone "[" or contains
+# one of these; while no dump is open, other lines are skipped unparsed (one search).
+_CANDIDATE = re.compile(
+    r'Thread |Process \d|File "|Traceback|Pyspy dump|Stack \(|KeyboardInterrupt'
+)
+
+
+def _line_of(rec: Record, text: str, offset: int) -> _Line:
+    clean = _ANSI.sub("", text).rstrip("\r\n ")
+    rest, channel, rank, title = _split_prefixes(clean)
+    if rank is None and not channel and rec.rank is not None and offset == 0:
+        rank = rec.rank
+    return _Line(rest, rec.source, rec.line + offset, channel, rank, title)
 
 
 @dataclass(slots=True)
@@ -194,6 +195,12 @@ class _Channel:
         self.tb: _Proc | None = None
         self.json: list[str] | None = None
         self.json_at: _Line | None = None
+
+    @property
+    def busy(self) -> bool:
+        return not (
+            self.proc is None and self.tb is None and self.json is None and self.pending is None
+        )
 
     # -- emitting ----------------------------------------------------------------------
     def close(self) -> None:
@@ -442,11 +449,31 @@ def extract_stack_processes(records: Sequence[Record]) -> list[StackProcess]:
     :func:`_merge_samples`); processes come in the order they first appear."""
     found: list[StackProcess] = []
     channels: dict[str, _Channel] = {}
-    for ln in _lines_of(records):
+    busy: set[str] = set()  # channels with a dump (or a pending header) open
+    candidate = _CANDIDATE.search
+    indent = (" ", "\t")
+
+    def feed(rec: Record, piece: str, offset: int) -> None:
+        ln = _line_of(rec, piece, offset)
         chan = channels.get(ln.channel)
         if chan is None:
             chan = channels[ln.channel] = _Channel(found)
         chan.feed(ln)
+        if chan.busy:
+            busy.add(ln.channel)
+        else:
+            busy.discard(ln.channel)
+
+    for rec in records:
+        offset = 0
+        head = rec.raw or rec.message
+        texts = (head, *rec.continuation) if rec.continuation else (head,)
+        for text in texts:
+            pieces = text.split("\n") if "\n" in text else (text,)
+            for piece in pieces:
+                if busy or piece.startswith(indent) or candidate(piece) or piece == "[":
+                    feed(rec, piece, offset)
+                offset += 1
     for chan in channels.values():
         chan.finish()
     found.sort(key=lambda p: (p.source or "", p.line or 0))
