@@ -37,6 +37,7 @@ __all__ = ["SCENARIOS", "main", "run_scenario"]
 SCENARIOS: dict[str, tuple[str, str, str | None, str | None]] = {
     "collective": ("collective", "blocking", None, None),
     "collective-sync": ("collective", "sync", None, None),
+    "collective-barrier": ("collective", "barrier", None, None),
     "cpu": ("cpu", "blocking", None, None),
     # gloo for the process group, weights on the GPU (no NCCL needed; no GPU spin)
     "collective-gloo": ("collective", "blocking", "gloo", "cuda"),
@@ -59,20 +60,41 @@ def _json_or_none(text: str) -> Any:
         return None
 
 
-def run_scenario(name: str, out: Path, args: argparse.Namespace, t_end: float) -> dict[str, Any]:
+def parse_spec(spec: str, args: argparse.Namespace) -> tuple[str, int, int, str]:
+    """``name[@world[/outlier]]`` -> (name, world, outlier rank, folder name)."""
+    name, _, rest = spec.partition("@")
+    world, outlier = args.world, args.outlier_rank
+    if rest:
+        w, _, o = rest.partition("/")
+        world = int(w)
+        outlier = int(o) if o else outlier
+    if name not in SCENARIOS:
+        raise SystemExit(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    folder = name if (world, outlier) == (args.world, args.outlier_rank) else f"{name}-w{world}"
+    return name, world, outlier, folder
+
+
+def run_scenario(spec: str, out: Path, args: argparse.Namespace, t_end: float) -> dict[str, Any]:
+    name, world, outlier, folder = parse_spec(spec, args)
     mode, wait, backend, device = SCENARIOS[name]
     backend = backend or args.backend
-    work = out / name
+    work = out / folder
     work.mkdir(parents=True, exist_ok=True)
-    summary: dict[str, Any] = {"scenario": name, "mode": mode, "wait": wait, "backend": backend}
+    summary: dict[str, Any] = {
+        "scenario": folder,
+        "mode": mode,
+        "wait": wait,
+        "backend": backend,
+        "world": world,
+    }
     server = gpu_run.start_server(
         work,
         mode=mode,
-        world=args.world,
+        world=world,
         backend=backend,
         device=device,
         wait=wait,
-        outlier_rank=args.outlier_rank,
+        outlier_rank=outlier,
         weights_gb=args.weights_gb,
         host_gb=args.host_gb,
         port=args.port,
@@ -83,13 +105,13 @@ def run_scenario(name: str, out: Path, args: argparse.Namespace, t_end: float) -
         pids = server.pids
         ranks = server.rank_pids
         meta = {
-            "scenario": name,
+            "scenario": folder,
             "mode": mode,
             "wait": wait,
-            "world": args.world,
+            "world": world,
             "backend": backend,
             "device": device,
-            "outlier_rank": args.outlier_rank if mode == "collective" else None,
+            "outlier_rank": outlier if mode == "collective" else None,
             "weights_gb": args.weights_gb,
             "host_gb": args.host_gb,
             "port": args.port,
@@ -256,14 +278,15 @@ def main(argv: list[str] | None = None) -> int:
     _write(out / "env.json", env)
     print(json.dumps({"env": env}, default=str)[:2000], flush=True)
     results: dict[str, Any] = {}
-    for name in [s for s in args.scenarios.split(",") if s]:
-        if name not in SCENARIOS:
-            p.error(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    specs = [s for s in args.scenarios.split(",") if s]
+    for spec in specs:
+        parse_spec(spec, args)  # fail early on a typo
+    for spec in specs:
         if time.monotonic() > t_end - 60:
-            results[name] = {"skipped": "time budget"}
+            results[spec] = {"skipped": "time budget"}
             continue
-        results[name] = run_scenario(name, out, args, t_end)
-        print(json.dumps({name: results[name]}, default=str), flush=True)
+        results[spec] = run_scenario(spec, out, args, t_end)
+        print(json.dumps({spec: results[spec]}, default=str), flush=True)
     if args.bench:
         left = t_end - time.monotonic()
         results["bench"] = run_bench(out, max(30.0, left)) if left > 45 else {"skipped": "budget"}

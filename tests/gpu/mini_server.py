@@ -17,9 +17,11 @@ of touched host memory per rank, and a warm-up all-reduce):
   (during "Capture cuda graph begin"); the outlier blocks on a file lock that the
   launcher holds (a JIT-cache lock) and never joins. With NCCL the waiting GPUs spin in
   the NCCL kernel at ~100% utilization, the outlier's GPU is idle.
-  ``--wait blocking`` (default) sets TORCH_NCCL_BLOCKING_WAIT=1 so the waiting ranks block
-  CPU-side inside ``all_reduce``; ``--wait sync`` lets ``all_reduce`` return and blocks in
-  ``torch.cuda.synchronize()`` (the GPU lab's picture).
+  ``--wait blocking`` (default) sets TORCH_NCCL_BLOCKING_WAIT=1 and then copies the result
+  to the CPU (``.cpu()``); with torch 2.11 ``all_reduce`` returned at once all the same, so
+  the CPU waits in that copy (fixtures/gpu/README.md). ``--wait sync`` blocks in
+  ``torch.cuda.synchronize()`` (the GPU lab's picture); ``--wait barrier`` calls
+  ``dist.barrier()`` instead of the all-reduce (the CPU blocks inside it).
 * ``cpu`` (mode B, the story's picture): every rank blocks CPU-side after weight loading
   in a TCPStore wait for a key nobody sets: idle GPUs, high RSS, no port.
 
@@ -96,7 +98,10 @@ def wait_for_peer_node(store: Any, timeout: dt.timedelta) -> None:
 
 
 def capture_cuda_graph(torch: Any, dist: Any, x: Any, nccl: bool, wait: str) -> None:
-    """Mode A, the ranks that join: an all-reduce the outlier never joins."""
+    """Mode A, the ranks that join: a collective the outlier never joins."""
+    if wait == "barrier":
+        dist.barrier()  # NCCL: an all-reduce, then the CPU blocks on the stream
+        return
     dist.all_reduce(x)
     if nccl and wait == "sync":
         torch.cuda.synchronize()
@@ -226,7 +231,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="where the 'weights' live (default: cuda with nccl, cpu with gloo)",
     )
-    p.add_argument("--wait", choices=("blocking", "sync"), default="blocking")
+    p.add_argument("--wait", choices=("blocking", "sync", "barrier"), default="blocking")
     p.add_argument("--outlier-rank", type=int, default=1)
     p.add_argument("--weights-gb", type=float, default=4.0, help="GPU 'weights' per rank")
     p.add_argument("--host-gb", type=float, default=2.0, help="touched host memory per rank")
