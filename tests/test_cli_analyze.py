@@ -427,3 +427,40 @@ def test_wheel_ships_the_example_and_the_rules(tmp_path: Path) -> None:
     d = json.loads(r.stdout)
     assert d["sources"][0].startswith(str(target))
     assert {"startup.stalled", "quant.fallback_unquantized"} <= {f["id"] for f in d["findings"]}
+
+
+GOLDEN = ROOT / "fixtures" / "golden" / "example.positions.json"
+
+
+def _positions(d: dict[str, Any]) -> dict[str, Any]:
+    """What must not move: each rank's phases (start, end, first line) and each finding's
+    evidence (file:line, rank, time)."""
+    return {
+        "last_phase": d["last_phase"],
+        "ranks": {
+            r["id"]: [[p["phase"], p["start"], p["end"], p["first_line"]] for p in r["phases"]]
+            for r in d["ranks"]
+        },
+        "findings": {
+            f["id"]: [
+                [f"{Path(e['source']).name}:{e['line']}", e["rank"], e["ts"]] for e in f["evidence"]
+            ]
+            for f in d["findings"]
+        },
+    }
+
+
+def test_example_golden_positions(example_json: dict[str, Any]) -> None:
+    """Regenerate for review with: DIAG_REGEN_GOLDEN=1 pytest tests/test_cli_analyze.py -k golden"""
+    got = _positions(example_json)
+    if os.environ.get("DIAG_REGEN_GOLDEN"):
+        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
+        GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+    want = json.loads(GOLDEN.read_text())
+    assert got["last_phase"] == want["last_phase"]
+    assert got["ranks"] == want["ranks"]
+    # every finding of the golden file is still reported, with the same evidence lines;
+    # new findings may appear (review them and regenerate)
+    for fid, evidence in want["findings"].items():
+        assert fid in got["findings"], f"{fid} is no longer reported on the example"
+        assert got["findings"][fid] == evidence, fid
