@@ -151,3 +151,9 @@ def test_straggler_in_the_same_phase_is_behind_in_time() -> None:
     out = render(a)
     assert "Behind the others: TP0 at weights_load, last line 5 min 55 s before the others" in out
     assert "behind" in row(out, "TP0") and "behind" not in row(out, "TP1")
+
+
+def test_weights_line_from_rank_shards() -> None:
+    out = render(story_analysis())
+    line = next(x for x in out.splitlines() if x.startswith("Weights: "))
+    assert line == "Weights: 64/64 shards in 34 s (0.53 s/shard) (all 8 ranks)"

@@ -15,6 +15,7 @@ from diag.model import (
     Analysis,
     Finding,
     RankTimeline,
+    ShardProgress,
     StackFrame,
     phase_index,
 )
@@ -32,6 +33,8 @@ __all__ = [
     "phase_order",
     "sorted_findings",
     "time_span",
+    "weights_progress",
+    "weights_summary",
 ]
 
 # config keys that name the parallel layout, as (label, keys tried in order)
@@ -163,3 +166,42 @@ def member_label(member: str) -> str:
     if "/" in member:
         return member.rsplit("/", 1)[-1]
     return member
+
+
+def weights_progress(analysis: Analysis) -> list[tuple[str, ShardProgress]]:
+    """Shard progress per rank, or of the rank-less progress bar when no rank has one."""
+    per_rank = [(r.rank.label, r.shards) for r in analysis.ranks if r.shards is not None]
+    if per_rank:
+        return [(label, s) for label, s in per_rank if s is not None]
+    from diag.timeline import shard_progress
+
+    bar = shard_progress(e for e in analysis.events if e.phase == "weights_load" and e.rank is None)
+    return [("no rank", bar)] if bar is not None else []
+
+
+def _shards_text(s: ShardProgress) -> str:
+    text = f"{s.done}/{s.total} shards"
+    if s.elapsed_s is not None:
+        text += f" in {fmt_duration(s.elapsed_s)}"
+    if s.rate_s_per_it is not None:
+        rate = s.rate_s_per_it
+        text += f" ({rate:.2f} s/shard)" if rate >= 0.1 else f" ({1 / rate:.1f} shards/s)"
+    if not s.complete:
+        text += ", not finished"
+    return text
+
+
+def weights_summary(analysis: Analysis) -> str | None:
+    """One line on weight loading: "64/64 shards in 34 s (0.53 s/shard)" and whose."""
+    progress = weights_progress(analysis)
+    if not progress:
+        return None
+    texts = {label: _shards_text(s) for label, s in progress}
+    distinct = set(texts.values())
+    if len(distinct) == 1:
+        (only,) = distinct
+        labels = list(texts)
+        if labels == ["no rank"]:
+            return f"{only} (progress bar with no rank prefix)"
+        return f"{only} ({collapse_ranks(labels, [r.rank.label for r in analysis.ranks])})"
+    return "; ".join(f"{label}: {text}" for label, text in list(texts.items())[:8])

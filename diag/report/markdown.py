@@ -22,6 +22,7 @@ from diag.report.common import (
     not_fired,
     sorted_findings,
     time_span,
+    weights_summary,
 )
 
 __all__ = ["MERMAID_DATE_FORMAT", "mermaid_gantt", "render_markdown"]
@@ -216,6 +217,9 @@ def render_markdown(analysis: Analysis) -> str:
             f"sources: {', '.join(_code(s) for s in a.sources) or '-'}",
             "",
         ]
+    weights = weights_summary(a)
+    if weights:
+        out += [f"Weights: {weights}", ""]
     if a.stragglers:
         out += [f"**Behind the others:** {', '.join(r.label for r in a.stragglers)}", ""]
     if a.missing_ranks:

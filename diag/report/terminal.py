@@ -40,6 +40,7 @@ from diag.report.common import (
     phase_order,
     sorted_findings,
     time_span,
+    weights_summary,
 )
 
 __all__ = [
@@ -514,6 +515,11 @@ def render_terminal(analysis: Analysis) -> RenderableType:
     """The whole terminal report of one analysis, as one rich renderable."""
     a = analysis
     parts: list[RenderableType] = [_header(a), Text(""), GanttChart(a)]
+    weights = weights_summary(a)
+    if weights:
+        line = Text("Weights: ", style="bold")
+        line.append(weights)
+        parts.append(line)
     summary = _ranks_summary(a)
     if summary is not None:
         parts += [Text(""), summary]
