@@ -112,6 +112,7 @@ def test_example_terminal_view(
     assert "[all 8 ranks]" in out[stalled:quant]
     assert "Checked and did not fire:" in out
     assert "tp 8" in out and "Kimi-K2.5" in out
+    assert "Weights: 64/64 shards in 34 s" in out  # the story's 64 shards in ~34 s
 
 
 # ---------------------------------------------------------------------------
