@@ -63,6 +63,7 @@ _PYSTACK_HEADER = re.compile(
     r"^Traceback for thread (\d+)(?: \(([^)]*)\))?.*\(most recent call last\):$"
 )
 _PYSTACK_FRAME = re.compile(r'^\s*\((Python|C)\) File "(.*)", line (\d+), in (.+?)\s*$')
+_INTERRUPT = re.compile(r"^\s*(?:[\w.]+\.)?KeyboardInterrupt\s*$")
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*)(?::.*)?$")
 _LOCALS_HEAD = re.compile(r"^\s+(Arguments|Locals):\s*$")
 _LOCAL_VAR = re.compile(r"^\s*[A-Za-z_]\w*: ")
@@ -185,8 +186,9 @@ class _Pending:
 class _Channel:
     """The parser state of one demultiplexed stream of lines."""
 
-    def __init__(self, out: list[StackProcess]) -> None:
+    def __init__(self, out: list[StackProcess], key: str) -> None:
         self.out = out
+        self.key = key
         self.proc: _Proc | None = None
         self.thread: _Thread | None = None
         self.pending: _Pending | None = None
@@ -453,26 +455,39 @@ def extract_stack_processes(records: Sequence[Record]) -> list[StackProcess]:
     candidate = _CANDIDATE.search
     indent = (" ", "\t")
 
-    def feed(rec: Record, piece: str, offset: int) -> None:
+    def feed(rec: Record, piece: str, offset: int, head: _Line | None) -> None:
         ln = _line_of(rec, piece, offset)
+        if head is not None and not ln.channel:
+            # A log parser attached this line to the record because it belongs to the
+            # record's stream (prefix already stripped): it inherits the head's stream.
+            ln.channel, ln.rank, ln.title = head.channel, ln.rank or head.rank, head.title
         chan = channels.get(ln.channel)
+        if (chan is None or chan.tb is None) and _INTERRUPT.match(ln.text):
+            # The interrupted traceback's lines may have been attached (prefix stripped)
+            # to a record of another stream: end the one open traceback of this rank.
+            open_tbs = [c for c in channels.values() if c.tb is not None]
+            same = [c for c in open_tbs if c.tb is not None and c.tb.rank == ln.rank]
+            pick = same if len(same) == 1 else open_tbs
+            if len(pick) == 1:
+                chan = pick[0]
         if chan is None:
-            chan = channels[ln.channel] = _Channel(found)
+            chan = channels[ln.channel] = _Channel(found, ln.channel)
         chan.feed(ln)
         if chan.busy:
-            busy.add(ln.channel)
+            busy.add(chan.key)
         else:
-            busy.discard(ln.channel)
+            busy.discard(chan.key)
 
     for rec in records:
         offset = 0
         head = rec.raw or rec.message
         texts = (head, *rec.continuation) if rec.continuation else (head,)
-        for text in texts:
+        head_line = _line_of(rec, head, 0) if rec.continuation else None
+        for i, text in enumerate(texts):
             pieces = text.split("\n") if "\n" in text else (text,)
             for piece in pieces:
                 if busy or piece.startswith(indent) or candidate(piece) or piece == "[":
-                    feed(rec, piece, offset)
+                    feed(rec, piece, offset, head_line if i else None)
                 offset += 1
     for chan in channels.values():
         chan.finish()

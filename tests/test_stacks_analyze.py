@@ -1,0 +1,53 @@
+"""Stack dumps embedded in a log, through the real log parser and `analyze` (both the
+line-by-line path and the streaming prefilter path)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from diag.analyze import analyze
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "stacks" / "corpus"
+CASES = sorted(p.name for p in CORPUS.iterdir() if p.is_dir())
+FILLER = "".join(
+    f"[2026-01-29 13:{i // 60 % 60:02d}:{i % 60:02d} TP0] Decode batch. #running-req: 1, "
+    f"#token: {i}, gen throughput (token/s): 41.2\n"
+    for i in range(300)
+)
+
+
+PREFILTER_MISS = pytest.mark.xfail(
+    strict=True,
+    reason="the prefilter drops the closing 'KeyboardInterrupt' line (not among its "
+    "literals), so the interrupted traceback is never closed",
+)
+PARAMS = [
+    pytest.param(
+        case,
+        prefilter,
+        id=f"{case}-{'prefilter' if prefilter else 'lines'}",
+        marks=[PREFILTER_MISS] if prefilter and case == "vllm-p2p-cache-probe-pipe-wait" else [],
+    )
+    for case in CASES
+    for prefilter in (False, True)
+]
+
+
+@pytest.mark.parametrize(("case", "prefilter"), PARAMS)
+def test_dump_inside_a_log(case: str, prefilter: bool, tmp_path: Path) -> None:
+    want = tomllib.loads((CORPUS / case / "case.toml").read_text())["wait_site"]
+    log = tmp_path / "server.log"
+    log.write_text(FILLER + (CORPUS / case / "dump.txt").read_text() + FILLER)
+    result = analyze([log], prefilter=prefilter)
+    sites = {p.wait_site for p in result.stack_processes}
+    assert want in sites
+    # each process points into the log, after the filler
+    assert all(p.line is not None and p.line > 300 for p in result.stack_processes)
