@@ -93,9 +93,16 @@ def test_collective_one_rank_never_joins() -> None:
         # the rank that never joined is in handle_first_request; the others in all_reduce
         frames2 = [f.name for t in ranks[2].stack.threads for f in t.frames]  # type: ignore[union-attr]
         assert "handle_first_request" in frames2
-        # native frames show the C++ wait of the collective
-        native0 = [f for t in ranks[0].stack.threads for f in t.frames if f.native]  # type: ignore[union-attr]
-        assert native0, "expected native frames from --native"
+        # one of TP0/TP1 was dumped with --native (the C++ wait of the collective) and
+        # stands for the other, whose Python stack is the same
+        modes = {ranks[r].stack.mode for r in (0, 1)}  # type: ignore[union-attr]
+        assert modes == {"native", "python"}, [ranks[r].dump_attempts for r in (0, 1)]
+        rep = next(r for r in (0, 1) if ranks[r].stack.mode == "native")  # type: ignore[union-attr]
+        other = 1 - rep
+        assert ranks[other].native_peer == ranks[rep].pid
+        native = [f.name for t in ranks[rep].stack.threads for f in t.frames if f.native]  # type: ignore[union-attr]
+        assert native, "expected native frames from --native"
+        assert ranks[2].stack.mode == "native"  # the odd one out is its own group
         # one server, sglang, its port from the command line, not listening
         (server,) = snap.servers
         assert server["framework"] == "sglang"

@@ -1,16 +1,25 @@
 """Tiered, bounded, concurrent py-spy dumps of every target, under one deadline.
 
-Each target is dumped in its own thread; every py-spy runs through :mod:`diag.runner`
-(its own session, killed with its group when the deadline passes — py-spy is killed,
-never the target). Per target the tiers are ``--native`` first (a wait inside C++ —
-``c10d::Work::wait``, ``TCPStore::doWait``, ``flock`` — is invisible without it), then
-Python-only, then ``--nonblocking`` for a target that cannot be paused; a target that is
-already stopped (state T) makes the pausing modes fail, so it gets ``--nonblocking``
-straight away. After every dump the target's state is read again: if the dump left it
-stopped it is continued with SIGCONT, but a process that was stopped before diag came is
-left as it was (and that is recorded). The pid is checked against its start time before
-and after, so a reused pid is never dumped or signalled. Further samples (Python-only,
-``interval_s`` apart) tell *stuck* (same frames) from *slow* (moving).
+Every py-spy runs through :mod:`diag.runner` (its own session, killed with its group when
+the deadline passes — py-spy is killed, never the target), and every phase dumps all its
+targets in parallel:
+
+1. a Python-only dump of every target (0.01-0.1 s each); a target that is already
+   stopped (state T) makes the pausing modes fail, so it gets ``--nonblocking`` (which
+   never pauses); a target that cannot be paused falls back to ``--nonblocking`` too;
+2. ``--native`` dumps (a wait inside C++ — ``c10d::Work::wait``, ``TCPStore::doWait``,
+   ``flock`` — is invisible without them). They cost 0.2-3 s of CPU each (py-spy loads
+   libtorch's symbols per process), so by default one rank per group of identical Python
+   stacks is dumped natively and stands for the others (``native_peer``);
+   ``native_all`` dumps every rank natively;
+3. further Python-only samples ``interval_s`` apart tell *stuck* (same frames) from
+   *slow* (moving).
+
+After every dump the target's state is read again: if the dump left it stopped it is
+continued with SIGCONT, but a process that was stopped before diag came is left as it was
+(and that is recorded). The pid is checked against its start time before and after each
+dump, so a reused pid is never dumped or signalled. Each target's outcome is recorded:
+ok, timeout, permission_denied, not_found, partial, no_pyspy or not_python.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from diag.collect import stackapi
@@ -71,6 +80,8 @@ class DumpResult:
     resumed: bool = False  # a dump left it stopped and diag sent SIGCONT
     moving: bool | None = None
     elapsed_s: float = 0.0
+    native_peer: int | None = None  # whose --native dump stands for this one's C++ frames
+    python_stack: StackProcess | None = None  # the Python-only sample (for grouping)
 
     @property
     def error(self) -> str | None:
@@ -189,82 +200,124 @@ class _Dumper:
             return alive, True
         return True, False
 
-    def dump(self, target: DumpTarget, samples: int, interval_s: float) -> DumpResult:
-        t0 = time.monotonic()
+    def first(self, target: DumpTarget) -> _Work:
+        """The first, cheap dump: Python-only (``--nonblocking`` if stopped or it fails)."""
+        work = _Work(target)
         alive, state = _alive_same(target.pid, target.starttime_ticks, self.proc_root)
         if not alive:
-            return DumpResult(
-                target.pid,
-                "not_found",
-                None,
-                (DumpAttempt("-", "not_found", 0.0, "process gone (or pid reused)"),),
-            )
-        was_stopped = state in ("T", "t")
-        if was_stopped:
-            tiers = ["nonblocking"]
-        else:
-            tiers = (["native"] if target.native else []) + ["python", "nonblocking"]
-        attempts: list[DumpAttempt] = []
-        resumed = False
-        first: StackProcess | None = None
-        outcome = "timeout"
+            work.outcome = "not_found"
+            work.attempts.append(DumpAttempt("-", "not_found", 0.0, "process gone (or pid reused)"))
+            return work
+        work.was_stopped = state in ("T", "t")
+        # A pausing dump can fail transiently (the target moved while py-spy read it):
+        # Python-only is tried twice before falling back to --nonblocking.
+        tiers = ["nonblocking"] if work.was_stopped else ["python", "python", "nonblocking"]
         for mode in tiers:
             attempt, stack = self.once(target, mode)
-            attempts.append(attempt)
-            same, r = self.after(target, was_stopped)
-            resumed = resumed or r
-            if not same:
-                outcome = "not_found"
-                break
+            work.attempts.append(attempt)
+            if not self.check(work):
+                return work
             if stack is not None:
-                first = stack
-                preferred = tiers[0]
-                outcome = "ok" if mode == preferred or was_stopped else "partial"
-                break
-            outcome = attempt.outcome
-            if attempt.outcome in ("no_pyspy", "not_python", "not_found"):
-                break
-            if attempt.outcome == "permission_denied" and mode != "native":
-                break
-        extra: list[StackProcess] = []
-        if first is not None and samples > 1:
-            light = "nonblocking" if was_stopped or first.mode == "nonblocking" else "python"
-            for k in range(1, samples):
-                wait = t0 + k * interval_s - time.monotonic()
-                if wait > 0:
-                    if time.monotonic() + wait >= self.deadline:
-                        break
-                    time.sleep(wait)
-                attempt, stack = self.once(target, light)
-                same, r = self.after(target, was_stopped)
-                resumed = resumed or r
-                if stack is not None:
-                    extra.append(stack)
-                else:
-                    attempts.append(attempt)
-                if not same:
-                    break
+                work.python = stack
+                work.outcome = "ok"
+                return work
+            work.outcome = attempt.outcome
+            if attempt.outcome in ("no_pyspy", "not_python", "not_found", "permission_denied"):
+                return work
+        return work
+
+    def check(self, work: _Work) -> bool:
+        same, resumed = self.after(work.target, work.was_stopped)
+        work.resumed = work.resumed or resumed
+        if not same:
+            work.outcome = "not_found"
+        return same
+
+    def native(self, work: _Work) -> None:
+        attempt, stack = self.once(work.target, "native")
+        work.attempts.append(attempt)
+        if not self.check(work):
+            return
+        if stack is not None:
+            work.native = stack
+        else:
+            work.outcome = "partial"
+
+    def sample(self, work: _Work) -> None:
+        mode = "nonblocking" if work.was_stopped else "python"
+        attempt, stack = self.once(work.target, mode)
+        if stack is not None:
+            work.extra.append(stack)
+        else:
+            work.attempts.append(attempt)
+        self.check(work)
+
+
+@dataclass
+class _Work:
+    """One target's dumps while they are being taken."""
+
+    target: DumpTarget
+    outcome: str = "timeout"
+    python: StackProcess | None = None
+    native: StackProcess | None = None
+    extra: list[StackProcess] = field(default_factory=list)
+    attempts: list[DumpAttempt] = field(default_factory=list)
+    was_stopped: bool = False
+    resumed: bool = False
+    native_peer: int | None = None
+
+    def result(self, elapsed_s: float) -> DumpResult:
+        first = self.native or self.python
         moving: bool | None = None
-        if first is not None and extra:
-            sigs = {python_signature(s) for s in (first, *extra)}
+        if self.python is not None and self.extra:
+            sigs = {python_signature(s) for s in (self.python, *self.extra)}
             moving = len(sigs) > 1
         if first is not None:
-            first = replace(first, outcome=outcome, samples=1 + len(extra), moving=moving)
-            if attempts and outcome != "ok":
-                errs = [a.error for a in attempts if a.error]
-                if errs:
-                    first = replace(first, error=errs[0])
+            errs = [a.error for a in self.attempts if a.error]
+            first = replace(
+                first,
+                outcome=self.outcome,
+                samples=(1 if self.python is not None else 0)
+                + (1 if self.native is not None else 0)
+                + len(self.extra),
+                moving=moving,
+                error=errs[0] if errs and self.outcome != "ok" else None,
+            )
         return DumpResult(
-            pid=target.pid,
-            outcome=outcome,
+            pid=self.target.pid,
+            outcome=self.outcome,
             stack=first,
-            attempts=tuple(attempts),
-            samples=tuple(extra),
-            was_stopped=was_stopped,
-            resumed=resumed,
+            attempts=tuple(self.attempts),
+            samples=tuple(self.extra),
+            was_stopped=self.was_stopped,
+            resumed=self.resumed,
             moving=moving,
-            elapsed_s=round(time.monotonic() - t0, 3),
+            elapsed_s=round(elapsed_s, 3),
+            native_peer=self.native_peer,
+            python_stack=self.python,
         )
+
+
+def _native_plan(works: Sequence[_Work], native_all: bool) -> dict[int, int | None]:
+    """pid -> the pid whose native dump stands for it (itself, a peer, or None).
+
+    Native dumps cost 0.2-1.5 s of CPU each (py-spy loads libtorch's symbols per
+    process), so by default one rank per group of identical Python stacks is dumped with
+    ``--native`` and stands for the others: ranks whose Python frames are the same wait
+    in the same C++ call. ``native_all`` dumps every rank natively."""
+    plan: dict[int, int | None] = {}
+    reps: dict[tuple[tuple[str, str, int | None], ...], int] = {}
+    for w in works:
+        if not w.target.native or w.python is None or w.was_stopped or w.outcome != "ok":
+            continue
+        if native_all:
+            plan[w.target.pid] = w.target.pid
+            continue
+        sig = python_signature(w.python)
+        rep = reps.setdefault(sig, w.target.pid)
+        plan[w.target.pid] = rep
+    return plan
 
 
 def dump_all(
@@ -276,16 +329,42 @@ def dump_all(
     samples: int = 2,
     interval_s: float = 1.0,
     pyspy: str | None = None,
+    native_all: bool = False,
 ) -> dict[int, DumpResult]:
-    """Dump every target concurrently; all attempts share one deadline of ``timeout_s``."""
+    """Dump every target concurrently; all attempts share one deadline of ``timeout_s``.
+
+    1. every target, Python-only (``--nonblocking`` for a stopped one), in parallel;
+    2. ``--native`` for one rank per group of identical Python stacks (every rank with
+       ``native_all``), in parallel;
+    3. further Python-only samples, ``interval_s`` apart from the first, in parallel.
+    """
     if not targets:
         return {}
     exe = pyspy or find_pyspy(runner)
     if exe is None:
         miss = DumpAttempt("-", "no_pyspy", 0.0, "py-spy is not installed")
         return {t.pid: DumpResult(t.pid, "no_pyspy", None, (miss,)) for t in targets}
-    deadline = time.monotonic() + timeout_s
+    t0 = time.monotonic()
+    deadline = t0 + timeout_s
     dumper = _Dumper(runner, exe, proc_root, deadline)
-    with ThreadPoolExecutor(max_workers=min(32, len(targets)), thread_name_prefix="pyspy") as pool:
-        futures = {t.pid: pool.submit(dumper.dump, t, samples, interval_s) for t in targets}
-        return {pid: f.result() for pid, f in futures.items()}
+    workers = min(32, max(1, len(targets)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pyspy") as pool:
+        works = list(pool.map(dumper.first, targets))
+        plan = _native_plan(works, native_all)
+        by_pid = {w.target.pid: w for w in works}
+        reps = sorted({rep for rep in plan.values() if rep is not None})
+        list(pool.map(dumper.native, [by_pid[r] for r in reps]))
+        for pid, rep in plan.items():
+            w = by_pid[pid]
+            if rep != pid and rep is not None and by_pid[rep].native is not None:
+                w.native_peer = rep
+        for k in range(1, samples):
+            wait = t0 + k * interval_s - time.monotonic()
+            if time.monotonic() + max(wait, 0) >= deadline:
+                break
+            if wait > 0:
+                time.sleep(wait)
+            live = [w for w in works if w.python is not None and w.outcome != "not_found"]
+            list(pool.map(dumper.sample, live))
+    elapsed = time.monotonic() - t0
+    return {w.target.pid: w.result(elapsed) for w in works}

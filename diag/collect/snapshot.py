@@ -60,6 +60,7 @@ class SnapshotOptions:
     gpu_samples: int = 5
     gpu_interval_s: float = 0.1
     ras: bool = True
+    native_all: bool = False  # --native for every rank, not one per group of same stacks
     nvml: Any = None  # an NVML module stand-in (tests); None imports pynvml
 
 
@@ -233,6 +234,29 @@ def _port_listening_anywhere(port: int | None) -> bool:
         return False
 
 
+def _python_view(sp: StackProcess) -> StackProcess:
+    """The process with its native frames left out (for grouping across ranks)."""
+    return replace(
+        sp,
+        threads=tuple(
+            replace(t, frames=tuple(f for f in t.frames if not f.native)) for t in sp.threads
+        ),
+    )
+
+
+def _with_native_frames(g: StackGroup, full: Mapping[int, StackProcess]) -> StackGroup:
+    """The group with the frames of a member that was dumped with --native, if any."""
+    for pid in g.pids:
+        sp = full.get(pid)
+        if sp is None or sp.mode != "native":
+            continue
+        thread = next((t for t in sp.threads if t.thread_id == sp.wait_thread), None)
+        thread = thread or main_thread(sp)
+        if thread is not None and thread.frames:
+            return replace(g, frames=thread.frames)
+    return g
+
+
 def _targets(found: Sequence[FoundProcess], native: bool) -> list[DumpTarget]:
     out: list[DumpTarget] = []
     for p in found:
@@ -309,6 +333,7 @@ def take_snapshot(
                 samples=options.samples,
                 interval_s=options.interval_s,
                 pyspy=pyspy_path,
+                native_all=options.native_all,
             ),
         )
         f_facts = pool.submit(
@@ -362,6 +387,16 @@ def take_snapshot(
                 ),
             )
         stacks[p.pid] = sp
+
+    # A rank whose Python stack is the same as a peer's natively dumped one waits in the
+    # same C++ call: it takes the peer's wait site (and says whose dump that was).
+    for p in found:
+        d = dumps.get(p.pid)
+        if d is None or d.native_peer is None:
+            continue
+        peer, mine = stacks.get(d.native_peer), stacks.get(p.pid)
+        if peer is not None and mine is not None and peer.wait_site is not None:
+            stacks[p.pid] = replace(mine, wait_site=peer.wait_site)
 
     if not isinstance(gpus, Unavailable) and stacks:
         util_by_pid: dict[int, float] = {}
@@ -430,6 +465,7 @@ def take_snapshot(
                 env=dict(env),
                 stopped_before=d.was_stopped if d is not None else False,
                 resumed=d.resumed if d is not None else False,
+                native_peer=d.native_peer if d is not None else None,
                 dump_attempts=tuple(
                     {
                         "mode": a.mode,
@@ -442,10 +478,16 @@ def take_snapshot(
             )
         )
 
-    ranked = [p.stack for p in processes if p.role in RANK_ROLES and p.stack is not None]
+    # Ranks are grouped on their Python frames (every rank has those; native frames are
+    # read from one rank per group); each group then shows a natively dumped member's path.
+    ranked = [
+        _python_view(p.stack) for p in processes if p.role in RANK_ROLES and p.stack is not None
+    ]
     t = time.monotonic()
     groups: tuple[StackGroup, ...] = stackapi.group(ranked) if ranked else ()
     outliers: tuple[int, ...] = stackapi.outliers(ranked, groups) if ranked else ()
+    full = {p.pid: p.stack for p in processes if p.stack is not None}
+    groups = tuple(_with_native_frames(g, full) for g in groups)
     timings["analysis_s"] = round(time.monotonic() - t, 3)
 
     servers: list[dict[str, object]] = []

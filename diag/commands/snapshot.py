@@ -60,6 +60,14 @@ def register(app: typer.Typer) -> None:
         no_native: Annotated[
             bool, typer.Option("--no-native", help="Python frames only (faster, no C++ wait site).")
         ] = False,
+        native_all: Annotated[
+            bool,
+            typer.Option(
+                "--native-all",
+                help="--native for every rank (default: one rank per group of identical "
+                "Python stacks stands for the others).",
+            ),
+        ] = False,
     ) -> None:
         """Find SGLang / vLLM servers on this host and say where every rank is stuck."""
         from diag.collect.snapshot import SnapshotOptions, take_snapshot
@@ -69,7 +77,13 @@ def register(app: typer.Typer) -> None:
         if pid is not None and pid <= 0:
             raise InputError(f"--pid {pid}: not a process id", help_text="Pass a positive pid.")
         snap = take_snapshot(
-            SnapshotOptions(pid=pid, samples=samples, timeout_s=timeout, native=not no_native)
+            SnapshotOptions(
+                pid=pid,
+                samples=samples,
+                timeout_s=timeout,
+                native=not no_native,
+                native_all=native_all,
+            )
         )
         console = Console(highlight=False)
         if not console.is_terminal:

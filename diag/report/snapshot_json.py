@@ -133,6 +133,7 @@ def _process(p: ProcessInfo) -> dict[str, Any]:
         "dump": {
             "outcome": p.stack.outcome if p.stack is not None else None,
             "attempts": [dict(a) for a in p.dump_attempts],
+            "native_peer": p.native_peer,
             "stopped_before": p.stopped_before,
             "resumed": p.resumed,
         },
