@@ -36,6 +36,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 __all__ = [
+    "HINT_WORDS",
+    "HOST_HINT_RE",
+    "HOST_HINT_WORDS",
     "MASK_PREFIX",
     "Redactor",
     "is_secret_env_name",
@@ -83,11 +86,24 @@ def is_secret_env_name(name: str) -> bool:
     return any(part in upper for part in _SECRET_ENV_PARTS)
 
 
-# Cheap prefilter: a line with none of these cannot hold a secret pattern below.
-_SECRET_HINT = re.compile(
-    r"(?i)hf_|sk-|AKIA|ASIA|AGPA|AIDA|AROA|gh[pousr]_|github_pat|bearer|auth|://|token"
-    r"|key|secret|passw|passphrase|credential|cookie|eyJ"
-)
+# Prefilter: a text with none of these words (any case) cannot hold a secret pattern
+# below; every pattern needs one of them (a secret name has a secret word, a token its
+# prefix). ``hints`` runs the same test over a batch of lines at once (Aho-Corasick).
+HINT_WORDS: tuple[str, ...] = (
+    "hf_", "sk-", "akia", "asia", "agpa", "aida", "aroa", "ghp_", "gho_", "ghu_", "ghs_",
+    "ghr_", "github_pat", "bearer", "auth", "://", "token", "key", "secret", "passw",
+    "passphrase", "credential", "cookie", "eyj",
+)  # fmt: skip
+# With redact_hosts: a line may name a host or address (or a context hosts are learned in).
+HOST_HINT_WORDS: tuple[str, ...] = ("://", "host", "node", "addr")
+HOST_HINT_RE = r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}|::|(?:[0-9A-Fa-f]{1,4}:){5}|:\d+:\d+ \["
+_HOST_HINT = re.compile(HOST_HINT_RE)
+
+
+def _has_hint(text: str) -> bool:
+    low = text.lower()
+    return any(word in low for word in HINT_WORDS)
+
 
 _URL_PASSWORD = re.compile(
     r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s'\"]+:)(?P<val>[^@/\s'\"]+)(?P<tail>@)"
@@ -228,6 +244,9 @@ class Redactor:
         """Find host names in the contexts logs name them, to mask them everywhere."""
         if not self.redact_hosts:
             return
+        low = text.lower()
+        if not any(w in low for w in HOST_HINT_WORDS) and not _HOST_HINT.search(text):
+            return
         for pattern in _HOST_CONTEXTS:
             for match in pattern.finditer(text):
                 host = match.group("host")
@@ -302,7 +321,7 @@ class Redactor:
 
     def text(self, text: str) -> str:
         """Redact one text (a line, a message, a rendered report)."""
-        if _SECRET_HINT.search(text):
+        if _has_hint(text):
             text = _URL_PASSWORD.sub(self._url_sub, text)
             text = _AUTH_HEADER.sub(self._auth_sub, text)
             text = _BEARER.sub(self._bearer_sub, text)
@@ -315,6 +334,25 @@ class Redactor:
             self.learn_hosts(text)
             text = self._hosts_text(text)
         return text
+
+    def hints(self, lines: Sequence[bytes]) -> list[bool]:
+        """For a batch of raw lines: which ones ``text`` might change. A line marked
+        False comes out of ``text`` unchanged, so a caller may copy it as it is."""
+        if not lines:
+            return []
+        import polars as pl
+
+        # (invalid UTF-8 becomes U+FFFD here: the hint words are ASCII, so none is lost)
+        series = pl.Series([line.decode("utf-8", "replace") for line in lines], dtype=pl.Utf8)
+        mask = series.str.contains_any(list(HINT_WORDS), ascii_case_insensitive=True)
+        if self.redact_hosts:
+            words = [*HOST_HINT_WORDS, *sorted(self._hosts)]
+            mask = (
+                mask
+                | series.str.contains_any(words, ascii_case_insensitive=True)
+                | series.str.contains(HOST_HINT_RE)
+            )
+        return [bool(hit) for hit in mask.to_list()]
 
     def _token_sub(self, kind: str) -> Callable[[re.Match[str]], str]:
         def sub(_match: re.Match[str]) -> str:

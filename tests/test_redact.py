@@ -213,3 +213,33 @@ def test_flag_values_never_survive(flag: str, value: str, sep: str) -> None:
     r = Redactor()
     assert value not in r.text(f"launch {flag}{sep}{value} --port 1")
     assert value not in r.argv(["launch", *([flag, value] if sep == " " else [flag + "=" + value])])
+
+
+@pytest.mark.parametrize("redact_hosts", [False, True])
+def test_prefilter_never_skips_a_change(redact_hosts: bool) -> None:
+    """``hints`` (the batch prefilter the bundle writer trusts) flags every line that
+    ``text`` would change; unflagged lines are copied byte for byte."""
+    lines = [t for t, _s, _k in POSITIVE] + NEGATIVE
+    for path in sorted((ROOT / "fixtures" / "real").rglob("*.txt")):
+        lines += path.read_text(encoding="utf-8", errors="surrogateescape").splitlines()
+    lines.append("caf\udce9 --api-key v\udcff")
+    r = Redactor(redact_hosts=redact_hosts, hosts=["gpu-node-7"])
+    for line in lines:
+        r.learn_hosts(line)
+    raw = [line.encode("utf-8", "surrogateescape") for line in lines]
+    flags = r.hints(raw)
+    assert len(flags) == len(lines) and any(flags) and not all(flags)
+    for line, flagged in zip(lines, flags, strict=True):
+        if not flagged:
+            assert r.text(line) == line, line
+
+
+@settings(max_examples=200, deadline=None)
+@given(line=st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\n\r"),
+                    max_size=80),
+       redact_hosts=st.booleans())
+def test_prefilter_property(line: str, redact_hosts: bool) -> None:
+    r = Redactor(redact_hosts=redact_hosts)
+    (flagged,) = r.hints([line.encode()])
+    if not flagged:
+        assert r.text(line) == line

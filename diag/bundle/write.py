@@ -42,10 +42,10 @@ import socket
 import tarfile
 import tempfile
 from array import array
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from diag import __version__
 from diag.bundle.env import collect_env
@@ -128,6 +128,20 @@ def _lines(path: Path) -> Iterator[bytes]:
             yield from handle
     except (OSError, EOFError, lzma.LZMAError) as exc:
         raise InputError(f"{path}: cannot read ({exc})") from None
+
+
+_T = TypeVar("_T")
+
+
+def _batches(items: Iterable[_T], size: int = 16384) -> Iterator[list[_T]]:
+    batch: list[_T] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def _plain_name(path: Path) -> str:
@@ -220,10 +234,12 @@ def _log_member(
     full: bool,
 ) -> tuple[LogMember, bytes, bytes | None]:
     lengths: array[int] = array("Q")
-    for raw in _lines(path):
-        lengths.append(len(raw))
-        if redactor.redact_hosts:
-            redactor.learn_hosts(raw.decode("utf-8", "surrogateescape"))
+    for batch in _batches(_lines(path)):
+        lengths.extend(len(raw) for raw in batch)
+        if redactor.redact_hosts:  # learn every host first, to mask it from line 1
+            for raw, hinted in zip(batch, redactor.hints(batch), strict=True):
+                if hinted:
+                    redactor.learn_hosts(raw.decode("utf-8", "surrogateescape"))
     total = sum(lengths)
     whole_ok = full or total <= WHOLE_LOG_BYTES
     keep = _select(
@@ -232,21 +248,22 @@ def _log_member(
     out = io.BytesIO()
     segments: list[list[int]] = []
     kept = 0
-    for number, raw in enumerate(_lines(path), start=1):
-        if number > len(keep):
-            break  # the file grew since the first pass
-        if not keep[number - 1]:
-            continue
-        text = redactor.text(raw.decode("utf-8", "surrogateescape"))
-        data = text.encode("utf-8", "surrogateescape")
-        if not data.endswith(b"\n"):
-            data += b"\n"  # (only the last line can lack one)
-        out.write(data)
-        kept += 1
-        if segments and segments[-1][0] + segments[-1][1] == number:
-            segments[-1][1] += 1
-        else:
-            segments.append([number, 1])
+    numbered = ((n, raw) for n, raw in enumerate(_lines(path), start=1) if n <= len(keep))
+    for chunk in _batches(item for item in numbered if keep[item[0] - 1]):
+        flags = redactor.hints([line for _n, line in chunk])
+        for (number, line), hinted in zip(chunk, flags, strict=True):
+            data = line
+            if hinted:  # only lines the prefilter flags go through the redactor
+                text = redactor.text(line.decode("utf-8", "surrogateescape"))
+                data = text.encode("utf-8", "surrogateescape")
+            out.write(data)
+            if not data.endswith(b"\n"):
+                out.write(b"\n")  # (only the last line can lack one)
+            kept += 1
+            if segments and segments[-1][0] + segments[-1][1] == number:
+                segments[-1][1] += 1
+            else:
+                segments.append([number, 1])
     n = len(lengths)
     whole = kept == n
     source = redactor.text(_plain_name(path))
