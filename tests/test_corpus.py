@@ -27,12 +27,7 @@ REAL = Path(__file__).resolve().parent.parent / "fixtures" / "real"
 LOG_KINDS = ("sglang", "vllm")
 
 # The one place for known misses: "<kind>/<case>" -> why diag gets it wrong today.
-XFAIL: dict[str, str] = {
-    "vllm/healthy-torchserve-wrapped-graph-capture": (
-        "the excerpt ends after CUDA graph capture of a healthy run; diag calls the end of "
-        "the paste a stall (startup.stalled) because it cannot tell a cut log from a hang"
-    ),
-}
+XFAIL: dict[str, str] = {}
 
 MIN_PASS_RATIO = 0.90
 
