@@ -51,3 +51,27 @@ def test_dump_inside_a_log(case: str, prefilter: bool, tmp_path: Path) -> None:
     assert want in sites
     # each process points into the log, after the filler
     assert all(p.line is not None and p.line > 300 for p in result.stack_processes)
+
+
+INTERLEAVED = """\
+Current thread 0x00007f7285a4a480 (most recent call first):
+  File "/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py", line 2050 in {fn}
+  File "/workspace/vllm/model_executor/layers/linear.py", line 548 in forward
+  File "<string>", line 1 in <module>
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the log parser attaches `[rank1]:` lines (prefix stripped) to the `[rank0]:` "
+    "record before them, so the two ranks' frames arrive mixed in one record",
+)
+def test_interleaved_rank_prefixed_faulthandler_through_the_log_parser(tmp_path: Path) -> None:
+    a = INTERLEAVED.format(fn="all_reduce").splitlines()
+    b = INTERLEAVED.format(fn="barrier").splitlines()
+    lines = [f"[rank{r}]: {x}" for pair in zip(a, b, strict=True) for r, x in enumerate(pair)]
+    log = tmp_path / "worker.log"
+    log.write_text("\n".join(lines) + "\n")
+    procs = analyze([log], prefilter=False).stack_processes
+    leaves = sorted((p.rank.tp if p.rank else None, p.threads[0].frames[0].name) for p in procs)
+    assert leaves == [(0, "all_reduce"), (1, "barrier")]
