@@ -64,7 +64,15 @@ def log(prefix: str, msg: str) -> None:
     sys.stdout.flush()
 
 
-def _set_title(title: str) -> None:
+def _set_title(title: str, *, keep_environ: bool = False) -> None:
+    """setproctitle, as SGLang does. It moves the environment to make room for the title,
+    which zeroes ``/proc/<pid>/environ`` -- as with SGLang's titled schedulers. The launcher
+    (untitled in SGLang, its environ readable) keeps its environment: ``SPT_NOENV`` limits
+    the title to the room of the original argv (long enough here)."""
+    if keep_environ:
+        os.environ["SPT_NOENV"] = "1"
+    else:
+        os.environ.pop("SPT_NOENV", None)  # inherited from the launcher
     try:
         import setproctitle
     except ImportError:  # the title is a nicety; the hang is real without it
@@ -257,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     # The launcher's command line, as SGLang's would read (`ps`, /proc/<pid>/cmdline).
     _set_title(
         f"python3 -m sglang.launch_server --model-path {args.model_path} "
-        f"--tp-size {args.world} --port {args.port} --host 127.0.0.1"
+        f"--tp-size {args.world} --port {args.port} --host 127.0.0.1",
+        keep_environ=True,
     )
     log(
         "",
