@@ -39,7 +39,9 @@ __all__ = [
     "find_vllm_python",
     "proc_state",
     "proc_title",
+    "process_label",
     "record",
+    "record_stacks",
     "recording",
     "run_diag",
     "starter_for",
@@ -420,3 +422,55 @@ def record(src: Path, name: str) -> None:
         dest = REAL_RUNS / name
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dest)
+
+
+def process_label(title: str) -> str:
+    """A file-name label for a server process: worker_tp0, engine_core, launcher, ..."""
+    if title.startswith("VLLM::"):
+        name = title.split()[0][len("VLLM::") :]
+        return re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name).lower()
+    if "multiprocessing.resource_tracker" in title:
+        return "resource_tracker"
+    if "vllm.entrypoints" in title or " vllm serve" in f" {title}":
+        return "launcher"
+    return "other"
+
+
+def record_stacks(server: VllmServer, name: str) -> None:
+    """py-spy --json dumps of every process of the server into fixtures/real_runs/NAME/.
+
+    Native frames where the process can be paused; ``--nonblocking`` (Python frames
+    only: py-spy refuses --native with it) for a stopped one, whose default-mode dump
+    fails. A ``processes.json`` beside them says which pid, title, state and mode.
+    """
+    if not recording():
+        return
+    dest = REAL_RUNS / name
+    dest.mkdir(parents=True, exist_ok=True)
+    py_spy = Path(sys.executable).with_name("py-spy")
+    manifest = []
+    for pid, title in server.titles().items():
+        state = proc_state(pid)
+        mode = ["--nonblocking"] if state == "T" else ["--native"]
+        done = subprocess.run(
+            [str(py_spy), "dump", "--json", *mode, "--pid", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        label = process_label(title)
+        if done.returncode == 0:
+            (dest / f"{label}.json").write_text(done.stdout)
+        manifest.append(
+            {
+                "pid": pid,
+                "label": label,
+                "title": title,
+                "state": state,
+                "py_spy": " ".join(["py-spy", "dump", "--json", *mode]),
+                "returncode": done.returncode,
+                "error": done.stderr.strip().splitlines()[:3],
+            }
+        )
+    (dest / "processes.json").write_text(json.dumps(manifest, indent=2) + "\n")
