@@ -1,0 +1,475 @@
+"""The rules engine on hand-built records and analyses: grouping, cascades, limits,
+timeouts, sorting, user rule folders, and the aggregate checks."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+
+import pytest
+
+from diag.errors import RuleError
+from diag.model import (
+    Analysis,
+    Event,
+    PhaseInterval,
+    RankId,
+    RankTimeline,
+    Record,
+)
+from diag.rules import apply_rules, needles
+from diag.rules.loader import load_dir, load_rules
+from diag.rules.specdec import parse_spec_line, speedup, summarize
+
+T0 = dt.datetime(2026, 2, 22, 22, 35, 0)
+SRC = "server.log"
+
+
+def rec(
+    line: int,
+    message: str,
+    *,
+    tp: int | None = None,
+    s: float = 0.0,
+    level: str = "INFO",
+    logger: str | None = None,
+    cont: tuple[str, ...] = (),
+) -> Record:
+    return Record(
+        source=SRC,
+        line=line,
+        message=message,
+        raw=message,
+        ts=T0 + dt.timedelta(seconds=s),
+        rank=RankId(tp=tp) if tp is not None else None,
+        level=level,
+        logger_file=logger,
+        continuation=cont,
+    )
+
+
+def analysis(
+    *,
+    ranks: tuple[RankTimeline, ...] = (),
+    events: tuple[Event, ...] = (),
+    log_end: dt.datetime | None = None,
+    framework: str = "sglang",
+    config: dict[str, object] | None = None,
+    stragglers: tuple[RankId, ...] = (),
+) -> Analysis:
+    return Analysis(
+        sources=(SRC,),
+        framework=framework,
+        version=None,
+        config=config or {},
+        ranks=ranks,
+        expected_ranks=tuple(r.rank for r in ranks),
+        missing_ranks=(),
+        stragglers=stragglers,
+        log_end=log_end,
+        records=0,
+        events=events,
+    )
+
+
+def timeline(
+    tp: int, phase: str, *, end_s: float, ended: bool = True, lines: int = 20, line: int = 100
+) -> RankTimeline:
+    iv = PhaseInterval(
+        phase=phase,
+        start=T0,
+        end=T0 + dt.timedelta(seconds=end_s),
+        first_line=line - 10,
+        last_line=line,
+        source=SRC,
+        ended=ended,
+    )
+    return RankTimeline(
+        rank=RankId(tp=tp),
+        phases=(iv,),
+        last_ts=T0 + dt.timedelta(seconds=end_s),
+        silent_s=None,
+        line_count=lines,
+    )
+
+
+def ids(a: Analysis) -> list[str]:
+    return [f.id for f in a.findings]
+
+
+def write_rule(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+GOOD_RULE = """\
+id: custom.disk_full
+title: Disk full
+severity: warning
+role: root
+frameworks: [any]
+summary: The disk filled up.
+why: Nothing can be written.
+remedy: Free space (`df -h`).
+references: [https://example.org/disk]
+needles: ["no space left"]
+match:
+  patterns: ['No space left on device']
+examples:
+  match: ['OSError: [Errno 28] No space left on device']
+  no_match: ['all good']
+"""
+
+
+# ---------------------------------------------------------------------------
+# grouping, cascades, sorting
+
+
+def test_one_finding_per_rule_with_ranks_collapsed_and_evidence_capped() -> None:
+    records = [
+        rec(10 + tp, "Watchdog timeout (self.watchdog_timeout=300)", tp=tp, s=tp, level="ERROR")
+        for tp in range(8)
+    ]
+    out = apply_rules(analysis(), records)
+    (finding,) = [f for f in out.findings if f.id == "watchdog.timeout"]
+    assert finding.ranks == tuple(f"TP{i}" for i in range(8))
+    assert finding.evidence_total == 8
+    assert 1 <= len(finding.evidence) <= 5
+    assert finding.evidence[0].line == 10 and finding.evidence[0].rank == "TP0"
+    assert "300 s" in finding.message and "8 ranks" in finding.message
+    assert "watchdog.timeout" in out.rules_checked
+
+
+def test_oom_then_launcher_sigquit_is_one_root_and_one_cascade() -> None:
+    records = [
+        rec(
+            5,
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+            tp=3,
+            s=1,
+            level="ERROR",
+        ),
+        rec(9, "Received sigquit from a child proces. It usually means the child failed.", s=3),
+    ]
+    out = apply_rules(analysis(), records)
+    by_id = {f.id: f for f in out.findings}
+    assert by_id["cuda.oom"].role == "root"
+    assert by_id["cuda.oom"].ranks == ("TP3",)
+    assert by_id["process.killed"].role == "cascade"
+    assert by_id["process.killed"].cascade_of == "cuda.oom"
+    assert by_id["process.killed"].caveat
+
+
+def test_sigquit_alone_stands_as_root() -> None:
+    out = apply_rules(analysis(), [rec(9, "Received sigquit from a child proces.", s=3)])
+    (f,) = [f for f in out.findings if f.id == "process.killed"]
+    assert f.role == "root" and f.cascade_of is None
+
+
+def test_findings_sorted_by_severity_then_time() -> None:
+    records = [
+        rec(1, "Attention backend not set. Use triton backend by default.", s=0),
+        rec(
+            2,
+            "Acceleration for non-quantized schemes is not supported by Compressed Tensors. "
+            "Falling back to UnquantizedLinearMethod",
+            tp=3,
+            s=1,
+            level="WARNING",
+        ),
+        rec(
+            3,
+            "RuntimeError: CUDA error: an illegal memory access was encountered",
+            tp=1,
+            s=9,
+            level="ERROR",
+        ),
+        rec(4, "zmq.error.ZMQError: Address already in use", tp=0, s=5, level="ERROR"),
+    ]
+    out = apply_rules(analysis(), records)
+    order = ids(out)
+    assert order.index("dist.port_in_use") < order.index("cuda.error")  # both errors, earlier first
+    assert order.index("cuda.error") < order.index("quant.fallback_unquantized")
+    assert order[-1] == "attention.backend_fallback"
+    sev = [f.severity for f in out.findings]
+    assert sev == sorted(sev, key=["error", "warning", "info"].index)
+
+
+def test_traceback_continuation_lines_are_searched_and_located() -> None:
+    tb = (
+        '  File "/x/model_runner.py", line 12, in forward',
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+    )
+    out = apply_rules(analysis(), [rec(40, "Traceback (most recent call last):", cont=tb)])
+    (f,) = [f for f in out.findings if f.id == "cuda.error"]
+    assert f.evidence[0].line == 42
+    assert f.evidence[0].text.startswith("RuntimeError: CUDA error")
+
+
+def test_keyboard_interrupt_traceback_is_not_an_exception_finding() -> None:
+    tb = ('  File "uvloop/loop.pyx", line 1512, in run_until_complete', "KeyboardInterrupt")
+    out = apply_rules(analysis(), [rec(7, "[rank0]: Traceback (most recent call last):", cont=tb)])
+    assert "python.exception" not in ids(out)
+
+
+# ---------------------------------------------------------------------------
+# limits, user folders, schema, timeouts
+
+
+def test_level_phase_and_logger_limits(tmp_path: Path) -> None:
+    write_rule(
+        tmp_path,
+        "limited.yaml",
+        GOOD_RULE.replace(
+            "  patterns: ['No space left on device']",
+            "  patterns: ['No space left on device']\n  levels: [ERROR]\n  phases: [weights_load]\n"
+            "  loggers: [weight_utils.py]",
+        ),
+    )
+    line = "OSError: [Errno 28] No space left on device"
+    ev = Event(SRC, 5, T0, None, "weights_load", "begin", "p", "Load weight begin.")
+    a = analysis(events=(ev,))
+    hit = rec(9, line, level="ERROR", logger="weight_utils.py:300")
+    assert "custom.disk_full" in ids(apply_rules(a, [hit], extra_dirs=[tmp_path]))
+    for miss in (
+        rec(9, line, level="INFO", logger="weight_utils.py:300"),  # level
+        rec(3, line, level="ERROR", logger="weight_utils.py:300"),  # before the phase began
+        rec(9, line, level="ERROR", logger="other.py:1"),  # logger
+    ):
+        assert "custom.disk_full" not in ids(apply_rules(a, [miss], extra_dirs=[tmp_path]))
+
+
+def test_user_folder_adds_rules_and_needles(tmp_path: Path) -> None:
+    write_rule(tmp_path, "disk.yaml", GOOD_RULE)
+    assert "no space left" in needles([tmp_path])
+    assert "no space left" not in needles()
+    out = apply_rules(
+        analysis(), [rec(1, "OSError: No space left on device")], extra_dirs=[tmp_path]
+    )
+    assert "custom.disk_full" in ids(out)
+
+
+def test_user_rule_replaces_builtin_of_same_id(tmp_path: Path) -> None:
+    write_rule(tmp_path, "w.yaml", GOOD_RULE.replace("custom.disk_full", "watchdog.timeout"))
+    rules = {r.id: r for r in load_rules([tmp_path])}
+    assert rules["watchdog.timeout"].title == "Disk full"
+
+
+@pytest.mark.parametrize(
+    ("mutation", "needle"),
+    [
+        (lambda t: t + "colour: red\n", "colour"),
+        (lambda t: t.replace("remedy: Free space (`df -h`).\n", ""), "remedy"),
+        (lambda t: t.replace("'No space left on device'", "'(unclosed'"), "bad regex"),
+        (lambda t: t.replace("severity: warning", "severity: fatal"), "severity"),
+        (lambda t: t.replace("role: root", "role: cascade"), "cascade_of"),
+        (lambda t: t.replace('needles: ["no space left"]', 'needles: ["No Space"]'), "lowercase"),
+        (
+            lambda t: t.replace("match:\n  patterns", "check: nonsense\nmatch:\n  patterns"),
+            "unknown check",
+        ),
+        (lambda t: "id: [unclosed\n", "YAML"),
+    ],
+)
+def test_bad_rule_files_are_rejected_naming_the_file(
+    tmp_path: Path, mutation: object, needle: str
+) -> None:
+    assert callable(mutation)
+    path = write_rule(tmp_path, "bad.yaml", mutation(GOOD_RULE))
+    with pytest.raises(RuleError) as info:
+        load_dir(tmp_path)
+    assert str(path) in info.value.message
+    assert needle in info.value.message
+
+
+def test_duplicate_ids_in_one_folder_are_rejected(tmp_path: Path) -> None:
+    write_rule(tmp_path, "a.yaml", GOOD_RULE)
+    write_rule(tmp_path, "b.yaml", GOOD_RULE)
+    with pytest.raises(RuleError, match="duplicate rule id"):
+        load_rules([tmp_path])
+
+
+def test_a_catastrophic_pattern_times_out_instead_of_hanging(tmp_path: Path) -> None:
+    write_rule(
+        tmp_path,
+        "slow.yaml",
+        GOOD_RULE.replace("['No space left on device']", "['(a|aa)+$']")
+        .replace('needles: ["no space left"]', 'needles: ["aaaa"]')
+        .replace("match: ['OSError: [Errno 28] No space left on device']", "match: ['aaaa']"),
+    )
+    records = [rec(i, "a" * 60 + "b") for i in range(20)]
+    start = time.monotonic()
+    out = apply_rules(analysis(), records, extra_dirs=[tmp_path])
+    assert time.monotonic() - start < 5
+    assert any("custom.disk_full" in n and "timed out" in n for n in out.notes)
+    assert "custom.disk_full" not in ids(out)
+
+
+# ---------------------------------------------------------------------------
+# aggregate checks
+
+
+def test_stalled_with_a_later_reference_time_names_the_silence() -> None:
+    ranks = tuple(timeline(tp, "weights_load", end_s=55) for tp in range(8))
+    log_end = T0 + dt.timedelta(seconds=55, hours=3, minutes=12)
+    out = apply_rules(analysis(ranks=ranks, log_end=log_end), [])
+    (f,) = [f for f in out.findings if f.id == "startup.stalled"]
+    assert "every rank (8) finished weights_load at 22:35:55" in f.message
+    assert "0 lines from any rank for 3 h 12 min" in f.message
+    assert "no port was opened" in f.message
+    assert "startup.no_listen_port" in ids(out)
+
+
+def test_stalled_when_the_log_just_ends_says_so() -> None:
+    ranks = tuple(timeline(tp, "weights_load", end_s=55) for tp in range(2))
+    out = apply_rules(analysis(ranks=ranks, log_end=T0 + dt.timedelta(seconds=55)), [])
+    (f,) = [f for f in out.findings if f.id == "startup.stalled"]
+    assert "the log ends 0 s after that line" in f.message
+    assert "no later timestamp" in f.message
+
+
+def test_no_stall_claim_when_an_error_explains_or_progress_continues() -> None:
+    ranks = (timeline(0, "weights_load", end_s=55, ended=False),)
+    end = T0 + dt.timedelta(seconds=55)
+    err = rec(
+        101,
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        tp=0,
+        s=55,
+        level="ERROR",
+    )
+    assert "startup.stalled" not in ids(apply_rules(analysis(ranks=ranks, log_end=end), [err]))
+    bar = rec(
+        150,
+        "Loading safetensors checkpoint shards:  47% Completed | 8/17 [00:45<00:52,  5.86s/it]",
+        s=55,
+    )
+    out = apply_rules(analysis(ranks=ranks, log_end=end), [bar])
+    assert "startup.stalled" not in ids(out)
+    stuck_bar = rec(
+        150, "Capturing batches (avail_mem=7.08 GB):   0%|          | 0/17 [00:00<?, ?it/s]", s=55
+    )
+    assert "startup.stalled" in ids(apply_rules(analysis(ranks=ranks, log_end=end), [stuck_bar]))
+
+
+def test_dist_init_stall_is_an_init_hang() -> None:
+    ranks = tuple(timeline(tp, "dist_init", end_s=10, ended=False) for tp in range(2))
+    out = apply_rules(analysis(ranks=ranks, log_end=T0 + dt.timedelta(seconds=10)), [])
+    assert {"dist.init_hang", "startup.stalled", "startup.no_listen_port"} <= set(ids(out))
+
+
+def test_straggler_message_names_the_ranks_behind() -> None:
+    ranks = tuple(timeline(tp, "kv_cache", end_s=60) for tp in range(6)) + (
+        timeline(6, "weights_load", end_s=20),
+        timeline(7, "weights_load", end_s=20),
+    )
+    a = analysis(
+        ranks=ranks, stragglers=(RankId(tp=6), RankId(tp=7)), log_end=T0 + dt.timedelta(seconds=60)
+    )
+    (f,) = [f for f in apply_rules(a, []).findings if f.id == "rank.straggler"]
+    assert f.ranks == ("TP6", "TP7")
+    assert (
+        "TP6 last reached weights_load" in f.message
+        and "6 other ranks reached kv_cache" in f.message
+    )
+
+
+def test_slow_shard_loading() -> None:
+    bars = [
+        rec(
+            10 + i,
+            f"Loading safetensors checkpoint shards:  {i * 2}% Completed | {i}/46 "
+            f"[00:33<13:38, 18.{i}0s/it]",
+            s=i * 18,
+        )
+        for i in range(2, 6)
+    ]
+    (f,) = [f for f in apply_rules(analysis(), bars).findings if f.id == "weights.slow_load"]
+    assert "18." in f.message and "46 shards" in f.message
+    fast = [
+        rec(
+            1,
+            "Loading safetensors checkpoint shards: 100% Completed | 8/8 [00:05<00:00,  1.51it/s]",
+        )
+    ]
+    assert "weights.slow_load" not in ids(apply_rules(analysis(), fast))
+
+
+# ---------------------------------------------------------------------------
+# speculative decoding
+
+
+@pytest.mark.parametrize(
+    ("line", "rate", "mean_len", "positions"),
+    [
+        (
+            "Speculative metrics: Draft acceptance rate: 0.642, System efficiency: 0.598, "
+            "Number of speculative tokens: 5, Number of accepted tokens: 9876, "
+            "Number of draft tokens: 15360, Number of emitted tokens: 11234.",
+            0.642,
+            None,
+            5,
+        ),
+        (
+            "SpecDecoding metrics: Draft acceptance rate: 88.8%, Mean acceptance length: 5.44, "
+            "Accepted: 1000 tokens, Drafted: 1126 tokens",
+            0.888,
+            5.44,
+            None,
+        ),
+        (
+            "SpecDecoding metrics: Mean acceptance length: 1.03, "
+            "Accepted throughput: 2.50 tokens/s, "
+            "Drafted throughput: 365.14 tokens/s, Accepted: 25 tokens, Drafted: 3652 tokens, "
+            "Per-position acceptance rate: 0.027, 0.000, 0.000, 0.000, "
+            "Avg Draft acceptance rate: 0.7%",
+            0.007,
+            1.03,
+            4,
+        ),
+        (
+            "Decode batch, #running-req: 3, #token: 1234, token usage: 0.01, accept len: 2.17, "
+            "accept rate: 0.54, gen throughput (token/s): 80.1",
+            0.54,
+            2.17,
+            None,
+        ),
+    ],
+)
+def test_spec_lines_of_every_generation(
+    line: str, rate: float, mean_len: float | None, positions: int | None
+) -> None:
+    report = parse_spec_line(rec(1, line))
+    assert report is not None
+    assert report.rate == pytest.approx(rate)
+    assert report.mean_len == mean_len
+    assert report.positions == positions
+
+
+def test_story_break_even_numbers() -> None:
+    # 15% acceptance with 3 draft steps: L = 1.45, 1.45 / (1 + 3 * 0.4) = 0.66x
+    assert speedup(1.45, 3) == pytest.approx(0.659, abs=0.001)
+    lines = [
+        rec(i, "Decode batch, #running-req: 8, accept len: 1.45, accept rate: 0.15", s=i)
+        for i in range(5)
+    ]
+    summary = summarize(lines, {"speculative": {"num_steps": 3}})
+    assert summary is not None and summary.steps == 3 and summary.below_break_even
+    out = apply_rules(analysis(config={"speculative": {"num_steps": 3}}), lines)
+    (f,) = [f for f in out.findings if f.id == "specdec.low_acceptance"]
+    assert "1.45" in f.message and "15.0%" in f.message and "0.66x" in f.message
+    assert "3 draft steps" in f.message
+
+
+def test_good_acceptance_is_not_flagged() -> None:
+    lines = [
+        rec(
+            1,
+            "SpecDecoding metrics: Draft acceptance rate: 88.8%, Mean acceptance length: "
+            "5.44, Accepted: 1000 tokens, Drafted: 1126 tokens",
+        )
+    ]
+    assert "specdec.low_acceptance" not in ids(apply_rules(analysis(framework="vllm"), lines))
