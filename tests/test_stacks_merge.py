@@ -8,6 +8,7 @@ from diag.stacks.frames import make_frame, split_pyspy_frame
 from diag.stacks.merge import (
     build_tree,
     group_stacks,
+    merge_samples,
     outlier_tp_ranks,
     outliers,
     reference_group,
@@ -82,8 +83,21 @@ def test_ties_that_cannot_be_settled_name_nobody() -> None:
 def test_line_numbers_are_optional() -> None:
     other_line = tuple(s.replace("3252", "3260") for s in ALL_REDUCE)
     ranks = [proc(0, ALL_REDUCE), proc(1, other_line)]
-    assert len(group_stacks(ranks)) == 1
+    (group,) = group_stacks(ranks)
+    # the common path keeps the lines all members share, and only those
+    assert [(f.name, f.line) for f in group.frames[:2]] == [("all_reduce", None), ("work", 8)]
     assert len(group_stacks(ranks, lines=True)) == 2
+
+
+def test_merge_samples_stuck_or_moving() -> None:
+    a, b = proc(0, ALL_REDUCE, pid=5), proc(0, ALL_REDUCE, pid=5)
+    merged = merge_samples([a, b])
+    assert (merged.samples, merged.moving) == (2, False)
+    moved = proc(0, tuple(s.replace("3252", "3199") for s in ALL_REDUCE), pid=5)
+    assert merge_samples([a, moved]).moving is True
+    native = proc(0, ("c10d::Work::wait (libtorch_cpu.so)", *ALL_REDUCE), pid=5)
+    assert merge_samples([native, a]).threads == native.threads  # native beats later
+    assert merge_samples([a]) is a
 
 
 def test_addresses_dropped_and_a_python_only_dump_matches_a_native_one() -> None:

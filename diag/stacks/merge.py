@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from diag.model import StackFrame, StackGroup, StackProcess, StackThread
 from diag.stacks.classify import is_main_thread, pick_thread
@@ -32,6 +32,7 @@ __all__ = [
     "build_tree",
     "group_stacks",
     "member_label",
+    "merge_samples",
     "outlier_tp_ranks",
     "outliers",
     "reference_group",
@@ -125,19 +126,27 @@ def group_stacks(
     processes: Sequence[StackProcess], *, lines: bool = False
 ) -> tuple[StackGroup, ...]:
     """Equivalence classes of identical (normalised) paths, largest first; ties go to the
-    group holding the lowest rank. ``frames`` is the common path, innermost first."""
+    group holding the lowest rank. ``frames`` is the common path, innermost first, with
+    a frame's line number where every member is at that line (else None)."""
     classes: dict[object, list[tuple[StackProcess, tuple[StackFrame, ...]]]] = {}
-    for p, path in _paths(processes, lines):
-        classes.setdefault(_key(path), []).append((p, path))
+    # keyed with or without lines; kept with lines, so a group can show the line numbers
+    # all its members share
+    for p, path in _paths(processes, True):
+        key = _key(path) if lines else _key(tuple(replace(f, line=None) for f in path))
+        classes.setdefault(key, []).append((p, path))
     groups = []
     for members in classes.values():
         sites = Counter(p.wait_site for p, _ in members)
         site = max(sites, key=lambda s: (sites[s], s is not None))
+        common = tuple(
+            f if all(path[i].line == f.line for _, path in members) else replace(f, line=None)
+            for i, f in enumerate(members[0][1])
+        )
         groups.append(
             StackGroup(
                 wait_site=site,
                 members=tuple(member_label(p) for p, _ in members),
-                frames=members[0][1],
+                frames=common,
                 pids=tuple(p.pid for p, _ in members if p.pid is not None),
             )
         )
@@ -169,6 +178,35 @@ def build_tree(processes: Sequence[StackProcess], *, lines: bool = False) -> Sta
 
     items = [(member_label(p), tuple(reversed(path))) for p, path in _paths(processes, lines)]
     return grow(None, items, 0)
+
+
+def merge_samples(samples: Sequence[StackProcess]) -> StackProcess:
+    """Several dumps of one process (taken a second apart live, or found one after the
+    other in a file) as one: the latest dump with native frames, else the latest; with
+    ``samples`` counted and ``moving`` set when the innermost Python frame of the thread
+    that matters changed between them (slow, not stuck). None with a single sample."""
+    if not samples:
+        raise ValueError("merge_samples needs at least one dump")
+    if len(samples) == 1:
+        return samples[0]
+
+    def has_native(p: StackProcess) -> bool:
+        return any(f.native for t in p.threads for f in t.frames)
+
+    best = ([p for p in samples if has_native(p)] or list(samples))[-1]
+    leaves = set()
+    for p in samples:
+        thread = _thread_of(p)
+        python = [f for f in thread.frames if not f.native] if thread is not None else []
+        if python:
+            leaves.add((python[0].name, python[0].filename.rsplit("/", 1)[-1], python[0].line))
+    return replace(
+        best,
+        samples=len(samples),
+        moving=len(leaves) > 1,
+        rank=best.rank or next((p.rank for p in samples if p.rank), None),
+        line=samples[0].line,
+    )
 
 
 def reference_group(groups: Sequence[StackGroup]) -> int | None:

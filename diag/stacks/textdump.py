@@ -30,8 +30,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from diag.model import RankId, Record, StackFrame, StackProcess, StackThread
-from diag.stacks.classify import classified, pick_thread
+from diag.stacks.classify import classified
 from diag.stacks.frames import make_frame, rank_from_title, split_pyspy_frame
+from diag.stacks.merge import merge_samples
 from diag.stacks.pyspy_json import parse_pyspy_json
 
 __all__ = ["extract_stack_processes", "parse_stack_text", "records_from_text"]
@@ -418,37 +419,11 @@ class _Channel:
         self.json = None
 
 
-def _merge_samples(procs: Sequence[StackProcess]) -> StackProcess:
-    """Several dumps of one pid in one source: keep the richest latest one (native frames
-    beat Python-only), count the samples and say whether the chosen thread moved."""
-
-    def has_native(p: StackProcess) -> bool:
-        return any(f.native for t in p.threads for f in t.frames)
-
-    natives = [p for p in procs if has_native(p)]
-    best = (natives or list(procs))[-1]
-    leaves = set()
-    for p in procs:
-        thread, _ = pick_thread(p)
-        if thread is None:
-            continue
-        python = [f for f in thread.frames if not f.native]
-        if python:
-            leaves.add((python[0].name, python[0].filename.rsplit("/", 1)[-1], python[0].line))
-    return replace(
-        best,
-        samples=len(procs),
-        moving=len(leaves) > 1 if len(procs) > 1 else None,
-        rank=best.rank or next((p.rank for p in procs if p.rank), None),
-        line=procs[0].line,
-    )
-
-
 def extract_stack_processes(records: Sequence[Record]) -> list[StackProcess]:
     """Every stack dump in a stream of records, classified (``wait_site`` set).
 
     Dumps of the same pid in the same source are merged into one process (see
-    :func:`_merge_samples`); processes come in the order they first appear."""
+    :func:`diag.stacks.merge.merge_samples`); processes come in the order they first appear."""
     found: list[StackProcess] = []
     channels: dict[str, _Channel] = {}
     busy: set[str] = set()  # channels with a dump (or a pending header) open
@@ -509,7 +484,7 @@ def extract_stack_processes(records: Sequence[Record]) -> list[StackProcess]:
             result.append(found[item])
         else:
             group = by_pid[item]
-            result.append(group[0] if len(group) == 1 else _merge_samples(group))
+            result.append(group[0] if len(group) == 1 else merge_samples(group))
     return result
 
 
