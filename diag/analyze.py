@@ -100,7 +100,7 @@ def _analyze_sources(
     for src in sources:
         sp = SourceParser(src.name)
         if use_pf:
-            from diag.parse.prefilter import scan_source  # type: ignore[import-untyped]
+            from diag.parse.prefilter import scan_source
 
             bulk_stats.append(
                 scan_source(src, sp, col.notes, progress=progress, done_before=done_before,
@@ -140,7 +140,7 @@ def _analyze_sources(
 
 
 def sp_undecodable(sp: SourceParser) -> int:
-    return int(getattr(sp, "undecodable", 0))
+    return sp.undecodable
 
 
 _LOG_WORD = re.compile(

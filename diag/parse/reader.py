@@ -165,35 +165,28 @@ def resolve_inputs(inputs: Sequence[str | Path], stdin: BinaryIO | None = None) 
 
 def iter_chunks(
     src: Source, notes: list[str], chunk_bytes: int = CHUNK_BYTES
-) -> Iterator[tuple[bytes, int]]:
+) -> Iterator[tuple[bytearray, int]]:
     """Yield (bytes ending at a line boundary, bytes consumed so far).
 
-    A damaged compressed stream ends the source early with a note, not an error."""
+    Each chunk is ``chunk_bytes`` plus the rest of the line it cuts (a line longer than
+    :data:`MAX_LINE_BYTES` is cut into pieces). A damaged compressed stream ends the
+    source early with a note, not an error."""
     try:
         stream = src.open()
     except OSError as exc:
         raise InputError(f"{src.name}: cannot read: {exc.strerror or exc}") from exc
+    consumed = 0
     with stream:
-        carry = b""
-        consumed = 0
         while True:
             try:
-                block = stream.read(chunk_bytes)
+                buf = bytearray(stream.read(chunk_bytes))
+                if not buf:
+                    break
+                if buf[-1:] != b"\n":
+                    buf += stream.readline(MAX_LINE_BYTES)
             except (OSError, EOFError, lzma.LZMAError, ValueError) as exc:
                 # a truncated or corrupt compressed stream: keep what was read
                 notes.append(f"{src.name}: damaged compressed data after {consumed} bytes ({exc})")
                 break
-            if not block:
-                break
-            consumed += len(block)
-            data = carry + block if carry else block
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                if len(data) < MAX_LINE_BYTES:
-                    carry = data
-                    continue
-                cut = len(data) - 1
-            carry = data[cut + 1:]
-            yield data[: cut + 1], consumed
-        if carry:
-            yield carry, consumed
+            consumed += len(buf)
+            yield buf, consumed

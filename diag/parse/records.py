@@ -54,6 +54,7 @@ class SourceParser:
         self.first_unknown: int | None = None
         self.last_unknown: int | None = None
         self.known_lines = 0
+        self.undecodable = 0  # bytes of invalid UTF-8 (set by the prefilter path)
 
     def feed(self, lineno: int, physical: str) -> None:
         """One physical line (1-based number)."""

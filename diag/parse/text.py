@@ -42,7 +42,7 @@ class _Counter:
         self.bad = 0
 
 
-def decode(data: bytes) -> tuple[str, int]:
+def decode(data: bytes | bytearray) -> tuple[str, int]:
     """Decode UTF-8; invalid bytes become U+FFFD. Returns (text, number of bad bytes).
 
     NUL bytes are kept in the text (the grammars ignore them)."""

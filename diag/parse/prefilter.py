@@ -1,0 +1,404 @@
+"""The streaming prefilter: only lines that can matter become Python records.
+
+Per chunk of a large input (8 MiB, cut at a line end):
+
+1. One multi-literal pass in Rust (polars ``str.extract_all`` over the whole chunk, which
+   the regex crate runs with Teddy / Aho-Corasick) says which *required literals* occur.
+   The literals come from the phase catalogue (each entry's regex is reduced to literals
+   every match must contain), warning/error words, stack-dump and traceback markers,
+   carriage returns, indented (continuation) lines, and the rule needles of
+   ``diag.rules.needles()`` in their usual capitalisations.
+2. Each literal that occurs is located with ``str.find`` (memmem speed); the lines around
+   those positions are the candidates, plus the line before an indented one (the head
+   its continuation attaches to).
+3. The bulk (serving batch lines, NCCL INFO chatter, HTTP access lines) is not parsed; its
+   first and last line per rank and per kind in each chunk are, and so is each rank's last
+   line in the chunk: enough for serving begin/end, the last timestamp of every rank and
+   the silence at the end of the log.
+
+Line numbers stay exact (newlines are counted between candidates).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from diag.parse.reader import Source, iter_chunks
+from diag.parse.records import SourceParser
+from diag.parse.text import decode
+
+if sys.version_info >= (3, 11):
+    import re._parser as _sre_parse
+else:  # pragma: no cover - python 3.10
+    import sre_parse as _sre_parse
+
+__all__ = [
+    "BULK_ENTRIES",
+    "BulkStats",
+    "candidate_literals",
+    "required_literals",
+    "scan_source",
+]
+
+# Catalogue entries whose lines are bulk: handled by first/last per chunk, never each.
+BULK_ENTRIES = frozenset({"sglang.batch", "vllm.throughput", "any.http_request", "any.nccl_info"})
+
+# Literals of the bulk kinds located per rank key (sglang) or globally, first and last.
+_KEYED_BULK = ("Prefill batch", "Decode batch")
+_GLOBAL_BULK = (
+    "Prefill batch",
+    "Decode batch",
+    "Avg prompt throughput",
+    "SpecDecoding metrics",
+    '"POST /',
+    '"GET /',
+    "NCCL INFO",
+)
+
+_EXTRA_LITERALS = (
+    # levels (SGLang/vLLM/uvicorn/glog/NCCL) and error words
+    "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL", "Warning", "Error", "Exception",
+    "Killed", "killed", "Timeout", "timeout", "Timed out", "timed out", "OOM",
+    "out of memory", "Traceback", "Segmentation fault", "core dumped", "Aborted",
+    "terminate called", "what():", "[W", "[E", "[F",
+    # stack dumps and faulthandler
+    "Process ", "Thread 0x", "Pyspy ", "py-spy", "Fatal Python error", "most recent call",
+    "Python v",
+    # args and config lines
+    "server_args=", "non-default args", "args: Namespace", "with config:",
+    # progress bars and tqdm updates
+    "%|", "% Completed", "\r",
+    # continuation lines: a newline followed by indentation
+    "\n ", "\n\t",
+)
+
+
+@dataclass(slots=True)
+class BulkStats:
+    bulk_lines: int = 0  # lines not parsed
+    candidates: int = 0
+    keys: set[str] = field(default_factory=set)
+
+
+def _literal_sets(items: Any) -> list[set[str]]:
+    """Alternative literal sets of a parsed sequence: each set is one way to say "every
+    match contains one of these"."""
+    out: list[set[str]] = []
+    run: list[str] = []
+
+    def close() -> None:
+        if run:
+            out.append({"".join(run)})
+            run.clear()
+
+    ops = _sre_parse
+    for op, av in items:
+        name = str(op)
+        if name == "LITERAL":
+            run.append(chr(av))
+            continue
+        if name == "AT":
+            continue
+        close()
+        if name == "SUBPATTERN":
+            sub = av[-1]
+            best = _best(_literal_sets(sub))
+            if best:
+                out.append(best)
+        elif name == "BRANCH":
+            branches = av[1]
+            sets = [_best(_literal_sets(b)) for b in branches]
+            if all(sets):
+                union: set[str] = set()
+                for s in sets:
+                    assert s is not None
+                    union |= s
+                out.append(union)
+        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            lo, _hi, sub = av
+            if lo >= 1:
+                best = _best(_literal_sets(sub))
+                if best:
+                    out.append(best)
+        elif name == "IN" and len(av) == 1 and str(av[0][0]) == "LITERAL":
+            run.append(chr(av[0][1]))
+    close()
+    del ops
+    return out
+
+
+def _best(sets: list[set[str]]) -> set[str] | None:
+    good = [s for s in sets if s and min(len(x) for x in s) >= 3]
+    if not good:
+        good = [s for s in sets if s and min(len(x) for x in s) >= 1]
+    if not good:
+        return None
+    return max(good, key=lambda s: (min(len(x) for x in s), -len(s)))
+
+
+def required_literals(pattern: str) -> set[str] | None:
+    """Literals one of which every match of ``pattern`` contains; None when the pattern
+    has no literal of at least three characters on every path."""
+    tree = _sre_parse.parse(pattern)
+    best = _best(_literal_sets(tree.data))
+    if best is None or min(len(x) for x in best) < 3:
+        return None
+    return best
+
+
+def _variants(needle: str) -> set[str]:
+    words = needle.split(" ")
+    return {
+        needle,
+        needle.capitalize(),
+        needle.upper(),
+        " ".join(w.capitalize() for w in words),
+    }
+
+
+def _minimal(lits: Iterable[str]) -> list[str]:
+    """Drop literals that contain a shorter one of the set (the shorter finds them)."""
+    out: list[str] = []
+    for lit in sorted(set(lits), key=len):
+        if not any(o in lit for o in out):
+            out.append(lit)
+    return out
+
+
+@lru_cache(maxsize=1)
+def candidate_literals() -> tuple[str, ...]:
+    """Every literal whose presence makes a line a candidate."""
+    from diag.phases import load_catalogue
+
+    lits: set[str] = set(_EXTRA_LITERALS)
+    for e in load_catalogue().entries:
+        if e.id in BULK_ENTRIES:
+            continue
+        req = required_literals(e.regex.pattern)
+        if req is None:
+            raise ValueError(f"phase entry {e.id}: regex has no required literal")
+        lits |= req
+    lits |= set(_rule_needles())
+    return tuple(_minimal(lits))
+
+
+def _rule_needles() -> list[str]:
+    try:
+        import diag.rules as rules
+    except ImportError:  # pragma: no cover - the rules package is part of diag
+        return []
+    fn: Callable[[], Sequence[str]] | None = getattr(rules, "needles", None)
+    if fn is None:
+        return []
+    out: set[str] = set()
+    for n in fn():
+        if isinstance(n, str) and len(n) >= 3:
+            out |= _variants(n)
+    return sorted(out)
+
+
+_KEY_RE = re.compile(
+    r"\d\d:\d\d:\d\d((?: (?:DP|PP|TP|EP|NP)\d+)+\] )"
+    r"|(\((?:[A-Za-z][\w\-]*\s*)?(?:rank=\d+\s*)?pid=\d+(?:,\s*ip=[\w.:\-]+)?\) )"
+)
+_SAMPLE = 32 << 10
+BLOCK_BYTES = 64 << 10
+# Line kinds that make up the bulk of a serving log; a block holding only these is skipped.
+_BULK_MARKERS = (
+    b" batch. #",  # SGLang "Prefill batch. #new-seq" and "Decode batch. #running-req"
+    b" batch, #",  # the same in 0.4.6+
+    b"Avg prompt throughput",
+    b'" 200 OK',
+    b"NCCL INFO",
+)
+
+
+def _keys_in(text: str) -> set[str]:
+    out: set[str] = set()
+    for a, b in _KEY_RE.findall(text):
+        out.add(a or b)
+    return out
+
+
+def _blocks(data: bytes | bytearray) -> list[tuple[int, int]]:
+    """(start, end) of ~64 KiB pieces of ``data`` that end at a newline."""
+    out: list[tuple[int, int]] = []
+    n = len(data)
+    i = 0
+    while i < n:
+        j = data.find(b"\n", min(i + BLOCK_BYTES, n - 1))
+        j = n if j < 0 else j + 1
+        out.append((i, j))
+        i = j
+    return out
+
+
+class _Scanner:
+    """Per-source prefilter state."""
+
+    def __init__(self, sp: SourceParser, stats: BulkStats) -> None:
+        self.sp = sp
+        self.stats = stats
+        self.lits = sorted({x.lower() for x in candidate_literals()})
+        self.first_found: set[bytes] = set()  # bulk literals (per key) already located once
+        self.markers: tuple[bytes, ...] = ()  # bulk kinds that dominate this chunk
+        # chunks left to look for the first serving line of ranks that have none yet
+        self.keyed_budget: int | None = None
+
+    def _decode(self, raw: bytes | bytearray) -> str:
+        text, bad = decode(raw)
+        self.sp.undecodable += bad
+        return text
+
+    def _pick_markers(self, data: bytes | bytearray) -> None:
+        sample = data[: 4 * BLOCK_BYTES]
+        counts = [(sample.count(m), m) for m in _BULK_MARKERS]
+        self.markers = tuple(m for c, m in sorted(counts, reverse=True)[:3] if c > 0)
+
+    def chunk(self, data: bytes | bytearray, base: int) -> int:
+        """Feed the candidate lines of one chunk; returns its number of lines."""
+        import polars as pl
+
+        sp = self.sp
+        keys = self.stats.keys
+        blocks = _blocks(data)
+        self._pick_markers(data)
+        # 1. blocks made only of bulk lines (serving batch lines, access lines) are not
+        #    parsed: counting the markers is cheaper than a multi-literal scan
+        block_lines: list[int] = []
+        todo: list[int] = []
+        for bi, (a, b) in enumerate(blocks):
+            n = data.count(b"\n", a, b) + (0 if data[b - 1 : b] == b"\n" else 1)
+            block_lines.append(n)
+            bulk = 0
+            for m in self.markers:
+                bulk += data.count(m, a, b)
+                if bulk >= n:
+                    break
+            if bulk < n:
+                todo.append(bi)
+        picked: dict[int, str] = {}  # line number -> line
+        todo_text: list[str] = []
+        block_line0: list[int] = []
+        acc = base
+        for n in block_lines:
+            block_line0.append(acc)
+            acc += n
+        n_lines = acc - base
+        if todo:
+            texts = [self._decode(data[blocks[bi][0] : blocks[bi][1]]) for bi in todo]
+            todo_text = texts
+            mask = pl.Series(texts).str.contains_any(self.lits, ascii_case_insensitive=True)
+            for bi, text, hit in zip(todo, texts, mask.to_list(), strict=True):
+                if hit:
+                    self._lines(text, block_line0[bi], picked)
+        # 2. rank keys: sampled from the chunk's ends and from the candidates
+        if len(data) > 2 * _SAMPLE:
+            keys |= _keys_in(self._decode(data[:_SAMPLE]))
+            keys |= _keys_in(self._decode(data[-_SAMPLE:]))
+        else:
+            keys |= _keys_in(self._decode(data))
+        if picked:
+            keys |= _keys_in("\n".join(picked.values()))
+        # 3. first and last lines of the bulk: each rank's last line in the chunk, the first
+        #    serving line of each rank and kind, and the chunk's last line
+        extra: set[int] = set()
+        for key in keys:
+            bkey = key.encode()
+            i = data.rfind(bkey)
+            if i >= 0:
+                extra.add(i)
+            if key.endswith("] ") and (self.keyed_budget is None or self.keyed_budget > 0):
+                for lit in _KEYED_BULK:
+                    probe = bkey + lit.encode()
+                    if probe in self.first_found:
+                        continue
+                    i = data.find(probe)
+                    if i >= 0:
+                        extra.add(i)
+                        self.first_found.add(probe)
+        for lit in _GLOBAL_BULK:
+            blit = lit.encode()
+            if blit in self.first_found:
+                continue
+            if any(m in blit or blit in m for m in self.markers):
+                i = data.find(blit)  # a bulk kind of this chunk: found early
+            else:
+                # not a bulk kind here: it can only be in the blocks that were scanned
+                i = -1
+                for bi, text in zip(todo, todo_text, strict=False):
+                    j = text.find(lit)
+                    if j >= 0:
+                        i = blocks[bi][0] + len(text[:j].encode())
+                        break
+            if i >= 0:
+                extra.add(i)
+                self.first_found.add(blit)
+        if self.keyed_budget is not None:
+            self.keyed_budget -= 1
+        elif any(lit.encode() in self.first_found for lit in _KEYED_BULK):
+            self.keyed_budget = 2
+        last = len(data) - 1
+        while last >= 0 and data[last] in (10, 13):
+            last -= 1
+        if last >= 0:
+            extra.add(last)
+        starts = [a for a, _ in blocks]
+        for pos in extra:
+            start = data.rfind(b"\n", 0, pos) + 1
+            bi = bisect.bisect_right(starts, start) - 1
+            num = block_line0[bi] + data.count(b"\n", starts[bi], start) + 1
+            if num not in picked:
+                end = data.find(b"\n", start)
+                picked[num] = self._decode(data[start:] if end < 0 else data[start:end])
+        for num in sorted(picked):
+            sp.feed(num, picked[num])
+        self.stats.candidates += len(picked)
+        self.stats.bulk_lines += n_lines - len(picked)
+        return n_lines
+
+    def _lines(self, text: str, line0: int, picked: dict[int, str]) -> None:
+        import polars as pl
+
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        lm = pl.Series(lines).str.contains_any(self.lits, ascii_case_insensitive=True)
+        for k, (line, m) in enumerate(zip(lines, lm.to_list(), strict=True)):
+            if m or "\r" in line:
+                picked[line0 + k + 1] = line
+            elif line[:1] in (" ", "\t") and line.strip():
+                picked[line0 + k + 1] = line
+                if k > 0:
+                    picked[line0 + k] = lines[k - 1]
+
+
+def scan_source(
+    src: Source,
+    sp: SourceParser,
+    notes: list[str],
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    done_before: int = 0,
+    total: int = 0,
+) -> BulkStats:
+    """Stream one source through the prefilter into ``sp``; returns the bulk statistics."""
+    stats = BulkStats()
+    scanner = _Scanner(sp, stats)
+    base = 0  # lines before this chunk
+    nul = 0
+    for chunk, consumed in iter_chunks(src, notes):
+        if b"\x00" in chunk:
+            nul += chunk.count(b"\x00")
+        base += scanner.chunk(chunk, base)
+        if progress is not None:
+            progress(min(done_before + consumed, total or consumed), total or consumed)
+    if nul:
+        notes.append(f"{src.name}: {nul} NUL bytes dropped")
+    return stats
