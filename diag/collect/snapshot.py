@@ -32,7 +32,7 @@ from diag.collect.procfs import (
     read_proc_tier,
 )
 from diag.collect.pyspy import DumpResult, DumpTarget, dump_all, find_pyspy, main_thread
-from diag.errors import PermissionProblem, ToolMissing
+from diag.errors import DiagError, PermissionProblem, ToolMissing
 from diag.model import (
     Finding,
     GpuSample,
@@ -191,6 +191,20 @@ def build_verdict(snap: Snapshot) -> str:
     return " ".join(parts)
 
 
+def _prewarm_rules() -> None:
+    """Load (and cache) the rule library while the dumps run, not after them."""
+    try:
+        loader = importlib.import_module("diag.rules.loader")
+    except ImportError:
+        return
+    fn = getattr(loader, "builtin_rules", None)
+    if callable(fn):
+        try:
+            fn()
+        except Exception:
+            return  # a broken rule file is reported when the rules are applied
+
+
 def _apply_rules(snap: Snapshot) -> tuple[Finding, ...]:
     try:
         mod = importlib.import_module("diag.rules")
@@ -321,7 +335,8 @@ def take_snapshot(
         finally:
             timings[name] = round(time.monotonic() - t0, 3)
 
-    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="snapshot") as pool:
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="snapshot") as pool:
+        f_rules = pool.submit(_timed, "rules_load_s", _prewarm_rules)
         f_dumps = pool.submit(
             _timed,
             "pyspy_s",
@@ -349,6 +364,7 @@ def take_snapshot(
         dumps: dict[int, DumpResult] = f_dumps.result()
         facts: dict[int, ProcessFacts] = f_facts.result()
         gpu_result: GpuQuery | Unavailable = f_gpu.result()
+        f_rules.result()
 
     gpus: tuple[GpuSample, ...] | Unavailable = (
         gpu_result.gpus if isinstance(gpu_result, GpuQuery) else gpu_result
@@ -565,7 +581,11 @@ def take_snapshot(
         partial=tuple(partial),
     )
     t = time.monotonic()
-    findings = _apply_rules(snap)
+    try:
+        findings = _apply_rules(snap)
+    except DiagError as exc:  # a broken rule file must not cost the snapshot
+        findings = ()
+        snap = replace(snap, notes=(*snap.notes, f"rules not applied: {exc.message}"))
     timings["rules_s"] = round(time.monotonic() - t, 3)
     snap = replace(snap, findings=findings)
     timings["total_s"] = round(time.monotonic() - start, 3)
