@@ -191,6 +191,18 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         ),
     ),
     (
+        "device-copy-native",
+        "stack.cuda_sync",
+        (
+            "read (libc.so.6)",
+            "eventfd_read (libc.so.6)",
+            "c10_npu::NPUStream::stream (libtorch_npu.so)",
+            "at::_ops::copy_::call (libtorch_cpu.so)",
+            "torch::autograd::THPVariable_to (libtorch_python.so)",
+            "decorated (torch_npu/contrib/transfer_to_npu.py:182)",
+        ),
+    ),
+    (
         "torch-cuda-sync",
         "stack.cuda_sync",
         ("synchronize (torch/cuda/__init__.py:1162)", "worker (gpu_probe.py:51)"),

@@ -226,3 +226,12 @@ def test_flight_recorder_dumps_pystack_and_pyspy_agree() -> None:
     native_tail = rank0[-1].threads[0].frames
     assert any(f.name == "cuCtxSynchronize_v2" and f.native for f in native_tail)
     assert _by_pid(procs)[602].wait_site == "stack.cuda_sync"
+
+
+def test_public_npu_scheduler_blocked_in_a_device_copy() -> None:
+    (proc,) = parse_stack_text((FIX / "public" / "sglang-npu-watchdog-to-device.txt").read_text())
+    assert (proc.pid, proc.rank) == (163685, RankId(tp=0))
+    assert proc.wait_site == "stack.cuda_sync" and proc.wait_thread == 163685
+    # helper threads (Inductor reader, tqdm, watchdog, queue feeder) were skipped; the
+    # last failed dump attempt of another pid left nothing behind
+    assert len(proc.threads) == 6

@@ -229,7 +229,17 @@ RULES: tuple[SiteRule, ...] = (
         r"cudaStreamSynchronize|cudaEventSynchronize|cudaMemcpy(?!Async)|"
         r"cuMemcpy(DtoH|HtoD|DtoD)?(_v2)?$|c10::cuda::(device_synchronize|"
         r"memcpy_and_sync|stream_synchronize)|at::native::_local_scalar_dense|"
-        r"c10_npu::.*[Ss]ynchron)",
+        r"c10_npu::.*[Ss]ynchron|aclrtSynchronize\w*)",
+    ),
+    SiteRule(
+        "device-copy-native",
+        _SYNC,
+        native=True,
+        name=r"^(at::_ops::(copy_|_to_copy|to_device|to_dtype_layout|_local_scalar_dense|item)::"
+        r"(call|redispatch)|at::native::(copy_|_to_copy|to)$|"
+        r"torch::autograd::THPVariable_(to|cpu|item|tolist|numpy|cuda)$)",
+        why="inside a tensor copy/.to()/.item() (native frames are shown only while the "
+        "thread is in them): a device<->host copy waits for the device's queue",
     ),
     SiteRule(
         "torch-cuda-sync",
