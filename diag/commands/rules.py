@@ -68,9 +68,7 @@ def show_rule(
 ) -> None:
     """Show one rule in full (or every rule that reports this finding id)."""
     loaded = _load(rules)
-    chosen = [r for r in loaded if r.id == rule_id] or [
-        r for r in loaded if r.finding_id == rule_id
-    ]
+    chosen = [r for r in loaded if rule_id in (r.id, r.finding_id)]
     if not chosen:
         raise RuleError(
             f"no rule {rule_id!r}",

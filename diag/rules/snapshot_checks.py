@@ -80,6 +80,20 @@ def _workers(snap: Snapshot) -> list[ProcessInfo]:
 
 def _no_port(ctx: SnapshotContext) -> CheckOutcome | None:
     snap = ctx.snapshot
+    # the collector's own reading of each server (port from the command line, listening?)
+    for server in snap.servers:
+        if server.get("port_listening") is False and isinstance(server.get("port"), int):
+            pid = server.get("launcher_pid")
+            proc = next((p for p in snap.processes if p.pid == pid), None)
+            return CheckOutcome(
+                message=(
+                    f"port {server['port']} of the {server.get('framework') or 'server'} "
+                    f"launcher (pid {pid}) is not listening"
+                ),
+                hits=(ctx.hit(proc, " ".join(proc.cmdline)[:300] if proc else f"pid {pid}"),),
+            )
+    if snap.servers:
+        return None
     ports = _all_ports(snap)
     if ports is None:
         return None
@@ -146,9 +160,19 @@ def _outlier(ctx: SnapshotContext) -> CheckOutcome | None:
 
 
 def _collective_wait(ctx: SnapshotContext) -> CheckOutcome | None:
-    groups = ctx.snapshot.groups
-    waiting = [g for g in groups if g.wait_site == "stack.nccl_collective"]
-    others = [g for g in groups if g.wait_site != "stack.nccl_collective"]
+    snap = ctx.snapshot
+    for ev in snap.collective_evidence:
+        behind = ev.get("behind")
+        if isinstance(behind, Mapping) and behind:
+            groups = "; ".join(
+                f"process group {pg} waits for rank(s) {r}" for pg, r in behind.items()
+            )
+            return CheckOutcome(
+                message=f"{ev.get('kind', 'collective evidence')}: {groups}",
+                hits=(ctx.hit(None, groups[:300]),),
+            )
+    waiting = [g for g in snap.groups if g.wait_site == "stack.nccl_collective"]
+    others = [g for g in snap.groups if g.wait_site != "stack.nccl_collective"]
     if not waiting or not others:
         return None
     n_wait = sum(len(g.members) for g in waiting)

@@ -1,0 +1,105 @@
+"""`diag rules list|show|test` through the real entry point (exit codes included)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from diag.cli import app
+
+runner = CliRunner()
+
+RULE = """\
+id: custom.disk_full
+title: Disk full
+severity: warning
+role: root
+frameworks: [any]
+summary: The disk filled up.
+why: Nothing can be written.
+remedy: Free space (`df -h`).
+references: [https://example.org/disk]
+needles: ["no space left"]
+match:
+  patterns: ['No space left on device']
+examples:
+  match: ['OSError: [Errno 28] No space left on device']
+  no_match: ['all good']
+"""
+
+
+def test_list_json_is_a_list_of_rule_objects() -> None:
+    result = runner.invoke(app, ["rules", "list", "--json"])
+    assert result.exit_code == 0, result.output
+    rules = json.loads(result.output)
+    assert isinstance(rules, list) and len(rules) >= 35
+    oom = next(r for r in rules if r["id"] == "cuda.oom")
+    assert oom["severity"] == "error" and oom["remedy"] and oom["patterns"]
+    assert {"id", "title", "severity", "role", "remedy", "references"} <= set(oom)
+
+
+def test_list_table_and_show() -> None:
+    result = runner.invoke(app, ["rules", "list"])
+    assert result.exit_code == 0 and "startup.stalled" in result.output
+    shown = runner.invoke(app, ["rules", "show", "process.killed"])
+    assert shown.exit_code == 0
+    assert "cascade of: cuda.oom" in shown.output and "sigquit" in shown.output
+
+
+def test_show_by_finding_id_lists_every_rule_reporting_it() -> None:
+    shown = runner.invoke(app, ["rules", "show", "python.exception"])
+    assert shown.exit_code == 0
+    assert "python.exception_truncated" in shown.output
+
+
+def test_builtin_examples_pass() -> None:
+    result = runner.invoke(app, ["rules", "test"])
+    assert result.exit_code == 0, result.output
+    assert " 0 failed" in result.output
+
+
+def test_failing_example_exits_1_with_a_table(tmp_path: Path) -> None:
+    (tmp_path / "disk.yaml").write_text(
+        RULE.replace("no_match: ['all good']", "no_match: ['No space left on device']")
+    )
+    result = runner.invoke(app, ["rules", "test", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "FAIL" in result.output and "custom.disk_full" in result.output
+    (tmp_path / "disk.yaml").write_text(RULE)
+    ok = runner.invoke(app, ["rules", "test", str(tmp_path), "-v"])
+    assert ok.exit_code == 0 and "2 passed, 0 failed" in ok.output
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["rules", "show", "no.such"], "no rule 'no.such'"),
+        (["rules", "test", "/no/such/dir"], "not a folder of rule files"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], text: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "diag", *args], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2
+    assert text in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_invalid_rule_file_is_exit_2_naming_it(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(RULE.replace("remedy: Free space (`df -h`).\n", ""))
+    proc = subprocess.run(
+        [sys.executable, "-m", "diag", "rules", "test", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert str(bad) in proc.stderr and "remedy" in proc.stderr
+    assert "Traceback" not in proc.stderr
