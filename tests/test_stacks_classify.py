@@ -437,6 +437,17 @@ def test_innermost_strong_wins_over_outer_context() -> None:
     lock = "BaseFileLock.acquire (filelock/_api.py:330)"
     hf = "hf_hub_download (huggingface_hub/file_download.py:900)"
     assert classify_frames(frames(lock, hf))[0] == "stack.weights_io"
+    # waiting for DeepGEMM compile futures is a compile wait (sglang#7387's stack)
+    deep_gemm = (
+        "Condition.wait (threading.py:355)",
+        "_result_or_cancel (concurrent/futures/_base.py:317)",
+        "result_iterator (concurrent/futures/_base.py:619)",
+        "tqdm.__iter__ (tqdm/std.py:1181)",
+        "_executor_map (tqdm/contrib/concurrent.py:51)",
+        "thread_map (tqdm/contrib/concurrent.py:69)",
+        "_maybe_compile_deep_gemm_one_type_all (deep_gemm_wrapper/compile_utils.py:297)",
+    )
+    assert classify_frames(frames(*deep_gemm))[0] == "stack.jit_compile"
 
 
 def _thread(tid: int, name: str | None, *lines: str) -> StackThread:

@@ -341,12 +341,6 @@ RULES: tuple[SiteRule, ...] = (
         r"wait_for_.*_ready|recv_requests_from_\w+)$",
     ),
     SiteRule("ray-get", _IPC, file=r"ray/_private/worker\.py$", name=r"(^|\.)(get|wait)$"),
-    SiteRule(
-        "future-result",
-        _IPC,
-        file=r"concurrent/futures/_base\.py$",
-        name=r"(^|\.)(result|wait|as_completed|_result_or_cancel)$",
-    ),
     # --- idle loops -------------------------------------------------------------------------
     SiteRule(
         "sglang-idle",
@@ -402,6 +396,14 @@ RULES: tuple[SiteRule, ...] = (
         _IPC,
         strength="weak",
         file=r"(^|/)(socket|ssl)\.py$|http/client\.py$|urllib3/|requests/|httpx/|httpcore/",
+    ),
+    SiteRule(
+        "future-result",
+        _IPC,
+        strength="weak",
+        file=r"concurrent/futures/_base\.py$",
+        name=r"(^|\.)(result|wait|as_completed|_result_or_cancel|result_iterator)$",
+        why="waiting for a future: what the pool works on (compile, weights) says more",
     ),
     SiteRule("subprocess-wait", _IPC, strength="weak", file=r"(^|/)subprocess\.py$"),
     SiteRule("ray-any", _IPC, strength="weak", file=r"(^|/)ray/"),
