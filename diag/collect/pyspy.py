@@ -47,6 +47,7 @@ __all__ = [
     "dump_all",
     "find_pyspy",
     "main_thread",
+    "no_pyspy",
     "python_signature",
 ]
 
@@ -320,6 +321,12 @@ def _native_plan(works: Sequence[_Work], native_all: bool) -> dict[int, int | No
     return plan
 
 
+def no_pyspy(targets: Sequence[DumpTarget]) -> dict[int, DumpResult]:
+    """Every target's outcome when py-spy is not installed."""
+    miss = DumpAttempt("-", "no_pyspy", 0.0, "py-spy is not installed")
+    return {t.pid: DumpResult(t.pid, "no_pyspy", None, (miss,)) for t in targets}
+
+
 def dump_all(
     targets: Sequence[DumpTarget],
     *,
@@ -342,8 +349,7 @@ def dump_all(
         return {}
     exe = pyspy or find_pyspy(runner)
     if exe is None:
-        miss = DumpAttempt("-", "no_pyspy", 0.0, "py-spy is not installed")
-        return {t.pid: DumpResult(t.pid, "no_pyspy", None, (miss,)) for t in targets}
+        return no_pyspy(targets)
     t0 = time.monotonic()
     deadline = t0 + timeout_s
     dumper = _Dumper(runner, exe, proc_root, deadline)

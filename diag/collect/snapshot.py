@@ -31,7 +31,14 @@ from diag.collect.procfs import (
     listening_ports_by_inode,
     read_proc_tier,
 )
-from diag.collect.pyspy import DumpResult, DumpTarget, dump_all, find_pyspy, main_thread
+from diag.collect.pyspy import (
+    DumpResult,
+    DumpTarget,
+    dump_all,
+    find_pyspy,
+    main_thread,
+    no_pyspy,
+)
 from diag.errors import DiagError, PermissionProblem, ToolMissing
 from diag.model import (
     Finding,
@@ -340,15 +347,19 @@ def take_snapshot(
         f_dumps = pool.submit(
             _timed,
             "pyspy_s",
-            lambda: dump_all(
-                _targets(found, options.native),
-                runner=runner,
-                proc_root=proc_root,
-                timeout_s=options.timeout_s,
-                samples=options.samples,
-                interval_s=options.interval_s,
-                pyspy=pyspy_path,
-                native_all=options.native_all,
+            lambda: (
+                no_pyspy(_targets(found, options.native))
+                if pyspy_path is None
+                else dump_all(
+                    _targets(found, options.native),
+                    runner=runner,
+                    proc_root=proc_root,
+                    timeout_s=options.timeout_s,
+                    samples=options.samples,
+                    interval_s=options.interval_s,
+                    pyspy=pyspy_path,
+                    native_all=options.native_all,
+                )
             ),
         )
         f_facts = pool.submit(

@@ -1,0 +1,394 @@
+"""The snapshot's JSON contract, terminal view, who-is-missing evidence (Flight Recorder,
+NCCL RAS) and the command's exit codes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import pickle
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from diag.cli import app
+from diag.collect import collective
+from diag.collect import snapshot as snapshot_mod
+from diag.collect.snapshot import build_verdict
+from diag.model import (
+    Finding,
+    GpuSample,
+    ProcessInfo,
+    RankId,
+    Snapshot,
+    StackFrame,
+    StackGroup,
+    StackProcess,
+    StackThread,
+    Unavailable,
+)
+from diag.report.snapshot_json import SCHEMA_VERSION, snapshot_to_dict
+from diag.report.snapshot_view import render_snapshot
+from diag.runner import RunResult
+
+FR = Path(__file__).resolve().parents[1] / "fixtures" / "snapshot" / "flight_recorder"
+
+COLLECTIVE = (
+    StackFrame("pthread_cond_wait", "/lib/libc.so.6", None, "/lib/libc.so.6", native=True),
+    StackFrame("all_reduce", "torch/distributed/distributed_c10d.py", 3252),
+    StackFrame("worker", "probe.py", 56),
+)
+COMPILE = (StackFrame("jit_compile_kernel", "probe.py", 30), StackFrame("worker", "probe.py", 60))
+
+
+def _proc(
+    pid: int, tp: int | None, frames: tuple[StackFrame, ...], site: str | None, **kw: object
+) -> ProcessInfo:
+    stack = StackProcess(
+        pid=pid,
+        title=f"sglang::scheduler_TP{tp}",
+        threads=(StackThread(pid, "MainThread", frames, idle=False),),
+        wait_site=site,
+        wait_thread=pid,
+        mode="native",
+    )
+    base: dict[str, object] = {
+        "pid": pid,
+        "ppid": 10,
+        "role": "scheduler" if tp is not None else "launcher",
+        "title": f"sglang::scheduler_TP{tp}"
+        if tp is not None
+        else "python -m sglang.launch_server --port 30000",
+        "cmdline": ("python", "-m", "sglang.launch_server", "--port", "30000")
+        if tp is None
+        else (),
+        "framework": "sglang",
+        "rank": RankId(tp=tp) if tp is not None else None,
+        "rank_source": "title" if tp is not None else None,
+        "state": "S",
+        "rss_bytes": 226 << 30,
+        "cpu_percent": 1.0,
+        "threads": 49,
+        "listening_ports": (),
+        "gpu_index": tp,
+        "gpu_memory_bytes": 10 << 30 if tp is not None else None,
+        "stack": stack,
+    }
+    base.update(kw)
+    return ProcessInfo(**base)  # type: ignore[arg-type]
+
+
+def story_snapshot() -> Snapshot:
+    procs = (
+        _proc(10, None, (StackFrame("wait4", "", None, None, True),), "stack.ipc_wait"),
+        _proc(11, 0, COLLECTIVE, "stack.nccl_collective"),
+        _proc(12, 1, COMPILE, "stack.jit_compile", cpu_percent=Unavailable("process exited")),
+    )
+    gpus = (
+        GpuSample(0, "NVIDIA H200", "GPU-0", 100.0, 100.0, 10 << 30, 141 << 30, 5, {11: 10 << 30}),
+        GpuSample(1, "NVIDIA H200", "GPU-1", 0.0, 0.0, 10 << 30, 141 << 30, 5, {12: 10 << 30}),
+    )
+    snap = Snapshot(
+        host="h",
+        taken_at=dt.datetime(2026, 11, 30, tzinfo=dt.timezone.utc),
+        processes=procs,
+        gpus=gpus,
+        servers=(
+            {"framework": "sglang", "launcher_pid": 10, "port": 30000, "port_listening": False},
+        ),
+        groups=(
+            StackGroup("stack.nccl_collective", ("TP0",), COLLECTIVE, (11,)),
+            StackGroup("stack.jit_compile", ("TP1",), COMPILE, (12,)),
+        ),
+        outlier_tp_ranks=(1,),
+        findings=(
+            Finding("startup.no_listen_port", "error", "no port", "port 30000 is not listening"),
+        ),
+    )
+    return snap
+
+
+def test_json_contract() -> None:
+    doc = snapshot_to_dict(story_snapshot())
+    json.dumps(doc)
+    assert doc["schema_version"] == SCHEMA_VERSION == 1
+    for key in (
+        "host",
+        "servers",
+        "processes",
+        "gpus",
+        "groups",
+        "outlier_tp_ranks",
+        "verdict",
+        "findings",
+    ):
+        assert key in doc
+    assert doc["servers"][0] == {
+        "framework": "sglang",
+        "launcher_pid": 10,
+        "port": 30000,
+        "port_listening": False,
+    }
+    p = {x["pid"]: x for x in doc["processes"]}
+    for key in (
+        "pid",
+        "role",
+        "title",
+        "tp_rank",
+        "dp_rank",
+        "pp_rank",
+        "ep_rank",
+        "state",
+        "rss_bytes",
+        "cpu_percent",
+        "listening_ports",
+        "gpu_index",
+        "gpu_memory_bytes",
+        "wait_site",
+        "stack",
+    ):
+        assert key in p[11]
+    assert (p[11]["tp_rank"], p[11]["dp_rank"], p[11]["wait_site"]) == (
+        0,
+        None,
+        "stack.nccl_collective",
+    )
+    assert p[11]["rss_bytes"] == 226 << 30 and p[11]["listening_ports"] == []
+    assert p[10]["tp_rank"] is None and p[10]["role"] == "launcher"
+    # an unreadable fact is null, with its reason
+    assert p[12]["cpu_percent"] is None and p[12]["unavailable"] == {
+        "cpu_percent": "process exited"
+    }
+    assert p[11]["stack"]["threads"][0]["frames"][0] == {
+        "name": "pthread_cond_wait",
+        "filename": "/lib/libc.so.6",
+        "line": None,
+        "module": "/lib/libc.so.6",
+        "native": True,
+    }
+    assert doc["groups"][1] == {
+        "wait_site": "stack.jit_compile",
+        "ranks": ["TP1"],
+        "tp_ranks": [1],
+        "pids": [12],
+        "frames": [
+            {
+                "name": "jit_compile_kernel",
+                "filename": "probe.py",
+                "line": 30,
+                "module": None,
+                "native": False,
+            },
+            {"name": "worker", "filename": "probe.py", "line": 60, "module": None, "native": False},
+        ],
+    }
+    assert doc["outlier_tp_ranks"] == [1]
+    assert [g["util_percent_mean"] for g in doc["gpus"]] == [100.0, 0.0]
+    assert doc["gpus"][0]["processes"] == [{"pid": 11, "memory_bytes": 10 << 30}]
+    assert doc["findings"][0]["id"] == "startup.no_listen_port"
+
+
+def test_json_without_gpus() -> None:
+    import dataclasses
+
+    snap = dataclasses.replace(story_snapshot(), gpus=Unavailable("NVML Shared Library Not Found"))
+    doc = snapshot_to_dict(snap)
+    assert doc["gpus"] == [] and "NVML" in doc["gpus_unavailable"]
+
+
+def test_verdict_names_the_odd_rank_and_the_idle_gpu() -> None:
+    v = build_verdict(story_snapshot())
+    assert "port 30000 is not listening" in v
+    assert "TP1: stack.jit_compile" in v
+    assert "Odd one(s) out: TP1" in v
+    assert "GPU0 100%" in v and "GPU1 0%" in v
+
+
+def test_verdict_cpu_side_hang() -> None:
+    import dataclasses
+
+    snap = story_snapshot()
+    idle = tuple(dataclasses.replace(g, util_percent_mean=2.0) for g in snap.gpus)  # type: ignore[union-attr]
+    assert "blocked on the CPU side" in build_verdict(dataclasses.replace(snap, gpus=idle))
+
+
+def test_terminal_view_verdict_first_then_table_then_groups() -> None:
+    snap = story_snapshot()
+    snap = snap.__class__(
+        **{**{f: getattr(snap, f) for f in snap.__dataclass_fields__}, "verdict": "VERDICT-TEXT"}
+    )
+    console = Console(width=160, record=True, color_system=None)
+    for part in render_snapshot(snap):
+        console.print(part)
+    text = console.export_text()
+    assert text.index("VERDICT-TEXT") < text.index("scheduler") < text.index("stack groups")
+    row = next(line for line in text.splitlines() if " 12 " in line and "scheduler" in line)
+    assert "TP1 *" in row and "stack.jit_compile" in row and "0%" in row
+    row0 = next(line for line in text.splitlines() if " 11 " in line)
+    assert "100%" in row0 and "226.0 GiB" in row0 and "pthread_cond_wait" in row0
+    assert "startup.no_listen_port" in text
+
+
+# ----------------------------------------------------------------- Flight Recorder / RAS
+
+
+def test_flight_recorder_dumps_say_who_is_missing() -> None:
+    d0 = collective.load_fr_dump(FR / "trace_0")
+    d1 = collective.load_fr_dump(FR / "trace_1")
+    assert not isinstance(d0, Unavailable) and not isinstance(d1, Unavailable)
+    s = collective.summarise_fr({0: d0, 1: d1})
+    assert s["behind"] == {"0": [1]}
+    rows = {r["rank"]: r for r in s["ranks"]}  # type: ignore[union-attr, index]
+    assert (rows[0]["last_seq"], rows[0]["last_state"]) == (4, "scheduled")
+    assert rows[0]["last_collective"] == "nccl:all_reduce"
+    assert rows[1]["last_seq"] == 3
+
+
+def test_flight_recorder_found_through_the_environment(tmp_path: Path) -> None:
+    for r in (0, 1):
+        (tmp_path / f"trace_{r}").write_bytes((FR / f"trace_{r}").read_bytes())
+    env = {
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{tmp_path}/trace_",
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": f"{tmp_path}/pipe_",
+    }
+    ev = collective.flight_recorder_evidence([(602, 0, env), (603, 1, env), (604, 2, env)])
+    assert ev is not None
+    assert ev["behind"] == {"0": [1]}
+    assert ev["no_dump_from_ranks"] == [2]
+    assert f"{tmp_path}/pipe_0.pipe" in str(ev["hint"])
+    assert collective.flight_recorder_evidence([(1, 0, {"RANK": "0"})]) is None
+
+
+class _Evil:
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (print, ("pwned",))
+
+
+def test_flight_recorder_loader_runs_no_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "trace_0"
+    bad.write_bytes(pickle.dumps({"entries": [_Evil()]}))
+    out = collective.load_fr_dump(bad)
+    assert isinstance(out, Unavailable) and "refusing" in out.reason
+    assert "pwned" not in capsys.readouterr().out
+
+
+@pytest.fixture
+def ras_server() -> Iterator[int]:
+    """A local stand-in speaking the RAS client protocol of NCCL's ncclras."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    seen: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            f = conn.makefile("rb")
+            seen.append(f.readline())
+            conn.sendall(b"SERVER PROTOCOL 2\n")
+            seen.append(f.readline())
+            conn.sendall(b"OK\n")
+            seen.append(f.readline())
+            conn.sendall(b"Collective operations: rank 1 (pid 603, GPU 1) is missing 1 operation\n")
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    yield port
+    t.join(5)
+    srv.close()
+    assert seen == [b"CLIENT PROTOCOL 2\n", b"TIMEOUT 2\n", b"VERBOSE STATUS\n"]
+
+
+def test_ras_query(ras_server: int) -> None:
+    out = collective.ras_query("127.0.0.1", ras_server, timeout_s=2.0)
+    assert not isinstance(out, Unavailable)
+    assert "rank 1 (pid 603, GPU 1) is missing" in str(out["text"])
+
+
+def test_ras_not_listening() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert isinstance(collective.ras_query("127.0.0.1", port, timeout_s=0.5), Unavailable)
+
+
+# ----------------------------------------------------------------- the command
+
+
+@pytest.fixture
+def titled_child() -> Iterator[int]:
+    code = (
+        "import setproctitle, time\n"
+        "setproctitle.setproctitle('sglang::scheduler_TP0')\n"
+        "open(__import__('sys').argv[1], 'w').close()\n"
+        "time.sleep(60)\n"
+    )
+    ready = Path(f"/tmp/diag-test-ready-{time.time_ns()}")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(ready)], start_new_session=True)
+    try:
+        for _ in range(200):
+            if ready.exists():
+                break
+            time.sleep(0.05)
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+        ready.unlink(missing_ok=True)
+
+
+def test_cli_unknown_pid_exit_2() -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "diag", "snapshot", "--pid", "2147483646"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 2
+    assert "no process 2147483646" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_cli_without_pyspy_exit_3_and_still_reports(
+    titled_child: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("setproctitle")
+    monkeypatch.setattr(snapshot_mod, "find_pyspy", lambda runner: None)
+    res = CliRunner().invoke(app, ["snapshot", "--pid", str(titled_child), "--json"])
+    assert res.exit_code == 3
+    doc = json.loads(res.stdout[: res.stdout.rindex("}") + 1])
+    (p,) = doc["processes"]
+    assert p["role"] == "scheduler" and p["tp_rank"] == 0 and p["state"] in ("S", "R")
+    assert p["dump"]["outcome"] == "no_pyspy"
+    assert any("py-spy" in r for r in doc["partial"])
+
+
+def test_cli_ptrace_refused_exit_3_with_the_fix(
+    titled_child: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("setproctitle")
+
+    class Refused:
+        def which(self, program: str) -> str | None:
+            return "/usr/bin/py-spy"
+
+        def run(self, argv: object, *, timeout: float, env: object = None) -> RunResult:
+            return RunResult(
+                tuple(argv), 1, "", "Error: Operation not permitted (os error 1)", 0.01
+            )  # type: ignore[arg-type]
+
+    monkeypatch.setattr(snapshot_mod, "SubprocessRunner", Refused)
+    res = CliRunner().invoke(app, ["snapshot", "--pid", str(titled_child)])
+    assert res.exit_code == 3
+    out = res.stdout + (res.stderr if res.stderr_bytes is not None else "")
+    assert "SYS_PTRACE" in out and "ptrace_scope" in out
