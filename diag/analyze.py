@@ -166,7 +166,8 @@ def _read_full(
     total: int,
 ) -> None:
     lineno = 0
-    for chunk, consumed in iter_chunks(src, col.notes):
+    for buf, lo, hi, consumed in iter_chunks(src, col.notes):
+        chunk = buf[lo:hi]
         col.nul_bytes += chunk.count(b"\x00")
         text, bad = decode(chunk)
         col.undecodable += bad

@@ -226,13 +226,13 @@ def _keys_in(text: str) -> set[str]:
     return out
 
 
-def _blocks(data: bytes | bytearray) -> list[tuple[int, int]]:
-    """(start, end) of ~64 KiB pieces of ``data`` that end at a newline."""
+def _blocks(data: bytes, lo: int, hi: int) -> list[tuple[int, int]]:
+    """(start, end) of ~64 KiB pieces of ``data[lo:hi]`` that end at a newline."""
     out: list[tuple[int, int]] = []
-    n = len(data)
-    i = 0
+    n = hi
+    i = lo
     while i < n:
-        j = data.find(b"\n", min(i + BLOCK_BYTES, n - 1))
+        j = data.find(b"\n", min(i + BLOCK_BYTES, n - 1), n)
         j = n if j < 0 else j + 1
         out.append((i, j))
         i = j
@@ -250,25 +250,29 @@ class _Scanner:
         self.markers: tuple[bytes, ...] = ()  # bulk kinds that dominate this chunk
         # chunks left to look for the first serving line of ranks that have none yet
         self.keyed_budget: int | None = None
+        self.nul = 0  # NUL bytes seen in the parsed parts
 
-    def _decode(self, raw: bytes | bytearray) -> str:
+    def _decode(self, raw: bytes) -> str:
         text, bad = decode(raw)
         self.sp.undecodable += bad
+        if "\x00" in text:
+            self.nul += text.count("\x00")
         return text
 
-    def _pick_markers(self, data: bytes | bytearray) -> None:
-        sample = data[: 4 * BLOCK_BYTES]
+    def _pick_markers(self, data: bytes, lo: int) -> None:
+        sample = data[lo : lo + 4 * BLOCK_BYTES]
         counts = [(sample.count(m), m) for m in _BULK_MARKERS]
         self.markers = tuple(m for c, m in sorted(counts, reverse=True)[:3] if c > 0)
 
-    def chunk(self, data: bytes | bytearray, base: int) -> int:
-        """Feed the candidate lines of one chunk; returns its number of lines."""
+    def chunk(self, data: bytes, base: int, lo: int = 0, hi: int | None = None) -> int:
+        """Feed the candidate lines of ``data[lo:hi]``; returns its number of lines."""
         import polars as pl
 
         sp = self.sp
         keys = self.stats.keys
-        blocks = _blocks(data)
-        self._pick_markers(data)
+        hi = len(data) if hi is None else hi
+        blocks = _blocks(data, lo, hi)
+        self._pick_markers(data, lo)
         # 1. blocks made only of bulk lines (serving batch lines, access lines) are not
         #    parsed: counting the markers is cheaper than a multi-literal scan
         block_lines: list[int] = []
@@ -299,11 +303,11 @@ class _Scanner:
                 if hit:
                     self._lines(text, block_line0[bi], picked)
         # 2. rank keys: sampled from the chunk's ends and from the candidates
-        if len(data) > 2 * _SAMPLE:
-            keys |= _keys_in(self._decode(data[:_SAMPLE]))
-            keys |= _keys_in(self._decode(data[-_SAMPLE:]))
+        if hi - lo > 2 * _SAMPLE:
+            keys |= _keys_in(self._decode(data[lo : lo + _SAMPLE]))
+            keys |= _keys_in(self._decode(data[hi - _SAMPLE : hi]))
         else:
-            keys |= _keys_in(self._decode(data))
+            keys |= _keys_in(self._decode(data[lo:hi]))
         if picked:
             keys |= _keys_in("\n".join(picked.values()))
         # 3. first and last lines of the bulk: each rank's last line in the chunk, the first
@@ -311,7 +315,7 @@ class _Scanner:
         extra: set[int] = set()
         for key in keys:
             bkey = key.encode()
-            i = data.rfind(bkey)
+            i = data.rfind(bkey, lo, hi)
             if i >= 0:
                 extra.add(i)
             if key.endswith("] ") and (self.keyed_budget is None or self.keyed_budget > 0):
@@ -319,7 +323,7 @@ class _Scanner:
                     probe = bkey + lit.encode()
                     if probe in self.first_found:
                         continue
-                    i = data.find(probe)
+                    i = data.find(probe, lo, hi)
                     if i >= 0:
                         extra.add(i)
                         self.first_found.add(probe)
@@ -328,7 +332,7 @@ class _Scanner:
             if blit in self.first_found:
                 continue
             if any(m in blit or blit in m for m in self.markers):
-                i = data.find(blit)  # a bulk kind of this chunk: found early
+                i = data.find(blit, lo, hi)  # a bulk kind of this chunk: found early
             else:
                 # not a bulk kind here: it can only be in the blocks that were scanned
                 i = -1
@@ -344,19 +348,19 @@ class _Scanner:
             self.keyed_budget -= 1
         elif any(lit.encode() in self.first_found for lit in _KEYED_BULK):
             self.keyed_budget = 2
-        last = len(data) - 1
-        while last >= 0 and data[last] in (10, 13):
+        last = hi - 1
+        while last >= lo and data[last] in (10, 13):
             last -= 1
-        if last >= 0:
+        if last >= lo:
             extra.add(last)
         starts = [a for a, _ in blocks]
         for pos in extra:
-            start = data.rfind(b"\n", 0, pos) + 1
+            start = max(lo, data.rfind(b"\n", lo, pos) + 1)
             bi = bisect.bisect_right(starts, start) - 1
             num = block_line0[bi] + data.count(b"\n", starts[bi], start) + 1
             if num not in picked:
-                end = data.find(b"\n", start)
-                picked[num] = self._decode(data[start:] if end < 0 else data[start:end])
+                end = data.find(b"\n", start, hi)
+                picked[num] = self._decode(data[start : hi if end < 0 else end])
         for num in sorted(picked):
             sp.feed(num, picked[num])
         self.stats.candidates += len(picked)
@@ -392,13 +396,10 @@ def scan_source(
     stats = BulkStats()
     scanner = _Scanner(sp, stats)
     base = 0  # lines before this chunk
-    nul = 0
-    for chunk, consumed in iter_chunks(src, notes):
-        if b"\x00" in chunk:
-            nul += chunk.count(b"\x00")
-        base += scanner.chunk(chunk, base)
+    for buf, lo, hi, consumed in iter_chunks(src, notes):
+        base += scanner.chunk(buf, base, lo, hi)
         if progress is not None:
             progress(min(done_before + consumed, total or consumed), total or consumed)
-    if nul:
-        notes.append(f"{src.name}: {nul} NUL bytes dropped")
+    if scanner.nul:
+        notes.append(f"{src.name}: {scanner.nul} NUL bytes dropped")
     return stats

@@ -165,28 +165,51 @@ def resolve_inputs(inputs: Sequence[str | Path], stdin: BinaryIO | None = None) 
 
 def iter_chunks(
     src: Source, notes: list[str], chunk_bytes: int = CHUNK_BYTES
-) -> Iterator[tuple[bytearray, int]]:
-    """Yield (bytes ending at a line boundary, bytes consumed so far).
+) -> Iterator[tuple[bytes, int, int, int]]:
+    """Yield (buffer, start, end, bytes consumed so far): ``buffer[start:end]`` is a run of
+    whole lines (the last may lack its newline at the end of the input).
 
-    Each chunk is ``chunk_bytes`` plus the rest of the line it cuts (a line longer than
-    :data:`MAX_LINE_BYTES` is cut into pieces). A damaged compressed stream ends the
-    source early with a note, not an error."""
+    Buffers are not copied: a line cut by a read comes back on its own, joined. A line
+    longer than :data:`MAX_LINE_BYTES` is cut into pieces. A damaged compressed stream
+    ends the source early with a note, not an error."""
     try:
         stream = src.open()
     except OSError as exc:
         raise InputError(f"{src.name}: cannot read: {exc.strerror or exc}") from exc
     consumed = 0
+    carry = b""
     with stream:
         while True:
             try:
-                buf = bytearray(stream.read(chunk_bytes))
-                if not buf:
-                    break
-                if buf[-1:] != b"\n":
-                    buf += stream.readline(MAX_LINE_BYTES)
+                data = stream.read(chunk_bytes)
             except (OSError, EOFError, lzma.LZMAError, ValueError) as exc:
                 # a truncated or corrupt compressed stream: keep what was read
                 notes.append(f"{src.name}: damaged compressed data after {consumed} bytes ({exc})")
                 break
-            consumed += len(buf)
-            yield buf, consumed
+            if not data:
+                break
+            consumed += len(data)
+            start = 0
+            if carry:
+                nl = data.find(b"\n")
+                if nl < 0:
+                    carry += data
+                    if len(carry) >= MAX_LINE_BYTES:
+                        yield carry, 0, len(carry), consumed
+                        carry = b""
+                    continue
+                line = carry + data[: nl + 1]
+                carry = b""
+                yield line, 0, len(line), consumed
+                start = nl + 1
+            cut = data.rfind(b"\n")
+            if cut >= start:
+                yield data, start, cut + 1, consumed
+                carry = data[cut + 1 :]
+            else:
+                carry = data[start:]
+            if len(carry) >= MAX_LINE_BYTES:
+                yield carry, 0, len(carry), consumed
+                carry = b""
+        if carry:
+            yield carry, 0, len(carry), consumed
