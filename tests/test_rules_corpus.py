@@ -96,3 +96,34 @@ def test_the_story_example_reads_as_the_issue_asks() -> None:
     )
     fired = {f.id for f in a.findings}
     assert set(a.rules_checked) - fired, "the report must list rules that did not fire"
+
+
+def test_rules_still_fire_when_the_prefilter_decides(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large logs reach the rules only through the prefilter (needles, levels,
+    tracebacks): force it on for every case and compare with the full parse."""
+    import diag.analyze as analyze_module
+
+    monkeypatch.setattr(analyze_module, "PREFILTER_MIN_BYTES", 0)
+    diffs = []
+    for case in CASES:
+        full = {f.id for f in _analysis(case / "log.txt").findings}
+        filtered = {f.id for f in analyze_module.analyze([case / "log.txt"]).findings}
+        if full != filtered:
+            diffs.append((case.name, sorted(full ^ filtered)))
+    assert not diffs
+
+
+def test_every_match_example_is_a_prefilter_candidate() -> None:
+    """The prefilter looks for needles as written, Capitalized and UPPER: each rule's
+    match examples must contain one of its literals (case-sensitively)."""
+    from diag.parse.prefilter import candidate_literals
+    from diag.rules.loader import builtin_rules
+
+    literals = candidate_literals()
+    misses = [
+        (rule.id, line[:80])
+        for rule in builtin_rules()
+        for line in rule.examples.match
+        if not any(lit in line for lit in literals)
+    ]
+    assert not misses
