@@ -465,3 +465,18 @@ def test_example_golden_positions(example_json: dict[str, Any]) -> None:
     for fid, evidence in want["findings"].items():
         assert fid in got["findings"], f"{fid} is no longer reported on the example"
         assert got["findings"][fid] == evidence, fid
+
+
+def test_quoted_glob_is_expanded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = EXAMPLE.read_text().splitlines(keepends=True)
+    (tmp_path / "rank-a.log").write_text("".join(lines[:100]))
+    (tmp_path / "rank-b.log").write_text("".join(lines[100:]))
+    (tmp_path / "other.txt").write_text("not selected\n")
+    code, out, _ = run(["analyze", str(tmp_path / "rank-*.log"), "--json"], capsys, monkeypatch)
+    assert code == 0
+    d = json.loads(out)
+    assert [Path(s).name for s in d["sources"]] == ["rank-a.log", "rank-b.log"]
+    code, _, err = run(["analyze", str(tmp_path / "none-*.log")], capsys, monkeypatch)
+    assert code == 2 and "none-*.log" in err

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import glob
 import importlib.resources
 import io
 import os
@@ -28,7 +29,15 @@ from rich.console import Console
 from diag.errors import EXIT_CLEAN, EXIT_FINDINGS, InputError
 from diag.model import SEVERITIES, Analysis, Finding
 
-__all__ = ["EXAMPLE_RESOURCE", "FailOn", "Format", "exit_code_for", "register", "render"]
+__all__ = [
+    "EXAMPLE_RESOURCE",
+    "FailOn",
+    "Format",
+    "exit_code_for",
+    "expand_globs",
+    "register",
+    "render",
+]
 
 EXAMPLE_RESOURCE = "example.log"
 PIPE_WIDTH = 120  # the terminal view's width when stdout is a pipe or a file
@@ -128,7 +137,19 @@ def _run_analysis(
         resource = importlib.resources.files("diag.data").joinpath(EXAMPLE_RESOURCE)
         with importlib.resources.as_file(resource) as path:
             return analyze([path], year=year, rules_dirs=rules_dirs, progress=progress)
-    return analyze(list(paths), year=year, rules_dirs=rules_dirs, progress=progress)
+    return analyze(expand_globs(paths), year=year, rules_dirs=rules_dirs, progress=progress)
+
+
+def expand_globs(paths: Sequence[str]) -> list[str]:
+    """Expand quoted globs (`'logs/rank*.log'`) the shell left alone; keep the rest as is."""
+    out: list[str] = []
+    for p in paths:
+        if p != "-" and any(c in p for c in "*?[") and not Path(p).exists():
+            matches = sorted(glob.glob(p, recursive=True))
+            out.extend(matches or [p])  # no match: the engine says "no such file"
+        else:
+            out.append(p)
+    return out
 
 
 def _write_out(path: Path, text: str) -> None:
