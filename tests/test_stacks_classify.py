@@ -225,6 +225,16 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         ),
     ),
     (
+        "inductor-autotune",
+        "stack.jit_compile",
+        (
+            "Benchmarker.benchmark_gpu (torch/_inductor/runtime/benchmarking.py:95)",
+            "CachingAutotuner.bench (torch/_inductor/runtime/triton_heuristics.py:999)",
+            "CachingAutotuner.benchmark_all_configs"
+            " (torch/_inductor/runtime/triton_heuristics.py:1139)",
+        ),
+    ),
+    (
         "inductor-subproc-wait",
         "stack.jit_compile",
         ("SubprocPool.submit (torch/_inductor/compile_worker/subproc_pool.py:230)",),

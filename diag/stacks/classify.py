@@ -265,6 +265,14 @@ RULES: tuple[SiteRule, ...] = (
         file=r"torch/_inductor/(?!output_code\.py|runtime/|compile_worker/subproc_pool\.py)",
     ),
     SiteRule(
+        "inductor-autotune",
+        _JIT,
+        native=False,
+        file=r"torch/_inductor/runtime/(triton_heuristics|benchmarking|autotune_cache)\.py$",
+        name=r"(bench|autotune|precompile|_make_launchers)",
+        why="Inductor benchmarking its Triton configs on first run: part of compilation",
+    ),
+    SiteRule(
         "inductor-subproc-wait",
         _JIT,
         file=r"torch/_inductor/compile_worker/",
