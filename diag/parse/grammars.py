@@ -300,7 +300,7 @@ def parse_line(raw: str) -> Parsed:
             line = line[: m.start()]
     first = line[:1]
     m = None
-    if first == "[" or (first.isdigit() and len(line) > 8 and line[2:3] in ":-"):
+    if first == "[" or (first.isdigit() and (line[2:3] == ":" or line[4:5] == "-")):
         m = _SGLANG.match(line)
         if m:
             p.grammar = "sglang"
