@@ -157,3 +157,23 @@ def test_weights_line_from_rank_shards() -> None:
     out = render(story_analysis())
     line = next(x for x in out.splitlines() if x.startswith("Weights: "))
     assert line == "Weights: 64/64 shards in 34 s (0.53 s/shard) (all 8 ranks)"
+
+
+def test_phase_table_spans_and_slowest_rank() -> None:
+    base = story_analysis()
+    slow_load = dataclasses.replace(base.ranks[2].phases[1], end=T("22:37:01"))
+    tp2 = dataclasses.replace(
+        base.ranks[2], phases=(base.ranks[2].phases[0], slow_load), last_ts=T("22:37:01")
+    )
+    out = render(dataclasses.replace(base, ranks=(*base.ranks[:2], tp2, *base.ranks[3:])))
+    lines = out.splitlines()
+    header = next(x for x in lines if x.startswith("phase "))
+    assert header.split() == ["phase", "ranks", "start", "end", "duration", "slowest"]
+    dist = next(x for x in lines if x.startswith("dist_init "))
+    assert dist.split() == ["dist_init", "8", "22:35:01", "22:35:20", "19", "s"]
+    load = next(x for x in lines if x.startswith("weights_load "))
+    assert load.split()[:4] == ["weights_load", "8", "22:35:21", "22:37:01"]
+    assert "34 s (34 s–1 min 40 s)" in load
+    assert load.rstrip().endswith("TP2")
+    # columns line up under the header
+    assert load.index("22:35:21") == header.index("start")

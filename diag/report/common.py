@@ -7,13 +7,16 @@ so that the three views say the same thing in the same words.
 from __future__ import annotations
 
 import datetime as dt
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from diag.model import (
     PHASES,
     SEVERITIES,
     Analysis,
     Finding,
+    PhaseInterval,
     RankTimeline,
     ShardProgress,
     StackFrame,
@@ -30,7 +33,9 @@ __all__ = [
     "member_label",
     "model_name",
     "not_fired",
+    "PhaseStats",
     "phase_order",
+    "phase_stats",
     "sorted_findings",
     "time_span",
     "weights_progress",
@@ -205,3 +210,56 @@ def weights_summary(analysis: Analysis) -> str | None:
             return f"{only} (progress bar with no rank prefix)"
         return f"{only} ({collapse_ranks(labels, [r.rank.label for r in analysis.ranks])})"
     return "; ".join(f"{label}: {text}" for label, text in list(texts.items())[:8])
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseStats:
+    """One phase across the ranks: when it began and ended, how long it took."""
+
+    phase: str
+    ranks: int  # ranks that went through it (0: only lines of no rank)
+    start: dt.datetime | None  # earliest start
+    end: dt.datetime | None  # latest end
+    open_ranks: int  # ranks still in it when their log ends (no end seen)
+    median_s: float | None
+    min_s: float | None
+    max_s: float | None
+    slowest: str | None  # the rank well above the median, if one is
+
+
+def phase_stats(analysis: Analysis) -> list[PhaseStats]:
+    """Per phase, in startup order: span over the ranks and duration spread."""
+    by_phase: dict[str, list[tuple[str, PhaseInterval]]] = {}
+    for r in analysis.ranks:
+        for p in r.phases:
+            by_phase.setdefault(p.phase, []).append((r.rank.label, p))
+    for p in analysis.global_phases:
+        by_phase.setdefault(p.phase, [])
+    out = []
+    for phase in sorted(by_phase, key=lambda ph: (phase_index(ph) < 0, phase_index(ph), ph)):
+        items = by_phase[phase]
+        intervals = [p for _, p in items] or [p for p in analysis.global_phases if p.phase == phase]
+        starts = [p.start for p in intervals if p.start is not None]
+        ends = [p.end for p in intervals if p.end is not None]
+        durations = [(label, p.duration_s) for label, p in items if p.duration_s is not None]
+        values = [d for _, d in durations if d is not None]
+        median = statistics.median(values) if values else None
+        slowest = None
+        if len(values) > 1 and median is not None:
+            label, worst = max(durations, key=lambda t: t[1] or 0.0)
+            if worst is not None and worst > max(1.5 * median, median + 5.0):
+                slowest = label
+        out.append(
+            PhaseStats(
+                phase=phase,
+                ranks=len({label for label, _ in items}),
+                start=min(starts) if starts else None,
+                end=max(ends) if ends else None,
+                open_ranks=sum(1 for _, p in items if p.end is None),
+                median_s=median,
+                min_s=min(values) if values else None,
+                max_s=max(values) if values else None,
+                slowest=slowest,
+            )
+        )
+    return out

@@ -38,6 +38,7 @@ from diag.report.common import (
     model_name,
     not_fired,
     phase_order,
+    phase_stats,
     sorted_findings,
     time_span,
     weights_summary,
@@ -511,10 +512,43 @@ def _stacks_view(groups: tuple[StackGroup, ...], procs: tuple[StackProcess, ...]
     return Group(*parts)
 
 
+def _phase_table(a: Analysis) -> RenderableType | None:
+    """Per phase: ranks, first start, last end, duration (median and range), slowest."""
+    stats = [s for s in phase_stats(a) if s.start is not None or s.median_s is not None]
+    if not stats:
+        return None
+    table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, 2, 0, 0))
+    for name in ("phase", "ranks", "start", "end", "duration", "slowest"):
+        table.add_column(name, no_wrap=True)
+    for s in stats:
+        if s.median_s is None:
+            duration = Text("-", style="dim")
+        elif s.min_s is not None and s.max_s is not None and s.max_s - s.min_s >= 1:
+            duration = Text(fmt_duration(s.median_s))
+            duration.append(f" ({fmt_duration(s.min_s)}–{fmt_duration(s.max_s)})", style="dim")
+        else:
+            duration = Text(fmt_duration(s.median_s))
+        end = Text(fmt_time(s.end)) if s.end is not None else Text("-", style="dim")
+        if s.open_ranks:
+            end.append(f"  {s.open_ranks} still in it", style="yellow")
+        table.add_row(
+            Text(s.phase, style=_style(s.phase)),
+            str(s.ranks) if s.ranks else Text("no rank", style="dim"),
+            fmt_time(s.start),
+            end,
+            duration,
+            Text(s.slowest or "", style="yellow"),
+        )
+    return table
+
+
 def render_terminal(analysis: Analysis) -> RenderableType:
     """The whole terminal report of one analysis, as one rich renderable."""
     a = analysis
     parts: list[RenderableType] = [_header(a), Text(""), GanttChart(a)]
+    table = _phase_table(a)
+    if table is not None:
+        parts += [Text(""), table]
     weights = weights_summary(a)
     if weights:
         line = Text("Weights: ", style="bold")
