@@ -113,3 +113,10 @@ def test_mermaid_caps_the_number_of_sections() -> None:
     assert gantt.count("    section ") == MAX_MERMAID_SECTIONS
     assert f"(first {MAX_MERMAID_SECTIONS} of 80)" in gantt.splitlines()[1]
     assert "    section DP0 TP0" in gantt and "    section DP4 TP0" not in gantt
+
+
+def test_phase_table_in_markdown() -> None:
+    md = render_markdown(straggler_analysis())
+    assert "| `dist_init` | 7 | 22:35:01 | 22:35:20 | 19 s |  |" in md
+    assert "| `weights_load` | 6 | 22:35:21 | 22:35:55 | 34 s |  |" in md
+    assert "| `launch` | no rank | 22:34:47 | 22:34:53 | - |  |" in md

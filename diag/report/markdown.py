@@ -20,6 +20,7 @@ from diag.report.common import (
     member_label,
     model_name,
     not_fired,
+    phase_stats,
     sorted_findings,
     time_span,
     weights_summary,
@@ -227,6 +228,26 @@ def render_markdown(analysis: Analysis) -> str:
     gantt = mermaid_gantt(a)
     if gantt:
         out += ["### Timeline", "", "```mermaid", gantt, "```", ""]
+    stats = [s for s in phase_stats(a) if s.start is not None or s.median_s is not None]
+    if stats:
+        out += ["| phase | ranks | start | end | duration (median, range) | slowest |"]
+        out += ["| --- | --- | --- | --- | --- | --- |"]
+        for st in stats:
+            if st.median_s is None:
+                duration = "-"
+            elif st.min_s is not None and st.max_s is not None and st.max_s - st.min_s >= 1:
+                duration = (
+                    f"{fmt_duration(st.median_s)} ({fmt_duration(st.min_s)}–"
+                    f"{fmt_duration(st.max_s)})"
+                )
+            else:
+                duration = fmt_duration(st.median_s)
+            end = fmt_time(st.end) + (f" ({st.open_ranks} still in it)" if st.open_ranks else "")
+            out.append(
+                f"| `{_cell(st.phase)}` | {st.ranks or 'no rank'} | {fmt_time(st.start)} | "
+                f"{end} | {duration} | {_cell(st.slowest or '')} |"
+            )
+        out.append("")
     if a.ranks or a.missing_ranks:
         out += _rank_table(a) + [""]
     out.append("### Findings")
