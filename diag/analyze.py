@@ -97,7 +97,13 @@ def _analyze_sources(
     col = _Collected()
     done_before = 0
     bulk_stats: list[object] = []
+    binary: list[str] = []
     for src in sources:
+        if _looks_binary(src):
+            binary.append(src.name)
+            col.notes.append(f"{src.name}: skipped: binary data, not a log")
+            done_before += src.size or 0
+            continue
         sp = SourceParser(src.name)
         if use_pf:
             from diag.parse.prefilter import scan_source
@@ -125,6 +131,8 @@ def _analyze_sources(
         col.notes.append(f"{col.undecodable} bytes of invalid UTF-8 replaced")
     if col.nul_bytes:
         col.notes.append(f"{col.nul_bytes} NUL bytes dropped")
+    if binary and not col.drafts:
+        raise InputError(f"{', '.join(binary)}: not a log (binary data)")
     if total == 0 and not col.drafts:
         raise InputError("input is empty")
     recognised = sum(
@@ -137,6 +145,23 @@ def _analyze_sources(
             f"{', '.join(s.name for s in sources)}: not a log (no recognisable line)"
         )
     return _finish(sources, col, bulk_stats, rules_dirs)
+
+
+_CONTROL = frozenset(chr(c) for c in range(32)) - {"\t", "\n", "\r", "\x1b", "\x0c"}
+
+
+def _looks_binary(src: Source) -> bool:
+    """More than 10% of the first 64 KiB is control characters or invalid UTF-8."""
+    try:
+        with src.open() as stream:
+            head = stream.read(1 << 16)
+    except (OSError, EOFError, ValueError):
+        return False  # the reader reports damage with a note
+    if not head:
+        return False
+    text, bad = decode(head)
+    odd = bad + sum(1 for c in text if c in _CONTROL)
+    return odd * 10 > len(head)
 
 
 def sp_undecodable(sp: SourceParser) -> int:

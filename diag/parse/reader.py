@@ -98,7 +98,11 @@ def _file_source(path: Path) -> Source:
         if kind in _OPEN_BY_PATH:  # these close the file they open (GzipFile(fileobj) won't)
             raw.close()
             return cast(BinaryIO, _OPEN_BY_PATH[kind](path, "rb"))
-        return _decompressing(raw, kind, str(path))
+        try:
+            return _decompressing(raw, kind, str(path))
+        except BaseException:
+            raw.close()
+            raise
 
     return Source(name=str(path), open=opener, size=st.st_size, mtime=mtime)
 
@@ -163,6 +167,27 @@ def resolve_inputs(inputs: Sequence[str | Path], stdin: BinaryIO | None = None) 
     return out
 
 
+_DAMAGED = (OSError, EOFError, lzma.LZMAError, ValueError)
+
+
+def _salvage(src: Source, skip: int, limit: int) -> bytes:
+    """Re-read a damaged stream in small steps: what comes after ``skip`` before the damage."""
+    out = bytearray()
+    seen = 0
+    try:
+        with src.open() as stream:
+            while len(out) < limit:
+                piece = stream.read(1 << 16)
+                if not piece:
+                    break
+                seen += len(piece)
+                if seen > skip:
+                    out += piece[max(0, len(piece) - (seen - skip)) :]
+    except _DAMAGED:
+        pass
+    return bytes(out)
+
+
 def iter_chunks(
     src: Source, notes: list[str], chunk_bytes: int = CHUNK_BYTES
 ) -> Iterator[tuple[bytes, int, int, int]]:
@@ -182,9 +207,15 @@ def iter_chunks(
         while True:
             try:
                 data = stream.read(chunk_bytes)
-            except (OSError, EOFError, lzma.LZMAError, ValueError) as exc:
-                # a truncated or corrupt compressed stream: keep what was read
+            except _DAMAGED as exc:
+                # a truncated or corrupt compressed stream: keep what can be read of it
+                data = _salvage(src, consumed, chunk_bytes)
+                consumed += len(data)
                 notes.append(f"{src.name}: damaged compressed data after {consumed} bytes ({exc})")
+                if carry or data:
+                    rest = carry + data
+                    carry = b""
+                    yield rest, 0, len(rest), consumed
                 break
             if not data:
                 break

@@ -1,0 +1,150 @@
+"""Inputs: files, folders, stdin, compression by magic bytes, damaged and non-log input."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+import os
+from pathlib import Path
+
+import pytest
+
+from diag.analyze import analyze
+from diag.errors import InputError
+from diag.parse.reader import iter_chunks, resolve_inputs
+
+LOG = (
+    "[2025-03-14 06:55:09 TP0] Init torch distributed begin.\n"
+    "[2025-03-14 06:55:09 TP1] Init torch distributed begin.\n"
+    "[2025-03-14 06:55:25 TP0] Load weight begin. avail mem=78.81 GB\n"
+    "[2025-03-14 06:56:42 TP1] Load weight begin. avail mem=78.81 GB\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("compress", "name"),
+    [
+        (gzip.compress, "server.log.gz"),
+        (bz2.compress, "server.log.bz2"),
+        (lzma.compress, "server.log.xz"),
+        (gzip.compress, "server.txt"),  # magic bytes decide, not the name
+    ],
+)
+def test_compressed_by_magic(tmp_path: Path, compress, name: str) -> None:  # type: ignore[no-untyped-def]
+    p = tmp_path / name
+    p.write_bytes(compress(LOG.encode()))
+    a = analyze([p])
+    assert a.last_phase == "weights_load"
+    assert [t.rank.label for t in a.ranks] == ["TP0", "TP1"]
+
+
+def test_truncated_gzip_keeps_what_was_read(tmp_path: Path) -> None:
+    data = gzip.compress((LOG * 2000).encode())
+    p = tmp_path / "cut.log.gz"
+    p.write_bytes(data[: len(data) // 2])
+    a = analyze([p])
+    assert a.last_phase == "weights_load"
+    assert any("damaged compressed data" in n for n in a.notes)
+
+
+def test_folder_of_per_rank_files(tmp_path: Path) -> None:
+    (tmp_path / "rank0.log").write_text(LOG.replace("TP1", "TP0"))
+    (tmp_path / "rank1.log").write_text(LOG.replace("TP0", "TP1"))
+    (tmp_path / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n" + os.urandom(64))
+    a = analyze([tmp_path])
+    assert len(a.sources) == 2
+    assert {t.rank.label for t in a.ranks} == {"TP0", "TP1"}
+
+
+def test_stdin_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    class FakeStdin:
+        buffer = io.BytesIO(LOG.encode())
+
+    monkeypatch.setattr("sys.stdin", FakeStdin)
+    a = analyze(["-"])
+    assert a.sources == ("<stdin>",)
+    assert a.last_phase == "weights_load"
+
+
+def test_missing_path() -> None:
+    with pytest.raises(InputError, match="no such file"):
+        analyze(["/nonexistent/server.log"])
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    p = tmp_path / "empty.log"
+    p.write_bytes(b"")
+    with pytest.raises(InputError, match="empty"):
+        analyze([p])
+
+
+def test_whitespace_only_is_empty(tmp_path: Path) -> None:
+    p = tmp_path / "blank.log"
+    p.write_bytes(b"\n\n   \n\r\n")
+    with pytest.raises(InputError, match="empty"):
+        analyze([p])
+
+
+def test_binary_is_not_a_log(tmp_path: Path) -> None:
+    p = tmp_path / "model.bin.log"
+    p.write_bytes(bytes(range(256)) * 64 + os.urandom(4096))
+    with pytest.raises(InputError, match="not a log"):
+        analyze([p])
+
+
+def test_zstd_without_the_module_is_a_clear_error(tmp_path: Path) -> None:
+    p = tmp_path / "x.log.zst"
+    p.write_bytes(b"\x28\xb5\x2f\xfd" + b"\x00" * 32)
+    try:
+        import zstandard  # noqa: F401
+    except ImportError:
+        with pytest.raises(InputError, match="zstandard"):
+            analyze([p])
+    else:  # pragma: no cover - depends on the environment
+        pytest.skip("zstandard is installed")
+
+
+def test_invalid_utf8_and_nul_are_counted(tmp_path: Path) -> None:
+    p = tmp_path / "dirty.log"
+    p.write_bytes(
+        b"[2025-03-14 06:55:09 TP0] Init torch distributed begin. \xff\xfe\n"
+        b"\x00\x00[2025-03-14 06:55:25 TP0] Load weight begin.\n"
+    )
+    a = analyze([p])
+    assert a.undecodable_bytes == 2
+    assert any("2 bytes of invalid UTF-8 replaced" in n for n in a.notes)
+    assert any("NUL" in n for n in a.notes)
+    assert a.last_phase == "weights_load"
+
+
+def test_partly_readable_input_gives_a_note(tmp_path: Path) -> None:
+    p = tmp_path / "mixed.log"
+    p.write_text("some banner text\nanother banner line\n" + LOG)
+    a = analyze([p])
+    assert a.last_phase == "weights_load"
+    assert any("lines 1-2" in n and "matched no known log format" in n for n in a.notes)
+
+
+def test_chunks_end_on_line_boundaries(tmp_path: Path) -> None:
+    p = tmp_path / "lines.log"
+    lines = [f"line {i} " + "x" * (i % 97) for i in range(5000)]
+    p.write_text("\n".join(lines) + "\n")
+    (src,) = resolve_inputs([p])
+    got: list[str] = []
+    for buf, lo, hi, _ in iter_chunks(src, [], chunk_bytes=1000):
+        piece = buf[lo:hi].decode()
+        assert piece.endswith("\n")
+        got.extend(piece.splitlines())
+    assert got == lines
+
+
+def test_line_longer_than_a_chunk(tmp_path: Path) -> None:
+    p = tmp_path / "long.log"
+    big = "y" * 50_000
+    p.write_text(f"a\n{big}\nb")
+    (src,) = resolve_inputs([p])
+    pieces = [buf[lo:hi] for buf, lo, hi, _ in iter_chunks(src, [], chunk_bytes=4096)]
+    assert b"".join(pieces) == f"a\n{big}\nb".encode()
+    assert any(len(x) > 50_000 for x in pieces)
