@@ -1,0 +1,145 @@
+"""Timeline: phase intervals, shard progress, stragglers, missing ranks, silence."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from diag.model import Event, EventKind, RankId, RankTimeline
+from diag.timeline import (
+    RankStats,
+    build_intervals,
+    build_timelines,
+    expected_ranks,
+    missing_ranks,
+    shard_progress,
+    stragglers,
+)
+
+T0 = dt.datetime(2026, 2, 22, 22, 35, 0)
+TP0 = RankId(tp=0)
+
+
+def ev(
+    sec: float | None,
+    phase: str,
+    kind: EventKind = "mark",
+    rank: RankId | None = TP0,
+    line: int = 1,
+    **fields: str | float,
+) -> Event:
+    ts = None if sec is None else T0 + dt.timedelta(seconds=sec)
+    return Event("x.log", line, ts, rank, phase, kind, "test", "m", fields)
+
+
+def test_intervals_explicit_end_and_next_phase_start() -> None:
+    ivs = build_intervals(
+        [
+            ev(0, "dist_init", "begin", line=1),
+            ev(4, "dist_init", "end", line=2),
+            ev(5, "weights_load", "begin", line=3),
+            ev(20, "weights_load", "progress", line=4),
+            ev(39, "kv_cache", "mark", line=5),
+        ]
+    )
+    assert [i.phase for i in ivs] == ["dist_init", "weights_load", "kv_cache"]
+    d, w, k = ivs
+    assert d.ended and d.duration_s == 4.0
+    assert not w.ended and w.end == T0 + dt.timedelta(seconds=39) and w.duration_s == 34.0
+    assert (w.first_line, w.last_line) == (3, 4)
+    assert k.end is None and k.duration_s is None  # the furthest phase stays open
+
+
+def test_intervals_in_phase_order_even_when_lines_interleave() -> None:
+    ivs = build_intervals([ev(10, "kv_cache"), ev(1, "launch"), ev(5, "weights_load")])
+    assert [i.phase for i in ivs] == ["launch", "weights_load", "kv_cache"]
+
+
+def test_intervals_without_timestamps() -> None:
+    ivs = build_intervals([ev(None, "weights_load", "progress"), ev(None, "cuda_graph")])
+    assert ivs[0].start is None and ivs[0].duration_s is None
+
+
+def test_shard_progress_latest_and_rate() -> None:
+    sp = shard_progress(
+        [
+            ev(1, "weights_load", "progress", done=1.0, total=64.0, rate=1.9, unit="it/s"),
+            ev(34, "weights_load", "progress", done=64.0, total=64.0, rate=0.53, unit="s/it",
+               elapsed="00:34"),
+        ]
+    )
+    assert sp is not None
+    assert (sp.done, sp.total, sp.complete) == (64, 64, True)
+    assert sp.rate_s_per_it == 0.53 and sp.elapsed_s == 34.0
+    first = shard_progress([ev(1, "weights_load", done=2.0, total=4.0, rate=2.0, unit="it/s")])
+    assert first is not None and first.rate_s_per_it == 0.5 and not first.complete
+
+
+def tl(tp: int, phase: str | None, silent: float | None) -> RankTimeline:
+    phases = build_intervals([ev(0, phase, rank=RankId(tp=tp))]) if phase else ()
+    return RankTimeline(RankId(tp=tp), phases, None, silent)
+
+
+def test_straggler_behind_the_majority_and_quiet() -> None:
+    ranks = [tl(i, "cuda_graph", 0.0) for i in range(7)] + [tl(7, "weights_load", 900.0)]
+    assert stragglers(ranks) == (RankId(tp=7),)
+
+
+def test_behind_but_only_for_a_moment_is_not_a_straggler() -> None:
+    ranks = [tl(i, "kv_cache", 0.0) for i in range(7)] + [tl(7, "weights_load", 4.0)]
+    assert stragglers(ranks) == ()
+
+
+def test_same_phase_but_silent_long_before_the_others() -> None:
+    # vLLM tp=2: the driver (TP0) went quiet 30 minutes before TP1 timed out
+    ranks = [tl(0, "dist_init", 1800.0), tl(1, "dist_init", 0.0)]
+    assert stragglers(ranks) == (RankId(tp=0),)
+
+
+def test_no_stragglers_when_all_agree_or_only_one_rank() -> None:
+    assert stragglers([tl(i, "serving", 0.0) for i in range(8)]) == ()
+    assert stragglers([tl(0, "weights_load", 100.0)]) == ()
+
+
+def test_no_majority_only_long_silence_counts() -> None:
+    spread = [tl(0, "dist_init", 50.0), tl(1, "weights_load", 30.0), tl(2, "kv_cache", 0.0),
+              tl(3, "cuda_graph", 0.0)]
+    assert stragglers(spread) == ()  # ranks spread out, all still logging recently
+    spread[0] = tl(0, "dist_init", 900.0)
+    assert stragglers(spread) == (RankId(tp=0),)
+
+
+def test_expected_and_missing_ranks() -> None:
+    exp = expected_ranks({"tp": 4})
+    assert [r.label for r in exp] == ["TP0", "TP1", "TP2", "TP3"]
+    seen = [RankId(tp=0), RankId(tp=1), RankId(dp=0, tp=3)]
+    assert missing_ranks(exp, seen) == (RankId(tp=2),)
+    assert missing_ranks(exp, []) == ()  # nothing tagged at all: cannot tell
+    pp = expected_ranks({"tp": 2, "pp": 2})
+    assert [r.label for r in pp] == ["PP0 TP0", "PP0 TP1", "PP1 TP0", "PP1 TP1"]
+
+
+def test_expected_ranks_of_one_node_in_a_multi_node_layout() -> None:
+    exp = expected_ranks({"tp": 16, "nnodes": 2, "node_rank": 1})
+    assert [r.tp for r in exp] == list(range(8, 16))
+    # the log shows ranks of both nodes: expect them all
+    both = expected_ranks({"tp": 16, "nnodes": 2, "node_rank": 1}, [RankId(tp=0)])
+    assert len(both) == 16
+    assert expected_ranks({}) == ()
+
+
+def test_build_timelines_silence_and_global_phases() -> None:
+    events = [
+        ev(0, "launch", rank=None),
+        ev(10, "weights_load", "begin", rank=RankId(tp=0)),
+        ev(60, "kv_cache", rank=RankId(tp=0)),
+        ev(10, "weights_load", "begin", rank=RankId(tp=1)),
+    ]
+    stats = {
+        RankId(tp=0): RankStats(T0, T0 + dt.timedelta(seconds=100), 5),
+        RankId(tp=1): RankStats(T0, T0 + dt.timedelta(seconds=20), 3),
+    }
+    ranks, glob = build_timelines(events, stats, T0 + dt.timedelta(seconds=100))
+    assert [g.phase for g in glob] == ["launch"]
+    r0, r1 = ranks
+    assert (r0.last_phase, r0.silent_s, r0.line_count) == ("kv_cache", 0.0, 5)
+    assert (r1.last_phase, r1.silent_s) == ("weights_load", 80.0)
