@@ -473,3 +473,36 @@ def test_good_acceptance_is_not_flagged() -> None:
         )
     ]
     assert "specdec.low_acceptance" not in ids(apply_rules(analysis(framework="vllm"), lines))
+
+
+def test_a_cut_off_traceback_names_its_innermost_frame() -> None:
+    cont = (
+        '  File "/sgl/scheduler.py", line 1999, in run_scheduler_process',
+        "    scheduler = Scheduler(server_args)",
+        '  File "/sgl/tp_worker.py", line 74, in __init__',
+        "                ^^^^^^^^^^",
+    )
+    out = apply_rules(
+        analysis(),
+        [
+            rec(
+                3,
+                "Scheduler hit an exception: Traceback (most recent call last):",
+                tp=0,
+                level="ERROR",
+                cont=cont,
+            )
+        ],
+    )
+    (f,) = [f for f in out.findings if f.id == "python.exception"]
+    assert f.message == (
+        "Scheduler hit an exception; the traceback is cut off at: "
+        'File "/sgl/tp_worker.py", line 74, in __init__'
+    )
+
+
+def test_rules_checked_lists_finding_ids_once() -> None:
+    out = apply_rules(analysis(), [])
+    assert "cuda.oom" in out.rules_checked and "cuda.oom_kv_cache" not in out.rules_checked
+    assert len(out.rules_checked) == len(set(out.rules_checked))
+    assert out.findings == ()

@@ -491,6 +491,9 @@ def _check_specdec(ctx: CheckContext) -> CheckOutcome | None:
         parts.append(f"draft acceptance rate {summary.rate * 100:.1f}%")
     n = len(summary.reports)
     text = ", ".join(parts) + f" over {n} report{'s' if n != 1 else ''}"
+    times = [r.ts for r in summary.reports if r.ts is not None]
+    if len(times) > 1 and max(times) > min(times):
+        text += f" ({_hms(min(times))} to {_hms(max(times))})"
     if summary.steps is not None and summary.speedup is not None:
         text += (
             f"; with {summary.steps} draft steps ({summary.steps_source}) break-even is "

@@ -59,6 +59,17 @@ class _PhaseAt:
         return self._phases[source][i] if i >= 0 else None
 
 
+def _last_frame(lines: Sequence[str]) -> str:
+    """The innermost traceback frame among continuation lines ("File ..., line N, in f"),
+    else the last line that is not a caret/tilde marker."""
+    stripped = [c.strip() for c in lines if c.strip()]
+    frames = [c for c in stripped if c.startswith('File "')]
+    if frames:
+        return frames[-1]
+    plain = [c for c in stripped if c.strip("^~ ")]
+    return plain[-1] if plain else ""
+
+
 def _logger_name(rec: Record) -> str:
     name = (rec.logger_file or "").split(":", 1)[0]
     return name.rsplit("/", 1)[-1]
@@ -136,6 +147,10 @@ def _scan(
                     if value is not None:
                         groups.setdefault(f"g{n}", value)
                 groups.setdefault("match", m.group(0))
+                if i == 0 and rec.continuation:
+                    tail = _last_frame(rec.continuation)
+                    if tail:
+                        groups.setdefault("tail", tail[:200])
                 hits[rule.id].append(
                     Hit(
                         source=rec.source,
@@ -221,14 +236,21 @@ def _finding(rule: Rule, message: str, hits: Sequence[Hit], ranks: Sequence[str]
 
 def _pattern_finding(rule: Rule, hits: Sequence[Hit]) -> Finding:
     ranks = _rank_labels([h.rank for h in hits])
-    wanted = set(_FIELD.findall(rule.message)) - {"count", "ranks", "line"}
-    complete = [h for h in hits if wanted <= set(h.groups)]
-    first = complete[0] if complete else hits[0]
-    values: dict[str, object] = dict(first.groups)
-    values["count"] = len(hits)
-    values["ranks"] = ", ".join(ranks) if ranks else "no rank"
-    values["line"] = first.text[:_MAX_TEXT]
-    message = render_message(rule.message, values) if rule.message else first.text[:_MAX_TEXT]
+    special = {"count", "ranks", "line"}
+    message = ""
+    for template in rule.message:
+        wanted = set(_FIELD.findall(template)) - special
+        complete = [h for h in hits if wanted <= set(h.groups)]
+        if complete:
+            first = complete[0]
+            values: dict[str, object] = dict(first.groups)
+            values["count"] = len(hits)
+            values["ranks"] = ", ".join(ranks) if ranks else "no rank"
+            values["line"] = first.text[:_MAX_TEXT]
+            message = render_message(template, values)
+            break
+    if not message:
+        message = hits[0].text[:_MAX_TEXT]
     if len(hits) > 1:
         where = f" on {len(ranks)} ranks" if len(ranks) > 1 else ""
         message += f" ({len(hits)} lines{where})"
@@ -274,7 +296,8 @@ def _tie_cascades(findings: list[Finding], origins: Mapping[str, Sequence[Rule]]
 def evaluate(
     analysis: Analysis, records: Sequence[Record], rules: Sequence[Rule]
 ) -> tuple[tuple[Finding, ...], tuple[str, ...], tuple[str, ...]]:
-    """Findings (sorted), the ids of the rules checked, and notes for the analysis."""
+    """Findings (sorted), the finding ids the rules checked for (each once), and notes
+    for the analysis."""
     notes: list[str] = []
     framework = analysis.framework
     phase_at = _PhaseAt(analysis.events)
@@ -303,7 +326,7 @@ def evaluate(
         if rule.check is None and rule.match is not None:
             if not rule.applies_to(framework):
                 continue
-            checked.append(rule.id)
+            checked.append(rule.finding_id)
             rule_hits = _dedupe(hits.get(rule.id, []))
             if rule_hits:
                 add(rule, _pattern_finding(rule, rule_hits))
@@ -314,7 +337,7 @@ def evaluate(
         key=lambda r: order.index(r.check or ""),
     )
     for rule in check_rules:
-        checked.append(rule.id)
+        checked.append(rule.finding_id)
         ctx = CheckContext(
             analysis=analysis,
             records=records,
@@ -327,4 +350,4 @@ def evaluate(
             add(rule, outcome_finding(rule, outcome))
 
     tied = _tie_cascades(list(findings.values()), origins)
-    return sort_findings(tied), tuple(checked), tuple(notes)
+    return sort_findings(tied), tuple(dict.fromkeys(checked)), tuple(notes)

@@ -93,7 +93,7 @@ class Rule:
     path: str
     caveat: str = ""
     cascade_of: tuple[str, ...] = ()
-    message: str = ""
+    message: tuple[str, ...] = ()
     needles: tuple[str, ...] = ()
     match: MatchSpec | None = None
     check: str | None = None
@@ -162,6 +162,14 @@ def _match_spec(data: Mapping[str, Any], where: str) -> MatchSpec:
     )
 
 
+def _templates(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list):
+        return tuple(str(v) for v in value)
+    return ()
+
+
 def _rule(data: Mapping[str, Any], path: str, known_checks: Iterable[str]) -> Rule:
     rid = data["id"]
     where = f"{path} (rule {rid})"
@@ -189,7 +197,7 @@ def _rule(data: Mapping[str, Any], path: str, known_checks: Iterable[str]) -> Ru
         path=path,
         caveat=data.get("caveat", "").strip(),
         cascade_of=tuple(data.get("cascade_of", ())),
-        message=data.get("message", ""),
+        message=_templates(data.get("message")),
         needles=needles,
         match=match,
         check=check,

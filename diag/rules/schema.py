@@ -77,7 +77,8 @@ RULE_SCHEMA: dict[str, Any] = {
         "why": _NONEMPTY,
         "remedy": _NONEMPTY,
         "references": {"type": "array", "items": _NONEMPTY},
-        "message": _NONEMPTY,
+        # a template, or several: the first whose {fields} the match fills is used
+        "message": {"oneOf": [_NONEMPTY, {"type": "array", "items": _NONEMPTY, "minItems": 1}]},
         "needles": {"type": "array", "items": _NONEMPTY},
         "match": _MATCH,
         "check": _NONEMPTY,
