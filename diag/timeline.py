@@ -161,7 +161,8 @@ QUIET_MIN_S = 300.0  # a rank in the same phase counts as stuck when quiet this 
 def stragglers(timelines: Sequence[RankTimeline]) -> tuple[RankId, ...]:
     """Ranks that fell behind the others.
 
-    Either its last phase is earlier than the one most ranks reached while the others
+    Either its last phase is earlier than the one most ranks reached (the plurality; on a
+    tie the furthest of the tied phases) while the others
     kept logging for at least :data:`BEHIND_MIN_S` after it went quiet, or it is in the
     same phase but went quiet :data:`QUIET_MIN_S` before another rank's last line. Where
     timestamps are missing the phase alone decides."""
@@ -172,7 +173,7 @@ def stragglers(timelines: Sequence[RankTimeline]) -> tuple[RankId, ...]:
     top = max(counts.values())
     # the majority phase; on a tie the furthest of the tied phases
     majority = max(i for i, c in counts.items() if c == top)
-    spread = top * 2 <= len(known) and len(counts) > 2
+    spread = top == 1 and len(known) > 2  # every rank elsewhere: no "the others"
     silences = [t.silent_s for t in known if t.silent_s is not None]
     floor = min(silences) if silences else None
     out: list[RankId] = []

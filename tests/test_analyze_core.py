@@ -1,0 +1,222 @@
+"""analyze(): records -> events -> timelines -> Analysis, end to end on small logs."""
+
+# ruff: noqa: E501  (real log lines are long)
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+import diag.rules
+import diag.stacks.textdump
+from diag.analyze import analyze, analyze_text
+from diag.model import Analysis, RankId, Record
+
+STORY = """\
+[2026-02-22 22:35:21] server_args=ServerArgs(model_path='moonshotai/Kimi-K2.5', tp_size=8, pp_size=1, dp_size=1, nnodes=1, node_rank=0, quantization='compressed-tensors', port=30000, speculative_algorithm=None)
+[2026-02-22 22:35:27 TP0] Attention backend not set. Use triton_attn backend by default.
+[2026-02-22 22:35:27 TP0] Init torch distributed begin.
+[2026-02-22 22:35:27 TP1] Init torch distributed begin.
+[2026-02-22 22:35:27 TP2] Init torch distributed begin.
+[2026-02-22 22:35:27 TP3] Init torch distributed begin.
+[2026-02-22 22:35:31 TP0] Init torch distributed ends. mem usage=1.12 GB
+[2026-02-22 22:35:31 TP1] Init torch distributed ends. mem usage=1.12 GB
+[2026-02-22 22:35:31 TP2] Init torch distributed ends. mem usage=1.12 GB
+[2026-02-22 22:35:31 TP0] Load weight begin. avail mem=176.43 GB
+[2026-02-22 22:35:31 TP1] Load weight begin. avail mem=176.43 GB
+[2026-02-22 22:35:31 TP2] Load weight begin. avail mem=176.43 GB
+[2026-02-22 22:35:31 TP1] WARNING compressed_tensors.py:88: Acceleration for non-quantized schemes is not supported by Compressed Tensors. Falling back to UnquantizedLinearMethod
+Loading safetensors checkpoint shards:   0% Completed | 0/64 [00:00<?, ?it/s]
+Loading safetensors checkpoint shards:  50% Completed | 32/64 [00:17<00:17,  1.88it/s]
+Loading safetensors checkpoint shards: 100% Completed | 64/64 [00:34<00:00,  1.88it/s]
+[2026-02-22 22:36:05 TP0] Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem=108.21 GB, mem usage=68.22 GB.
+[2026-02-22 22:36:05 TP1] Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem=108.21 GB, mem usage=68.22 GB.
+[2026-02-22 22:36:06 TP2] Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem=108.21 GB, mem usage=68.22 GB.
+[2026-02-22 22:40:00 TP0] KV Cache is allocated. #tokens: 1214528, KV size: 79.60 GB
+[2026-02-22 22:40:00 TP1] KV Cache is allocated. #tokens: 1214528, KV size: 79.60 GB
+"""
+
+
+def test_story_layout_phases_stragglers_missing() -> None:
+    a = analyze_text(STORY, "server.log", year=None)
+    assert a.framework == "sglang"
+    assert a.config["tp"] == 8 and a.config["quantization"] == "compressed-tensors"
+    assert a.config["port"] == 30000
+    assert len(a.expected_ranks) == 8
+    assert [r.label for r in a.missing_ranks] == ["TP4", "TP5", "TP6", "TP7"]
+    labels = {t.rank.label: t for t in a.ranks}
+    assert set(labels) == {"TP0", "TP1", "TP2", "TP3"}
+    assert labels["TP0"].last_phase == "kv_cache"
+    assert labels["TP2"].last_phase == "weights_load"
+    assert labels["TP3"].last_phase == "dist_init"
+    # TP2 and TP3 stopped minutes before the others' last line
+    assert a.stragglers == (RankId(tp=2), RankId(tp=3))
+    assert labels["TP3"].silent_s == pytest.approx(273.0)
+    assert labels["TP0"].silent_s == 0.0
+    w = next(p for p in labels["TP0"].phases if p.phase == "weights_load")
+    assert w.ended and w.duration_s == 34.0
+    d = next(p for p in labels["TP3"].phases if p.phase == "dist_init")
+    assert d.end is None  # never ended: open
+    assert a.last_phase == "kv_cache"
+    assert [p.phase for p in a.global_phases] == ["launch", "weights_load"]
+    bars = [r for r in _records(STORY) if r.grammar == "progress"]
+    assert bars and all(r.rank is None for r in bars)
+    assert all(r.rank_reason and r.rank_reason.startswith("unattributed") for r in bars)
+
+
+def _records(text: str, **kw: object) -> list[Record]:
+    seen: list[Record] = []
+    real = diag.rules.apply_rules
+
+    def spy(analysis: Analysis, records: Sequence[Record], **kwargs: object) -> Analysis:
+        seen.extend(records)
+        return analysis
+
+    diag.rules.apply_rules = spy  # type: ignore[assignment]
+    try:
+        analyze_text(text, **kw)  # type: ignore[arg-type]
+    finally:
+        diag.rules.apply_rules = real  # type: ignore[assignment]
+    return seen
+
+
+VLLM_V0 = """\
+INFO 07-10 03:56:10 llm_engine.py:169] Initializing an LLM engine (v0.5.1) with config: model='deepseek-ai/DeepSeek-V2-Lite-Chat', tensor_parallel_size=2, pipeline_parallel_size=1, quantization=None
+(VllmWorkerProcess pid=3773) INFO 07-10 03:56:15 pynccl.py:63] vLLM is using nccl==2.20.5
+INFO 07-10 03:56:15 pynccl.py:63] vLLM is using nccl==2.20.5
+INFO 07-10 03:56:16 custom_all_reduce_utils.py:202] generating GPU P2P access cache in /root/.config/vllm/gpu_p2p_access_cache_for_0,1.json
+(VllmWorkerProcess pid=3773) ERROR 07-10 04:26:16 multiproc_worker_utils.py:226] Exception in worker VllmWorkerProcess while processing method init_device: Timed out waiting 1800000ms for recv operation to complete, Traceback (most recent call last):
+(VllmWorkerProcess pid=3773) ERROR 07-10 04:26:16 multiproc_worker_utils.py:226]   File "/usr/local/lib/python3.8/dist-packages/vllm/worker/worker.py", line 126, in init_device
+"""
+
+
+def test_vllm_v0_driver_and_worker_ranks_with_reasons() -> None:
+    a = analyze_text(VLLM_V0, year=2024)
+    assert a.framework == "vllm" and a.version == "0.5.1"
+    assert a.config["tp"] == 2
+    recs = _records(VLLM_V0, year=2024)
+    driver = [r for r in recs if r.process is None]
+    assert driver and all(r.rank == RankId(tp=0) for r in driver)
+    assert all("driver" in (r.rank_reason or "") for r in driver)
+    worker = [r for r in recs if r.process == "VllmWorkerProcess"]
+    assert worker and all(r.rank == RankId(tp=1) for r in worker)
+    assert all("pid order" in (r.rank_reason or "") for r in worker)
+    assert a.stragglers == (RankId(tp=0),)  # the driver went quiet 30 min before TP1 failed
+    assert a.missing_ranks == ()
+
+
+VLLM_V1_WORKERS = """\
+(EngineCore pid=1531) INFO 08-27 02:41:39 [multiproc_executor.py:150] DP group leader: node_rank=0, node_rank_within_dp=0, master_addr=192.168.181.24, world_size=16, local_world_size=8
+(Worker pid=1890) INFO 08-27 02:41:50 [parallel_state.py:1638] world_size=16 rank=4 local_rank=4 distributed_init_method=tcp://192.168.181.24:29501 backend=nccl
+(Worker pid=1886) INFO 08-27 02:41:51 [parallel_state.py:1638] world_size=16 rank=0 local_rank=0 distributed_init_method=tcp://192.168.181.24:29501 backend=nccl
+(Worker pid=1890) INFO 08-27 02:42:51 [pynccl.py:70] vLLM is using nccl==2.27.3
+"""
+
+
+def test_vllm_worker_rank_from_its_own_rank_line() -> None:
+    recs = _records(VLLM_V1_WORKERS, year=2025)
+    last = recs[-1]
+    assert last.rank == RankId(tp=4)
+    assert last.rank_reason == "pid 1890 logged world_size=16 rank=4"
+    engine = recs[0]
+    assert engine.rank is None  # EngineCore is a process, not a rank
+    a = analyze_text(VLLM_V1_WORKERS, year=2025)
+    assert [t.rank.label for t in a.ranks] == ["TP0", "TP4"]
+    assert all(t.inferred for t in a.ranks)
+
+
+SINGLE = """\
+[2025-06-16 16:07:30] server_args=ServerArgs(model_path='mistralai/Mistral-7B', tp_size=1, dp_size=1)
+[2025-06-16 16:07:33] Load weight begin. avail mem=30.13 GB
+Loading safetensors checkpoint shards: 100% Completed | 6/6 [00:02<00:00,  2.46it/s]
+[2025-06-16 16:07:35] Load weight end. type=MistralForCausalLM, dtype=torch.bfloat16, avail mem=6.90 GB, mem usage=23.23 GB.
+[2025-06-16 16:07:35] Capture cuda graph begin. This can take up to several minutes. avail mem=2.85 GB
+"""
+
+
+def test_single_rank_layout_attributes_with_reason() -> None:
+    a = analyze_text(SINGLE)
+    (t,) = a.ranks
+    assert t.rank == RankId(tp=0) and t.inferred
+    assert t.last_phase == "cuda_graph"
+    assert t.shards is not None and (t.shards.done, t.shards.total) == (6, 6)
+    recs = _records(SINGLE)
+    assert all("single-rank" in (r.rank_reason or "") for r in recs)
+
+
+def test_no_phase_marker_means_launch_with_a_note() -> None:
+    text = "terminate called after throwing an instance of 'gloo::EnforceNotMet'\nFatal Python error: Aborted\n"
+    a = analyze_text(text)
+    assert a.last_phase == "launch"
+    assert any("last phase taken as launch" in n for n in a.notes)
+
+
+def test_uvicorn_lines_are_global_listening() -> None:
+    text = (
+        "INFO 04-23 14:49:33 [launcher.py:36] Route: /ping, Methods: POST, GET\n"
+        "INFO:     Started server process [593]\nINFO:     Application startup complete.\n"
+    )
+    a = analyze_text(text, year=2025)
+    assert a.ranks == ()
+    assert a.last_phase == "listening"
+
+
+def test_crash_phase_read_from_traceback_frames() -> None:
+    text = (
+        "[2025-06-16 16:07:35] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/x/sglang/srt/model_executor/model_runner.py", line 1138, in init_cuda_graphs\n'
+        "    self.cuda_graph_runner = CudaGraphRunner(self)\n"
+        "RuntimeError: CUDA error: operation not permitted when stream is capturing\n"
+    )
+    assert analyze_text(text).last_phase == "cuda_graph"
+
+
+CRASH_WITH_DUMP = """\
+[2026-07-14 08:30:00 TP0] Load weight begin. avail mem=70 GB
+[2026-07-14 08:34:44 TP0] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)
+[2026-07-14 08:34:44] Pyspy dump for PID 187 (py-spy dump --native --pid 187):
+Process 187: sglang::scheduler_TP0
+Thread 0x7F1B0C1FF640 (idle): "MainThread"
+    recv (zmq/sugar/socket.py:812)
+[2026-07-14 08:34:45] Received sigquit from a child proces. It usually means the child failed.
+Killed
+"""
+
+
+def test_records_for_stacks_and_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    got: list[Sequence[Record]] = []
+
+    def fake_extract(records: Sequence[Record]) -> list:  # type: ignore[type-arg]
+        got.append(records)
+        return []
+
+    monkeypatch.setattr(diag.stacks.textdump, "extract_stack_processes", fake_extract)
+    recs = _records(CRASH_WITH_DUMP)
+    assert got and [r.line for r in got[0]] == [r.line for r in recs]
+    msgs = [r.message for r in recs]
+    assert any(m.startswith("Process 187: sglang::scheduler_TP0") for m in msgs)
+    thread = next(r for r in recs if r.message.startswith("Thread 0x7F1B0C1FF640"))
+    assert thread.continuation == ("    recv (zmq/sugar/socket.py:812)",)
+    assert msgs[-1] == "Killed"
+
+
+def test_progress_callback_reaches_the_total(tmp_path: Path) -> None:
+    p = tmp_path / "s.log"
+    p.write_text(STORY * 50)
+    calls: list[tuple[int, int]] = []
+    analyze([p], progress=lambda done, total: calls.append((done, total)))
+    assert calls and calls[-1][0] == calls[-1][1] == p.stat().st_size
+    assert [c[0] for c in calls] == sorted(c[0] for c in calls)
+
+
+def test_several_files_make_one_timeline(tmp_path: Path) -> None:
+    (tmp_path / "node0.log").write_text(STORY)
+    (tmp_path / "node1.log").write_text(
+        "[2026-02-22 22:35:27 TP4] Init torch distributed begin.\n"
+        "[2026-02-22 22:41:00 TP4] Load weight begin. avail mem=176.43 GB\n"
+    )
+    a = analyze([tmp_path / "node0.log", tmp_path / "node1.log"])
+    assert "TP4" in {t.rank.label for t in a.ranks}
+    assert a.log_end is not None and a.log_end.minute == 41
+    assert len(a.sources) == 2
