@@ -311,8 +311,8 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         "shm-broadcast",
         "stack.ipc_wait",
         (
-            "MessageQueue.wait_until_ready"
-            " (vllm/distributed/device_communicators/shm_broadcast.py:703)",
+            "MessageQueue.dequeue (vllm/distributed/device_communicators/shm_broadcast.py:971)",
+            "WorkerProc.worker_busy_loop (vllm/v1/executor/multiproc_executor.py:1041)",
         ),
     ),
     ("mp-connection", "stack.ipc_wait", ("Connection._recv (multiprocessing/connection.py:395)",)),
@@ -434,6 +434,23 @@ def test_every_rule_and_every_site_has_an_example() -> None:
 )
 def test_no_site_is_invented(lines: tuple[str, ...]) -> None:
     assert classify_frames(frames(*lines)) == (None, None)
+
+
+def test_message_queue_is_ipc_for_rpc_and_a_collective_for_group_broadcast() -> None:
+    mq = (
+        "Poller.poll (zmq/sugar/poll.py:106)",
+        "SpinCondition.wait (vllm/distributed/device_communicators/shm_broadcast.py:210)",
+        "MessageQueue.acquire_read (vllm/distributed/device_communicators/shm_broadcast.py:864)",
+        "MessageQueue.dequeue (vllm/distributed/device_communicators/shm_broadcast.py:971)",
+    )
+    rpc = (*mq, "WorkerProc.worker_busy_loop (vllm/v1/executor/multiproc_executor.py:1041)")
+    group = (
+        *mq,
+        "GroupCoordinator.broadcast_object (vllm/distributed/parallel_state.py:640)",
+        "GroupCoordinator.broadcast_tensor_dict (vllm/distributed/parallel_state.py:700)",
+    )
+    assert classify_frames(frames(*rpc))[0] == "stack.ipc_wait"
+    assert classify_frames(frames(*group))[0] == "stack.nccl_collective"
 
 
 def test_innermost_strong_wins_over_outer_context() -> None:

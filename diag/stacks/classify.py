@@ -327,14 +327,6 @@ RULES: tuple[SiteRule, ...] = (
     SiteRule("torch-load", _WEIGHTS, file=r"torch/serialization\.py$"),
     SiteRule("hf-download", _WEIGHTS, file=r"huggingface_hub/|modelscope/hub/"),
     # --- IPC ---------------------------------------------------------------------------------
-    SiteRule("zmq", _IPC, file=r"(^|/)zmq/"),
-    SiteRule("zmq-native", _IPC, native=True, name=r"^zmq::|^zmq_"),
-    SiteRule(
-        "shm-broadcast",
-        _IPC,
-        file=r"shm_broadcast\.py$",
-        why="vLLM's shared-memory MessageQueue (engine <-> workers)",
-    ),
     SiteRule(
         "mp-connection",
         _IPC,
@@ -394,6 +386,23 @@ RULES: tuple[SiteRule, ...] = (
     ),
     SiteRule(
         "flock-native", _JIT, strength="weak", native=True, name=r"^(flock|__flock|fcntl|lockf)$"
+    ),
+    SiteRule(
+        "zmq",
+        _IPC,
+        strength="weak",
+        file=r"(^|/)zmq/",
+        why="a ZeroMQ receive or poll; weak so that a collective built on it (vLLM's "
+        "GroupCoordinator over a MessageQueue) is named by its caller",
+    ),
+    SiteRule("zmq-native", _IPC, strength="weak", native=True, name=r"^zmq::|^zmq_"),
+    SiteRule(
+        "shm-broadcast",
+        _IPC,
+        strength="weak",
+        file=r"shm_broadcast\.py$",
+        why="vLLM's shared-memory MessageQueue: engine <-> workers RPC (IPC), or a "
+        "GroupCoordinator broadcast (a collective, named by the caller's frame)",
     ),
     SiteRule(
         "queue-get", _IPC, strength="weak", file=r"(^|/)queue\.py$", name=r"(^|\.)(get|put|join)$"
