@@ -54,6 +54,9 @@ from diag.runner import Runner, SubprocessRunner
 __all__ = ["SnapshotOptions", "build_verdict", "take_snapshot"]
 
 RANK_ROLES = ("scheduler", "worker")
+# Processes whose C++ frames matter (collectives, stores, CUDA); the launcher, tokenizer
+# and detokenizer wait in Python-level IPC, which the Python-only dump shows.
+NATIVE_ROLES = ("scheduler", "worker", "engine_core")
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,7 +291,7 @@ def _targets(found: Sequence[FoundProcess], native: bool) -> list[DumpTarget]:
                 pid=p.pid,
                 starttime_ticks=p.starttime_ticks,
                 title=p.title,
-                native=native and p.role != "other",
+                native=native and p.role in NATIVE_ROLES,
             )
         )
     return out
