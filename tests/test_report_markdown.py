@@ -120,3 +120,16 @@ def test_phase_table_in_markdown() -> None:
     assert "| `dist_init` | 7 | 22:35:01 | 22:35:20 | 19 s |  |" in md
     assert "| `weights_load` | 6 | 22:35:21 | 22:35:55 | 34 s |  |" in md
     assert "| `launch` | no rank | 22:34:47 | 22:34:53 | - |  |" in md
+
+
+def test_log_text_cannot_break_the_details_block() -> None:
+    base = story_analysis()
+    hostile = dataclasses.replace(
+        base.findings[0],
+        message="line with </details> and <b>bold</b>\nsecond line",
+        remedy="run `nc -zv <addr> <port>` then check <this>",
+    )
+    md = render_markdown(dataclasses.replace(base, findings=(hostile,), rules_checked=()))
+    assert md.count("</details>") == 1
+    assert "line with &lt;/details&gt; and &lt;b&gt;bold&lt;/b&gt; second line" in md
+    assert "**Remedy:** run `nc -zv <addr> <port>` then check &lt;this&gt;" in md

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import re
 
 from diag.model import Analysis, Finding, PhaseInterval, RankTimeline
 from diag.report.common import (
@@ -38,6 +39,21 @@ MAX_EVIDENCE = 10
 def _cell(text: object) -> str:
     """Text safe inside a Markdown table cell."""
     return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
+
+
+def _md_text(text: str) -> str:
+    """Prose from a log or a rule, safe in Markdown: HTML escaped outside `code spans`
+    (a log line holding `</details>` must not close the block), one paragraph."""
+    out, pos = [], 0
+    for m in _CODE_SPAN.finditer(text):
+        out.append(html.escape(text[pos : m.start()], quote=False))
+        out.append(m.group(0).replace("\n", " "))
+        pos = m.end()
+    out.append(html.escape(text[pos:], quote=False))
+    return " ".join("".join(out).split("\n")).strip()
 
 
 def _code(text: str) -> str:
@@ -176,7 +192,7 @@ def _finding(f: Finding, all_ranks: list[str]) -> list[str]:
     if f.role == "cascade":
         lines += [f"_Cascade of `{f.cascade_of or 'another finding'}`: likely a consequence._", ""]
     if f.message or f.summary:
-        lines += [f.message or f.summary, ""]
+        lines += [_md_text(f.message or f.summary), ""]
     if f.evidence:
         total = max(f.evidence_total, len(f.evidence))
         shown = f.evidence[:MAX_EVIDENCE]
@@ -198,9 +214,9 @@ def _finding(f: Finding, all_ranks: list[str]) -> list[str]:
         lines += [_fence(body), ""]
     for label, value in (("Why", f.why), ("Remedy", f.remedy), ("Caveat", f.caveat)):
         if value:
-            lines += [f"**{label}:** {value.strip()}", ""]
+            lines += [f"**{label}:** {_md_text(value.strip())}", ""]
     if f.references:
-        lines += ["References: " + ", ".join(f.references), ""]
+        lines += ["References: " + ", ".join(_md_text(r) for r in f.references), ""]
     lines.append("</details>")
     return lines
 
