@@ -392,3 +392,37 @@ def test_cli_ptrace_refused_exit_3_with_the_fix(
     assert res.exit_code == 3
     out = res.stdout + (res.stderr if res.stderr_bytes is not None else "")
     assert "SYS_PTRACE" in out and "ptrace_scope" in out
+
+
+def test_cli_out_writes_a_bundle_with_the_snapshot(titled_child: int, tmp_path: Path) -> None:
+    import tarfile
+
+    out = tmp_path / "snap.tar.gz"
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "diag",
+            "snapshot",
+            "--pid",
+            str(titled_child),
+            "--samples",
+            "1",
+            "--no-native",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "bundle written" in res.stderr
+    with tarfile.open(out) as tar:
+        names = tar.getnames()
+        member = next(n for n in names if "snapshot" in n and n.endswith(".json"))
+        f = tar.extractfile(member)
+        assert f is not None
+        doc = json.loads(f.read())
+    text = json.dumps(doc)
+    assert str(titled_child) in text and "sglang::scheduler_TP0" in text

@@ -6,37 +6,32 @@ refused, a dump timed out) — the rest of the snapshot is still printed.
 
 from __future__ import annotations
 
-import inspect
 import json
+import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from diag.errors import EXIT_PARTIAL, DiagError, InputError
+from diag.model import Snapshot
 
 __all__ = ["register", "write_snapshot_bundle"]
 
 
-def write_snapshot_bundle(path: Path, snap: Any) -> Path:
-    """Keep the evidence through the bundle writer (``diag.bundle.write.write_bundle``)."""
+def write_snapshot_bundle(path: Path, snap: Snapshot) -> str:
+    """Keep the evidence: the bundle writer (``diag.bundle.write.write_bundle``) packs the
+    snapshot, redacted, with the environment of its processes. Returns a one-line summary."""
     try:
-        from diag.bundle import write as bundle_write
-    except ImportError as exc:
+        from diag.bundle.write import write_bundle
+    except ImportError as exc:  # pragma: no cover - the bundle module ships with diag
         raise DiagError(
             f"cannot write {path}: the bundle writer is not available ({exc})",
             help_text="Use `diag snapshot --json > snap.json` to keep the snapshot.",
         ) from exc
-    fn = getattr(bundle_write, "write_bundle", None)
-    if fn is None:
-        raise DiagError(f"cannot write {path}: diag.bundle.write has no write_bundle")
-    params = inspect.signature(fn).parameters
-    kwargs: dict[str, Any] = {}
-    if "snapshot" in params:
-        kwargs["snapshot"] = snap
-    result = fn(path, **kwargs)
-    return Path(result) if isinstance(result, (str, Path)) else path
+    info = write_bundle(path, snapshot=snap, command_line=tuple(sys.argv))
+    return f"bundle written: {info.path} ({info.size} bytes, {len(info.members)} members)"
 
 
 def register(app: typer.Typer) -> None:
@@ -94,8 +89,8 @@ def register(app: typer.Typer) -> None:
             for part in render_snapshot(snap):
                 console.print(part)
         if out is not None:
-            written = write_snapshot_bundle(out, snap)
-            Console(stderr=True, highlight=False).print(f"bundle written: {written}")
+            summary = write_snapshot_bundle(out, snap)
+            Console(stderr=True, highlight=False).print(summary)
         if snap.partial:
             err = Console(stderr=True, highlight=False)
             for reason in snap.partial:
