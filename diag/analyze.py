@@ -108,10 +108,11 @@ def _analyze_sources(
         if use_pf:
             from diag.parse.prefilter import scan_source
 
-            bulk_stats.append(
-                scan_source(src, sp, col.notes, progress=progress, done_before=done_before,
-                            total=total)
+            stats = scan_source(
+                src, sp, col.notes, progress=progress, done_before=done_before, total=total
             )
+            bulk_stats.append(stats)
+            col.lines += stats.lines
             col.undecodable += sp_undecodable(sp)
         else:
             _read_full(src, sp, col, progress, done_before, total)
@@ -397,17 +398,13 @@ def _finish(
         missing_ranks=missing,
         stragglers=stragglers(ranks),
         log_end=log_end,
-        records=len(records) + sum(_bulk_lines(b) for b in bulk_stats),
+        records=col.lines,
         events=tuple(events),
         global_phases=global_phases,
         notes=tuple(notes),
         undecodable_bytes=col.undecodable,
     )
     return _post(analysis, records, rules_dirs)
-
-
-def _bulk_lines(b: object) -> int:
-    return int(getattr(b, "bulk_lines", 0))
 
 
 def _rank_stats(records: Sequence[Record], bulk: Sequence[object]) -> dict[RankId, RankStats]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from diag.parse import reader
 from diag.parse.reader import Source, iter_chunks
 from diag.parse.records import SourceParser
 from diag.parse.text import decode
@@ -81,6 +82,7 @@ _EXTRA_LITERALS = (
 
 @dataclass(slots=True)
 class BulkStats:
+    lines: int = 0  # lines read
     bulk_lines: int = 0  # lines not parsed
     candidates: int = 0
     keys: set[str] = field(default_factory=set)
@@ -364,6 +366,7 @@ class _Scanner:
         for num in sorted(picked):
             sp.feed(num, picked[num])
         self.stats.candidates += len(picked)
+        self.stats.lines += n_lines
         self.stats.bulk_lines += n_lines - len(picked)
         return n_lines
 
@@ -396,7 +399,7 @@ def scan_source(
     stats = BulkStats()
     scanner = _Scanner(sp, stats)
     base = 0  # lines before this chunk
-    for buf, lo, hi, consumed in iter_chunks(src, notes):
+    for buf, lo, hi, consumed in iter_chunks(src, notes, chunk_bytes=reader.CHUNK_BYTES):
         base += scanner.chunk(buf, base, lo, hi)
         if progress is not None:
             progress(min(done_before + consumed, total or consumed), total or consumed)

@@ -1,0 +1,163 @@
+"""The streaming prefilter: same timeline as the full parse, every line that matters kept."""
+
+# ruff: noqa: E501  (real log lines are long)
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+import diag.parse.reader
+import diag.rules
+from diag.analyze import analyze
+from diag.model import Analysis, Record
+from diag.parse.prefilter import BULK_ENTRIES, candidate_literals, required_literals
+from diag.phases import load_catalogue
+
+ROOT = Path(__file__).resolve().parents[1]
+
+INJECTED = """\
+[2026-02-23 01:00:00 TP3] WARNING scheduler.py:1422: The request queue is long.
+[2026-02-23 01:00:01 TP5] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2736, in run_scheduler_process
+    scheduler.event_loop_overlap()
+RuntimeError: CUDA error: an illegal memory access was encountered
+gpu-node-0:4105:4105 [5] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.0.3<43369> failed
+[2026-02-23 01:00:02] Pyspy dump for PID 4105 (py-spy dump --native --pid 4105):
+Process 4105: sglang::scheduler_TP5
+Thread 0x7F1B0C1FF640 (idle): "MainThread"
+    recv (zmq/sugar/socket.py:812)
+[2026-02-23 01:00:03 TP1] Acceleration for non-quantized schemes is not supported by Compressed Tensors. Falling back to UnquantizedLinearMethod
+Loading safetensors checkpoint shards:  50% Completed | 2/4 [02:56<02:57, 88.81s/it]\rLoading safetensors checkpoint shards:  75% Completed | 3/4 [04:27<01:29, 89.93s/it]
+Killed
+"""
+
+
+def _gen_log(path: Path, mib: int) -> None:
+    spec = importlib.util.spec_from_file_location("gen_log", ROOT / "benchmarks" / "gen_log.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.generate(path, size_mib=mib, ranks=8, seed=1)
+
+
+@pytest.fixture(scope="module")
+def big_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    p = tmp_path_factory.mktemp("pf") / "server.log"
+    _gen_log(p, 2)
+    lines = p.read_text().rstrip("\n").split("\n")
+    cut = len(lines) * 2 // 3
+    lines[cut:cut] = INJECTED.rstrip("\n").split("\n")
+    p.write_text("\n".join(lines))  # no final newline: the last line must still count
+    return p
+
+
+def _run(path: Path, prefilter: bool) -> tuple[Analysis, list[Record]]:
+    seen: list[Record] = []
+    real = diag.rules.apply_rules
+
+    def spy(analysis: Analysis, records: Sequence[Record], **kw: object) -> Analysis:
+        seen.extend(records)
+        return real(analysis, records, **kw)  # type: ignore[arg-type]
+
+    diag.rules.apply_rules = spy  # type: ignore[assignment]
+    try:
+        a = analyze([path], prefilter=prefilter)
+    finally:
+        diag.rules.apply_rules = real  # type: ignore[assignment]
+    return a, seen
+
+
+def _summary(a: Analysis) -> object:
+    return (
+        a.framework,
+        {k: v for k, v in a.config.items() if k != "raw"},
+        [
+            (t.rank.label, t.last_phase, t.last_ts, t.silent_s,
+             [(p.phase, p.start, p.end, p.ended) for p in t.phases])
+            for t in a.ranks
+        ],
+        [(p.phase, p.start) for p in a.global_phases],
+        a.log_end,
+        a.last_phase,
+        a.missing_ranks,
+        a.stragglers,
+    )
+
+
+def _key(r: Record) -> tuple[int, str, tuple[str, ...]]:
+    return (r.line, r.message, r.continuation)
+
+
+@pytest.mark.parametrize("chunk", [256 << 10, 8 << 20])
+def test_prefilter_matches_full_parse(
+    big_log: Path, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(diag.parse.reader, "CHUNK_BYTES", chunk)
+    full, full_recs = _run(big_log, prefilter=False)
+    fast, fast_recs = _run(big_log, prefilter=True)
+    assert _summary(fast) == _summary(full)
+    assert full.last_phase == "serving"
+    assert [f.id for f in fast.findings] == [f.id for f in full.findings]
+    fast_keys = {_key(r) for r in fast_recs}
+    needles = [n for n in getattr(diag.rules, "needles", list)() if len(n) >= 3]
+    must = [
+        r for r in full_recs
+        if r.level in ("WARNING", "ERROR", "CRITICAL")
+        or r.grammar in ("traceback", "pyspy", "faulthandler", "progress")
+        or r.continuation
+        or r.message == "Killed"
+        or any(n in r.text.lower() for n in needles)
+    ]
+    assert len(must) > 20
+    missing = [r for r in must if _key(r) not in fast_keys]
+    assert not missing, missing[:3]
+    # the bulk really is skipped
+    assert len(fast_recs) < len(full_recs) / 20
+    lines = big_log.read_bytes().decode().count("\n") + 1
+    assert fast.records == full.records == lines
+
+
+def test_injected_lines_keep_their_line_numbers(big_log: Path) -> None:
+    _, recs = _run(big_log, prefilter=True)
+    text_lines = big_log.read_bytes().decode().split("\n")
+    tb = next(r for r in recs if "Scheduler hit an exception" in r.message)
+    assert text_lines[tb.line - 1].endswith("Traceback (most recent call last):")
+    assert tb.continuation[-1].startswith("RuntimeError: CUDA error: an illegal memory access")
+    bars = [r for r in recs if r.grammar == "progress" and "75% Completed | 3/4" in r.message]
+    assert bars and "50% Completed" in text_lines[bars[0].line - 1]
+    assert recs[-1].line == len(text_lines)
+
+
+def test_every_catalogue_entry_has_required_literals() -> None:
+    lits = candidate_literals()
+    for e in load_catalogue().entries:
+        if e.id in BULK_ENTRIES:
+            continue
+        req = required_literals(e.regex.pattern)
+        assert req, e.id
+        # each required literal is found by some candidate literal (case-insensitively)
+        for lit in req:
+            assert any(c.lower() in lit.lower() for c in lits), (e.id, lit)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "want"),
+    [
+        (r"^Load weight begin", {"Load weight begin"}),
+        (r"(?:Model loading took|Loading model weights took) (?P<gb>[\d.]+)",
+         {"Model loading took", "Loading model weights took"}),
+        (r"Capturing (?:CUDA graphs|cudagraphs)", {"Capturing "}),
+        (r"world_size=(?P<w>\d+) rank=(?P<r>\d+) local_rank=\d+", {" local_rank="}),
+        (r"\d+", None),
+        (r"a|bcd", None),
+    ],
+)
+def test_required_literals(pattern: str, want: set[str] | None) -> None:
+    got = required_literals(pattern)
+    if want is None:
+        assert got is None
+    else:
+        assert got is not None and any(w in got for w in want)
