@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from diag.collect.discover import discover, port_from_cmdline, rank_from_title
+from diag.collect.discover import discover, launcher_framework, port_from_cmdline, rank_from_title
 from diag.collect.gpu import parse_visible_devices, query_gpus
 from diag.collect.procfs import read_proc_tier, read_stat
 from diag.collect.pyspy import DumpTarget, dump_all
@@ -162,6 +162,22 @@ def fake_proc(tmp_path: Path) -> Path:
 )
 def test_rank_from_title(title: str, rank: RankId | None) -> None:
     assert rank_from_title(title) == rank
+
+
+@pytest.mark.parametrize(
+    ("argv", "framework"),
+    [
+        (["python3", "-m", "sglang.launch_server", "--port", "1"], "sglang"),
+        (["/opt/v/bin/python3", "/opt/v/bin/vllm", "serve", "m"], "vllm"),
+        (["vllm", "serve", "m", "--port", "8000"], "vllm"),
+        (["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"], "vllm"),
+        (["bash", "-c", "vllm serve m"], None),
+        (["grep", "sglang.launch_server"], None),
+        (["python3", "train.py"], None),
+    ],
+)
+def test_launcher_framework(argv: list[str], framework: str | None) -> None:
+    assert launcher_framework(argv) == framework
 
 
 def test_port_from_cmdline() -> None:
@@ -515,3 +531,28 @@ def test_a_process_stopped_before_is_left_stopped() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_samples_tell_stuck_from_slow(tmp_path: Path) -> None:
+    root = fake_proc(tmp_path)
+    seen: dict[int, int] = {}
+
+    def answer(a: tuple[str, ...], mode: str, pid: int) -> RunResult:
+        seen[pid] = seen.get(pid, 0) + 1
+        res = ok(a, pid, native=mode == "native")
+        if pid == 103 and mode == "python":  # a busy rank: a different line each sample
+            data = json.loads(res.stdout)
+            data[0]["frames"][-1]["line"] = 100 + seen[pid]
+            return RunResult(a, 0, json.dumps(data), "", 0.01)
+        return res
+
+    res = dump_all(
+        targets(root, [101, 103]),
+        runner=ScriptedRunner(answer),
+        proc_root=root,
+        samples=3,
+        interval_s=0.05,
+    )
+    assert res[101].moving is False and res[103].moving is True
+    assert res[101].stack is not None and res[101].stack.samples == 4  # python x3 + native
+    assert len(res[103].samples) == 2

@@ -113,7 +113,14 @@ def classify(title: str) -> tuple[str, str] | None:
 
 
 def launcher_framework(cmdline: Sequence[str]) -> str | None:
-    """The framework a launcher command line starts, or None."""
+    """The framework a launcher command line starts, or None. Only a Python interpreter
+    or the frameworks' own entry points count (not a shell or an editor whose command
+    line merely mentions ``vllm serve``)."""
+    if not cmdline:
+        return None
+    exe = cmdline[0].rsplit("/", 1)[-1]
+    if not (exe.startswith("python") or exe in ("vllm", "sglang")):
+        return None
     joined = " ".join(cmdline)
     if "sglang.launch_server" in joined or re.search(r"\bsglang\s+serve\b", joined):
         return "sglang"

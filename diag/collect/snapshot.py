@@ -102,7 +102,8 @@ def _short(frames_owner: StackProcess | None, n: int = 3) -> str:
     t = main_thread(frames_owner)
     if t is None:
         return ""
-    return " <- ".join(f.name for f in t.frames[:n])
+    named = [f for f in t.frames if not (f.native and f.name.startswith("0x"))]
+    return " <- ".join(f.name for f in named[:n])
 
 
 def _rank_label(p: ProcessInfo) -> str:
