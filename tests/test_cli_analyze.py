@@ -480,3 +480,24 @@ def test_quoted_glob_is_expanded(
     assert [Path(s).name for s in d["sources"]] == ["rank-a.log", "rank-b.log"]
     code, _, err = run(["analyze", str(tmp_path / "none-*.log")], capsys, monkeypatch)
     assert code == 2 and "none-*.log" in err
+
+
+def test_invalid_utf8_and_an_ascii_stdout(tmp_path: Path) -> None:
+    log = tmp_path / "bad.log"
+    log.write_bytes(
+        b"[2026-02-22 22:35:01 TP0] Init torch distributed begin. \xff\xfe bad\n"
+        b"[2026-02-22 22:35:05 TP0] Load weight begin. avail mem=1 GB \xc3\x28\n"
+    )
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    for args in (["--json"], []):
+        r = subprocess.run(
+            [sys.executable, "-m", "diag", "analyze", str(log), *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+        assert r.returncode == 0, r.stderr
+        assert "Traceback" not in r.stderr
+    assert "undecodable bytes replaced" in r.stdout

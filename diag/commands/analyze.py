@@ -164,7 +164,12 @@ def _write_out(path: Path, text: str) -> None:
 
 def _emit(text: str) -> None:
     try:
-        sys.stdout.write(text)
+        try:
+            sys.stdout.write(text)
+        except UnicodeEncodeError:  # a non-UTF-8 stdout (PYTHONIOENCODING=ascii ...)
+            encoding = sys.stdout.encoding or "ascii"
+            sys.stdout.flush()
+            sys.stdout.buffer.write(text.encode(encoding, errors="replace"))
         sys.stdout.flush()
     except BrokenPipeError:  # `diag analyze ... | head`: the reader left, that is fine
         devnull = os.open(os.devnull, os.O_WRONLY)
