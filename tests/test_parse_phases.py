@@ -1,0 +1,114 @@
+"""The phase catalogue: schema, sources cited, and real messages mapped to the right phase."""
+
+# ruff: noqa: E501  (real log lines are long)
+from __future__ import annotations
+
+import pytest
+
+from diag.errors import DiagError
+from diag.model import PHASES, Record
+from diag.phases import load_catalogue, parse_catalogue
+
+
+def test_catalogue_is_valid_and_cites_sources() -> None:
+    cat = load_catalogue()
+    assert len(cat.entries) >= 40
+    assert {e.phase for e in cat.entries} == set(PHASES)
+    for e in cat.entries:
+        assert e.source and e.version, e.id
+        assert e.framework in ("sglang", "vllm", "any")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "entries: [{id: a, phase: nope, kind: mark, regex: x, framework: any, source: s, version: v}]",
+        "entries: [{id: a, phase: launch, kind: sometimes, regex: x, framework: any, source: s, version: v}]",
+        "entries: [{id: a, phase: launch, kind: mark, regex: '(', framework: any, source: s, version: v}]",
+        "entries: [{id: a, phase: launch, kind: mark, regex: x, framework: any, source: s}]",
+        "entries: [{id: a, phase: launch, kind: mark, regex: x, framework: any, source: s, version: v, extra: 1}]",
+        "just a string",
+    ],
+)
+def test_bad_catalogue_is_rejected(bad: str) -> None:
+    with pytest.raises(DiagError):
+        parse_catalogue(bad)
+
+
+MESSAGES = [
+    ("server_args=ServerArgs(model_path='x', tp_size=8)", "launch", "sglang.server_args"),
+    ("server_args={'model_path': 'x', 'tp_size': 2}", "launch", "sglang.server_args"),
+    ("non-default args: {'model': 'x'}", "launch", "vllm.non_default_args"),
+    ("Initializing a V1 LLM engine (v0.32.0) with config: model='x'", "launch", "vllm.engine_config"),
+    ("Automatically detected platform cuda.", "platform", "vllm.platform_detected"),
+    ("Init torch distributed begin.", "dist_init", "sglang.dist_begin"),
+    ("Init torch distributed ends. mem usage=1.12 GB", "dist_init", "sglang.dist_end"),
+    ("world_size=16 rank=4 local_rank=4 distributed_init_method=tcp://1.2.3.4:29501 backend=nccl", "dist_init", "vllm.world_size"),
+    ("NCCL INFO comm 0xd3f8480 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId cb000 - Init COMPLETE", "dist_init", "any.nccl_info"),
+    ("Resolved architecture: Qwen3ForCausalLM", "model_config", "vllm.resolved_arch"),
+    ("Load weight begin. avail mem=78.81 GB", "weights_load", "sglang.load_weight_begin"),
+    ("Starting to load model deepseek-ai/DeepSeek-Coder-V2-Instruct...", "weights_load", "vllm.starting_to_load"),
+    ("Model loading took 15.2 GiB and 4.1 seconds", "weights_load", "vllm.model_loading_took"),
+    ("Loading safetensors checkpoint shards:  26% Completed | 22/85 [09:23<29:54, 28.49s/it]", "weights_load", "any.shard_progress"),
+    ("Multi-thread loading shards:  69% Completed | 65/94 [00:31<00:14,  2.0it/s]", "weights_load", "any.shard_progress"),
+    ("KV Cache is allocated. #tokens: 21456, K size: 1.64 GB, V size: 1.64 GB", "kv_cache", "sglang.kv_allocated"),
+    ("Memory pool end. avail mem=3.36 GB", "kv_cache", "sglang.memory_pool_end"),
+    ("Available KV cache memory: 26.91 GiB", "kv_cache", "vllm.kv_memory"),
+    ("# GPU blocks: 1478, # CPU blocks: 2048", "kv_cache", "vllm.kv_memory"),
+    ("torch.compile takes 59.90 s in total", "compile", "vllm.torch_compile"),
+    ("Running FlashInfer autotune with cache: /x.json", "compile", "sglang.jit_warmup"),
+    ("Capture cuda graph begin. This can take up to several minutes. avail mem=2.85 GB", "cuda_graph", "sglang.capture_begin"),
+    ("Capture cuda graph end. Time elapsed: 12.80 s. mem usage=4.69 GB. avail mem=20.31 GB.", "cuda_graph", "sglang.capture_end"),
+    ("Capturing batches (bs=16 avail_mem=13.56 GB):  17%|█▋        | 1/6 [00:16<01:22, 16.57s/it]", "cuda_graph", "sglang.capture_progress"),
+    ("Graph capturing finished in 32 secs.", "cuda_graph", "vllm.capture_end"),
+    ("The server is fired up and ready to roll!", "warmup", "sglang.fired_up"),
+    ("Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)", "listening", "any.uvicorn_running"),
+    ("Starting vLLM API server 0 on http://0.0.0.0:8000", "listening", "vllm.api_server_start"),
+    ("Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 0", "serving", "sglang.batch"),
+    ("Decode batch, #running-req: 3, #token: 1200, token usage: 0.01, accept len: 2.17", "serving", "sglang.batch"),
+    ("Engine 000: Avg prompt throughput: 1436.3 tokens/s, Avg generation throughput: 93.9 tokens/s", "serving", "vllm.throughput"),
+    ('192.168.1.108:39394 - "POST /v1/chat/completions HTTP/1.1" 200 OK', "serving", "any.http_request"),
+    ("Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)", "serving", "sglang.watchdog"),
+]
+
+
+@pytest.mark.parametrize(("message", "phase", "entry"), MESSAGES)
+def test_real_messages(message: str, phase: str, entry: str) -> None:
+    ev = load_catalogue().match(Record(source="x", line=1, message=message))
+    assert ev is not None
+    assert (ev.phase, ev.pattern) == (phase, entry)
+
+
+def test_shard_fields() -> None:
+    ev = load_catalogue().match(
+        Record("x", 1, "Loading safetensors checkpoint shards:  26% Completed | 22/85 [09:23<29:54, 28.49s/it]")
+    )
+    assert ev is not None
+    assert ev.fields["done"] == 22.0 and ev.fields["total"] == 85.0
+    assert ev.fields["rate"] == 28.49 and ev.fields["unit"] == "s/it"
+
+
+def test_traceback_frames_tell_the_crash_phase_but_not_startup_frames_for_serving() -> None:
+    cat = load_catalogue()
+    serving = Record("x", 1, "Traceback (most recent call last):", continuation=(
+        '  File "/v/vllm/v1/engine/core.py", line 518, in run_busy_loop',
+        '  File "/v/vllm/v1/worker/gpu_model_runner.py", line 997, in execute_model',
+    ))
+    ev = cat.match(serving)
+    assert ev is not None and ev.phase == "serving"
+    profiling = Record("x", 1, "Traceback (most recent call last):", continuation=(
+        '  File "/v/vllm/worker/worker.py", line 1, in determine_num_available_blocks',
+        '  File "/v/vllm/worker/model_runner.py", line 2, in profile_run',
+        '  File "/v/vllm/worker/model_runner.py", line 3, in execute_model',
+    ))
+    ev = cat.match(profiling)
+    assert ev is None or ev.phase != "serving"
+
+
+@pytest.mark.parametrize(
+    "message",
+    ["Initialization failed. warmup error: Traceback", "MLA optimization is turned on.",
+     "Using default HuggingFace chat template", "Ignore import error when loading sglang.srt.models.glmasr"],
+)
+def test_messages_that_mark_no_phase(message: str) -> None:
+    assert load_catalogue().match(Record("x", 1, message)) is None
