@@ -490,6 +490,32 @@ def site_priority(site: str | None) -> int:
     return 2
 
 
+_MATCH_CACHE: dict[tuple[str, str, bool], tuple[SiteRule | None, SiteRule | None]] = {}
+_MATCH_CACHE_MAX = 50_000
+
+
+def _first_matches(frame: StackFrame) -> tuple[SiteRule | None, SiteRule | None]:
+    """(first rule matching the frame, first non-leaf rule matching it), memoised: the
+    same frames recur in every thread and every rank."""
+    key = (frame.name, frame.filename, frame.native)
+    cached = _MATCH_CACHE.get(key)
+    if cached is not None:
+        return cached
+    first: SiteRule | None = None
+    first_not_leaf: SiteRule | None = None
+    for rule in RULES:
+        if rule.matches(frame):
+            if first is None:
+                first = rule
+            if not rule.leaf:
+                first_not_leaf = rule
+                break
+    if len(_MATCH_CACHE) >= _MATCH_CACHE_MAX:
+        _MATCH_CACHE.clear()
+    _MATCH_CACHE[key] = (first, first_not_leaf)
+    return first, first_not_leaf
+
+
 def classify_frames(frames: Sequence[StackFrame]) -> tuple[str | None, SiteRule | None]:
     """The wait site of one stack (innermost frame first) and the rule that decided it."""
     chain_open = True  # every frame so far is native or a generic wait
@@ -497,13 +523,8 @@ def classify_frames(frames: Sequence[StackFrame]) -> tuple[str | None, SiteRule 
     for frame in frames:
         if frame.native and is_address(frame.name):
             continue
-        hit: SiteRule | None = None
-        for rule in RULES:
-            if rule.leaf and not chain_open:
-                continue
-            if rule.matches(frame):
-                hit = rule
-                break
+        first, first_not_leaf = _first_matches(frame)
+        hit = first if chain_open else first_not_leaf
         if hit is not None and hit.strength == "strong":
             return hit.site, hit
         if hit is not None:
