@@ -506,3 +506,22 @@ def test_rules_checked_lists_finding_ids_once() -> None:
     assert "cuda.oom" in out.rules_checked and "cuda.oom_kv_cache" not in out.rules_checked
     assert len(out.rules_checked) == len(set(out.rules_checked))
     assert out.findings == ()
+
+
+def test_story_spec_decode_end_to_end_from_an_sglang_log() -> None:
+    from diag.analyze import analyze_text
+
+    args = (
+        "[2026-02-23 10:00:00] server_args=ServerArgs(model_path='kimi', tp_size=8, "
+        "speculative_algorithm='EAGLE3', speculative_num_steps=3, port=30000)"
+    )
+    decode = (
+        "[2026-02-23 10:05:{s:02d} TP0] Decode batch, #running-req: 8, #token: 9000, "
+        "token usage: 0.02, accept len: {n}, accept rate: 0.15, cuda graph: True, "
+        "gen throughput (token/s): 40.1, #queue-req: 0,"
+    )
+    text = "\n".join([args, decode.format(s=0, n="1.44"), decode.format(s=10, n="1.46")])
+    (f,) = [f for f in analyze_text(text).findings if f.id == "specdec.low_acceptance"]
+    assert "1.45 tokens/step" in f.message and "3 draft steps (config)" in f.message
+    assert "0.66x" in f.message
+    assert [e.line for e in f.evidence] == [2, 3]
