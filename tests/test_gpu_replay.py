@@ -132,22 +132,6 @@ SCENARIOS = _load()
 COLLECTIVE = [s for s in SCENARIOS if s.mode == "collective" and s.meta["backend"] == "nccl"]
 CPU_SIDE = [s for s in SCENARIOS if s.mode == "cpu"]
 
-# Known misses of today's classifier, per (run, scenario): the test stays, strict xfail.
-# A rank whose CPU waits in `.cpu()` (THPVariable_cpu -> cudaMemcpyAsync ->
-# cuMemcpyDtoHAsync) behind an NCCL kernel is a CUDA sync (LABELS.md: ".cpu()").
-CPU_COPY_GAP = "classifier does not read .cpu() (THPVariable_cpu/cuMemcpyDtoHAsync) as cuda_sync"
-
-
-def _params(scenarios: list[Scenario]) -> list[Any]:
-    out = []
-    for s in scenarios:
-        marks = []
-        if s.mode == "collective" and s.wait == "blocking":
-            marks.append(pytest.mark.xfail(strict=True, reason=CPU_COPY_GAP))
-        out.append(pytest.param(s, id=s.id, marks=marks))
-    return out
-
-
 def test_fixtures_present() -> None:
     assert COLLECTIVE, "no collective-hang fixture under fixtures/gpu"
     assert CPU_SIDE, "no CPU-side-hang fixture under fixtures/gpu"
@@ -184,7 +168,7 @@ def test_cpu_side_hang_physics(s: Scenario) -> None:
 # The stacks, through diag.stacks.
 
 
-@pytest.mark.parametrize("s", _params(COLLECTIVE))
+@pytest.mark.parametrize("s", COLLECTIVE, ids=lambda s: s.id)
 def test_collective_hang_wait_sites(s: Scenario) -> None:
     sites = {p.rank.tp: p.wait_site for p in s.rank_stacks() if p.rank is not None}
     for r, site in sites.items():
@@ -195,7 +179,7 @@ def test_collective_hang_wait_sites(s: Scenario) -> None:
             assert site == "stack.cuda_sync", (r, site)
 
 
-@pytest.mark.parametrize("s", _params(COLLECTIVE))
+@pytest.mark.parametrize("s", COLLECTIVE, ids=lambda s: s.id)
 def test_collective_hang_gpu_side_verdict_names_the_rank_that_never_joined(
     s: Scenario,
 ) -> None:
