@@ -82,7 +82,7 @@ def test_snapshot_sees_tp0_in_the_allreduce(spinning_vllm: VllmServer) -> None:
     assert tp0 is not None, [(p["title"][:30], p["wait_site"]) for p in snap["processes"]]
     assert "shm_allreduce" in frame_names(tp0)  # the native frame: --native matters here
     assert tp0["state"] == "R"
-    assert tp0["cpu_percent"] > 30
+    assert tp0["cpu_percent"] > 5  # spinning; well under 100% on a loaded 2-core box
 
     titles = server.titles()
     procs = {titles.get(p["pid"]): p for p in snap["processes"]}
