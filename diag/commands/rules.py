@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from diag.errors import EXIT_FINDINGS, RuleError
-from diag.rules.examples import run_examples
+from diag.rules.examples import ExampleResult, run_examples
 from diag.rules.loader import Rule, builtin_rules, load_dir, load_rules
 
 __all__ = ["register"]
@@ -114,19 +114,34 @@ def test_rules(
     if folder is not None and not loaded:
         raise RuleError(f"{folder}: no rule files (*.yaml) found")
     results = run_examples(loaded)
-    table = Table(box=None, pad_edge=False, show_edge=False)
-    for col in ("result", "rule", "kind", "line", "detail"):
-        table.add_column(col, overflow="fold")
-    for res in results:
-        if res.ok and not verbose:
-            continue
-        mark = "[green]pass[/]" if res.ok else "[bold red]FAIL[/]"
-        table.add_row(mark, res.rule, res.kind, res.line[:120], res.detail)
     console = Console(highlight=False)
+    per_rule: dict[str, list[ExampleResult]] = {}
+    for res in results:
+        per_rule.setdefault(res.rule, []).append(res)
+    summary = Table(box=None, pad_edge=False, show_edge=False)
+    for col in ("result", "rule", "match", "no_match", "todo"):
+        summary.add_column(col, no_wrap=True)
+    for rule_id, items in per_rule.items():
+        bad = [r for r in items if not r.ok]
+        count = Counter(r.kind for r in items)
+        summary.add_row(
+            "[bold red]FAIL[/]" if bad else "[green]pass[/]",
+            rule_id,
+            str(count["match"]),
+            str(count["no_match"]),
+            str(count["todo_match"] + count["todo_no_match"]),
+        )
+    console.print(summary)
     failed = [r for r in results if not r.ok]
-    if verbose or failed:
-        console.print(table)
-    per_rule = Counter(r.rule for r in results)
+    shown = results if verbose else failed
+    if shown:
+        detail = Table(box=None, pad_edge=False, show_edge=False, title="example lines")
+        for col in ("result", "file", "kind", "line", "detail"):
+            detail.add_column(col, overflow="fold")
+        for res in shown:
+            mark = "[green]pass[/]" if res.ok else "[bold red]FAIL[/]"
+            detail.add_row(mark, res.path, res.kind, res.line[:120], res.detail)
+        console.print(detail)
     console.print(
         f"{len(results) - len(failed)} passed, {len(failed)} failed "
         f"({len(per_rule)} pattern rules, {len(loaded) - len(per_rule)} check rules)"
