@@ -25,6 +25,7 @@ import pytest
 from diag.model import RankId, StackProcess
 from diag.stacks.merge import group_stacks, outlier_tp_ranks
 from diag.stacks.pyspy_json import parse_pyspy_json
+from diag.stacks.textdump import parse_stack_text
 
 pytestmark = pytest.mark.live
 
@@ -123,6 +124,23 @@ def test_queue_get_with_a_helper_thread(native: bool) -> None:
     assert p.threads[0].idle is True and p.threads[0].owns_gil is False
     if native:
         assert any(f.native and f.module for f in p.threads[0].frames)
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_text_view_and_json_of_the_same_process_agree(native: bool) -> None:
+    with _child(QUEUE) as pid:
+        as_json = _dump(pid, native=native)
+        cmd = [PYSPY, "dump", "--pid", str(pid)] + (["--native"] if native else [])
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    (as_text,) = parse_stack_text(res.stdout)
+    assert as_text.pid == pid and as_text.title is not None
+    assert (as_text.wait_site, as_text.wait_thread) == (as_json.wait_site, as_json.wait_thread)
+
+    def shape(p: StackProcess) -> set[tuple[str | None, tuple[str, ...]]]:
+        return {(t.name, tuple(f.name for f in t.frames if not f.native)) for t in p.threads}
+
+    assert shape(as_text) == shape(as_json)
 
 
 SOCKET = """

@@ -241,3 +241,19 @@ def test_nothing_in_a_plain_log() -> None:
 def test_shuffled_dump_lines_never_raise(lines: list[str]) -> None:
     for proc in parse_stack_text("\n".join(lines)):
         assert proc.threads and any(t.frames for t in proc.threads)
+
+
+def test_a_multi_line_process_title_does_not_end_the_dump() -> None:
+    """`python -c` with a program of several lines: py-spy prints it all as the title."""
+    code = "\n".join(f"x{i} = {i}" for i in range(8))
+    text = (
+        f"Process 7450: /usr/bin/python -c {code}\n"
+        "Python v3.11.7 (/usr/bin/python3.11)\n\n"
+        'Thread 7450 (idle): "MainThread"\n'
+        "    Condition.wait (threading.py:327)\n"
+        "    Queue.get (queue.py:171)\n"
+        "    <module> (<string>:10)\n"
+    )
+    (proc,) = parse_stack_text(text)
+    assert proc.pid == 7450 and proc.title == "/usr/bin/python -c x0 = 0"
+    assert proc.wait_site == "stack.ipc_wait"

@@ -71,6 +71,7 @@ _LOCAL_VAR = re.compile(r"^\s*[A-Za-z_]\w*: ")
 # What py-spy puts in the parentheses: file:line, or a shared object / executable.
 _WHERE = re.compile(r"(:\d+|\.so[\w.\-]*|\bpython[\d.]*|\.dylib|\.dll|\.pyd|\.exe)$")
 _FOREIGN_LIMIT = 3  # this many foreign lines in a row end a dump
+_TITLE_LIMIT = 200  # lines between `Process N: title` and its first thread
 
 
 @dataclass(slots=True)
@@ -265,7 +266,9 @@ class _Channel:
         if not stripped:
             return
         self.foreign += 1
-        if self.foreign >= _FOREIGN_LIMIT:
+        # a process title may span lines (`python -c` with a multi-line program)
+        limit = _TITLE_LIMIT if self.proc is not None and not self.proc.threads else _FOREIGN_LIMIT
+        if self.foreign >= limit:
             self.close()
 
     def _feed_header(self, ln: _Line, stripped: str) -> bool:
