@@ -290,6 +290,15 @@ def _attribute(drafts: Sequence[Draft], framework: str, config: dict[str, object
         if m and (d.rank is None or d.rank_reason != "tag"):
             reason = f"pid {d.p.pid} logged world_size={m.group(1)} rank={m.group(2)}"
             pid_rank.setdefault(d.p.pid, (RankId(node=d.p.host, tp=int(m.group(2))), reason))
+    # ... and a process whose other lines name its rank (NCCL lines of a tagged worker)
+    tagged_pids: dict[int, set[RankId]] = defaultdict(set)
+    for d in drafts:
+        if d.p.pid is not None and d.rank is not None and d.rank_reason == "tag":
+            tagged_pids[d.p.pid].add(d.rank)
+    for pid, ranks in tagged_pids.items():
+        if len(ranks) == 1 and pid not in pid_rank:
+            (rank,) = ranks
+            pid_rank[pid] = (rank, f"pid {pid} is {rank.label} (its other lines are tagged)")
     if pid_rank:
         for d in drafts:
             if d.rank is None and d.p.pid in pid_rank:

@@ -220,3 +220,16 @@ def test_several_files_make_one_timeline(tmp_path: Path) -> None:
     assert "TP4" in {t.rank.label for t in a.ranks}
     assert a.log_end is not None and a.log_end.minute == 41
     assert len(a.sources) == 2
+
+
+def test_nccl_lines_of_a_tagged_worker_get_its_rank() -> None:
+    text = (
+        "(VllmWorker rank=1 pid=2528104) INFO 06-05 10:47:37 [monitor.py:33] torch.compile takes 60.19 s in total\n"
+        "paula09:2528104:2529742 [1] NCCL INFO ncclCommInitRankConfig comm 0x30efe4e0 rank 1 nranks 2 cudaDev 1 - Init START\n"
+        "paula09:9999:9999 [0] NCCL INFO Using network IB\n"
+    )
+    recs = _records(text, year=2025)
+    nccl = [r for r in recs if r.grammar == "nccl"]
+    assert nccl[0].rank == RankId(tp=1)
+    assert nccl[0].rank_reason == "pid 2528104 is TP1 (its other lines are tagged)"
+    assert nccl[1].rank is None  # an unknown pid stays unattributed

@@ -209,7 +209,7 @@ _KEY_RE = re.compile(
     r"\d\d:\d\d:\d\d((?: (?:DP|PP|TP|EP|NP)\d+)+\] )"
     r"|(\((?:[A-Za-z][\w\-]*\s*)?(?:rank=\d+\s*)?pid=\d+(?:,\s*ip=[\w.:\-]+)?\) )"
 )
-_SAMPLE = 32 << 10
+_SAMPLE = 8 << 10
 BLOCK_BYTES = 64 << 10
 # Line kinds that make up the bulk of a serving log; a block holding only these is skipped.
 _BULK_MARKERS = (
