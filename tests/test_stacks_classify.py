@@ -37,6 +37,17 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         ),
     ),
     (
+        "nccl-bootstrap",
+        "stack.dist_init",
+        (
+            "poll (libc.so.6)",
+            "ncclSocketPollConnect (libnccl.so.2)",
+            "ncclSocketConnect (libnccl.so.2)",
+            "bootstrapInit (libnccl.so.2)",
+            "ncclCommInitRankFunc (libnccl.so.2)",
+        ),
+    ),
+    (
         "c10d-nccl-comm-init",
         "stack.dist_init",
         ("0x7f00aa (libc.so.6)", "c10d::ProcessGroupNCCL::getNCCLComm (libtorch_cuda.so)"),

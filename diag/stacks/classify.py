@@ -116,6 +116,14 @@ RULES: tuple[SiteRule, ...] = (
         why="NCCL communicator creation waits for every rank (bootstrap)",
     ),
     SiteRule(
+        "nccl-bootstrap",
+        _INIT,
+        native=True,
+        name=r"^(bootstrap[A-Z]\w*|ncclSocket\w*|ncclBootstrap\w*|initTransportsRank|"
+        r"ncclTransportP2pSetup|ncclTransportRingConnect)",
+        why="NCCL's bootstrap/transport setup (inside communicator creation): ranks meeting",
+    ),
+    SiteRule(
         "c10d-nccl-comm-init",
         _INIT,
         name=r"ProcessGroupNCCL::(getNCCLComm|initNCCLComm|initializeNCCLComm)",
