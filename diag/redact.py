@@ -113,24 +113,51 @@ _AUTH_HEADER = re.compile(
     r"(?:(?i:bearer|basic|token|digest)\s+)?)(?P<val>[^\s'\",;}]+)"
 )
 _BEARER = re.compile(r"(?P<head>(?i:\bbearer)\s+)(?P<val>[A-Za-z0-9._~+/=-]{6,})")
+# Names worth a look (the callbacks decide with is_secret_name): the regex engine skips
+# the hundreds of other key=value pairs of an args line without a Python call.
+_SECRET_WORD = r"(?i:token|key|secret|passw|passphrase|credential|auth|cookie)"
 # --flag VALUE, --flag=VALUE, and list reprs: '--flag', 'VALUE'
 _FLAG = re.compile(
-    r"(?<![\w-])(?P<name>--[A-Za-z][\w-]*)(?P<sep>=|[ \t]+|['\"],[ \t]*['\"])"
+    rf"(?<![\w-])(?P<name>--(?=[A-Za-z])[\w-]*?{_SECRET_WORD}[\w-]*)"
+    r"(?P<sep>=|[ \t]+|['\"],[ \t]*['\"])"
     r"(?P<val>'[^'\n]*'|\"[^\"\n]*\"|[^\s'\",\]]+)"
 )
 # name=VALUE, name: VALUE, 'name': 'VALUE', "name": "VALUE", name='VALUE'
 _FIELD = re.compile(
-    r"(?P<q>['\"]?)(?P<name>\b[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)(?P<op>\s*=\s*|\s*:(?:\s+|(?=['\"])))"
+    rf"(?P<q>['\"]?)(?P<name>\b(?=[A-Za-z_])[A-Za-z0-9_.-]*?{_SECRET_WORD}[A-Za-z0-9_.-]*)(?P=q)"
+    r"(?P<op>\s*=\s*|\s*:(?:\s+|(?=['\"])))"
     r"(?P<val>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s,;)}\]&'\"]+)"
 )
-_TOKENS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("hf_token", re.compile(r"\bhf_[A-Za-z0-9]{20,}")),
-    ("anthropic_key", re.compile(r"\bsk-ant-[A-Za-z0-9_-]{16,}")),
-    ("openai_key", re.compile(r"\bsk-[A-Za-z0-9_-]{16,}")),
-    ("aws_access_key", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b")),
-    ("github_token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})")),
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
+# (kind, pattern, literals one of which the text must hold for the pattern to match)
+_TOKENS: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = (
+    ("hf_token", re.compile(r"\bhf_[A-Za-z0-9]{20,}"), ("hf_",)),
+    ("anthropic_key", re.compile(r"\bsk-ant-[A-Za-z0-9_-]{16,}"), ("sk-ant-",)),
+    ("openai_key", re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), ("sk-",)),
+    (
+        "aws_access_key",
+        re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b"),
+        ("AKIA", "ASIA", "AGPA", "AIDA", "AROA"),
+    ),
+    (
+        "github_token",
+        re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    ),
+    (
+        "jwt",
+        re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+        ("eyJ",),
+    ),
 )
+_SECRET_WORD_RE = re.compile(_SECRET_WORD)
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+# A field at a known position: quote, name, operator, value (see _FIELD).
+_FIELD_AT = re.compile(
+    r"(?P<q>['\"]?)(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)"
+    r"(?P<op>\s*=\s*|\s*:(?:\s+|(?=['\"])))"
+    r"(?P<val>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s,;)}\]&'\"]+)"
+)
+
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?[%A-Za-z]{0,3}")
 _NOT_SECRET_VALUES = frozenset({"", "None", "none", "null", "True", "False", "true", "false"})
 
@@ -144,7 +171,7 @@ _KEEP_IPS = frozenset({"0.0.0.0", "127.0.0.1", "255.255.255.255", "::", "::1"})
 _HOSTNAME = r"[A-Za-z][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*"
 _HOST_CONTEXTS = (
     # NCCL: host:pid:tid [dev] NCCL ...
-    re.compile(rf"(?:^|\s|\|)(?P<host>{_HOSTNAME}):\d+:\d+ \[\d+\]"),
+    re.compile(rf"(?:^|\||\) )\s*(?P<host>{_HOSTNAME}):\d+:\d+ \[\d+\]"),
     # host=..., hostname: ..., master_addr=..., 'dist_init_addr': '...'
     re.compile(
         rf"(?i:\b(?:host|hostname|node|nodename|node_name|master_addr|dist_init_addr|"
@@ -219,6 +246,8 @@ class Redactor:
 
     def add_host(self, host: str) -> None:
         """Mask this host name (and its short name) from now on."""
+        if host in self._hosts:
+            return
         host = host.strip().strip(".")
         if not host or host.lower() in _NOT_HOSTS or _IPV4.fullmatch(host):
             return
@@ -319,21 +348,60 @@ class Redactor:
         q = match.group("q")
         return f"{q}{name}{q}{match.group('op')}{quote}{self._hit(kind)}{quote}"
 
-    def text(self, text: str) -> str:
-        """Redact one text (a line, a message, a rendered report)."""
-        if _has_hint(text):
-            text = _URL_PASSWORD.sub(self._url_sub, text)
-            text = _AUTH_HEADER.sub(self._auth_sub, text)
-            text = _BEARER.sub(self._bearer_sub, text)
+    def text(self, text: str, *, learn: bool = True) -> str:
+        """Redact one text (a line, a message, a rendered report). ``learn=False`` skips
+        learning hosts from it (the caller has pre-scanned it with ``learn_hosts``)."""
+        low = text.lower()
+        if any(word in low for word in HINT_WORDS):
+            if "://" in text:
+                text = _URL_PASSWORD.sub(self._url_sub, text)
+            if "authorization" in low:
+                text = _AUTH_HEADER.sub(self._auth_sub, text)
+            if "bearer" in low:
+                text = _BEARER.sub(self._bearer_sub, text)
             if "--" in text:
                 text = _FLAG.sub(self._flag_sub, text)
-            text = _FIELD.sub(self._field_sub, text)
-            for kind, pattern in _TOKENS:
-                text = pattern.sub(self._token_sub(kind), text)
+            text = self._fields(text)
+            for kind, pattern, needles in _TOKENS:
+                if any(needle in text for needle in needles):
+                    text = pattern.sub(self._token_sub(kind), text)
         if self.redact_hosts:
-            self.learn_hosts(text)
+            if learn:
+                self.learn_hosts(text)
             text = self._hosts_text(text)
         return text
+
+    def _fields(self, text: str) -> str:
+        """Mask the values of secret fields (same result as ``_FIELD.sub``, but only the
+        names that hold a secret word are looked at, not every key=value of a long line)."""
+        parts: list[str] = []
+        done = 0
+        for word in _SECRET_WORD_RE.finditer(text):
+            start, end = word.start(), word.end()
+            if start < done:
+                continue
+            while start > 0 and text[start - 1] in _NAME_CHARS:
+                start -= 1
+            while end < len(text) and text[end] in _NAME_CHARS:
+                end += 1
+            while start < end and not (text[start].isalpha() or text[start] == "_"):
+                start += 1  # a name starts with a letter or _
+            if not is_secret_name(text[start:end]):
+                continue
+            at = start - 1 if start > 0 and text[start - 1] in "'\"" else start
+            match = _FIELD_AT.match(text, at)
+            if match is None and at != start:  # a quote that does not close the name
+                at = start
+                match = _FIELD_AT.match(text, at)
+            if match is None or match.end("name") != end:
+                continue
+            parts.append(text[done:at])
+            parts.append(self._field_sub(match))
+            done = match.end()
+        if not parts:
+            return text
+        parts.append(text[done:])
+        return "".join(parts)
 
     def hints(self, lines: Sequence[bytes]) -> list[bool]:
         """For a batch of raw lines: which ones ``text`` might change. A line marked

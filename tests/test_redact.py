@@ -45,6 +45,8 @@ POSITIVE = [
     ("{'api_key': 'serverkey2', 'admin_api_key': 'adminkey3'}", "serverkey2", "field"),
     ("{'api_key': 'serverkey2', 'admin_api_key': 'adminkey3'}", "adminkey3", "field"),
     ('{"hf_token": "jsonvalue1"}', "jsonvalue1", "field"),
+    ('["api_key=inlistvalue", "x"]', "inlistvalue", "field"),
+    ("SGLANG_API_KEY: colonvalue9", "colonvalue9", "field"),
     ("https://host/path?token=querysecret&x=1", "querysecret", "field"),
     ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJlMTIz", "c2lnbmF0dXJlMTIz", "jwt"),
 ]
@@ -178,6 +180,8 @@ def test_hosts_learned_from_log_contexts() -> None:
     r = Redactor(redact_hosts=True)
     r.learn_hosts("[2025] server_args={'host': 'head-node-a', 'dist_init_addr': 'worker-b:5000'}")
     r.learn_hosts("worker-c:77:77 [1] NCCL INFO comm 0x1 rank 1")
+    r.learn_hosts("(VllmWorker rank=1 pid=9) worker-d:9:9 [1] NCCL INFO Bootstrap")
+    assert r.text("worker-d") == r.host_mask("worker-d") != "worker-d"
     out = r.text("head-node-a, worker-b and worker-c; see https://docs.nvidia.com/x and v2.21.5")
     a, b, c = (r.host_mask(h) for h in ("head-node-a", "worker-b", "worker-c"))
     assert len({a, b, c}) == 3

@@ -35,17 +35,19 @@ import gzip
 import hashlib
 import importlib
 import io
+import itertools
 import json
 import lzma
 import os
+import re
 import socket
 import tarfile
 import tempfile
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
 from diag import __version__
 from diag.bundle.env import collect_env
@@ -121,27 +123,21 @@ def _open_log(path: Path) -> IO[bytes]:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
-def _lines(path: Path) -> Iterator[bytes]:
-    """Lines of a (possibly compressed) log, each with its newline."""
+def _line_chunks(path: Path, block: int = 8 << 20) -> Iterator[list[bytes]]:
+    """Lines of a (possibly compressed) log, without their newlines, a few MiB at a time
+    (split on ``\\n`` only: a tqdm ``\\r`` stays inside its line)."""
+    rest = b""
     try:
         with _open_log(path) as handle:
-            yield from handle
+            while data := handle.read(block):
+                parts = (rest + data).split(b"\n")
+                rest = parts.pop()
+                if parts:
+                    yield parts
     except (OSError, EOFError, lzma.LZMAError) as exc:
         raise InputError(f"{path}: cannot read ({exc})") from None
-
-
-_T = TypeVar("_T")
-
-
-def _batches(items: Iterable[_T], size: int = 16384) -> Iterator[list[_T]]:
-    batch: list[_T] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+    if rest:
+        yield [rest]
 
 
 def _plain_name(path: Path) -> str:
@@ -234,36 +230,34 @@ def _log_member(
     full: bool,
 ) -> tuple[LogMember, bytes, bytes | None]:
     lengths: array[int] = array("Q")
-    for batch in _batches(_lines(path)):
-        lengths.extend(len(raw) for raw in batch)
+    for chunk in _line_chunks(path):
+        lengths.extend(len(line) + 1 for line in chunk)
         if redactor.redact_hosts:  # learn every host first, to mask it from line 1
-            for raw, hinted in zip(batch, redactor.hints(batch), strict=True):
-                if hinted:
-                    redactor.learn_hosts(raw.decode("utf-8", "surrogateescape"))
+            for line in itertools.compress(chunk, redactor.hints(chunk)):
+                redactor.learn_hosts(line.decode("utf-8", "surrogateescape"))
     total = sum(lengths)
     whole_ok = full or total <= WHOLE_LOG_BYTES
     keep = _select(
         lengths, budget, whole_ok=whole_ok, wanted=_wanted_lines(path, analysis), full=full
     )
     out = io.BytesIO()
-    segments: list[list[int]] = []
-    kept = 0
-    numbered = ((n, raw) for n, raw in enumerate(_lines(path), start=1) if n <= len(keep))
-    for chunk in _batches(item for item in numbered if keep[item[0] - 1]):
-        flags = redactor.hints([line for _n, line in chunk])
-        for (number, line), hinted in zip(chunk, flags, strict=True):
-            data = line
-            if hinted:  # only lines the prefilter flags go through the redactor
-                text = redactor.text(line.decode("utf-8", "surrogateescape"))
-                data = text.encode("utf-8", "surrogateescape")
-            out.write(data)
-            if not data.endswith(b"\n"):
-                out.write(b"\n")  # (only the last line can lack one)
-            kept += 1
-            if segments and segments[-1][0] + segments[-1][1] == number:
-                segments[-1][1] += 1
-            else:
-                segments.append([number, 1])
+    base = 0
+    for chunk in _line_chunks(path):
+        flags = keep[base : base + len(chunk)]
+        chunk = chunk[: len(flags)]  # (lines added since the first pass are left out)
+        base += len(chunk)
+        kept_lines = chunk if flags.count(0) == 0 else list(itertools.compress(chunk, flags))
+        if not kept_lines:
+            continue
+        for i in itertools.compress(range(len(kept_lines)), redactor.hints(kept_lines)):
+            # only the lines the prefilter flags go through the redactor
+            text = redactor.text(kept_lines[i].decode("utf-8", "surrogateescape"), learn=False)
+            kept_lines[i] = text.encode("utf-8", "surrogateescape")
+        out.write(b"\n".join(kept_lines))
+        out.write(b"\n")
+    keep = keep[:base]  # (the file may have changed between the passes)
+    segments = [[m.start() + 1, m.end() - m.start()] for m in re.finditer(b"\x01+", keep)]
+    kept = keep.count(1)
     n = len(lengths)
     whole = kept == n
     source = redactor.text(_plain_name(path))
