@@ -395,7 +395,7 @@ def _finish(
     log_end = _log_end(records, stats)
     ranks, global_phases = build_timelines(events, stats, log_end)
     seen = [t.rank for t in ranks]
-    expected = expected_ranks(config, seen)
+    expected = expected_ranks(config, seen, framework)
     missing = missing_ranks(expected, seen)
     analysis = Analysis(
         sources=tuple(s.name for s in sources),

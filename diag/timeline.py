@@ -188,15 +188,28 @@ def stragglers(timelines: Sequence[RankTimeline]) -> tuple[RankId, ...]:
     return tuple(out)
 
 
-def expected_ranks(config: Mapping[str, object], seen: Sequence[RankId] = ()) -> tuple[RankId, ...]:
-    """Ranks the layout implies: tp x pp (TP ranks are global in SGLang), restricted to one
-    node's slice when the config names the node (multi-node logs hold one node each)."""
+def expected_ranks(
+    config: Mapping[str, object], seen: Sequence[RankId] = (), framework: str = "sglang"
+) -> tuple[RankId, ...]:
+    """Ranks the layout implies: tp x pp, restricted to one node's slice when the config
+    names the node (multi-node logs hold one node each). SGLang's TP ranks are global (with
+    DP attention each DP replica is a slice of them); vLLM's are per DP replica, so there
+    the layout is dp x pp x tp."""
     tp = config.get("tp")
     pp = config.get("pp")
+    dp = config.get("dp")
     tp_n = tp if isinstance(tp, int) and tp > 0 else None
     pp_n = pp if isinstance(pp, int) and pp > 0 else 1
+    dp_n = dp if isinstance(dp, int) and dp > 0 else 1
     if tp_n is None:
         return ()
+    if framework == "vllm" and dp_n > 1:
+        return tuple(
+            RankId(dp=d, pp=p if pp_n > 1 else None, tp=t)
+            for d in range(dp_n)
+            for p in range(pp_n)
+            for t in range(tp_n)
+        )
     tps = list(range(tp_n))
     nnodes = config.get("nnodes")
     node_rank = config.get("node_rank")
@@ -212,8 +225,13 @@ def expected_ranks(config: Mapping[str, object], seen: Sequence[RankId] = ()) ->
 
 
 def missing_ranks(expected: Sequence[RankId], seen: Sequence[RankId]) -> tuple[RankId, ...]:
-    """Expected ranks no line was attributed to (matched on tp, and pp when expected)."""
+    """Expected ranks no line was attributed to (matched on tp, and on dp and pp where the
+    expected rank has them)."""
     if not seen:
         return ()
-    keys = {(r.pp, r.tp) for r in seen} | {(None, r.tp) for r in seen}
-    return tuple(r for r in expected if (r.pp, r.tp) not in keys)
+    keys: set[tuple[int | None, int | None, int | None]] = set()
+    for r in seen:
+        for d in {r.dp, None}:
+            for p in {r.pp, None}:
+                keys.add((d, p, r.tp))
+    return tuple(r for r in expected if (r.dp, r.pp, r.tp) not in keys)

@@ -127,6 +127,16 @@ def test_expected_ranks_of_one_node_in_a_multi_node_layout() -> None:
     assert expected_ranks({}) == ()
 
 
+def test_vllm_data_parallel_ranks_are_per_replica() -> None:
+    exp = expected_ranks({"tp": 2, "dp": 2}, framework="vllm")
+    assert [r.label for r in exp] == ["DP0 TP0", "DP0 TP1", "DP1 TP0", "DP1 TP1"]
+    seen = [RankId(dp=0, tp=0), RankId(dp=0, tp=1), RankId(dp=1, tp=0)]
+    assert missing_ranks(exp, seen) == (RankId(dp=1, tp=1),)
+    # SGLang with DP attention: TP ranks are global, DP tags ride along
+    sg = expected_ranks({"tp": 4, "dp": 4}, framework="sglang")
+    assert missing_ranks(sg, [RankId(dp=i, tp=i) for i in range(3)]) == (RankId(tp=3),)
+
+
 def test_build_timelines_silence_and_global_phases() -> None:
     events = [
         ev(0, "launch", rank=None),

@@ -25,7 +25,7 @@ from diag.parse.text import split_physical, strip_ansi
 __all__ = ["Draft", "SourceParser", "freeze", "resolve_years"]
 
 MAX_CONTINUATION = 400  # continuation lines kept per record (the rest are counted)
-MAX_MESSAGE = 20_000  # characters of a message kept (multi-MB lines are cut)
+MAX_MESSAGE = 256_000  # characters of a message kept (multi-MB lines are cut)
 
 
 @dataclass(slots=True)
