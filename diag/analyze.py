@@ -35,7 +35,7 @@ from diag.timeline import (
 __all__ = ["PREFILTER_MIN_BYTES", "analyze", "analyze_text"]
 
 # Inputs at least this large stream through the prefilter; smaller ones are read whole.
-PREFILTER_MIN_BYTES = 32 << 20
+PREFILTER_MIN_BYTES = 1 << 20
 
 ProgressFn = Callable[[int, int], None]
 
