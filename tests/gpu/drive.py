@@ -146,6 +146,7 @@ def run_scenario(spec: str, out: Path, args: argparse.Namespace, t_end: float) -
                 ("json", ["--json", "--pid", launcher]),
                 ("text", ["--pid", launcher]),
                 ("auto_json", ["--json"]),
+                ("json_samples1", ["--json", "--pid", launcher, "--samples", "1"]),
             ):
                 res = gpu_run.diag_snapshot(extra, timeout=args.snapshot_timeout)
                 snaps[key] = res
