@@ -148,3 +148,21 @@ def test_line_longer_than_a_chunk(tmp_path: Path) -> None:
     pieces = [buf[lo:hi] for buf, lo, hi, _ in iter_chunks(src, [], chunk_bytes=4096)]
     assert b"".join(pieces) == f"a\n{big}\nb".encode()
     assert any(len(x) > 50_000 for x in pieces)
+
+
+def test_bundles_are_read_through_diag_bundle_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import diag.bundle.read as bundle_read
+
+    bundle = tmp_path / "evidence.tar"
+    bundle.write_bytes(b"not really a tar")
+    monkeypatch.setattr(bundle_read, "is_bundle", lambda p: Path(p).name == "evidence.tar")
+    monkeypatch.setattr(
+        bundle_read,
+        "log_members",
+        lambda p: [("logs/server.log", LOG.encode()), ("logs/old.log.gz", gzip.compress(b"x\n"))],
+    )
+    a = analyze([tmp_path])  # found inside a folder too, despite the .tar suffix
+    assert a.sources == (f"{bundle}:logs/server.log", f"{bundle}:logs/old.log.gz")
+    assert a.last_phase == "weights_load"

@@ -155,11 +155,18 @@ def resolve_inputs(inputs: Sequence[str | Path], stdin: BinaryIO | None = None) 
         if not path.exists():
             raise InputError(f"{path}: no such file or folder")
         if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.is_file() and _log_like(p))
-            if not files:
+            found = 0
+            for f in sorted(p for p in path.rglob("*") if p.is_file()):
+                bundle = _bundle_sources(f)
+                if bundle is not None:
+                    out.extend(bundle)
+                elif _log_like(f):
+                    out.append(_file_source(f))
+                else:
+                    continue
+                found += 1
+            if not found:
                 raise InputError(f"{path}: folder holds no log files")
-            for f in files:
-                out.extend(_bundle_sources(f) or [_file_source(f)])
             continue
         if not os.access(path, os.R_OK):
             raise InputError(f"{path}: not readable (permission denied)")
