@@ -58,6 +58,12 @@ def analysis(
     config: dict[str, object] | None = None,
     stragglers: tuple[RankId, ...] = (),
 ) -> Analysis:
+    if not events:  # the phase events behind the timelines
+        events = tuple(
+            Event(SRC, iv.last_line, iv.end, r.rank, iv.phase, "end", "test.phase", "x")
+            for r in ranks
+            for iv in r.phases
+        )
     return Analysis(
         sources=(SRC,),
         framework=framework,
@@ -353,6 +359,13 @@ def test_no_stall_claim_when_an_error_explains_or_progress_continues() -> None:
         150, "Capturing batches (avail_mem=7.08 GB):   0%|          | 0/17 [00:00<?, ?it/s]", s=55
     )
     assert "startup.stalled" in ids(apply_rules(analysis(ranks=ranks, log_end=end), [stuck_bar]))
+
+
+def test_no_stall_claim_without_any_startup_line() -> None:
+    """A bare stack dump gets only the analyser's fallback event: nothing to stall in."""
+    fallback = Event(SRC, 1, None, None, "launch", "mark", "fallback.logged", "Thread 0x7f")
+    out = apply_rules(analysis(events=(fallback,)), [])
+    assert "startup.stalled" not in ids(out)
 
 
 def test_dist_init_stall_is_an_init_hang() -> None:

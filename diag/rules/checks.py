@@ -264,8 +264,8 @@ def stall_facts(
         return None
     if _error_explains(fired):
         return None
-    if not analysis.ranks and not analysis.events and not analysis.global_phases:
-        return None  # nothing known about startup at all: no claim
+    if not any(not e.pattern.startswith("fallback.") for e in analysis.events):
+        return None  # no startup line at all (a bare stack dump, a traceback): no claim
     if _ends_in_progress(analysis, records) is not None:
         return None
     ranks = tuple(r for r in analysis.ranks if r.line_count > 0 or r.phases)
