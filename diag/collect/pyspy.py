@@ -213,7 +213,9 @@ class _Dumper:
         # A pausing dump can fail transiently (the target moved while py-spy read it):
         # Python-only is tried twice before falling back to --nonblocking.
         tiers = ["nonblocking"] if work.was_stopped else ["python", "python", "nonblocking"]
-        for mode in tiers:
+        for i, mode in enumerate(tiers):
+            if mode == "python" and i > 0 and work.outcome != "partial":
+                continue  # retry Python-only only after a transient failure
             attempt, stack = self.once(target, mode)
             work.attempts.append(attempt)
             if not self.check(work):
@@ -223,8 +225,10 @@ class _Dumper:
                 work.outcome = "ok"
                 return work
             work.outcome = attempt.outcome
-            if attempt.outcome in ("no_pyspy", "not_python", "not_found", "permission_denied"):
+            if attempt.outcome in ("no_pyspy", "not_python", "not_found"):
                 return work
+            # EPERM while suspending is also what another tracer (a second py-spy, gdb)
+            # causes: --nonblocking needs no suspend, so it is tried before giving up.
         return work
 
     def check(self, work: _Work) -> bool:
