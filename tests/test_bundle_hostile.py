@@ -199,9 +199,9 @@ def test_unknown_schema_version(
 def test_bomb_by_ratio(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """40 MiB of zeros in ~40 kB: refused while streaming, before it is all inflated."""
+    """80 MiB of zeros in ~80 kB: refused while streaming, before it is all inflated."""
     members = _good_members()
-    zeros = bytes(40 * 1024 * 1024)
+    zeros = bytes(80 * 1024 * 1024)
     members["logs/a.log"] = zeros
     bundle = _write(tmp_path / "bomb.tar.gz", members)
     assert bundle.stat().st_size < 200_000
