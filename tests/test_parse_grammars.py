@@ -1,5 +1,7 @@
 """Each line grammar, with lines taken from real SGLang / vLLM logs (bug reports, lab runs)."""
 
+# ruff: noqa: E501  (real log lines are long)
+
 from __future__ import annotations
 
 import datetime as dt
@@ -231,3 +233,27 @@ def test_crlf_and_nul_are_dropped() -> None:
 def test_odd_lines_never_raise(line: str) -> None:
     p = parse_line(line)
     assert isinstance(p.message, str)
+
+
+def test_entries_glued_by_a_paste_are_split() -> None:
+    line = (
+        "[2025-03-14 06:56:42 TP1] Load weight end. type=DeepseekV3ForCausalLM."
+        "[2025-03-14 06:56:46 TP0] Memory pool end. avail mem=16.08 GB"
+        "INFO 03-14 06:56:47 [gpu_worker.py:1] next"
+    )
+    parts = split_physical(line)
+    assert [parse_line(p).grammar for p in parts] == ["sglang", "sglang", "vllm"]
+    assert parse_line(parts[1]).message == "Memory pool end. avail mem=16.08 GB"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "2025-03-07 23:50:27,531 - __main__ - INFO - [2025-03-07 23:50:27 TP0] Init torch distributed begin.",
+        "(VllmWorker rank=3 pid=1090) INFO 06-05 06:18:13 [gpu_worker.py:1] x",
+        "2025-05-16T13:12:16.645427617Z DEBUG 05-16 13:12:16 [core_client.py:425] x",
+        "sglang-kimi-k2  | [2025-12-02 18:40:16 TP0] Prefill batch, #new-seq: 1",
+    ],
+)
+def test_wrappers_are_not_mistaken_for_glued_entries(line: str) -> None:
+    assert split_physical(line) == [line]

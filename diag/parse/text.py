@@ -29,6 +29,20 @@ _GLUED_BAR = re.compile(
 )
 
 
+# A log entry glued to the end of the previous one (a paste that lost its newlines): an
+# SGLang or vLLM stamp right after a non-space character.
+_GLUED_ENTRY = re.compile(
+    r"(?<=\S)(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: (?:DP|PP|TP|EP|NP)\d+)*\] )"
+    r"|(?<=\S)(?=(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d )"
+)
+
+
+def _unglue(part: str) -> list[str]:
+    if "[20" not in part[1:] and " 0" not in part and " 1" not in part:
+        return [part]
+    return [p for p in _GLUED_ENTRY.split(part) if p]
+
+
 def strip_ansi(s: str) -> str:
     if _ANSI_HINT.search(s) is None:
         return s
@@ -89,4 +103,8 @@ def split_physical(line: str) -> list[str]:
                 out.append(buf)
         elif part or not out:
             out.append(part)
-    return [p for p in out if p.strip()] or ([""] if not out else [])
+    pieces: list[str] = []
+    for p in out:
+        if p.strip():
+            pieces.extend(_unglue(p))
+    return pieces or ([""] if not out else [])
