@@ -103,8 +103,8 @@ def split_physical(line: str) -> list[str]:
                 out.append(buf)
         elif part or not out:
             out.append(part)
-    pieces: list[str] = []
+    result: list[str] = []
     for p in out:
         if p.strip():
-            pieces.extend(_unglue(p))
-    return pieces or ([""] if not out else [])
+            result.extend(_unglue(p))
+    return result or ([""] if not out else [])
