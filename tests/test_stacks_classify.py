@@ -202,6 +202,16 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         ),
     ),
     (
+        "cuda-launch-native",
+        "stack.cuda_sync",
+        (
+            "0x7feeea4cc5f5 (libcuda.so.580.159.04)",
+            "cuLaunchKernel (libcuda.so.580.159.04)",
+            "cudaLaunchKernel (libcudart.so.13)",
+            "at::native::structured_sum_out::impl (libtorch_cpu.so)",
+        ),
+    ),
+    (
         "device-copy-native",
         "stack.cuda_sync",
         (

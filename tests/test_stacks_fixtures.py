@@ -235,3 +235,63 @@ def test_public_npu_scheduler_blocked_in_a_device_copy() -> None:
     # helper threads (Inductor reader, tqdm, watchdog, queue feeder) were skipped; the
     # last failed dump attempt of another pid left nothing behind
     assert len(proc.threads) == 6
+
+
+# ---------------------------------------------------------------------------------------
+# D1's own GPU lab run (2x H200, torch 2.11 + NCCL, py-spy 0.4.3; gpu_hangs.py beside it):
+# rank 1 never joins; each file has both ranks' --native and Python-only text dumps and
+# the GPUs' utilisation; nccl-json-dumps.json has their --native --json dumps.
+D1 = LAB / "gpu-h200x2-d1-nccl"
+
+
+def _gpu_util(text: str) -> dict[int, float]:
+    """GPU index -> mean utilisation, from the `# nvidia-smi index, util%:` line."""
+    line = next(ln for ln in text.splitlines() if ln.startswith("# nvidia-smi"))
+    readings: dict[int, list[float]] = {}
+    for sample in line.split(":", 1)[1].split("|"):
+        for pair in sample.split(";"):
+            idx, util = (int(v) for v in pair.split(","))
+            readings.setdefault(idx, []).append(util)
+    return {i: sum(v) / len(v) for i, v in readings.items()}
+
+
+@pytest.mark.parametrize(
+    ("scenario", "site0", "util0"),
+    [
+        ("lazy-init", "stack.dist_init", 0.0),  # communicator bootstrap: GPUs idle
+        ("item", "stack.cuda_sync", 100.0),  # a launch behind the spinning NCCL kernel
+        ("blocking-wait", "stack.nccl_collective", 100.0),  # WorkNCCL::wait
+    ],
+)
+def test_d1_gpu_lab_rank0_waits_rank1_is_the_odd_one(
+    scenario: str, site0: str, util0: float
+) -> None:
+    text = (D1 / f"nccl-{scenario}.txt").read_text()
+    rank0, rank1 = (replace(p, rank=RankId(tp=r)) for r, p in enumerate(parse_stack_text(text)))
+    assert rank0.samples == rank1.samples == 2  # a --native and a Python-only dump each
+    assert rank0.wait_site == site0
+    util = _gpu_util(text)
+    assert (util[0], util[1]) == (util0, 0.0)
+    ranks = apply_gpu_facts([rank0, rank1], {rank0.pid: util[0], rank1.pid: util[1]})
+    if util0 == 100.0:
+        assert ranks[0].wait_site == "stack.nccl_collective"  # what the GPUs add
+    else:
+        assert ranks[0].wait_site == site0  # all GPUs idle: a CPU-side wait stays one
+    assert outlier_tp_ranks(ranks, group_stacks(ranks)) == (1,)
+
+
+def test_d1_gpu_lab_json_dumps_agree_with_the_text_dumps() -> None:
+    import json
+
+    from diag.stacks.pyspy_json import parse_pyspy_json
+
+    dumps = json.loads((D1 / "nccl-json-dumps.json").read_text())
+    for key, entry in dumps.items():
+        scenario, rank = key.split("/")
+        proc = parse_pyspy_json(entry["data"], pid=entry["pid"], title=None, mode="native")
+        (text,) = [
+            p
+            for p in parse_stack_text((D1 / f"nccl-{scenario}.txt").read_text())
+            if p.pid == entry["pid"]
+        ]
+        assert proc.wait_site == text.wait_site, key

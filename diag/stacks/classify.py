@@ -240,6 +240,15 @@ RULES: tuple[SiteRule, ...] = (
         r"c10_npu::.*[Ss]ynchron|aclrtSynchronize\w*)",
     ),
     SiteRule(
+        "cuda-launch-native",
+        _SYNC,
+        native=True,
+        name=r"^(cuLaunchKernel\w*|cudaLaunchKernel\w*|cuLaunchCooperativeKernel\w*|"
+        r"cudaMemcpyAsync|cuMemcpy\w*Async\w*|cudaStreamWaitEvent|cuStreamWaitEvent)$",
+        why="a kernel launch or async copy that does not return: the CUDA runtime waits for "
+        "the device (a queue behind a kernel that never ends, e.g. a collective)",
+    ),
+    SiteRule(
         "device-copy-native",
         _SYNC,
         native=True,
