@@ -172,10 +172,11 @@ _HOSTNAME = r"[A-Za-z][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*"
 _HOST_CONTEXTS = (
     # NCCL: host:pid:tid [dev] NCCL ...
     re.compile(rf"(?:^|\||\) )\s*(?P<host>{_HOSTNAME}):\d+:\d+ \[\d+\]"),
-    # host=..., hostname: ..., master_addr=..., 'dist_init_addr': '...'
+    # host=..., hostname: ..., master_addr=..., 'dist_init_addr': '...' (not prose such
+    # as nvidia-smi's legend "NODE = Connection traversing ...")
     re.compile(
         rf"(?i:\b(?:host|hostname|node|nodename|node_name|master_addr|dist_init_addr|"
-        rf"head_node|ip_address|addr))['\"]?\s*[=:]\s*['\"]?(?P<host>{_HOSTNAME})"
+        rf"head_node|ip_address|addr))['\"]?(?:=|:\s*)['\"]?(?P<host>{_HOSTNAME})"
     ),
     re.compile(rf"--(?:host|dist-init-addr|master-addr|node-ip-address)[= ](?P<host>{_HOSTNAME})"),
     re.compile(rf"\b[a-z][a-z0-9+.-]*://(?:[^@/\s]*@)?(?P<host>{_HOSTNAME})"),

@@ -45,7 +45,7 @@ class FakeRunner:
         self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None
     ) -> RunResult:
         self.calls.append(tuple(argv))
-        out = "\tGPU0\tGPU1\nGPU0\t X \tNV18\nGPU1\tNV18\t X \n"
+        out = "\t\x1b[4mGPU0\tGPU1\x1b[0m\nGPU0\t X \tNV18\nGPU1\tNV18\t X \n"
         return RunResult(tuple(argv), 0, out, "", 0.01)
 
 

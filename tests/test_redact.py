@@ -188,6 +188,13 @@ def test_hosts_learned_from_log_contexts() -> None:
     assert out == f"{a}, {b} and {c}; see https://docs.nvidia.com/x and v2.21.5"
 
 
+def test_prose_is_not_a_host() -> None:
+    """nvidia-smi topo -m's legend, seen on a real H200 host."""
+    r = Redactor(redact_hosts=True)
+    legend = "  NODE = Connection traversing PCIe as well as the interconnect between PCIe"
+    assert r.text(legend) == legend
+
+
 def test_hosts_left_alone_by_default() -> None:
     r = Redactor()
     assert r.text("node-0:1:1 [0] NCCL INFO 10.0.0.2") == "node-0:1:1 [0] NCCL INFO 10.0.0.2"

@@ -14,6 +14,7 @@ import contextlib
 import importlib.metadata
 import os
 import platform
+import re
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -54,6 +55,9 @@ PACKAGES: Mapping[str, tuple[str, ...]] = {
     "triton": ("triton", "pytorch-triton"),
     "nccl": ("nvidia-nccl-cu12", "nvidia-nccl-cu13", "nvidia-nccl-cu11", "nccl"),
 }
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def _unavailable(reason: str) -> dict[str, str]:
@@ -171,7 +175,7 @@ def _topology(runner: Runner | None) -> object:
     if result.returncode != 0:
         reason = (result.stderr or result.stdout).strip().splitlines()
         return _unavailable(f"nvidia-smi topo -m failed: {reason[-1] if reason else '?'}")
-    return result.stdout
+    return _ANSI.sub("", result.stdout)  # nvidia-smi underlines its header
 
 
 def collect_env(
