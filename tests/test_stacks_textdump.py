@@ -257,3 +257,19 @@ def test_a_multi_line_process_title_does_not_end_the_dump() -> None:
     (proc,) = parse_stack_text(text)
     assert proc.pid == 7450 and proc.title == "/usr/bin/python -c x0 = 0"
     assert proc.wait_site == "stack.ipc_wait"
+
+
+def test_a_watchdog_header_whose_dump_never_came_expires() -> None:
+    text = "\n".join(
+        [
+            "[2026-07-07 07:21:06 TP1] Pyspy dump for PID 10 (py-spy dump --native --pid 10):",
+            "[2026-07-07 07:21:06 TP1] Pyspy failed (py-spy dump --pid 10). Error: gone",
+            "[2026-07-07 07:21:07 TP1] Decode batch. #running-req: 1",
+            "[2026-07-07 07:21:08 TP1] Decode batch. #running-req: 1",
+            "    all_reduce (torch/distributed/distributed_c10d.py:3252)",
+            "    <module> (<string>:1)",
+        ]
+    )
+    (proc,) = parse_stack_text(text)
+    assert proc.pid is None and proc.rank is None  # not taken for PID 10 of TP1
+    assert proc.wait_site == "stack.nccl_collective"

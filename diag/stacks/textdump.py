@@ -182,7 +182,6 @@ def _int_id(text: str) -> int:
 class _Pending:
     pid: int
     rank: RankId | None
-    native: bool
 
 
 class _Channel:
@@ -255,7 +254,7 @@ class _Channel:
         m = _WATCHDOG.search(text)
         if m:
             self.close()
-            self.pending = _Pending(int(m.group(1)), ln.rank, "--native" in (m.group(2) or ""))
+            self.pending = _Pending(int(m.group(1)), ln.rank)
             return
         if self._feed_header(ln, stripped):
             self.foreign = 0
@@ -270,6 +269,7 @@ class _Channel:
         limit = _TITLE_LIMIT if self.proc is not None and not self.proc.threads else _FOREIGN_LIMIT
         if self.foreign >= limit:
             self.close()
+            self.pending = None  # a watchdog header whose dump never came
 
     def _feed_header(self, ln: _Line, stripped: str) -> bool:
         m = _PROCESS.match(stripped)
