@@ -299,3 +299,26 @@ def test_good_bundle_verifies(
     assert exc.value.code in (0, None)
     out = capsys.readouterr().out
     assert out.startswith("ok: ") and "schema 1" in out and "logs: server.log" in out
+
+
+@pytest.mark.parametrize("case", ["traversal", "symlink", "hardlink", "block_device"])
+def test_analyze_refuses_hostile_bundle(
+    case: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`diag analyze BUNDLE` reads through the same checks: one line, exit 2."""
+    extra, expected = CASES[case]
+    bundle = _write(tmp_path / f"{case}.tar.gz", _good_members(), extra=extra)
+    assert expected in _cli(capsys, monkeypatch, "analyze", str(bundle))
+
+
+def test_analyze_refuses_tampered_bundle(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    members = _good_members()
+    manifest = _manifest(members)
+    members["logs/a.log"] = LOG.replace(b"TP0", b"TP9")
+    bundle = _write(tmp_path / "sum.tar.gz", members, manifest=manifest)
+    assert "checksum mismatch" in _cli(capsys, monkeypatch, "analyze", str(bundle))

@@ -248,10 +248,13 @@ def test_killed_mid_write_leaves_no_bundle(tmp_path: Path) -> None:
 def test_cli_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
     cases = [
         (["bundle", "--no-snapshot"], "nothing to bundle"),
         (["bundle", "--no-snapshot", "--log", str(tmp_path / "nope.log")], "no such file"),
-        (["bundle", "--no-snapshot", "--log", str(tmp_path)], "not a file"),
+        (["bundle", "--no-snapshot", "--log", str(empty)], "folder holds no files"),
+        (["bundle", "--no-snapshot", "--log", "/dev/null"], "not a file"),
         (["bundle", "verify", str(tmp_path / "nope.tar.gz")], "no such file"),
     ]
     log = tmp_path / "server.log"
@@ -285,3 +288,26 @@ def test_cli_writes_offline_bundle(
     assert "snapshot.json" not in members
     assert "process.killed" in members["analysis.json"].decode()
     assert "process.killed" in members["report.md"].decode()
+
+
+def test_cli_folder_of_logs_and_unanalysable_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder stands for its files; input the analyser rejects still gets bundled."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.bin").write_bytes(bytes(range(256)) * 4)
+    (logs / ".hidden").write_text("skip me")
+    out = tmp_path / "b.tar.gz"
+    monkeypatch.setattr(sys, "argv", ["diag", "bundle", "--log", str(logs), "--no-snapshot",
+                                      "--out", str(out)])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    assert exc.value.code in (0, None)
+    printed = capsys.readouterr().out
+    assert "note: no analysis:" in printed
+    members = _members(out)
+    assert "logs/a.bin" in members and "analysis.json" not in members
+    assert not any(".hidden" in name for name in members)
+    manifest = json.loads(members["manifest.json"])
+    assert any(n.startswith("no analysis:") for n in manifest["notes"])

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 import typer
 
-from diag.errors import InputError
+from diag.errors import DiagError, InputError
 from diag.model import Analysis, Snapshot
 
 __all__ = ["bundle_app", "register"]
@@ -33,17 +33,42 @@ bundle_app = typer.Typer(
 )
 
 
-def _analyse(logs: Sequence[Path]) -> Analysis | None:
-    """Run `diag analyze`'s engine on the logs (None while it is not available)."""
+def _analyse(logs: Sequence[Path]) -> tuple[Analysis | None, str | None]:
+    """Run `diag analyze`'s engine on the logs; (None, why) when it cannot: the bundle
+    is still worth writing (the logs and the environment are the evidence)."""
     try:
         module = importlib.import_module("diag.analyze")
     except ImportError:
-        return None
+        return None, "no analysis: the log analyser is not available in this diag"
     analyze = getattr(module, "analyze", None)
     if analyze is None:
-        return None
-    result = analyze(list(logs))
-    return result if isinstance(result, Analysis) else None
+        return None, "no analysis: the log analyser is not available in this diag"
+    try:
+        result = analyze(list(logs))
+    except DiagError as exc:
+        return None, f"no analysis: {exc.message}"
+    if not isinstance(result, Analysis):
+        return None, "no analysis: the analyser returned no result"
+    return result, None
+
+
+def _expand(paths: Sequence[Path]) -> list[Path]:
+    """Files as given; a folder stands for the files in it (sorted, hidden ones skipped)."""
+    out: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(
+                p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")
+            )
+            if not found:
+                raise InputError(f"{path}: folder holds no files")
+            out += found
+        elif path.is_file():
+            out.append(path)
+        else:
+            what = "not a file" if path.exists() else "no such file"
+            raise InputError(f"{path}: {what}")
+    return out
 
 
 def _snapshot(pid: int | None) -> tuple[Snapshot | None, list[str]]:
@@ -69,7 +94,7 @@ def create(
     ctx: typer.Context,
     log: Annotated[
         list[Path] | None,
-        typer.Option("--log", "-l", help="A server log (repeat for several ranks or nodes)."),
+        typer.Option("--log", "-l", help="A server log or folder (repeat for ranks / nodes)."),
     ] = None,
     no_snapshot: Annotated[
         bool, typer.Option("--no-snapshot", help="Offline: analysis and env only.")
@@ -102,20 +127,19 @@ def create(
             "nothing to bundle: give --log LOG, or drop --no-snapshot to snapshot a live server",
             help_text="diag bundle --log server.log",
         )
-    for path in logs:
-        if not path.is_file():
-            what = "not a file" if path.exists() else "no such file"
-            raise InputError(f"{path}: {what}")
+    logs = _expand(logs)
     if pid is not None and pid <= 0:
         raise InputError(f"--pid {pid}: not a process id", help_text="Pass a positive pid.")
     target = out if out is not None else _default_out()
     if target.is_dir():
         raise InputError(f"--out {target}: is a folder", help_text="Name a file: --out hang.tar.gz")
 
-    analysis = _analyse(logs) if logs else None
     notes: list[str] = []
-    if logs and analysis is None:
-        notes.append("no analysis: the log analyser is not available in this diag")
+    analysis: Analysis | None = None
+    if logs:
+        analysis, why = _analyse(logs)
+        if why is not None:
+            notes.append(why)
     snapshot: Snapshot | None = None
     if not no_snapshot:
         snapshot, snap_notes = _snapshot(pid)
