@@ -54,12 +54,14 @@ class StackTree:
 
 
 def member_label(p: StackProcess) -> str:
-    """How a process is named in a group: its rank, else ``pid N``, else its title."""
+    """How a process is named in a group: its rank, else ``pid N``, else its title, else
+    where its dump starts (``dump.txt:12``)."""
     if p.rank is not None and p.rank.label != "?":
         return p.rank.label
     if p.pid is not None:
         return f"pid {p.pid}"
-    return p.title or f"{p.source or '?'}:{p.line or 0}"
+    source = (p.source or "?").replace("\\", "/").rsplit("/", 1)[-1]
+    return p.title or f"{source}:{p.line or 0}"
 
 
 def _thread_of(p: StackProcess) -> StackThread | None:
