@@ -10,6 +10,7 @@ from diag.stacks.classify import (
     apply_gpu_facts,
     classify_frames,
     classify_process,
+    classify_wchan,
     is_helper_thread,
     pick_thread,
 )
@@ -601,3 +602,25 @@ def test_rank_from_title(title: str, label: str) -> None:
 )
 def test_rank_from_title_none(title: str | None) -> None:
     assert rank_from_title(title) is None
+
+
+@pytest.mark.parametrize(
+    ("wchan", "site"),
+    [
+        # seen in shared/lab (gloo hang, SGLang and vLLM hangs): /proc/<pid>/task/*/wchan
+        ("futex_do_wait", "stack.gil_or_lock"),
+        ("hrtimer_nanosleep", "stack.idle_loop"),
+        ("do_epoll_wait", "stack.ipc_wait"),
+        ("poll_schedule_timeout.constprop.0", "stack.ipc_wait"),
+        ("anon_pipe_read", "stack.ipc_wait"),
+        ("do_signal_stop", None),  # stopped: a state, not a wait site
+        ("flock_lock_inode_wait", "stack.jit_compile"),
+        ("folio_wait_bit_common", "stack.weights_io"),
+        ("0", None),
+        ("", None),
+        (None, None),
+        ("some_new_kernel_function", None),
+    ],
+)
+def test_classify_wchan(wchan: str | None, site: str | None) -> None:
+    assert classify_wchan(wchan) == site

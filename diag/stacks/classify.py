@@ -34,10 +34,12 @@ __all__ = [
     "HARD_SITES",
     "RULES",
     "SiteRule",
+    "WCHAN_RULES",
     "apply_gpu_facts",
     "classify_frames",
     "classify_process",
     "classify_thread",
+    "classify_wchan",
     "classified",
     "is_helper_thread",
     "is_main_thread",
@@ -645,6 +647,39 @@ def apply_gpu_facts(
     return out
 
 
+# Kernel wait channels (/proc/<pid>/task/<tid>/wchan) -> the coarse wait site they
+# suggest: the tier that needs no ptrace. A wchan says how a thread sleeps, not why, so
+# this is only a hint where no stack could be read (a futex is any lock or condition).
+WCHAN_RULES: tuple[tuple[str, str], ...] = (
+    (r"^(flock_lock_inode_wait|locks_lock_inode_wait|fcntl_setlk|posix_lock)", _JIT),
+    (
+        r"^(folio_wait_bit|wait_on_page_bit|io_schedule|blk_mq_get_tag|"
+        r"wait_on_buffer|jbd2_|nfs_|fuse_)",
+        _WEIGHTS,
+    ),
+    (r"^(nv_|nvidia_|uvm_|os_delay|_nv\d)", _SYNC),
+    (
+        r"^(do_epoll_wait|ep_poll|poll_schedule_timeout|do_select|do_sys_poll|"
+        r"anon_pipe_read|pipe_read|pipe_wait|unix_stream_read_generic|unix_stream_data_wait|"
+        r"sk_wait_data|inet_csk_accept|wait_woken|do_wait|sock_recvmsg)",
+        _IPC,
+    ),
+    (r"^(hrtimer_nanosleep|do_nanosleep|clock_nanosleep)", _IDLE),
+    (r"^(futex_wait\w*|futex_do_wait|do_futex|futex_wait_queue\w*|rwsem_down|mutex_lock)", _LOCK),
+)
+
+
+def classify_wchan(wchan: str | None) -> str | None:
+    """The coarse wait site a kernel wait channel suggests (see :data:`WCHAN_RULES`);
+    None for a running thread (``0``/``-``/empty) or a wchan no rule knows."""
+    if not wchan or wchan in ("0", "-"):
+        return None
+    for pattern, site in WCHAN_RULES:
+        if _compiled(pattern).search(wchan):
+            return site
+    return None
+
+
 def _check_table() -> None:
     for rule in RULES:
         if rule.site not in STACK_SITES:
@@ -652,6 +687,10 @@ def _check_table() -> None:
         for pattern in (rule.name, rule.file):
             if pattern is not None:
                 _compiled(pattern)
+    for pattern, site in WCHAN_RULES:
+        if site not in STACK_SITES:
+            raise ValueError(f"wchan rule {pattern}: unknown site {site}")
+        _compiled(pattern)
 
 
 _check_table()
