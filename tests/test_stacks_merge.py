@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from diag.model import RankId, StackProcess, StackThread
 from diag.stacks.classify import classified
 from diag.stacks.frames import make_frame, split_pyspy_frame
@@ -140,3 +142,8 @@ def test_processes_without_rank_are_labelled_by_pid_and_left_out_of_tp_outliers(
     assert groups[1].members == ("pid 9041",)
     assert outliers(groups) == ["pid 9041"]
     assert outlier_tp_ranks(ranks, groups) == ()
+
+
+def test_dumps_without_pid_or_rank_are_labelled_by_where_they_start() -> None:
+    anon = replace(proc(None, SLEEP), source="/var/log/x/dump.txt", line=12)
+    assert group_stacks([anon])[0].members == ("dump.txt:12",)
