@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from diag.bundle.read import Limits, is_bundle, log_members, read_bundle
 from diag.bundle.verify import verify_bundle
@@ -322,3 +324,38 @@ def test_analyze_refuses_tampered_bundle(
     members["logs/a.log"] = LOG.replace(b"TP0", b"TP9")
     bundle = _write(tmp_path / "sum.tar.gz", members, manifest=manifest)
     assert "checksum mismatch" in _cli(capsys, monkeypatch, "analyze", str(bundle))
+
+
+def _valid_tar(tmp_path: Path) -> bytes:
+    log = tmp_path / "server.log"
+    log.write_bytes(LOG * 20)
+    info = write_bundle(tmp_path / "seed.tar.gz", logs=[log], analysis=None, snapshot=None)
+    return gzip.decompress(info.path.read_bytes())
+
+
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_fuzzed_bundles_fail_cleanly(tmp_path: Path, data: st.DataObject) -> None:
+    """Random damage to a real bundle's tar stream (and gzip layer): the reader either
+    accepts it (and then every checksum held) or raises BundleError; never another
+    exception."""
+    tar = bytearray(_valid_tar(tmp_path))
+    for _ in range(data.draw(st.integers(1, 8))):
+        at = data.draw(st.integers(0, len(tar) - 1))
+        tar[at] = data.draw(st.integers(0, 255))
+    if data.draw(st.booleans()):
+        tar = tar[: data.draw(st.integers(0, len(tar)))]
+    blob = bytearray(gzip.compress(bytes(tar)))
+    if data.draw(st.booleans()):  # damage the gzip layer too
+        at = data.draw(st.integers(0, len(blob) - 1))
+        blob[at] ^= data.draw(st.integers(1, 255))
+    path = tmp_path / "fuzz.tar.gz"
+    path.write_bytes(bytes(blob))
+    try:
+        bundle = verify_bundle(path)
+    except BundleError as exc:
+        assert exc.exit_code == 2 and "\n" not in exc.message
+    else:
+        assert bundle.schema == 1
