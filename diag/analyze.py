@@ -19,6 +19,7 @@ from typing import Any
 
 from diag.errors import InputError
 from diag.model import Analysis, Event, RankId, Record
+from diag.parse import reader
 from diag.parse.config import detect_config_line, normalise, parse_config_message
 from diag.parse.reader import Source, iter_chunks, resolve_inputs
 from diag.parse.records import Draft, SourceParser, freeze, resolve_years
@@ -93,7 +94,9 @@ def _analyze_sources(
     prefilter: bool | None,
 ) -> Analysis:
     total = sum(s.size or 0 for s in sources)
-    use_pf = prefilter if prefilter is not None else total >= PREFILTER_MIN_BYTES
+    # a compressed source is taken as ten times its size (typical for logs)
+    expanded = sum((s.size or 0) * (10 if s.compressed else 1) for s in sources)
+    use_pf = prefilter if prefilter is not None else expanded >= PREFILTER_MIN_BYTES
     col = _Collected()
     done_before = 0
     bulk_stats: list[object] = []
@@ -192,7 +195,7 @@ def _read_full(
     total: int,
 ) -> None:
     lineno = 0
-    for buf, lo, hi, consumed in iter_chunks(src, col.notes):
+    for buf, lo, hi, consumed in iter_chunks(src, col.notes, chunk_bytes=reader.CHUNK_BYTES):
         chunk = buf[lo:hi]
         col.nul_bytes += chunk.count(b"\x00")
         text, bad = decode(chunk)

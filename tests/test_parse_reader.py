@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import diag.parse.reader
 from diag.analyze import analyze
 from diag.errors import InputError
 from diag.parse.reader import iter_chunks, resolve_inputs
@@ -166,3 +167,24 @@ def test_bundles_are_read_through_diag_bundle_read(
     a = analyze([tmp_path])  # found inside a folder too, despite the .tar suffix
     assert a.sources == (f"{bundle}:logs/server.log", f"{bundle}:logs/old.log.gz")
     assert a.last_phase == "weights_load"
+
+
+def test_progress_of_a_compressed_file_counts_its_compressed_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(diag.parse.reader, "CHUNK_BYTES", 64 << 10)
+    p = tmp_path / "big.log.gz"
+    noisy = "".join(
+        f"[2025-03-14 06:55:{i % 60:02d} TP{i % 2}] Decode batch. #token: {os.urandom(24).hex()}\n"
+        for i in range(20000)
+    )
+    p.write_bytes(gzip.compress((LOG + noisy).encode()))
+    calls: list[tuple[int, int]] = []
+    a = analyze([p], progress=lambda done, total: calls.append((done, total)))
+    assert a.last_phase == "serving"
+    assert a.records == 20004
+    size = p.stat().st_size
+    assert all(total == size for _, total in calls)
+    assert calls[-1][0] == size
+    # not pinned at the end from the first chunk on: the decompressed stream is far larger
+    assert len({done for done, _ in calls}) > 1

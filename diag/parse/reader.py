@@ -52,6 +52,7 @@ class Source:
     open: Callable[[], BinaryIO]
     size: int | None
     mtime: dt.datetime | None
+    compressed: bool = False
 
 
 def _sniff(head: bytes) -> str | None:
@@ -104,7 +105,14 @@ def _file_source(path: Path) -> Source:
             raw.close()
             raise
 
-    return Source(name=str(path), open=opener, size=st.st_size, mtime=mtime)
+    try:
+        with open(path, "rb") as fh:
+            compressed = _sniff(fh.read(8)) is not None
+    except OSError:
+        compressed = False
+    return Source(
+        name=str(path), open=opener, size=st.st_size, mtime=mtime, compressed=compressed
+    )
 
 
 def _bytes_source(name: str, data: bytes, mtime: dt.datetime | None) -> Source:
@@ -113,7 +121,7 @@ def _bytes_source(name: str, data: bytes, mtime: dt.datetime | None) -> Source:
     def opener() -> BinaryIO:
         return _decompressing(io.BytesIO(data), kind, name)
 
-    return Source(name=name, open=opener, size=len(data), mtime=mtime)
+    return Source(name=name, open=opener, size=len(data), mtime=mtime, compressed=kind is not None)
 
 
 def _bundle_sources(path: Path) -> list[Source] | None:
@@ -177,6 +185,18 @@ def resolve_inputs(inputs: Sequence[str | Path], stdin: BinaryIO | None = None) 
 _DAMAGED = (OSError, EOFError, lzma.LZMAError, ValueError)
 
 
+def _position(stream: BinaryIO, consumed: int) -> int:
+    """Bytes of the underlying file read so far (a decompressor's source file when there
+    is one), else the bytes read from ``stream``."""
+    raw = getattr(stream, "fileobj", None) or getattr(stream, "_fp", None)
+    if raw is None:
+        return consumed
+    try:
+        return int(raw.tell())
+    except (OSError, ValueError, AttributeError, TypeError):
+        return consumed
+
+
 def _salvage(src: Source, skip: int, limit: int) -> bytes:
     """Re-read a damaged stream in small steps: what comes after ``skip`` before the damage."""
     out = bytearray()
@@ -198,12 +218,13 @@ def _salvage(src: Source, skip: int, limit: int) -> bytes:
 def iter_chunks(
     src: Source, notes: list[str], chunk_bytes: int = CHUNK_BYTES
 ) -> Iterator[tuple[bytes, int, int, int]]:
-    """Yield (buffer, start, end, bytes consumed so far): ``buffer[start:end]`` is a run of
+    """Yield (buffer, start, end, position): ``buffer[start:end]`` is a run of
     whole lines (the last may lack its newline at the end of the input).
 
     Buffers are not copied: a line cut by a read comes back on its own, joined. A line
     longer than :data:`MAX_LINE_BYTES` is cut into pieces. A damaged compressed stream
-    ends the source early with a note, not an error."""
+    ends the source early with a note, not an error. ``position`` is how far into the
+    source's bytes (compressed ones for a compressed file) the reading got: for progress."""
     try:
         stream = src.open()
     except OSError as exc:
@@ -222,7 +243,7 @@ def iter_chunks(
                 if carry or data:
                     rest = carry + data
                     carry = b""
-                    yield rest, 0, len(rest), consumed
+                    yield rest, 0, len(rest), _position(stream, consumed)
                 break
             if not data:
                 break
@@ -233,21 +254,21 @@ def iter_chunks(
                 if nl < 0:
                     carry += data
                     if len(carry) >= MAX_LINE_BYTES:
-                        yield carry, 0, len(carry), consumed
+                        yield carry, 0, len(carry), _position(stream, consumed)
                         carry = b""
                     continue
                 line = carry + data[: nl + 1]
                 carry = b""
-                yield line, 0, len(line), consumed
+                yield line, 0, len(line), _position(stream, consumed)
                 start = nl + 1
             cut = data.rfind(b"\n")
             if cut >= start:
-                yield data, start, cut + 1, consumed
+                yield data, start, cut + 1, _position(stream, consumed)
                 carry = data[cut + 1 :]
             else:
                 carry = data[start:]
             if len(carry) >= MAX_LINE_BYTES:
-                yield carry, 0, len(carry), consumed
+                yield carry, 0, len(carry), _position(stream, consumed)
                 carry = b""
         if carry:
-            yield carry, 0, len(carry), consumed
+            yield carry, 0, len(carry), _position(stream, consumed)
