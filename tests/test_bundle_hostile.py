@@ -115,6 +115,10 @@ def _fifo(tar: tarfile.TarFile) -> None:
     tar.addfile(_info("logs/pipe", kind=tarfile.FIFOTYPE))
 
 
+def _sparse(tar: tarfile.TarFile) -> None:
+    tar.addfile(_info("logs/sparse.log", kind=tarfile.GNUTYPE_SPARSE))
+
+
 def _member(name: str) -> Callable[[tarfile.TarFile], None]:
     def add(tar: tarfile.TarFile) -> None:
         tar.addfile(_info(name, 3), io.BytesIO(b"bad"))
@@ -131,6 +135,7 @@ CASES: dict[str, tuple[Callable[[tarfile.TarFile], None], str]] = {
     "block_device": (_device, "device file"),
     "char_device": (_chardev, "device file"),
     "fifo": (_fifo, "FIFO"),
+    "sparse": (_sparse, "unsupported member type"),
     "unlisted": (_member("logs/extra.log"), "not listed"),
 }
 

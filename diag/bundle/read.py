@@ -160,7 +160,8 @@ def _read_members(path: Path, limits: Limits) -> dict[str, bytes]:
                     _check_name(path, info.name)
                     if info.isdir():
                         continue
-                    if not info.isreg():
+                    if info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
+                        # (plain files only: no links, devices, FIFOs, sparse files)
                         raise BundleError(f"{path.name}: refused, member is {_kind(info)}")
                     name = str(PurePosixPath(info.name))
                     if name in members:
