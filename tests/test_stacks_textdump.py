@@ -273,3 +273,17 @@ def test_a_watchdog_header_whose_dump_never_came_expires() -> None:
     (proc,) = parse_stack_text(text)
     assert proc.pid is None and proc.rank is None  # not taken for PID 10 of TP1
     assert proc.wait_site == "stack.nccl_collective"
+
+
+def test_faulthandler_thread_names_of_python_314() -> None:
+    text = """\
+Thread 0x00007f71b9fff640 [pt_nccl_watchdg] (most recent call first):
+  File "/usr/lib/python3.14/threading.py", line 324 in wait
+
+Current thread 0x00007f7285a4a480 [python3] (most recent call first):
+  File "/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py", line 2050 in barrier
+  File "<string>", line 1 in <module>
+"""
+    (proc,) = parse_stack_text(text)
+    assert [t.name for t in proc.threads] == ["pt_nccl_watchdg", "python3"]
+    assert proc.wait_site == "stack.nccl_collective" and proc.wait_thread == 0x00007F7285A4A480

@@ -52,8 +52,10 @@ _WATCHDOG = re.compile(r"Pyspy dump for PID (\d+)(?: \(([^)]*)\))?")
 _PROCESS = re.compile(r"^Process (\d+): ?(.*)$")
 _IGNORED = re.compile(r"^(Parent Process \d+:|Python v\d[\w.+]*\b|py-spy \d|Error: |Caused by:)")
 _PYSPY_THREAD = re.compile(r'^Thread (0x[0-9a-fA-F]+|\d+) \(([a-z+]+)\)(?:: "(.*)")?:?$')
+# Python >= 3.14 adds the OS thread name: `Thread 0x7f.. [pt_nccl_watchdg] (most ...):`
 _FH_THREAD = re.compile(
-    r"^(Current thread|Thread) (0x[0-9a-fA-F]+|\d+) \(most recent call first\):$"
+    r"^(Current thread|Thread) (0x[0-9a-fA-F]+|\d+)(?: [\[<](.*)[\]>])? "
+    r"\(most recent call first\):$"
 )
 _FH_STACK = re.compile(r"^Stack \(most recent call first\):$")
 _FH_C_STACK = re.compile(r"^Current thread's C stack trace|^<.*C stack trace")
@@ -291,7 +293,7 @@ class _Channel:
             proc = self.proc if self.proc is not None and self.proc.kind == "faulthandler" else None
             if proc is None or (tid is not None and any(t.tid == tid for t in proc.threads)):
                 proc = self._open(ln, "faulthandler")
-            self._new_thread(proc, tid, None, None)
+            self._new_thread(proc, tid, m.group(3) if m else None, None)
             return True
         if _FH_C_STACK.match(stripped):
             self.thread = None  # native frames of Python >= 3.14: not parsed
