@@ -26,12 +26,19 @@ CASES = [
 ]
 
 
+def _bundle_prefix(a: Analysis) -> str:
+    """A source read from a bundle is named BUNDLE:LOG; messages may quote it."""
+    prefixes = {s.rsplit(":", 1)[0] + ":" for s in a.sources if ".tar.gz:" in s}
+    return prefixes.pop() if len(prefixes) == 1 else "\0"
+
+
 def _facts(a: Analysis) -> tuple[object, ...]:
     findings = [
         (
             f.id,
             f.ranks,
             f.severity,
+            f.message.replace(_bundle_prefix(a), ""),
             [(Path(e.source.rsplit(":", 1)[-1]).name, e.line, e.text, e.rank) for e in f.evidence],
         )
         for f in a.findings
@@ -76,7 +83,7 @@ def _padded(case: Path, tmp_path: Path, noise: int) -> Path:
     return path
 
 
-@pytest.mark.parametrize("case", CASES[:2], ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("case", [EXAMPLE, *CASES[:2]], ids=lambda p: p.parent.name)
 def test_excerpt_roundtrip(case: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A log too big to keep whole: the excerpt keeps evidence at its original lines."""
     monkeypatch.setattr(bundle_write, "WHOLE_LOG_BYTES", 64 * 1024)
