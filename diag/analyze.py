@@ -21,7 +21,7 @@ from diag.errors import InputError
 from diag.model import Analysis, Event, RankId, Record
 from diag.parse import reader
 from diag.parse.config import detect_config_line, normalise, parse_config_message
-from diag.parse.reader import Source, iter_chunks, resolve_inputs
+from diag.parse.reader import UTF16_BOMS, Source, iter_chunks, resolve_inputs
 from diag.parse.records import Draft, SourceParser, freeze, resolve_years
 from diag.parse.text import decode
 from diag.phases import load_catalogue
@@ -161,7 +161,7 @@ def _looks_binary(src: Source) -> bool:
             head = stream.read(1 << 16)
     except (OSError, EOFError, ValueError):
         return False  # the reader reports damage with a note
-    if not head:
+    if not head or head[:2] in UTF16_BOMS:
         return False
     text, bad = decode(head)
     odd = bad + sum(1 for c in text if c in _CONTROL)

@@ -188,3 +188,12 @@ def test_progress_of_a_compressed_file_counts_its_compressed_bytes(
     assert calls[-1][0] == size
     # not pinned at the end from the first chunk on: the decompressed stream is far larger
     assert len({done for done, _ in calls}) > 1
+
+
+def test_utf16_log_from_powershell(tmp_path: Path) -> None:
+    p = tmp_path / "server.log"
+    p.write_bytes(LOG.replace("\n", "\r\n").encode("utf-16"))  # BOM + UTF-16LE, CRLF
+    a = analyze([p])
+    assert a.last_phase == "weights_load"
+    assert [t.rank.label for t in a.ranks] == ["TP0", "TP1"]
+    assert a.undecodable_bytes == 0

@@ -8,6 +8,7 @@ name) and diag bundles (through ``diag.bundle.read`` when that module exists).
 from __future__ import annotations
 
 import bz2
+import codecs
 import datetime as dt
 import gzip
 import io
@@ -183,6 +184,7 @@ def resolve_inputs(inputs: Sequence[str | Path], stdin: BinaryIO | None = None) 
 
 
 _DAMAGED = (OSError, EOFError, lzma.LZMAError, ValueError)
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
 def _position(stream: BinaryIO, consumed: int) -> int:
@@ -231,6 +233,7 @@ def iter_chunks(
         raise InputError(f"{src.name}: cannot read: {exc.strerror or exc}") from exc
     consumed = 0
     carry = b""
+    utf16: codecs.BufferedIncrementalDecoder | None = None
     with stream:
         while True:
             try:
@@ -248,6 +251,11 @@ def iter_chunks(
             if not data:
                 break
             consumed += len(data)
+            if consumed == len(data) and data[:2] in UTF16_BOMS:
+                # PowerShell's `> file` / Out-File writes UTF-16: re-encode it as UTF-8
+                utf16 = codecs.getincrementaldecoder("utf-16")(errors="replace")
+            if utf16 is not None:
+                data = utf16.decode(data).encode("utf-8", errors="replace")
             start = 0
             if carry:
                 nl = data.find(b"\n")
