@@ -80,3 +80,25 @@ def test_config_never_raises(tail: str) -> None:
                  "Initializing a V1 LLM engine (v0.1) with config: ", "args: Namespace("):
         raw, _ = parse_config_message(head + tail)
         assert isinstance(raw, dict)
+
+
+def _summary(data: bytes, prefilter: bool) -> object:
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "fuzz.log"
+        p.write_bytes(data)
+        try:
+            a = analyze([p], prefilter=prefilter)
+        except DiagError as exc:
+            return ("error", type(exc).__name__)
+        return (
+            a.last_phase,
+            [(t.rank.label, t.last_phase, t.last_ts) for t in a.ranks],
+            a.log_end,
+            sorted(f.id for f in a.findings),
+        )
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(log_like)
+def test_prefilter_and_full_parse_agree(data: bytes) -> None:
+    assert _summary(data, prefilter=True) == _summary(data, prefilter=False)
