@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+import regex
+
 from diag.model import Finding, GpuSample, ProcessInfo, Snapshot, Unavailable
 from diag.rules.checks import CheckOutcome, Hit
 
@@ -128,16 +130,25 @@ def _cpu_side_hang(ctx: SnapshotContext) -> CheckOutcome | None:
         return None
     workers = _workers(snap)
     rss = [p.rss_bytes for p in workers if isinstance(p.rss_bytes, int)]
+    gpu_mem = [p.gpu_memory_bytes for p in workers if p.gpu_memory_bytes]
     min_rss = ctx.param("min_rss_gib", 4.0) * _GIB
-    if not rss or max(rss) < min_rss:
+    min_gpu = ctx.param("min_gpu_mem_gib", 1.0) * _GIB
+    # "got somewhere": weights in host memory or on the GPU
+    loaded = (rss and max(rss) >= min_rss) or (gpu_mem and max(gpu_mem) >= min_gpu)
+    if not workers or not loaded:
         return None
+    held = []
+    if rss:
+        held.append(f"up to {max(rss) / _GIB:.0f} GiB RSS")
+    if gpu_mem:
+        held.append(f"{max(gpu_mem) / _GIB:.1f} GiB of GPU memory")
     message = (
-        f"{len(workers)} workers alive with up to {max(rss) / _GIB:.0f} GiB RSS, every GPU "
-        f"idle (max {max(utils):.0f}% utilization) and no HTTP port open: the ranks are "
-        "blocked on the CPU side (store wait, lock, IPC, compile), not in a collective"
+        f"{len(workers)} workers alive with {' and '.join(held)}, every GPU idle (max "
+        f"{max(utils):.0f}% utilization) and no HTTP port open: the ranks are blocked on the "
+        "CPU side (store wait, lock, IPC, compile), not in a collective"
     )
     hits = tuple(
-        ctx.hit(p, f"pid {p.pid} {p.title}: RSS {p.rss_bytes / _GIB:.1f} GiB")
+        ctx.hit(p, f"pid {p.pid} {p.title}: RSS {p.rss_bytes / _GIB:.1f} GiB, state {p.state}")
         for p in workers[:4]
         if isinstance(p.rss_bytes, int)
     )
@@ -159,13 +170,48 @@ def _outlier(ctx: SnapshotContext) -> CheckOutcome | None:
     )
 
 
+_RAS_RANK = regex.compile(
+    r"Rank (?P<rank>\d+) has launched up to operation (?P<op>\d+)(?: -- GPU (?P<gpu>\d+) "
+    r"managed by process (?P<pid>\d+))?"
+)
+_RAS_WHAT = regex.compile(r"Communicator ranks have different (?P<what>[^\n]+)")
+
+
+def _ras_behind(text: str) -> tuple[str, list[str], list[str]] | None:
+    """From an NCCL RAS report: what differs, the ranks behind, the ranks ahead."""
+    ops: dict[str, int] = {}
+    for m in _RAS_RANK.finditer(text):
+        ops[m.group("rank")] = int(m.group("op"))
+    if len(set(ops.values())) < 2:
+        return None
+    low = min(ops.values())
+    behind = [r for r, op in ops.items() if op == low]
+    ahead = [r for r, op in ops.items() if op != low]
+    what = _RAS_WHAT.search(text)
+    return (what.group("what").strip() if what else "operation counts", behind, ahead)
+
+
 def _collective_wait(ctx: SnapshotContext) -> CheckOutcome | None:
     snap = ctx.snapshot
     for ev in snap.collective_evidence:
-        behind = ev.get("behind")
-        if isinstance(behind, Mapping) and behind:
+        text = ev.get("text")
+        found = _ras_behind(text) if isinstance(text, str) else None
+        if found is not None:
+            what, behind, ahead = found
+            lines = [ln.strip() for ln in str(text).splitlines() if "has launched up to" in ln]
+            return CheckOutcome(
+                message=(
+                    f"NCCL RAS: communicator ranks have different {what}: rank "
+                    f"{', '.join(behind)} launched fewer operations than rank "
+                    f"{', '.join(ahead)}, so the others wait for rank {', '.join(behind)}"
+                ),
+                hits=tuple(ctx.hit(None, ln) for ln in lines[:5]),
+                ranks=tuple(f"rank {r}" for r in behind),
+            )
+        fr_behind = ev.get("behind")
+        if isinstance(fr_behind, Mapping) and fr_behind:
             groups = "; ".join(
-                f"process group {pg} waits for rank(s) {r}" for pg, r in behind.items()
+                f"process group {pg} waits for rank(s) {r}" for pg, r in fr_behind.items()
             )
             return CheckOutcome(
                 message=f"{ev.get('kind', 'collective evidence')}: {groups}",
