@@ -275,9 +275,15 @@ class Redactor:
         if not self.redact_hosts:
             return
         low = text.lower()
-        if not any(w in low for w in HOST_HINT_WORDS) and not _HOST_HINT.search(text):
-            return
-        for pattern in _HOST_CONTEXTS:
+        gates = (
+            " [" in text,  # host:pid:tid [dev] NCCL
+            "host" in low or "node" in low or "addr" in low,
+            "--" in text,
+            "://" in text,
+        )
+        for gate, pattern in zip(gates, _HOST_CONTEXTS, strict=True):
+            if not gate:
+                continue
             for match in pattern.finditer(text):
                 host = match.group("host")
                 if "." in host and host.rsplit(".", 1)[-1].isdigit():
@@ -320,7 +326,7 @@ class Redactor:
         if self._host_re is not None:
             text = self._host_re.sub(self._host_sub, text)
         text = _IPV4.sub(lambda m: self._ip(m.group(0)), text)
-        if text.count(":") >= 2:
+        if "::" in text or text.count(":") >= 5:
             text = _IPV6.sub(self._ip6, text)
         return text
 
