@@ -73,16 +73,14 @@ def analyze_text(text: str, name: str = "<text>", *, year: int | None = None,
 
 
 class _Collected:
+    """What reading all sources gathered."""
+
     def __init__(self) -> None:
         self.drafts: list[Draft] = []
         self.notes: list[str] = []
         self.undecodable = 0
         self.nul_bytes = 0
-        self.total_bytes = 0
-        self.known = 0
         self.lines = 0
-        self.stats: dict[str, object] = {}
-        self.bulk: list[object] = []
 
 
 def _analyze_sources(
@@ -99,13 +97,14 @@ def _analyze_sources(
     use_pf = prefilter if prefilter is not None else expanded >= PREFILTER_MIN_BYTES
     col = _Collected()
     done_before = 0
-    bulk_stats: list[object] = []
     binary: list[str] = []
     for src in sources:
         if _looks_binary(src):
             binary.append(src.name)
             col.notes.append(f"{src.name}: skipped: binary data, not a log")
             done_before += src.size or 0
+            if progress is not None:
+                progress(done_before, total)
             continue
         sp = SourceParser(src.name)
         if use_pf:
@@ -114,13 +113,11 @@ def _analyze_sources(
             stats = scan_source(
                 src, sp, col.notes, progress=progress, done_before=done_before, total=total
             )
-            bulk_stats.append(stats)
             col.lines += stats.lines
-            col.undecodable += sp_undecodable(sp)
+            col.undecodable += sp.undecodable
         else:
             _read_full(src, sp, col, progress, done_before, total)
         done_before += src.size or 0
-        col.known += sp.known_lines
         if sp.unknown_lines and sp.known_lines:
             first, last = sp.first_unknown, sp.last_unknown
             col.notes.append(
@@ -148,7 +145,7 @@ def _analyze_sources(
         raise InputError(
             f"{', '.join(s.name for s in sources)}: not a log (no recognisable line)"
         )
-    return _finish(sources, col, bulk_stats, rules_dirs)
+    return _finish(sources, col, rules_dirs)
 
 
 _CONTROL = frozenset(chr(c) for c in range(32)) - {"\t", "\n", "\r", "\x1b", "\x0c"}
@@ -166,10 +163,6 @@ def _looks_binary(src: Source) -> bool:
     text, bad = decode(head)
     odd = bad + sum(1 for c in text if c in _CONTROL)
     return odd * 10 > len(head)
-
-
-def sp_undecodable(sp: SourceParser) -> int:
-    return sp.undecodable
 
 
 _LOG_WORD = re.compile(
@@ -358,12 +351,7 @@ def _attribute(drafts: Sequence[Draft], framework: str, config: dict[str, object
 # ---------------------------------------------------------------------------
 
 
-def _finish(
-    sources: Sequence[Source],
-    col: _Collected,
-    bulk_stats: Sequence[object],
-    rules_dirs: Sequence[Path],
-) -> Analysis:
+def _finish(sources: Sequence[Source], col: _Collected, rules_dirs: Sequence[Path]) -> Analysis:
     drafts = col.drafts
     framework = _detect_framework(drafts)
     config, version = _config(drafts)
@@ -394,7 +382,7 @@ def _finish(
             )
         )
         notes.append("no line marks a startup phase: last phase taken as launch")
-    stats = _rank_stats(records, bulk_stats)
+    stats = _rank_stats(records)
     log_end = _log_end(records, stats)
     ranks, global_phases = build_timelines(events, stats, log_end)
     seen = [t.rank for t in ranks]
@@ -419,7 +407,9 @@ def _finish(
     return _post(analysis, records, rules_dirs)
 
 
-def _rank_stats(records: Sequence[Record], bulk: Sequence[object]) -> dict[RankId, RankStats]:
+def _rank_stats(records: Sequence[Record]) -> dict[RankId, RankStats]:
+    """Per rank: first and last timestamp and record count (in the prefilter path, the
+    bulk lines between a rank's first and last line are not counted)."""
     first: dict[RankId, dt.datetime] = {}
     last: dict[RankId, dt.datetime] = {}
     count: dict[RankId, int] = defaultdict(int)
@@ -434,10 +424,6 @@ def _rank_stats(records: Sequence[Record], bulk: Sequence[object]) -> dict[RankI
                 first[r.rank] = r.ts
             if r.rank not in last or r.ts > last[r.rank]:
                 last[r.rank] = r.ts
-    for b in bulk:
-        extra = getattr(b, "rank_lines", {})
-        for rank, n in extra.items():
-            count[rank] += n
     return {
         rank: RankStats(
             first_ts=first.get(rank),
