@@ -158,6 +158,7 @@ _FIELD_AT = re.compile(
     r"(?P<val>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s,;)}\]&'\"]+)"
 )
 
+_NAMED_VALUES = frozenset({"repr", "value", "val"})
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?[%A-Za-z]{0,3}")
 _NOT_SECRET_VALUES = frozenset({"", "None", "none", "null", "True", "False", "true", "false"})
 
@@ -501,8 +502,14 @@ class Redactor:
                 return self._hit("field")
             return self.text(obj)
         if isinstance(obj, Mapping):
+            # a named value ({"name": "api_key", "repr": "'x'"}: py-spy --locals, env
+            # lists of {"name": .., "value": ..}) is masked by its name
+            name = obj.get("name")
+            secret_named = isinstance(name, str) and is_secret_name(name)
             return {
-                self.text(str(k)) if isinstance(k, str) else k: self.value(v, key=str(k))
+                self.text(str(k)) if isinstance(k, str) else k: (
+                    self.value(v, key=name if secret_named and k in _NAMED_VALUES else str(k))
+                )
                 for k, v in obj.items()
             }
         if isinstance(obj, (list, tuple)):

@@ -81,14 +81,19 @@ def test_layout_and_manifest(tmp_path: Path) -> None:
     out = tmp_path / "b.tar.gz"
     info = write_bundle(out, logs=[log], analysis=None, snapshot=_snapshot(),
                         command_line=["diag", "bundle", "--log", str(log), "--token", "cl-sec"],
-                        raw_stacks={"pid-4242.json": '{"token": "stack-secret"}'},
+                        raw_stacks={
+                            "pid-4242.json": json.dumps([{"frames": [{"locals": [
+                                {"name": "api_key", "repr": "'stack-local-secret'"}]}],
+                                "token": "stack-secret"}]),
+                            "pid-4243.txt": "Thread 1: load (x.py:3)\n  --token stack-text\n",
+                        },
                         runner=FakeRunner())
     with tarfile.open(out, "r:gz") as tar:
         names = tar.getnames()
         assert all(m.isreg() and m.uname == "" and m.uid == 0 for m in tar.getmembers())
     assert names[0] == "manifest.json"
-    assert set(names) == {"manifest.json", "snapshot.json", "stacks/pid-4242.json", "env.json",
-                          "logs/server.log"}
+    assert set(names) == {"manifest.json", "snapshot.json", "stacks/pid-4242.json",
+                          "stacks/pid-4243.txt", "env.json", "logs/server.log"}
     members = _members(out)
     manifest = json.loads(members["manifest.json"])
     assert manifest["format"] == "diag-bundle" and manifest["schema"] == 1
@@ -105,8 +110,10 @@ def test_layout_and_manifest(tmp_path: Path) -> None:
     assert manifest["redactions"] == info.redactions
     assert info.redactions["flag"] >= 2 and info.redactions["field"] >= 2
     everything = b"".join(members.values())
-    for secret in (b"k-123456", b"snap-secret-1", b"snap-secret-2", b"cl-sec", b"stack-secret"):
+    for secret in (b"k-123456", b"snap-secret-1", b"snap-secret-2", b"cl-sec", b"stack-secret",
+                   b"stack-local-secret", b"stack-text"):
         assert secret not in everything
+    assert b"Thread 1: load (x.py:3)" in members["stacks/pid-4243.txt"]
     env = json.loads(members["env.json"])
     assert env["topology"].startswith("\tGPU0")
     assert env["processes"][0]["pid"] == 4242

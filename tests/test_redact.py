@@ -140,6 +140,19 @@ def test_value_walker() -> None:
     assert out["nested"][1:3] == [3, None]  # type: ignore[index]
 
 
+def test_named_values_in_stacks() -> None:
+    """py-spy --dump --locals JSON names each local: a secret name masks its repr."""
+    r = Redactor()
+    frame = {"name": "load", "locals": [
+        {"name": "password", "addr": 1, "arg": True, "repr": "'hunter2x'"},
+        {"name": "path", "addr": 2, "arg": True, "repr": "'/models/x'"},
+        {"name": "env", "value": "HF_TOKEN=abc"},
+    ]}
+    out = r.value(frame)
+    assert "hunter2x" not in repr(out) and "'/models/x'" in repr(out)
+    assert out["name"] == "load"  # type: ignore[index]
+
+
 def test_names() -> None:
     assert is_secret_name("api_key") and is_secret_name("admin-api-key")
     assert is_secret_name("adminApiKey") and is_secret_name("HF_TOKEN")

@@ -330,6 +330,16 @@ def _markdown(analysis: Analysis) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _stack_member(redactor: Redactor, text: str) -> bytes:
+    """A raw stack dump: py-spy JSON is redacted field by field (a local named
+    ``password`` loses its value), anything else line by line."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return redactor.text(text).encode("utf-8", "surrogateescape")
+    return _dumps(redactor.value(parsed))
+
+
 def _dumps(value: Any) -> bytes:
     return (json.dumps(value, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode()
 
@@ -450,8 +460,8 @@ def write_bundle(
     if snapshot_member is not None:
         members["snapshot.json"] = snapshot_member
     for name, text in sorted((raw_stacks or {}).items()):
-        members[f"stacks/{_safe_member_name(redactor.text(name))}"] = redactor.text(text).encode(
-            "utf-8", "surrogateescape"
+        members[f"stacks/{_safe_member_name(redactor.text(name))}"] = _stack_member(
+            redactor, text
         )
     pids = list(env_pids)
     if snapshot is not None:
