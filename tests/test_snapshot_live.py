@@ -191,37 +191,11 @@ def test_healthy_server_listens() -> None:
         assert snap.outlier_tp_ranks == ()
 
 
-def test_stopped_rank_is_dumped_nonblocking_and_left_stopped() -> None:
+def test_cli_json_then_a_stopped_rank_left_stopped() -> None:
     with mini_server(framework="sglang", tp=2, mode="collective") as srv:
         srv.wait_ready(["rank0", "rank1", "launcher"])
         time.sleep(0.5)
-        victim = srv.rank_pids()[1]
-        os.kill(victim, signal.SIGSTOP)
-        try:
-            for _ in range(50):
-                if stopped_pids({victim}):
-                    break
-                time.sleep(0.02)
-            snap = take_snapshot(SnapshotOptions(pid=srv.pid, timeout_s=30.0, samples=1))
-            ranks = _ranks(snap)
-            p1 = ranks[1]
-            assert p1.stopped_before is True
-            assert p1.state == "T"
-            assert p1.stack is not None and p1.stack.outcome == "ok"
-            assert p1.stack.mode == "nonblocking"
-            assert stopped_pids({victim}) == [victim], "diag must not continue a stopped rank"
-            others = (srv.seen | {p.pid for p in snap.processes}) - {victim}
-            assert stopped_pids(others) == []
-            assert ranks[0].stack is not None and ranks[0].stack.mode == "native"
-            assert _expected_ids(["snapshot_process_stopped"]) <= _finding_ids(snap)
-        finally:
-            os.kill(victim, signal.SIGCONT)
-
-
-def test_cli_json_end_to_end() -> None:
-    with mini_server(framework="sglang", tp=2, mode="collective") as srv:
-        srv.wait_ready(["rank0", "rank1", "launcher"])
-        time.sleep(0.5)
+        # first the command line, end to end, on the hung server
         res = subprocess.run(
             [
                 sys.executable,
@@ -243,6 +217,7 @@ def test_cli_json_end_to_end() -> None:
         assert doc["schema_version"] == 1
         tp = sorted(p["tp_rank"] for p in doc["processes"] if p["role"] == "scheduler")
         assert tp == [0, 1]
+        assert doc["outlier_tp_ranks"] == [1]  # 2 ranks: the one not at the rendezvous
         for key in (
             "host",
             "servers",
@@ -255,3 +230,25 @@ def test_cli_json_end_to_end() -> None:
         ):
             assert key in doc
         assert stopped_pids(srv.seen) == []
+        # then a rank stopped by someone else (a debugger, Ctrl-Z)
+        victim = srv.rank_pids()[1]
+        os.kill(victim, signal.SIGSTOP)
+        try:
+            for _ in range(50):
+                if stopped_pids({victim}):
+                    break
+                time.sleep(0.02)
+            snap = take_snapshot(SnapshotOptions(pid=srv.pid, timeout_s=30.0, samples=1))
+            ranks = _ranks(snap)
+            p1 = ranks[1]
+            assert p1.stopped_before is True
+            assert p1.state == "T"
+            assert p1.stack is not None and p1.stack.outcome == "ok"
+            assert p1.stack.mode == "nonblocking"
+            assert stopped_pids({victim}) == [victim], "diag must not continue a stopped rank"
+            others = (srv.seen | {p.pid for p in snap.processes}) - {victim}
+            assert stopped_pids(others) == []
+            assert ranks[0].stack is not None and ranks[0].stack.mode == "native"
+            assert _expected_ids(["snapshot_process_stopped"]) <= _finding_ids(snap)
+        finally:
+            os.kill(victim, signal.SIGCONT)
