@@ -82,6 +82,21 @@ def test_ties_that_cannot_be_settled_name_nobody() -> None:
     assert outliers(()) == [] and outliers(group_stacks([proc(0, SLEEP)])) == []
 
 
+def test_ranks_in_different_collectives_and_one_in_none() -> None:
+    bcast = tuple(s.replace("all_reduce", "broadcast") for s in ALL_REDUCE)
+    barrier = tuple(s.replace("all_reduce", "barrier") for s in ALL_REDUCE)
+    ranks = [proc(0, ALL_REDUCE), proc(1, bcast), proc(2, barrier), proc(3, SLEEP)]
+    groups = group_stacks(ranks)
+    assert len(groups) == 4 and reference_group(groups) is None
+    assert outliers(groups) == ["TP3"]
+    # the site held by the most members is no rendezvous: nobody is named
+    compile2 = tuple(s.replace("worker (probe.py:53)", "warmup (probe.py:40)") for s in COMPILE)
+    ranks = [proc(0, ALL_REDUCE), proc(1, STORE), proc(2, COMPILE), proc(3, compile2)]
+    groups = group_stacks(ranks)
+    assert len(groups) == 4 and reference_group(groups) is None
+    assert outliers(groups) == []
+
+
 def test_line_numbers_are_optional() -> None:
     other_line = tuple(s.replace("3252", "3260") for s in ALL_REDUCE)
     ranks = [proc(0, ALL_REDUCE), proc(1, other_line)]

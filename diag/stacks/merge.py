@@ -229,11 +229,24 @@ def reference_group(groups: Sequence[StackGroup]) -> int | None:
 
 
 def outliers(groups: Sequence[StackGroup]) -> list[str]:
-    """Members of every group but the reference group (see :func:`reference_group`)."""
-    ref = reference_group(groups)
-    if ref is None or len(groups) < 2:
+    """Members of every group but the reference group (see :func:`reference_group`).
+
+    Where no group is the reference (a tie of identical paths), the wait sites decide:
+    if the one site held by the most members is a rendezvous, the members elsewhere are
+    the odd ones (ranks parked in different collectives, and one rank in none of them)."""
+    if len(groups) < 2:
         return []
-    return [m for i, g in enumerate(groups) if i != ref for m in g.members]
+    ref = reference_group(groups)
+    if ref is not None:
+        return [m for i, g in enumerate(groups) if i != ref for m in g.members]
+    by_site = Counter[str | None]()
+    for g in groups:
+        by_site[g.wait_site] += len(g.members)
+    ranked = by_site.most_common()
+    site, count = ranked[0]
+    if site not in RENDEZVOUS_SITES or (len(ranked) > 1 and ranked[1][1] == count):
+        return []
+    return [m for g in groups if g.wait_site != site for m in g.members]
 
 
 def outlier_tp_ranks(
