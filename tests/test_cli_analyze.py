@@ -501,3 +501,13 @@ def test_invalid_utf8_and_an_ascii_stdout(tmp_path: Path) -> None:
         assert r.returncode == 0, r.stderr
         assert "Traceback" not in r.stderr
     assert "undecodable bytes replaced" in r.stdout
+
+
+def test_width_applies_in_a_pipe(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, _ = run(["analyze", "--example", "--width", "80"], capsys, monkeypatch)
+    assert code == 0
+    assert max(len(line) for line in out.splitlines()) <= 80
+    code, out, _ = run(["analyze", "--example"], capsys, monkeypatch)
+    assert max(len(line) for line in out.splitlines()) > 80  # 120 in a pipe by default

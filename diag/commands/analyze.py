@@ -260,7 +260,7 @@ def analyze_command(
 
         Console(highlight=False, width=width).print(render_terminal(analysis))
     else:
-        _emit(render(analysis, chosen))
+        _emit(render(analysis, chosen, width=width))
     if code:
         raise typer.Exit(code)
 
