@@ -165,3 +165,16 @@ def test_multi_megabyte_line_is_cut_not_dropped() -> None:
     assert rec.message.startswith("server_args=")
     assert "chars cut" in rec.message
     assert len(rec.message) < 300_000
+
+
+def test_bar_on_the_line_after_its_worker_prefix() -> None:
+    recs = _records(
+        "(VllmWorker rank=2 pid=77) \n"
+        "Loading safetensors checkpoint shards:  26% Completed | 22/85 [09:23<29:54, 28.49s/it]\n"
+        "Loading safetensors checkpoint shards:  27% Completed | 23/85 [09:52<29:25, 28.49s/it]"
+    )
+    bar = recs[1]
+    assert bar.grammar == "progress"
+    assert bar.rank is not None and bar.rank.tp == 2 and bar.pid == 77
+    assert bar.rank_reason == "the bar follows its process prefix on the line before"
+    assert recs[2].rank is None  # only the bar right after the prefix

@@ -380,6 +380,8 @@ class _Scanner:
         for k, (line, m) in enumerate(zip(lines, lm.to_list(), strict=True)):
             if m or "\r" in line:
                 picked[line0 + k + 1] = line
+                if k > 0 and ("% Completed" in line or "%|" in line):
+                    picked[line0 + k] = lines[k - 1]  # a worker prefix printed before its bar
             elif line[:1] in (" ", "\t") and line.strip():
                 picked[line0 + k + 1] = line
                 if k > 0:

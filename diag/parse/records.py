@@ -99,6 +99,18 @@ class SourceParser:
             self.known_lines += 1
         d = Draft(source=self.name, line=lineno, raw=text, p=p)
         d.rank, d.rank_reason = p.rank, p.rank_reason
+        if (
+            p.grammar == "progress"
+            and last is not None
+            and near
+            and not last.p.message.strip()
+            and (last.p.process or last.rank)
+        ):
+            # vLLM prints a worker's prefix, then its tqdm bar on the next line
+            p.process, p.pid = last.p.process, last.p.pid
+            if last.rank is not None:
+                d.rank = last.rank
+                d.rank_reason = "the bar follows its process prefix on the line before"
         if "Traceback (most recent call last)" in p.message or p.grammar == "faulthandler":
             d.in_traceback = True
         self.drafts.append(d)
