@@ -209,6 +209,7 @@ def test_verdict_names_the_odd_rank_and_the_idle_gpu() -> None:
     assert "TP1: stack.jit_compile" in v
     assert "Odd one(s) out: TP1" in v
     assert "GPU0 100%" in v and "GPU1 0%" in v
+    assert "The GPUs of TP0 spin at ~100%" in v and "TP1 never joined" in v
 
 
 def test_verdict_cpu_side_hang() -> None:
@@ -426,3 +427,11 @@ def test_cli_out_writes_a_bundle_with_the_snapshot(titled_child: int, tmp_path: 
         doc = json.loads(f.read())
     text = json.dumps(doc)
     assert str(titled_child) in text and "sglang::scheduler_TP0" in text
+
+
+def test_verdict_makes_no_gpu_claim_when_ranks_share_a_gpu() -> None:
+    import dataclasses
+
+    snap = story_snapshot()
+    shared = tuple(dataclasses.replace(p, gpu_index=0) for p in snap.processes)
+    assert "never joined" not in build_verdict(dataclasses.replace(snap, processes=shared))

@@ -118,6 +118,28 @@ def _collapse(labels: Sequence[str]) -> str:
     )
 
 
+def _gpu_split(
+    snap: Snapshot, busy: float = 90.0, idle: float = 10.0
+) -> tuple[list[str], list[str]] | None:
+    """(ranks on spinning GPUs, ranks on idle GPUs) when the ranks have GPUs of their own
+    and both kinds exist: in an NCCL hang the rank whose GPU is idle is the one missing."""
+    if isinstance(snap.gpus, Unavailable):
+        return None
+    util = {g.index: g.util_percent_mean for g in snap.gpus}
+    ranked = [p for p in snap.processes if p.role in RANK_ROLES and p.gpu_index is not None]
+    indexes = [p.gpu_index for p in ranked]
+    if len(ranked) < 2 or len(set(indexes)) != len(indexes):
+        return None  # ranks sharing a GPU cannot be told apart by its utilization
+    hot, cold = [], []
+    for p in ranked:
+        u = util.get(p.gpu_index) if p.gpu_index is not None else None
+        if isinstance(u, float) and u >= busy:
+            hot.append(_rank_label(p))
+        elif isinstance(u, float) and u <= idle:
+            cold.append(_rank_label(p))
+    return (hot, cold) if hot and cold else None
+
+
 def build_verdict(snap: Snapshot) -> str:
     """One paragraph: what the server is doing and which ranks are the odd ones out."""
     if not snap.processes:
@@ -191,6 +213,14 @@ def build_verdict(snap: Snapshot) -> str:
             parts.append(
                 "All GPUs idle and no port: the ranks are blocked on the CPU side "
                 "(store wait, lock, IPC, compile), not inside a GPU collective."
+            )
+        split = _gpu_split(snap)
+        if split is not None:
+            busy_ranks, idle_ranks = split
+            parts.append(
+                f"The GPUs of {_collapse(busy_ranks)} spin at ~100% (a collective kernel "
+                f"waiting for its peers) while those of {_collapse(idle_ranks)} are idle: "
+                f"{_collapse(idle_ranks)} never joined."
             )
     for ev in snap.collective_evidence:
         behind = ev.get("behind")
