@@ -20,6 +20,7 @@ from diag.bundle.env import collect_env, package_versions, relevant_env
 from diag.bundle.read import read_bundle
 from diag.bundle.write import write_bundle
 from diag.cli import main
+from diag.errors import DiagError
 from diag.model import ProcessInfo, Snapshot, Unavailable
 from diag.redact import Redactor
 from diag.runner import RunResult
@@ -206,7 +207,7 @@ def test_interrupted_write_keeps_the_old_bundle(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(bundle_write.os, "fsync", disk_full)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(DiagError, match="No space left on device .nothing was written"):
         write_bundle(out, logs=[log], analysis=None, snapshot=None, runner=FakeRunner())
     assert out.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hang.tar.gz", "server.log"]
@@ -268,6 +269,11 @@ def test_cli_errors(
     log.write_text(LOG)
     cases.append((["bundle", "--no-snapshot", "--log", str(log), "--out",
                    str(tmp_path / "no" / "dir" / "b.tar.gz")], "does not exist"))
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if os.geteuid() != 0:  # root writes anywhere
+        cases.append((["bundle", "--no-snapshot", "--log", str(log), "--out",
+                       str(locked / "b.tar.gz")], "Permission denied"))
     for argv, expected in cases:
         monkeypatch.setattr(sys, "argv", ["diag", *argv])
         with pytest.raises(SystemExit) as exc:
@@ -318,3 +324,22 @@ def test_cli_folder_of_logs_and_unanalysable_input(
     assert not any(".hidden" in name for name in members)
     manifest = json.loads(members["manifest.json"])
     assert any(n.startswith("no analysis:") for n in manifest["notes"])
+
+
+def test_unwritable_folder_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(LOG)
+
+    def refused(*args: object, **kwargs: object) -> tuple[int, str]:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(bundle_write.tempfile, "mkstemp", refused)
+    monkeypatch.setattr(sys, "argv", ["diag", "bundle", "--no-snapshot", "--log", str(log),
+                                      "--out", str(tmp_path / "b.tar.gz")])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "Traceback" not in err
+    assert err.splitlines()[0].endswith("b.tar.gz: Permission denied")

@@ -52,7 +52,7 @@ from typing import IO, Any
 from diag import __version__
 from diag.bundle.env import collect_env
 from diag.bundle.read import FORMAT, MANIFEST, SCHEMA_VERSION
-from diag.errors import BundleError, InputError
+from diag.errors import BundleError, DiagError, InputError
 from diag.model import Analysis, Snapshot
 from diag.redact import Redactor
 from diag.runner import Runner, SubprocessRunner
@@ -367,7 +367,13 @@ def _write_atomically(out: Path, members: Mapping[str, bytes], mtime: int) -> in
     folder = out.parent
     if not folder.is_dir():
         raise InputError(f"{out}: folder {folder} does not exist")
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".partial", dir=folder)
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".partial", dir=folder)
+    except OSError as exc:
+        raise DiagError(
+            f"cannot write {out}: {exc.strerror or exc}",
+            help_text="Pick a folder you can write to: --out /tmp/hang.tar.gz",
+        ) from None
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as raw:
@@ -381,9 +387,14 @@ def _write_atomically(out: Path, members: Mapping[str, bytes], mtime: int) -> in
             os.fsync(raw.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, out)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        if isinstance(exc, OSError):
+            raise DiagError(
+                f"cannot write {out}: {exc.strerror or exc} (nothing was written)",
+                help_text="Free some space or pick another folder: --out /tmp/hang.tar.gz",
+            ) from None
         raise
     with contextlib.suppress(OSError):  # make the rename durable (best effort)
         dir_fd = os.open(folder, os.O_RDONLY)
