@@ -8,7 +8,6 @@ message comes from.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -21,10 +20,11 @@ from diag.model import PHASES, Event, EventKind, Record
 
 __all__ = [
     "KINDS",
-    "PhaseEntry",
     "Catalogue",
+    "PhaseEntry",
     "load_catalogue",
     "match_record",
+    "parse_catalogue",
 ]
 
 KINDS: tuple[EventKind, ...] = ("begin", "progress", "end", "mark")
@@ -166,7 +166,3 @@ def _event(record: Record, e: PhaseEntry, m: re.Match[str]) -> Event:
         fields=_fields(m),
     )
 
-
-def needles(cat: Catalogue) -> Sequence[str]:
-    """Patterns of every entry (for the prefilter)."""
-    return [e.regex.pattern for e in cat.entries]
