@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from diag.model import RankId, Record
 from diag.stacks.frames import make_frame, split_pyspy_frame
-from diag.stacks.textdump import extract_stack_processes, parse_stack_text
+from diag.stacks.textdump import extract_stack_processes, parse_stack_text, records_from_text
 
 FAULTHANDLER_RANK = """\
 Thread 0x00007f71b9fff640 (most recent call first):
@@ -287,3 +287,17 @@ Current thread 0x00007f7285a4a480 [python3] (most recent call first):
     (proc,) = parse_stack_text(text)
     assert [t.name for t in proc.threads] == ["pt_nccl_watchdg", "python3"]
     assert proc.wait_site == "stack.nccl_collective" and proc.wait_thread == 0x00007F7285A4A480
+
+
+def test_a_dump_never_runs_on_into_the_next_file() -> None:
+    tail_of_a = records_from_text(
+        "    all_reduce (torch/distributed/distributed_c10d.py:3252)\n    work (hang.py:8)",
+        source="a.txt",
+    )
+    head_of_b = records_from_text(
+        "    Socket.recv_pyobj (zmq/sugar/socket.py:1033)\n    <module> (<string>:1)",
+        source="b.txt",
+    )
+    a, b = extract_stack_processes([*tail_of_a, *head_of_b])
+    assert (a.source, a.wait_site) == ("a.txt", "stack.nccl_collective")
+    assert (b.source, b.wait_site) == ("b.txt", "stack.ipc_wait")

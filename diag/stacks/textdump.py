@@ -189,7 +189,7 @@ class _Pending:
 class _Channel:
     """The parser state of one demultiplexed stream of lines."""
 
-    def __init__(self, out: list[StackProcess], key: str) -> None:
+    def __init__(self, out: list[StackProcess], key: tuple[str, str]) -> None:
         self.out = out
         self.key = key
         self.proc: _Proc | None = None
@@ -430,8 +430,9 @@ def extract_stack_processes(records: Sequence[Record]) -> list[StackProcess]:
     Dumps of the same pid in the same source are merged into one process (see
     :func:`diag.stacks.merge.merge_samples`); processes come in the order they first appear."""
     found: list[StackProcess] = []
-    channels: dict[str, _Channel] = {}
-    busy: set[str] = set()  # channels with a dump (or a pending header) open
+    # one parser per (source, per-line prefix): a dump never runs on into another file
+    channels: dict[tuple[str, str], _Channel] = {}
+    busy: set[tuple[str, str]] = set()  # channels with a dump (or a pending header) open
     candidate = _CANDIDATE.search
     indent = (" ", "\t")
 
@@ -441,24 +442,31 @@ def extract_stack_processes(records: Sequence[Record]) -> list[StackProcess]:
             # A log parser attached this line to the record because it belongs to the
             # record's stream (prefix already stripped): it inherits the head's stream.
             ln.channel, ln.rank, ln.title = head.channel, ln.rank or head.rank, head.title
-        chan = channels.get(ln.channel)
+        ckey = (ln.source, ln.channel)
+        chan = channels.get(ckey)
         if (chan is None or chan.tb is None) and _INTERRUPT.match(ln.text):
             # The interrupted traceback's lines may have been attached (prefix stripped)
             # to a record of another stream: end the one open traceback of this rank.
-            open_tbs = [c for c in channels.values() if c.tb is not None]
+            open_tbs = [c for c in channels.values() if c.tb is not None and c.key[0] == ln.source]
             same = [c for c in open_tbs if c.tb is not None and c.tb.rank == ln.rank]
             pick = same if len(same) == 1 else open_tbs
             if len(pick) == 1:
                 chan = pick[0]
         if chan is None:
-            chan = channels[ln.channel] = _Channel(found, ln.channel)
+            chan = channels[ckey] = _Channel(found, ckey)
         chan.feed(ln)
         if chan.busy:
             busy.add(chan.key)
         else:
             busy.discard(chan.key)
 
+    source: str | None = None
     for rec in records:
+        if rec.source != source:
+            for done in [k for k in channels if k[0] == source]:
+                channels.pop(done).finish()
+                busy.discard(done)
+            source = rec.source
         offset = 0
         head = rec.raw or rec.message
         texts = (head, *rec.continuation) if rec.continuation else (head,)
