@@ -338,6 +338,16 @@ def _partial_reasons(dumps: Mapping[int, DumpResult]) -> list[str]:
     timeouts = sorted(pid for pid, d in dumps.items() if d.outcome == "timeout")
     if timeouts:
         reasons.append(f"py-spy timed out on pid {', '.join(map(str, timeouts))} (raise --timeout)")
+    late = sorted(
+        pid
+        for pid, d in dumps.items()
+        if d.outcome != "timeout" and any(a.outcome == "timeout" for a in d.attempts)
+    )
+    if late:
+        reasons.append(
+            f"the deadline cut dumps of pid {', '.join(map(str, late))} short (their "
+            "native frames or later samples are missing; raise --timeout)"
+        )
     return reasons
 
 
