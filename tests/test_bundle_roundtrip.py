@@ -146,3 +146,21 @@ def test_compressed_input_and_undecodable_bytes(tmp_path: Path) -> None:
     ((name, data),) = log_members(tmp_path / "b.tar.gz")
     assert name == "server.log"
     assert data == raw + b"\n"
+
+
+def test_damaged_and_unnamed_compressed_logs(tmp_path: Path) -> None:
+    import gzip
+
+    lines = b"".join(b"[2025-03-09 00:57:%02d TP0] line %d\n" % (i % 60, i) for i in range(5000))
+    packed = gzip.compress(lines)
+    damaged = tmp_path / "a.log.gz"
+    damaged.write_bytes(packed[: len(packed) // 2])  # cut mid-stream
+    unnamed = tmp_path / "b.log"  # gzip content, no .gz suffix: decided by magic bytes
+    unnamed.write_bytes(packed)
+    info = bundle_write.write_bundle(tmp_path / "x.tar.gz", logs=[damaged, unnamed],
+                                     analysis=None, snapshot=None)
+    assert any("a.log.gz: read stopped early" in n for n in info.notes)
+    logs = dict(log_members(tmp_path / "x.tar.gz"))
+    assert logs["b.log"] == lines
+    kept = logs["a.log"]
+    assert 0 < len(kept) < len(lines) and lines.startswith(kept[:-1])

@@ -43,6 +43,7 @@ import re
 import socket
 import tarfile
 import tempfile
+import zlib
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -105,44 +106,84 @@ class BundleInfo:
 # logs
 
 
-def _open_log(path: Path) -> IO[bytes]:
-    name = path.name.lower()
+_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x1f\x8b", "gzip"),
+    (b"BZh", "bzip2"),
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+)
+
+
+def _compression(path: Path) -> str | None:
+    """The compression of a file, by its first bytes (as `diag analyze` decides)."""
     try:
-        if name.endswith(".gz"):
-            return gzip.open(path, "rb")  # type: ignore[return-value]
-        if name.endswith(".bz2"):
-            return bz2.open(path, "rb")
-        if name.endswith(".xz"):
-            return lzma.open(path, "rb")
-        return path.open("rb")
+        with path.open("rb") as handle:
+            head = handle.read(8)
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise InputError(f"{path}: is a directory; pass the log files in it") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return next((kind for magic, kind in _MAGIC if head.startswith(magic)), None)
 
 
-def _line_chunks(path: Path, block: int = 8 << 20) -> Iterator[list[bytes]]:
+def _open_log(path: Path) -> IO[bytes]:
+    kind = _compression(path)
+    if kind == "gzip":
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    if kind == "bzip2":
+        return bz2.open(path, "rb")
+    if kind == "xz":
+        return lzma.open(path, "rb")
+    if kind == "zstd":
+        try:
+            import zstandard  # type: ignore[import-not-found, unused-ignore]
+        except ImportError:
+            raise InputError(
+                f"{path}: zstd-compressed, and the zstandard package is not installed",
+                help_text="pip install zstandard, or decompress it first: zstd -d FILE",
+            ) from None
+        return zstandard.ZstdDecompressor().stream_reader(path.open("rb"))  # type: ignore[no-any-return]
+    return path.open("rb")
+
+
+def _line_chunks(
+    path: Path, notes: list[str] | None = None, block: int = 8 << 20
+) -> Iterator[list[bytes]]:
     """Lines of a (possibly compressed) log, without their newlines, a few MiB at a time
-    (split on ``\\n`` only: a tqdm ``\\r`` stays inside its line)."""
+    (split on ``\\n`` only: a tqdm ``\\r`` stays inside its line). A damaged stream
+    ends early (the same place each pass) with a note, keeping what was read."""
     rest = b""
+    pieces: list[bytes] = []
+    size = 0
     try:
         with _open_log(path) as handle:
-            while data := handle.read(block):
-                parts = (rest + data).split(b"\n")
-                rest = parts.pop()
-                if parts:
-                    yield parts
-    except (OSError, EOFError, lzma.LZMAError) as exc:
-        raise InputError(f"{path}: cannot read ({exc})") from None
+            # read1: a damaged stream still gives every byte before the damage
+            read = getattr(handle, "read1", handle.read)
+            while data := read(block):
+                pieces.append(data)
+                size += len(data)
+                if size >= block:
+                    parts = (rest + b"".join(pieces)).split(b"\n")
+                    pieces, size = [], 0
+                    rest = parts.pop()
+                    if parts:
+                        yield parts
+    except (OSError, EOFError, lzma.LZMAError, zlib.error) as exc:
+        if notes is not None:
+            notes.append(f"{path.name}: read stopped early ({exc}); the lines before are kept")
+    parts = (rest + b"".join(pieces)).split(b"\n")
+    rest = parts.pop()
+    if parts:
+        yield parts
     if rest:
         yield [rest]
 
 
 def _plain_name(path: Path) -> str:
     name = path.name
-    for suffix in (".gz", ".bz2", ".xz"):
+    for suffix in (".gz", ".bz2", ".xz", ".zst", ".zstd"):
         if name.lower().endswith(suffix) and len(name) > len(suffix):
             return name[: -len(suffix)]
     return name
@@ -228,9 +269,10 @@ def _log_member(
     *,
     analysis: Analysis | None,
     full: bool,
+    notes: list[str],
 ) -> tuple[LogMember, bytes, bytes | None]:
     lengths: array[int] = array("Q")
-    for chunk in _line_chunks(path):
+    for chunk in _line_chunks(path, notes):
         lengths.extend(len(line) + 1 for line in chunk)
         if redactor.redact_hosts:  # learn every host first, to mask it from line 1
             for line in itertools.compress(chunk, redactor.hints(chunk)):
@@ -443,6 +485,7 @@ def write_bundle(
     log_members: list[tuple[LogMember, bytes, bytes | None]] = []
     used_names: set[str] = set()
     share = cap // max(1, len(logs))
+    read_notes: list[str] = []
     for path in logs:
         name = _safe_member_name(redactor.text(_plain_name(path)))
         member = f"logs/{name}"
@@ -452,8 +495,11 @@ def write_bundle(
             counter += 1
         used_names.add(member)
         log_members.append(
-            _log_member(path, member, redactor, share, analysis=analysis, full=full_logs)
+            _log_member(
+                path, member, redactor, share, analysis=analysis, full=full_logs, notes=read_notes
+            )
         )
+    all_notes += [redactor.text(n) for n in read_notes]
     for info, _data, _index in log_members:
         if info.cut:
             all_notes.append(
