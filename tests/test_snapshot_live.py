@@ -19,10 +19,12 @@ from collections.abc import Iterable
 
 import pytest
 from live.harness import MiniServer, gate_reason, mini_server, stopped_pids
+from rich.console import Console
 
 from diag.collect.snapshot import SnapshotOptions, take_snapshot
 from diag.model import ProcessInfo, Snapshot
 from diag.report.snapshot_json import snapshot_to_dict
+from diag.report.snapshot_view import render_snapshot
 
 pytestmark = pytest.mark.live
 
@@ -167,6 +169,14 @@ def test_compile_lock_one_rank_others_in_collective() -> None:
         names = {f.name for t in ranks[2].stack.threads for f in t.frames}  # type: ignore[union-attr]
         assert "compile_kernels" in names
         assert "stack.jit_compile" in snap.verdict
+        # the terminal view of the same snapshot: verdict first, the odd rank starred
+        console = Console(width=200, record=True, color_system=None)
+        for part in render_snapshot(snap):
+            console.print(part)
+        text = console.export_text()
+        assert text.index("verdict") < text.index("scheduler")
+        row = next(line for line in text.splitlines() if f" {ranks[2].pid} " in line)
+        assert "TP2 *" in row and "stack.jit_compile" in row
 
 
 def test_ipc_wait_between_processes_vllm() -> None:
