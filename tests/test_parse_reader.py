@@ -197,3 +197,36 @@ def test_utf16_log_from_powershell(tmp_path: Path) -> None:
     assert a.last_phase == "weights_load"
     assert [t.rank.label for t in a.ranks] == ["TP0", "TP1"]
     assert a.undecodable_bytes == 0
+
+
+def test_zip_and_tar_attachments_are_read_member_by_member(tmp_path: Path) -> None:
+    import tarfile
+    import zipfile
+
+    z = tmp_path / "logs.zip"
+    with zipfile.ZipFile(z, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("logs/rank0.log", LOG.replace("TP1", "TP0"))
+        zf.writestr("logs/rank1.log.gz", gzip.compress(LOG.replace("TP0", "TP1").encode()))
+        zf.writestr("logs/screenshot.png", b"\x89PNG....")
+    a = analyze([z])
+    assert a.sources == (f"{z}:logs/rank0.log", f"{z}:logs/rank1.log.gz")
+    assert {t.rank.label for t in a.ranks} == {"TP0", "TP1"}
+
+    t = tmp_path / "logs.tar.gz"
+    src = tmp_path / "server.log"
+    src.write_text(LOG)
+    with tarfile.open(t, "w:gz") as tf:
+        tf.add(src, arcname="server.log")
+    b = analyze([t])
+    assert b.sources == (f"{t}:server.log",)
+    assert b.last_phase == "weights_load"
+
+
+def test_archive_without_logs(tmp_path: Path) -> None:
+    import zipfile
+
+    z = tmp_path / "pics.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr("a.png", b"x")
+    with pytest.raises(InputError, match="no log files"):
+        analyze([z])

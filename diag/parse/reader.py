@@ -15,6 +15,9 @@ import io
 import lzma
 import os
 import sys
+import tarfile
+import zipfile
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,10 +42,11 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x28\xb5\x2f\xfd", "zstd"),
 )
 _SKIP_SUFFIXES = {
-    ".png", ".jpg", ".jpeg", ".gif", ".so", ".pyc", ".whl", ".tar", ".zip", ".pt",
+    ".png", ".jpg", ".jpeg", ".gif", ".so", ".pyc", ".whl", ".pt",
     ".safetensors", ".bin", ".npy", ".pdf", ".sha256", ".sig",
 }
 _SKIP_NAMES = {"manifest.json", "checksums.txt", "SHA256SUMS"}
+_ARCHIVE_SUFFIXES = {".zip", ".tar", ".tgz", ".tbz2", ".txz", ".gz", ".bz2", ".xz"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +147,88 @@ def _bundle_sources(path: Path) -> list[Source] | None:
     return [_bytes_source(f"{path}:{n}", data, mtime) for n, data in members(path)]
 
 
+class _Member(io.RawIOBase):
+    """A member of an archive, read as a stream; closing it closes the archive too."""
+
+    def __init__(self, inner: BinaryIO, owner: zipfile.ZipFile | tarfile.TarFile) -> None:
+        super().__init__()
+        self._inner = inner
+        self._owner = owner
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: bytearray | memoryview) -> int:  # type: ignore[override]
+        data = self._inner.read(len(buf))
+        buf[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._inner.close()
+            self._owner.close()
+        super().close()
+
+
+def _member_source(archive: Path, name: str, size: int, opener: Callable[[], BinaryIO],
+                   mtime: dt.datetime | None) -> Source:
+    def open_member() -> BinaryIO:
+        stream = cast(BinaryIO, io.BufferedReader(cast(io.RawIOBase, opener())))
+        head = stream.peek(8)[:8] if hasattr(stream, "peek") else b""
+        try:
+            return _decompressing(stream, _sniff(head), f"{archive}:{name}")
+        except BaseException:
+            stream.close()
+            raise
+
+    return Source(name=f"{archive}:{name}", open=open_member, size=size, mtime=mtime)
+
+
+def _archive_sources(path: Path) -> list[Source] | None:
+    """The log-like members of a .zip or .tar(.gz/.bz2/.xz) someone attached to a report."""
+    try:
+        is_zip = zipfile.is_zipfile(path)
+        is_tar = not is_zip and tarfile.is_tarfile(path)
+    except (OSError, EOFError, ValueError, tarfile.TarError, lzma.LZMAError, zlib.error):
+        return None  # damaged compressed data: the log reader says so with a note
+    if not (is_zip or is_tar):
+        return None
+    mtime = dt.datetime.fromtimestamp(path.stat().st_mtime)
+    out: list[Source] = []
+    try:
+        if is_zip:
+            with zipfile.ZipFile(path) as zf:
+                infos = [i for i in zf.infolist() if not i.is_dir()]
+            for info in infos:
+                if not _log_like(Path(info.filename)):
+                    continue
+
+                def zopen(name: str = info.filename) -> BinaryIO:
+                    zf = zipfile.ZipFile(path)
+                    return cast(BinaryIO, _Member(cast(BinaryIO, zf.open(name)), zf))
+
+                out.append(_member_source(path, info.filename, info.file_size, zopen, mtime))
+            return out
+        with tarfile.open(path) as tf:
+            members = [m for m in tf.getmembers() if m.isfile()]
+        for m in members:
+            if not _log_like(Path(m.name)):
+                continue
+
+            def topen(name: str = m.name) -> BinaryIO:
+                tf = tarfile.open(path)  # noqa: SIM115 - _Member closes it
+                inner = tf.extractfile(name)
+                if inner is None:
+                    tf.close()
+                    return io.BytesIO(b"")
+                return cast(BinaryIO, _Member(cast(BinaryIO, inner), tf))
+
+            out.append(_member_source(path, m.name, m.size, topen, mtime))
+        return out
+    except (OSError, EOFError, zipfile.BadZipFile, tarfile.TarError, lzma.LZMAError) as exc:
+        raise InputError(f"{path}: damaged archive ({exc})") from exc
+
+
 def _log_like(path: Path) -> bool:
     if path.name.startswith(".") or path.name in _SKIP_NAMES:
         return False
@@ -166,9 +252,11 @@ def resolve_inputs(inputs: Sequence[str | Path], stdin: BinaryIO | None = None) 
         if path.is_dir():
             found = 0
             for f in sorted(p for p in path.rglob("*") if p.is_file()):
-                bundle = _bundle_sources(f)
-                if bundle is not None:
-                    out.extend(bundle)
+                more = _bundle_sources(f)
+                if more is None and f.suffix.lower() in _ARCHIVE_SUFFIXES:
+                    more = _archive_sources(f)
+                if more is not None:
+                    out.extend(more)
                 elif _log_like(f):
                     out.append(_file_source(f))
                 else:
@@ -179,7 +267,12 @@ def resolve_inputs(inputs: Sequence[str | Path], stdin: BinaryIO | None = None) 
             continue
         if not os.access(path, os.R_OK):
             raise InputError(f"{path}: not readable (permission denied)")
-        out.extend(_bundle_sources(path) or [_file_source(path)])
+        more = _bundle_sources(path)
+        if more is None:
+            more = _archive_sources(path)
+            if more == []:
+                raise InputError(f"{path}: archive holds no log files")
+        out.extend(more or [_file_source(path)])
     return out
 
 
