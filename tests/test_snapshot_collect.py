@@ -556,3 +556,28 @@ def test_samples_tell_stuck_from_slow(tmp_path: Path) -> None:
     assert res[101].moving is False and res[103].moving is True
     assert res[101].stack is not None and res[101].stack.samples == 4  # python x3 + native
     assert len(res[103].samples) == 2
+
+
+def test_facts_of_real_processes() -> None:
+    import socket
+
+    from diag.collect.facts import collect_facts
+
+    child = _child()
+    try:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen(1)
+            port = s.getsockname()[1]
+            facts = collect_facts([os.getpid(), child.pid, 2**22 + 12345], window_s=0.1)
+        me, kid, gone = facts[os.getpid()], facts[child.pid], facts[2**22 + 12345]
+        if os.geteuid() == 0:  # mapping sockets to pids needs root
+            assert port in me.listening_ports  # type: ignore[operator]
+        assert isinstance(me.rss_bytes, int) and me.rss_bytes > 1 << 20
+        assert isinstance(me.cpu_percent, float) and isinstance(me.threads, int)
+        assert kid.state == "S" and kid.uptime_s is not None and kid.uptime_s >= 0
+        assert child.pid in me.children
+        assert isinstance(gone.rss_bytes, Unavailable) and "exited" in gone.rss_bytes.reason
+    finally:
+        child.kill()
+        child.wait()
