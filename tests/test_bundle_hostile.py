@@ -364,3 +364,20 @@ def test_fuzzed_bundles_fail_cleanly(tmp_path: Path, data: st.DataObject) -> Non
         assert exc.exit_code == 2 and "\n" not in exc.message
     else:
         assert bundle.schema == 1
+
+
+def test_exit_code_of_the_real_command(tmp_path: Path) -> None:
+    """The installed entry point, in its own process: one line on stderr, exit 2."""
+    import subprocess
+
+    bundle = _write(tmp_path / "evil.tar.gz", _good_members(), extra=_symlink)
+    proc = subprocess.run(
+        [sys.executable, "-m", "diag", "bundle", "verify", str(bundle)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert lines[0] == ("diag: error: evil.tar.gz: refused, member is a symbolic link "
+                        "('logs/passwd' -> '/etc/passwd')")
+    assert lines[1].startswith("hint: ") and len(lines) == 2
