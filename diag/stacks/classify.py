@@ -4,20 +4,27 @@ The rules are data: :data:`RULES` is an ordered table of (frame name regex, file
 native-only?) -> site. A thread's frames are read innermost first:
 
 1. *strong* rules name a wait by what it is for (``c10d::TCPStore::doWait``,
-   ``all_reduce`` in torch.distributed, ``MessageQueue.dequeue``, a safetensors read). The
+   ``all_reduce`` in torch.distributed, ``get_response`` of an RPC, a safetensors read). The
    innermost frame that matches a strong rule decides. Some strong rules are *leaf* rules
    (an asyncio loop, an idle thread-pool worker, a GPU-kernel wrapper): they only count
    where the frames inside them are native or generic waits, i.e. where the thread sits in
    that frame itself rather than in code it called.
-2. *weak* rules name a generic primitive (a lock, ``pthread_cond_wait``, ``select``,
-   ``queue.get``, a file lock, ``time.sleep``). They decide only when no strong rule
+2. *weak* rules name a generic primitive or channel (a lock, ``pthread_cond_wait``,
+   ``select``, ``queue.get``, zmq, vLLM's MessageQueue, a future, a file lock,
+   ``time.sleep``): what it waits *for* is said by a caller, if any (a GroupCoordinator
+   broadcast over a MessageQueue is a collective). They decide only when no strong rule
    matches, and then the outermost weak frame of the innermost wait chain wins (the
    ``queue.get`` around the ``Condition.wait``, the ``_shutdown`` around the lock).
 
 The thread that matters (:func:`pick_thread`) is the main thread unless another
-non-helper thread waits somewhere harder (the SGLang overlap scheduler's forward thread in
-an NCCL call while the main thread waits on it); helper threads (tqdm monitor, watchdogs,
-Inductor's pipe reader, idle pool workers) are never chosen while another thread exists.
+non-helper thread waits at a hard site (:data:`HARD_SITES`: a collective, a store, the
+GPU, a compile, the disk) while the main thread does not (the SGLang overlap scheduler's
+forward thread in an NCCL call while the main thread waits on it); helper threads (tqdm
+monitor, watchdogs, Inductor's pipe reader, queue feeders) are never chosen, and a
+process with only helper threads has no wait site.
+
+:func:`apply_gpu_facts` (live) and :func:`classify_wchan` (no ptrace) add what a stack
+cannot say.
 """
 
 from __future__ import annotations
