@@ -11,6 +11,7 @@ What is masked (kinds):
 - ``hf_token`` Hugging Face tokens (``hf_...``); ``openai_key`` / ``anthropic_key``
   (``sk-...``, ``sk-ant-...``); ``aws_access_key`` (``AKIA...``); ``github_token``
   (``ghp_``, ``gho_``, ``ghu_``, ``ghs_``, ``ghr_``, ``github_pat_``); ``jwt``;
+  ``google_api_key`` (``AIza...``); ``slack_token`` (``xoxb-...``);
 - ``bearer`` (``Bearer X``) and ``authorization`` (the value of an ``Authorization:``
   header); ``url_password`` (``scheme://user:PASS@host``);
 - ``flag``: the value of a command-line flag whose name has a secret word
@@ -92,7 +93,7 @@ def is_secret_env_name(name: str) -> bool:
 HINT_WORDS: tuple[str, ...] = (
     "hf_", "sk-", "akia", "asia", "agpa", "aida", "aroa", "ghp_", "gho_", "ghu_", "ghs_",
     "ghr_", "github_pat", "bearer", "auth", "://", "token", "key", "secret", "passw",
-    "passphrase", "credential", "cookie", "eyj",
+    "passphrase", "credential", "cookie", "eyj", "aiza", "xox",
 )  # fmt: skip
 # With redact_hosts: a line may name a host or address (or a context hosts are learned in).
 HOST_HINT_WORDS: tuple[str, ...] = ("://", "host", "node", "addr")
@@ -143,6 +144,8 @@ _TOKENS: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = (
         re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
         ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
     ),
+    ("google_api_key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}"), ("AIza",)),
+    ("slack_token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), ("xox",)),
     (
         "jwt",
         re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),

@@ -48,6 +48,9 @@ POSITIVE = [
     ('["api_key=inlistvalue", "x"]', "inlistvalue", "field"),
     ("SGLANG_API_KEY: colonvalue9", "colonvalue9", "field"),
     ("https://host/path?token=querysecret&x=1", "querysecret", "field"),
+    ("maps AIzaSyA1234567890abcdefghijklmnopqrstuv ok", "AIzaSyA1234567890abcdefghijklmnopqrstuv",
+     "google_api_key"),
+    ("slack xoxb-123456789012-abcdefABCDEF", "xoxb-123456789012-abcdefABCDEF", "slack_token"),
     ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJlMTIz", "c2lnbmF0dXJlMTIz", "jwt"),
 ]
 
