@@ -435,3 +435,25 @@ def test_verdict_makes_no_gpu_claim_when_ranks_share_a_gpu() -> None:
     snap = story_snapshot()
     shared = tuple(dataclasses.replace(p, gpu_index=0) for p in snap.processes)
     assert "never joined" not in build_verdict(dataclasses.replace(snap, processes=shared))
+
+
+def test_verdict_without_stacks_uses_the_proc_tier() -> None:
+    import dataclasses
+
+    snap = story_snapshot()
+    blind = tuple(
+        dataclasses.replace(
+            p,
+            stack=None,
+            wchan="futex_wait_queue",
+            syscall="futex",
+            thread_names={"python3": 1, "gloo_tcp_loop": 1, "pt_nccl_watchdg": 1},
+        )
+        for p in snap.processes
+    )
+    v = build_verdict(dataclasses.replace(snap, processes=blind, groups=(), outlier_tp_ranks=()))
+    assert "No stack for 2 rank(s)" in v
+    assert (
+        "TP0 state S, wchan futex_wait_queue, in futex(), threads gloo_tcp_loop, pt_nccl_watchdg"
+        in v
+    )

@@ -106,6 +106,20 @@ def _short(frames_owner: StackProcess | None, n: int = 3) -> str:
     return " <- ".join(f.name for f in named[:n])
 
 
+def _proc_hint(p: ProcessInfo) -> str:
+    """What the no-ptrace tier says about a process: state, wait channel, syscall and
+    the native threads it runs (gloo, NCCL watchdog), for when py-spy could not attach."""
+    bits = [f"state {p.state if isinstance(p.state, str) else '?'}"]
+    if isinstance(p.wchan, str) and p.wchan not in ("", "0"):
+        bits.append(f"wchan {p.wchan}")
+    if isinstance(p.syscall, str) and p.syscall not in ("running", "blocked"):
+        bits.append(f"in {p.syscall}()")
+    named = sorted(n for n in p.thread_names if n.startswith(("gloo", "pt_", "cuda")))
+    if named:
+        bits.append("threads " + ", ".join(named[:4]))
+    return ", ".join(bits)
+
+
 def _rank_label(p: ProcessInfo) -> str:
     return p.rank.label if p.rank is not None else f"pid {p.pid}"
 
@@ -175,6 +189,10 @@ def build_verdict(snap: Snapshot) -> str:
                 where = _short(sample.stack if sample else None)
                 extra = f" in {where}" if where else ""
                 parts.append(f"{_collapse(labels)}: {site}{extra}.")
+        blind = [p for p in ranked if p.stack is None or not p.stack.threads]
+        if blind:
+            hints = "; ".join(f"{_rank_label(p)} {_proc_hint(p)}" for p in blind[:8])
+            parts.append(f"No stack for {len(blind)} rank(s); /proc says: {hints}.")
         if snap.outlier_tp_ranks:
             odd = ", ".join(f"TP{r}" for r in snap.outlier_tp_ranks)
             parts.append(f"Odd one(s) out: {odd} (stack differs from the majority).")
