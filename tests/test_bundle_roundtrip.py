@@ -164,3 +164,15 @@ def test_damaged_and_unnamed_compressed_logs(tmp_path: Path) -> None:
     assert logs["b.log"] == lines
     kept = logs["a.log"]
     assert 0 < len(kept) < len(lines) and lines.startswith(kept[:-1])
+
+
+def test_same_name_on_two_nodes(tmp_path: Path) -> None:
+    """node0/server.log and node1/server.log stay two logs with two names."""
+    for node in ("node0", "node1"):
+        (tmp_path / node).mkdir()
+        (tmp_path / node / "server.log").write_text(f"[2025-03-09 00:57:15 TP0] on {node}\n")
+    logs = [tmp_path / "node0" / "server.log", tmp_path / "node1" / "server.log"]
+    bundle_write.write_bundle(tmp_path / "b.tar.gz", logs=logs, analysis=None, snapshot=None)
+    got = log_members(tmp_path / "b.tar.gz")
+    assert [name for name, _ in got] == ["server.log", "node1-server.log"]
+    assert [data for _, data in got] == [p.read_bytes() for p in logs]

@@ -270,6 +270,7 @@ def _log_member(
     analysis: Analysis | None,
     full: bool,
     notes: list[str],
+    source: str,
 ) -> tuple[LogMember, bytes, bytes | None]:
     lengths: array[int] = array("Q")
     for chunk in _line_chunks(path, notes):
@@ -302,7 +303,6 @@ def _log_member(
     kept = keep.count(1)
     n = len(lengths)
     whole = kept == n
-    source = redactor.text(_plain_name(path))
     index_name = None if whole else f"{member}.index.json"
     index = None
     if index_name is not None:
@@ -486,17 +486,32 @@ def write_bundle(
     used_names: set[str] = set()
     share = cap // max(1, len(logs))
     read_notes: list[str] = []
+    sources: set[str] = set()
     for path in logs:
-        name = _safe_member_name(redactor.text(_plain_name(path)))
+        # one name per log: node0/server.log and node1/server.log become server.log and
+        # node1-server.log (the source name `diag analyze BUNDLE` shows)
+        source = redactor.text(_plain_name(path))
+        if source in sources and path.parent.name:
+            source = f"{redactor.text(path.parent.name)}-{source}"
+        base, counter = source, 2
+        while source in sources:
+            source, counter = f"{counter}-{base}", counter + 1
+        sources.add(source)
+        name = _safe_member_name(source)
         member = f"logs/{name}"
-        counter = 2
         while member in used_names:
-            member = f"logs/{counter}-{name}"
-            counter += 1
+            member, counter = f"logs/{counter}-{name}", counter + 1
         used_names.add(member)
         log_members.append(
             _log_member(
-                path, member, redactor, share, analysis=analysis, full=full_logs, notes=read_notes
+                path,
+                member,
+                redactor,
+                share,
+                analysis=analysis,
+                full=full_logs,
+                notes=read_notes,
+                source=source,
             )
         )
     all_notes += [redactor.text(n) for n in read_notes]
