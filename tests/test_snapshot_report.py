@@ -233,7 +233,7 @@ def test_terminal_view_verdict_first_then_table_then_groups() -> None:
     row = next(line for line in text.splitlines() if " 12 " in line and "scheduler" in line)
     assert "TP1 *" in row and "stack.jit_compile" in row and "0%" in row
     row0 = next(line for line in text.splitlines() if " 11 " in line)
-    assert "100%" in row0 and "226.0 GiB" in row0 and "pthread_cond_wait" in row0
+    assert "100%" in row0 and "226.0 GiB" in row0 and "pthread_cond_wait [libc.so.6]" in row0
     assert "startup.no_listen_port" in text
 
 

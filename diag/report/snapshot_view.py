@@ -16,7 +16,7 @@ from rich.text import Text
 
 from diag.model import GpuSample, ProcessInfo, Snapshot, StackFrame, Unavailable
 
-__all__ = ["fmt_bytes", "render_snapshot", "top_frames"]
+__all__ = ["fmt_bytes", "frame_text", "render_snapshot", "top_frames"]
 
 _ROLE_ORDER = {
     "launcher": 0,
@@ -53,8 +53,25 @@ def _frames_for(p: ProcessInfo) -> tuple[StackFrame, ...]:
     return thread.frames
 
 
+_GLUE = ("pybind11::", "_Py", "Py", "cfunction_", "method_vectorcall", "torch::autograd::dispatch")
+
+
+def _entry_frame(frames: Sequence[StackFrame]) -> StackFrame | None:
+    """The outermost native frame below the Python caller that is not binding glue:
+    where the library was entered (``c10d::TCPStore::get``, ``c10d::ProcessGroupGloo``)."""
+    entry: StackFrame | None = None
+    for f in frames:
+        if not f.native:
+            break
+        if f.name.startswith("0x") or f.name.startswith(_GLUE) or "libpython" in f.filename:
+            continue
+        entry = f
+    return entry
+
+
 def top_frames(p: ProcessInfo, n: int = 3) -> str:
-    """Innermost frames of the wait thread: the native leaf, then the Python frames."""
+    """The wait thread in a few frames: the native leaf, where the library was entered,
+    then the innermost Python frames."""
     frames = _frames_for(p)
     if not frames:
         return ""
@@ -63,13 +80,22 @@ def top_frames(p: ProcessInfo, n: int = 3) -> str:
     picked: list[StackFrame] = []
     if named and named[0].native:
         picked.append(named[0])
+        entry = _entry_frame(frames)
+        if entry is not None and entry is not named[0] and n > 2:
+            picked.append(entry)
     picked += py[: max(1, n - len(picked))]
-    return " <- ".join(_short_label(f) for f in picked[:n])
+    text = " <- ".join(frame_text(f) for f in picked[:n])
+    if p.native_peer is not None:
+        text += f" [C++ frames: pid {p.native_peer}]"
+    return text
 
 
-def _short_label(f: StackFrame) -> str:
+def frame_text(f: StackFrame, width: int = 80) -> str:
+    """``name (file.py:12)`` for Python, ``name [lib.so]`` for native, cut to ``width``."""
     if f.native:
-        return f.name
+        name = f.name if len(f.name) <= width else f.name[: width - 3] + "..."
+        lib = f.filename.rsplit("/", 1)[-1] if f.filename else ""
+        return f"{name} [{lib}]" if lib else name
     where = f.filename.rsplit("/", 1)[-1] if f.filename else ""
     return f"{f.name} ({where}:{f.line})" if where else f.name
 
@@ -140,17 +166,17 @@ def _process_table(snap: Snapshot, server: int | None, procs: Sequence[ProcessIn
             gpu = f"{p.gpu_index}"
             if p.gpu_memory_bytes:
                 gpu += f" {fmt_bytes(p.gpu_memory_bytes)}"
-        table.add_row(
-            p.role,
+        table.add_row(  # Text, not str: frame names hold brackets rich would read as markup
+            Text(p.role),
             Text(rank + (" *" if odd else ""), style="bold magenta" if odd else ""),
-            str(p.pid),
+            Text(str(p.pid)),
             _state(p),
-            fmt_bytes(p.rss_bytes),
-            cpu,
-            gpu,
-            _gpu_util(p, snap.gpus),
-            site or "-",
-            top_frames(p),
+            Text(fmt_bytes(p.rss_bytes)),
+            Text(cpu),
+            Text(gpu),
+            Text(_gpu_util(p, snap.gpus)),
+            Text(site or "-"),
+            Text(top_frames(p)),
         )
     return table
 
@@ -174,10 +200,11 @@ def render_snapshot(snap: Snapshot, *, max_group_frames: int = 8) -> list[Render
         for g in snap.groups:
             members = ", ".join(g.members)
             body = Text()
-            for f in g.frames[:max_group_frames]:
-                body.append(("  [native] " if f.native else "  ") + f.label + "\n")
-            if len(g.frames) > max_group_frames:
-                body.append(f"  ... {len(g.frames) - max_group_frames} more frames\n", style="dim")
+            shown = [f for f in g.frames if not (f.native and f.name.startswith("0x"))]
+            for f in shown[:max_group_frames]:
+                body.append("  " + frame_text(f, width=120) + "\n")
+            if len(shown) > max_group_frames:
+                body.append(f"  ... {len(shown) - max_group_frames} more frames\n", style="dim")
             out.append(
                 Panel(
                     body, title=f"{g.wait_site or 'unclassified'} · {members}", title_align="left"
@@ -220,7 +247,10 @@ def render_snapshot(snap: Snapshot, *, max_group_frames: int = 8) -> list[Render
         for fd in snap.findings:
             style = {"error": "bold red", "warning": "yellow"}.get(fd.severity, "")
             table.add_row(
-                Text(fd.severity, style=style), fd.id, ", ".join(fd.ranks) or "-", fd.title
+                Text(fd.severity, style=style),
+                Text(fd.id),
+                Text(", ".join(fd.ranks) or "-"),
+                Text(fd.title),
             )
         out.append(table)
     out.extend(Text(f"partial: {reason}", style="yellow") for reason in snap.partial)
