@@ -11,7 +11,8 @@ What is masked (kinds):
 - ``hf_token`` Hugging Face tokens (``hf_...``); ``openai_key`` / ``anthropic_key``
   (``sk-...``, ``sk-ant-...``); ``aws_access_key`` (``AKIA...``); ``github_token``
   (``ghp_``, ``gho_``, ``ghu_``, ``ghs_``, ``ghr_``, ``github_pat_``); ``jwt``;
-  ``google_api_key`` (``AIza...``); ``slack_token`` (``xoxb-...``);
+  ``google_api_key`` (``AIza...``); ``slack_token`` (``xoxb-...``); ``private_key``
+  (the body of a PEM ``-----BEGIN ... PRIVATE KEY-----`` block);
 - ``bearer`` (``Bearer X``) and ``authorization`` (the value of an ``Authorization:``
   header); ``url_password`` (``scheme://user:PASS@host``);
 - ``flag``: the value of a command-line flag whose name has a secret word
@@ -93,7 +94,7 @@ def is_secret_env_name(name: str) -> bool:
 HINT_WORDS: tuple[str, ...] = (
     "hf_", "sk-", "akia", "asia", "agpa", "aida", "aroa", "ghp_", "gho_", "ghu_", "ghs_",
     "ghr_", "github_pat", "bearer", "auth", "://", "token", "key", "secret", "passw",
-    "passphrase", "credential", "cookie", "eyj", "aiza", "xox",
+    "passphrase", "credential", "cookie", "eyj", "aiza", "xox", "private key-----",
 )  # fmt: skip
 # With redact_hosts: a line may name a host or address (or a context hosts are learned in).
 HOST_HINT_WORDS: tuple[str, ...] = ("://", "host", "node", "addr")
@@ -162,6 +163,14 @@ _FIELD_AT = re.compile(
 )
 
 _NAMED_VALUES = frozenset({"repr", "value", "val"})
+# PEM private keys: a whole block in one text, or, in a stream of lines, every line from
+# the BEGIN line to the END line (the body lines have nothing else to recognise them by).
+_PEM_BEGIN = "PRIVATE KEY-----"
+_PEM_BLOCK = re.compile(
+    r"(?P<head>-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----)(?P<val>.*?)(?P<tail>-----END [A-Z0-9 ]*"
+    r"PRIVATE KEY-----|\Z)",
+    re.S,
+)
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?[%A-Za-z]{0,3}")
 _NOT_SECRET_VALUES = frozenset({"", "None", "none", "null", "True", "False", "true", "false"})
 
@@ -225,6 +234,8 @@ class Redactor:
         self._hosts: set[str] = set()
         self._ip_masks: dict[str, str] = {}
         self._host_re: re.Pattern[str] | None = None
+        self._pem_open = False  # (stream mode) inside a private key block
+        self._pem_hint_open = False
         if redact_hosts:
             try:
                 local = socket.gethostname()
@@ -359,9 +370,22 @@ class Redactor:
         q = match.group("q")
         return f"{q}{name}{q}{match.group('op')}{quote}{self._hit(kind)}{quote}"
 
-    def text(self, text: str, *, learn: bool = True) -> str:
+    def text(self, text: str, *, learn: bool = True, stream: bool = False) -> str:
         """Redact one text (a line, a message, a rendered report). ``learn=False`` skips
-        learning hosts from it (the caller has pre-scanned it with ``learn_hosts``)."""
+        learning hosts from it (the caller has pre-scanned it with ``learn_hosts``).
+        ``stream=True``: the text is the next line of one log (see ``end_stream``), so a
+        private key block spread over lines is masked line by line."""
+        if stream and self._pem_open:
+            if "-----END" in text and _PEM_BEGIN in text:
+                self._pem_open = False
+                return text
+            return _mask("private_key")
+        if _PEM_BEGIN in text and "-----BEGIN" in text:
+            if stream and "-----END" not in text:
+                self._pem_open = True
+                self._counts["private_key"] += 1
+                return text
+            text = _PEM_BLOCK.sub(self._pem_sub, text)
         low = text.lower()
         if any(word in low for word in HINT_WORDS):
             if "://" in text:
@@ -414,11 +438,26 @@ class Redactor:
         parts.append(text[done:])
         return "".join(parts)
 
-    def hints(self, lines: Sequence[bytes]) -> list[bool]:
+    def hints(self, lines: Sequence[bytes], *, stream: bool = False) -> list[bool]:
         """For a batch of raw lines: which ones ``text`` might change. A line marked
-        False comes out of ``text`` unchanged, so a caller may copy it as it is."""
+        False comes out of ``text`` unchanged, so a caller may copy it as it is. With
+        ``stream``, the batch continues one log (as ``text(stream=True)`` reads it): the
+        lines of a private key block are all marked."""
         if not lines:
             return []
+        flags = self._hints(lines)
+        if stream and (self._pem_hint_open or any(b"PRIVATE KEY-----" in line for line in lines)):
+            for i, line in enumerate(lines):
+                if self._pem_hint_open:
+                    flags[i] = True
+                    if b"-----END" in line and b"PRIVATE KEY-----" in line:
+                        self._pem_hint_open = False
+                elif b"-----BEGIN" in line and b"PRIVATE KEY-----" in line:
+                    flags[i] = True
+                    self._pem_hint_open = b"-----END" not in line
+        return flags
+
+    def _hints(self, lines: Sequence[bytes]) -> list[bool]:
         import polars as pl
 
         # (invalid UTF-8 becomes U+FFFD here: the hint words are ASCII, so none is lost)
@@ -432,6 +471,14 @@ class Redactor:
                 | series.str.contains(HOST_HINT_RE)
             )
         return [bool(hit) for hit in mask.to_list()]
+
+    def _pem_sub(self, match: re.Match[str]) -> str:
+        return match.group("head") + self._hit("private_key") + match.group("tail")
+
+    def end_stream(self) -> None:
+        """The log being streamed ended: forget any open private key block."""
+        self._pem_open = False
+        self._pem_hint_open = False
 
     def _token_sub(self, kind: str) -> Callable[[re.Match[str]], str]:
         def sub(_match: re.Match[str]) -> str:
@@ -456,8 +503,11 @@ class Redactor:
 
     def lines(self, lines: Iterable[str]) -> Iterator[str]:
         """Redact a stream of lines, one at a time (nothing is buffered)."""
-        for line in lines:
-            yield self.text(line)
+        try:
+            for line in lines:
+                yield self.text(line, stream=True)
+        finally:
+            self.end_stream()
 
     def argv(self, argv: Sequence[str]) -> list[str]:
         """Redact a command line: ``--api-key VALUE`` masks the next element too."""

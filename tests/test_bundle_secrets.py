@@ -49,6 +49,7 @@ S = {
     "child_nccl_auth": "child" + "NcclBearer-5656",
     "own_torch_credential": "own" + "TorchCredential-7878",
     "own_cuda_bearer": "own" + "CudaBearerTok-9090",
+    "pem_body": "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTU" + "t9Us8cKjPemBody",
 }
 
 
@@ -66,6 +67,9 @@ def _log(tmp_path: Path) -> Path:
         f"curl -H 'Authorization: Bearer {S['bearer_log']}' http://127.0.0.1:30000/health\n",
         f"proxy header: Authorization: Basic {S['basic_log']}\n",
         f"[2025-03-09 00:40:02] cookie jwt={S['jwt_log']}\n",
+        "-----BEGIN RSA PRIVATE KEY-----\n",
+        f"{S['pem_body']}\n",
+        "-----END RSA PRIVATE KEY-----\n",
     ]
     # An evidence line that itself carries a secret (the finding must survive, masked).
     evidence = (
@@ -175,7 +179,8 @@ def test_no_secret_in_bundle(
     manifest = json.loads(members["manifest.json"])
     counts = manifest["redactions"]
     for kind in ("hf_token", "openai_key", "anthropic_key", "aws_access_key", "github_token",
-                 "bearer", "authorization", "url_password", "flag", "env", "field", "jwt"):
+                 "bearer", "authorization", "url_password", "flag", "env", "field", "jwt",
+                 "private_key"):
         assert counts.get(kind, 0) >= 1, kind
     assert sum(counts.values()) >= len(S)
 

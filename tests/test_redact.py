@@ -156,6 +156,37 @@ def test_named_values_in_stacks() -> None:
     assert out["name"] == "load"  # type: ignore[index]
 
 
+KEY_BODY = ["MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj",
+            "MzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvu",
+            "NMoSfm76oqFvAp8Gy0iz5sxjZmSnXyCdPEovGhLa0VzMaQ8s+CLOyS56YyCFGeJZ"]
+PEM = ["-----BEGIN PRIVATE KEY-----", *KEY_BODY, "-----END PRIVATE KEY-----"]
+
+
+def test_private_key_in_one_text() -> None:
+    r = Redactor()
+    out = r.text("cert loaded:\n" + "\n".join(PEM) + "\ndone")
+    assert not any(body in out for body in KEY_BODY)
+    assert "-----BEGIN PRIVATE KEY-----<redacted:private_key>-----END PRIVATE KEY-----" in out
+    assert out.startswith("cert loaded:") and out.endswith("done")
+    assert r.summary() == {"private_key": 1}
+
+
+def test_private_key_across_streamed_lines() -> None:
+    lines = ["[2025] start", *[f"  {p}" for p in PEM], "[2025] done"]
+    r = Redactor()
+    out = list(r.lines(lines))
+    assert out[0] == lines[0] and out[-1] == lines[-1]
+    assert out[1] == lines[1] and out[-2] == lines[-2]
+    assert out[2:5] == ["<redacted:private_key>"] * 3
+    assert r.summary() == {"private_key": 1}
+    # the batch prefilter marks the whole block, across batches
+    raw = [line.encode() for line in lines]
+    flags = r.hints(raw[:3], stream=True) + r.hints(raw[3:], stream=True)
+    assert flags[1:6] == [True] * 5 and flags[-1] is False
+    r.end_stream()
+    assert r.text(KEY_BODY[0], stream=True) == KEY_BODY[0]
+
+
 def test_names() -> None:
     assert is_secret_name("api_key") and is_secret_name("admin-api-key")
     assert is_secret_name("adminApiKey") and is_secret_name("HF_TOKEN")

@@ -285,6 +285,7 @@ def _log_member(
     )
     out = io.BytesIO()
     base = 0
+    redactor.end_stream()
     for chunk in _line_chunks(path):
         flags = keep[base : base + len(chunk)]
         chunk = chunk[: len(flags)]  # (lines added since the first pass are left out)
@@ -292,12 +293,16 @@ def _log_member(
         kept_lines = chunk if flags.count(0) == 0 else list(itertools.compress(chunk, flags))
         if not kept_lines:
             continue
-        for i in itertools.compress(range(len(kept_lines)), redactor.hints(kept_lines)):
+        flagged = redactor.hints(kept_lines, stream=True)
+        for i in itertools.compress(range(len(kept_lines)), flagged):
             # only the lines the prefilter flags go through the redactor
-            text = redactor.text(kept_lines[i].decode("utf-8", "surrogateescape"), learn=False)
+            text = redactor.text(
+                kept_lines[i].decode("utf-8", "surrogateescape"), learn=False, stream=True
+            )
             kept_lines[i] = text.encode("utf-8", "surrogateescape")
         out.write(b"\n".join(kept_lines))
         out.write(b"\n")
+    redactor.end_stream()
     keep = keep[:base]  # (the file may have changed between the passes)
     segments = [[m.start() + 1, m.end() - m.start()] for m in re.finditer(b"\x01+", keep)]
     kept = keep.count(1)
