@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from diag.errors import InputError
-from diag.model import Analysis, Event, RankId, Record
+from diag.model import (
+    Analysis,
+    Event,
+    PhaseInterval,
+    RankId,
+    RankTimeline,
+    Record,
+    phase_index,
+)
 from diag.parse import reader
 from diag.parse.config import detect_config_line, normalise, parse_config_message
 from diag.parse.reader import UTF16_BOMS, Source, iter_chunks, resolve_inputs
@@ -396,7 +404,7 @@ def _finish(sources: Sequence[Source], col: _Collected, rules_dirs: Sequence[Pat
         ranks=ranks,
         expected_ranks=expected,
         missing_ranks=missing,
-        stragglers=stragglers(ranks),
+        stragglers=stragglers(ranks, server_up=_server_up(ranks, global_phases)),
         log_end=log_end,
         records=col.lines,
         events=tuple(events),
@@ -405,6 +413,11 @@ def _finish(sources: Sequence[Source], col: _Collected, rules_dirs: Sequence[Pat
         undecodable_bytes=col.undecodable,
     )
     return _post(analysis, records, rules_dirs)
+
+
+def _server_up(ranks: Sequence[RankTimeline], glob: Sequence[PhaseInterval]) -> bool:
+    phases = [t.last_phase for t in ranks] + [p.phase for p in glob]
+    return any(phase_index(p) >= phase_index("listening") for p in phases)
 
 
 def _rank_stats(records: Sequence[Record]) -> dict[RankId, RankStats]:

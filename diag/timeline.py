@@ -158,14 +158,20 @@ BEHIND_MIN_S = 120.0  # a rank behind in phase must also have been quiet this lo
 QUIET_MIN_S = 300.0  # a rank in the same phase counts as stuck when quiet this much longer
 
 
-def stragglers(timelines: Sequence[RankTimeline]) -> tuple[RankId, ...]:
+def stragglers(
+    timelines: Sequence[RankTimeline], server_up: bool = False
+) -> tuple[RankId, ...]:
     """Ranks that fell behind the others.
 
     Either its last phase is earlier than the one most ranks reached (the plurality; on a
     tie the furthest of the tied phases) while the others
     kept logging for at least :data:`BEHIND_MIN_S` after it went quiet, or it is in the
     same phase but went quiet :data:`QUIET_MIN_S` before another rank's last line. Where
-    timestamps are missing the phase alone decides."""
+    timestamps are missing the phase alone decides.
+
+    With ``server_up`` (the server listened or served) a rank whose last phase ended with
+    its own end marker finished its startup: SGLang logs serving lines from TP0 only, so
+    the other ranks going quiet then is normal."""
     known = [t for t in timelines if t.last_phase is not None]
     if len(known) < 2:
         return ()
@@ -178,6 +184,8 @@ def stragglers(timelines: Sequence[RankTimeline]) -> tuple[RankId, ...]:
     floor = min(silences) if silences else None
     out: list[RankId] = []
     for t in known:
+        if server_up and _finished(t):
+            continue
         idx = phase_index(t.last_phase)
         quiet = None if (t.silent_s is None or floor is None) else t.silent_s - floor
         if idx < majority and not spread:
@@ -186,6 +194,11 @@ def stragglers(timelines: Sequence[RankTimeline]) -> tuple[RankId, ...]:
         elif quiet is not None and quiet >= QUIET_MIN_S and idx <= majority:
             out.append(t.rank)
     return tuple(out)
+
+
+def _finished(t: RankTimeline) -> bool:
+    last = max(t.phases, key=lambda p: phase_index(p.phase), default=None)
+    return last is not None and (last.ended or phase_index(last.phase) >= phase_index("warmup"))
 
 
 def expected_ranks(

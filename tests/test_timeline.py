@@ -95,6 +95,26 @@ def test_same_phase_but_silent_long_before_the_others() -> None:
     assert stragglers(ranks) == (RankId(tp=0),)
 
 
+def test_quiet_ranks_that_finished_startup_are_not_behind_a_serving_tp0() -> None:
+    done = [
+        RankTimeline(
+            RankId(tp=i),
+            build_intervals([ev(0, "cuda_graph", "begin", RankId(tp=i)),
+                             ev(20, "cuda_graph", "end", RankId(tp=i))]),
+            None,
+            3600.0,
+        )
+        for i in (1, 2, 3)
+    ]
+    serving = tl(0, "serving", 0.0)
+    assert stragglers([serving, *done], server_up=True) == ()
+    # the same quiet ranks while the server never came up are behind
+    assert stragglers([serving, *done], server_up=False) == tuple(t.rank for t in done)
+    # an open phase (no end marker) is still a straggler even when the server is up
+    stuck = tl(4, "cuda_graph", 3600.0)
+    assert stragglers([serving, *done, stuck], server_up=True) == (RankId(tp=4),)
+
+
 def test_no_stragglers_when_all_agree_or_only_one_rank() -> None:
     assert stragglers([tl(i, "serving", 0.0) for i in range(8)]) == ()
     assert stragglers([tl(0, "weights_load", 100.0)]) == ()

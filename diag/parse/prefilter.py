@@ -253,6 +253,7 @@ class _Scanner:
         # chunks left to look for the first serving line of ranks that have none yet
         self.keyed_budget: int | None = None
         self.nul = 0  # NUL bytes seen in the parsed parts
+        self.absent: dict[str, int] = {}  # rank key -> chunks in a row it was not found in
 
     def _decode(self, raw: bytes) -> str:
         text, bad = decode(raw)
@@ -304,22 +305,34 @@ class _Scanner:
             for bi, text, hit in zip(todo, texts, mask.to_list(), strict=True):
                 if hit:
                     self._lines(text, block_line0[bi], picked)
-        # 2. rank keys: sampled from the chunk's ends and from the candidates
+        # 2. rank keys: sampled from the chunk's ends and from the candidates. A key seen
+        #    here is searched for in this chunk; one not seen for two chunks no longer is
+        #    (a rank that went quiet, or one that never logs serving lines) until it shows
+        #    up in a sample or a candidate again.
+        seen_now: set[str] = set()
         if hi - lo > 2 * _SAMPLE:
-            keys |= _keys_in(self._decode(data[lo : lo + _SAMPLE]))
-            keys |= _keys_in(self._decode(data[hi - _SAMPLE : hi]))
+            seen_now |= _keys_in(self._decode(data[lo : lo + _SAMPLE]))
+            seen_now |= _keys_in(self._decode(data[hi - _SAMPLE : hi]))
         else:
-            keys |= _keys_in(self._decode(data[lo:hi]))
+            seen_now |= _keys_in(self._decode(data[lo:hi]))
         if picked:
-            keys |= _keys_in("\n".join(picked.values()))
+            seen_now |= _keys_in("\n".join(picked.values()))
+        keys |= seen_now
+        for key in seen_now:
+            self.absent[key] = 0
         # 3. first and last lines of the bulk: each rank's last line in the chunk, the first
         #    serving line of each rank and kind, and the chunk's last line
         extra: set[int] = set()
         for key in keys:
+            if self.absent.get(key, 0) >= 2:
+                continue
             bkey = key.encode()
             i = data.rfind(bkey, lo, hi)
             if i >= 0:
                 extra.add(i)
+                self.absent[key] = 0
+            else:
+                self.absent[key] = self.absent.get(key, 0) + 1
             if key.endswith("] ") and (self.keyed_budget is None or self.keyed_budget > 0):
                 for lit in _KEYED_BULK:
                     probe = bkey + lit.encode()
