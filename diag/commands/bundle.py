@@ -5,7 +5,8 @@ analyses the logs, takes a live snapshot of the servers on this host (unless
 ``--no-snapshot``), collects env.json, and writes the bundle atomically.
 ``diag bundle verify FILE`` checks a bundle's schema, checksums and structure.
 
-Exit codes: 0 written / verified, 2 bad input or a bad bundle (one line saying why).
+Exit codes: 0 written / verified, 2 bad input or a bad bundle (one line saying why),
+3 written, but the live snapshot in it is partial (py-spy missing, ptrace refused, ...).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
-from diag.errors import DiagError, InputError
+from diag.errors import EXIT_PARTIAL, DiagError, InputError
 from diag.model import Analysis, Snapshot
 
 __all__ = ["bundle_app", "register"]
@@ -162,6 +163,11 @@ def create(
         typer.echo(f"snapshot: {len(snapshot.processes)} processes")
     for note in info.notes:
         typer.echo(f"note: {note}")
+    partial = getattr(snapshot, "partial", ()) if snapshot is not None else ()
+    if partial:  # the bundle is written; say what the snapshot could not collect
+        for reason in partial:
+            typer.echo(f"diag: partial collection: {reason}", err=True)
+        raise typer.Exit(EXIT_PARTIAL)
 
 
 @bundle_app.command("verify")
