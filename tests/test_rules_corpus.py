@@ -128,3 +128,15 @@ def test_every_match_example_is_a_prefilter_candidate() -> None:
         if not any(lit in line for lit in literals)
     ]
     assert not misses
+
+
+def test_the_abi_trap_reports_the_import_error_as_the_root() -> None:
+    """The LLaVA case: vLLM says "architecture not supported", the cause printed above it
+    is a flash-attn binary built for another torch."""
+    a = _analysis(REPO / "fixtures/real/vllm/llava-arch-unsupported-flashattn-abi/log.txt")
+    by_id = {f.id: f for f in a.findings}
+    assert by_id["env.version_mismatch"].role == "root"
+    assert "undefined symbol" in by_id["env.version_mismatch"].message
+    for cascade in ("model.unsupported", "python.exception"):
+        assert by_id[cascade].role == "cascade"
+        assert by_id[cascade].cascade_of == "env.version_mismatch"

@@ -282,11 +282,17 @@ def _tie_cascades(findings: list[Finding], origins: Mapping[str, Sequence[Rule]]
     """A finding is a cascade when every rule behind it is one and one of the roots it
     follows fired; otherwise it stands as a root (keeping its caveat)."""
     fired = {f.id for f in findings}
+
+    def is_cascade_kind(fid: str) -> bool:
+        rules = origins.get(fid, ())
+        return bool(rules) and all(r.role == "cascade" for r in rules)
+
     out: list[Finding] = []
     for f in findings:
-        rules = origins.get(f.id, ())
-        if rules and all(r.role == "cascade" for r in rules):
-            roots = [c for r in rules for c in r.cascade_of if c in fired and c != f.id]
+        if is_cascade_kind(f.id):
+            named = [c for r in origins[f.id] for c in r.cascade_of if c in fired and c != f.id]
+            # follow a finding that is a root in its own right before another cascade
+            roots = [c for c in named if not is_cascade_kind(c)] or named
             if roots:
                 f = dataclasses.replace(f, role="cascade", cascade_of=roots[0])
         out.append(f)
