@@ -54,9 +54,13 @@ _SECRET_WORDS = frozenset(
     {
         "token",
         "key",
+        "keys",
         "apikey",
+        "apikeys",
         "secret",
+        "secrets",
         "password",
+        "passwords",
         "passwd",
         "passphrase",
         "credential",
@@ -124,12 +128,6 @@ _FLAG = re.compile(
     r"(?P<sep>=|[ \t]+|['\"],[ \t]*['\"])"
     r"(?P<val>'[^'\n]*'|\"[^\"\n]*\"|[^\s'\",\]]+)"
 )
-# name=VALUE, name: VALUE, 'name': 'VALUE', "name": "VALUE", name='VALUE'
-_FIELD = re.compile(
-    rf"(?P<q>['\"]?)(?P<name>\b(?=[A-Za-z_])[A-Za-z0-9_.-]*?{_SECRET_WORD}[A-Za-z0-9_.-]*)(?P=q)"
-    r"(?P<op>\s*=\s*|\s*:(?:\s+|(?=['\"])))"
-    r"(?P<val>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s,;)}\]&'\"]+)"
-)
 # (kind, pattern, literals one of which the text must hold for the pattern to match)
 _TOKENS: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = (
     ("hf_token", re.compile(r"\bhf_[A-Za-z0-9]{20,}"), ("hf_",)),
@@ -155,12 +153,18 @@ _TOKENS: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = (
 )
 _SECRET_WORD_RE = re.compile(_SECRET_WORD)
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
-# A field at a known position: quote, name, operator, value (see _FIELD).
+# A field at a known position: quote, name, operator, value. Fields read
+# name=VALUE, name: VALUE, 'name': 'VALUE', "name": "VALUE", name='VALUE', and lists
+# 'api_key': ['a', 'b'] (vLLM's non-default args); see Redactor._fields.
 _FIELD_AT = re.compile(
     r"(?P<q>['\"]?)(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)"
-    r"(?P<op>\s*=\s*|\s*:(?:\s+|(?=['\"])))"
-    r"(?P<val>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s,;)}\]&'\"]+)"
+    r"(?P<op>\s*=\s*|\s*:(?:\s+|(?=['\"\[(])))"
+    r"(?P<val>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\""
+    r"|\[(?:[^\[\]'\"\n]|'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\")*\]"
+    r"|\((?:[^()'\"\n]|'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\")*\)"
+    r"|[^\s,;)}\]&'\"]+)"
 )
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 
 _NAMED_VALUES = frozenset({"repr", "value", "val"})
 # PEM private keys: a whole block in one text, or, in a stream of lines, every line from
@@ -360,6 +364,17 @@ class Redactor:
         value = match.group("val")
         if not is_secret_name(name) or _is_mask(value) or "authorization" in name.lower():
             return match.group(0)  # (Authorization headers have their own pattern)
+        if value[:1] in ("[", "(") and len(value) >= 2:  # a list of secrets: mask each item
+            inner = value[1:-1].strip()
+            if not inner or inner in _NOT_SECRET_VALUES:
+                return match.group(0)
+            mask = _mask("field")
+            masked = _QUOTED.sub(lambda m: m.group(0)[0] + mask + m.group(0)[0], inner)
+            if masked == inner:  # no quoted items: mask it all
+                masked = mask
+            self._counts["field"] += 1
+            q = match.group("q")
+            return f"{q}{name}{q}{match.group('op')}{value[0]}{masked}{value[-1]}"
         quote = value[0] if value[:1] in ("'", '"') else ""
         inner = value[1:-1] if quote else value
         if inner in _NOT_SECRET_VALUES or inner.startswith("$"):
@@ -407,8 +422,8 @@ class Redactor:
         return text
 
     def _fields(self, text: str) -> str:
-        """Mask the values of secret fields (same result as ``_FIELD.sub``, but only the
-        names that hold a secret word are looked at, not every key=value of a long line)."""
+        """Mask the values of secret fields (see ``_FIELD_AT``): only the names that hold
+        a secret word are looked at, not every key=value of a long line."""
         parts: list[str] = []
         done = 0
         for word in _SECRET_WORD_RE.finditer(text):

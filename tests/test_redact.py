@@ -46,6 +46,8 @@ POSITIVE = [
     ("{'api_key': 'serverkey2', 'admin_api_key': 'adminkey3'}", "adminkey3", "field"),
     ('{"hf_token": "jsonvalue1"}', "jsonvalue1", "field"),
     ('["api_key=inlistvalue", "x"]', "inlistvalue", "field"),
+    ("non-default args: {'api_key': ['listkey1', 'listkey2'], 'port': 1}", "listkey2", "field"),
+    ("api_keys=(tupkey1,)", "tupkey1", "field"),
     ("SGLANG_API_KEY: colonvalue9", "colonvalue9", "field"),
     ("https://host/path?token=querysecret&x=1", "querysecret", "field"),
     ("maps AIzaSyA1234567890abcdefghijklmnopqrstuv ok", "AIzaSyA1234567890abcdefghijklmnopqrstuv",
@@ -102,6 +104,9 @@ def test_real_corpus_untouched() -> None:
 
 def test_server_args_still_parse() -> None:
     r = Redactor()
+    out = r.text("non-default args: {'api_key': ['k1', \"k2\"], 'tp': 2, 'token': []}")
+    parsed = ast.literal_eval(out.split(": ", 1)[1])
+    assert parsed == {"api_key": ["<redacted:field>", "<redacted:field>"], "tp": 2, "token": []}
     line = "{'model_path': '/m', 'api_key': 'abc\\'def', 'tp_size': 8, 'admin_api_key': \"x,y\"}"
     out = r.text(line)
     parsed = ast.literal_eval(out)
