@@ -119,7 +119,13 @@ def _analyze_sources(
             from diag.parse.prefilter import scan_source
 
             stats = scan_source(
-                src, sp, col.notes, progress=progress, done_before=done_before, total=total
+                src,
+                sp,
+                col.notes,
+                progress=progress,
+                done_before=done_before,
+                total=total,
+                rule_dirs=rules_dirs,
             )
             col.lines += stats.lines
             col.undecodable += sp.undecodable

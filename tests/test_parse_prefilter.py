@@ -161,3 +161,40 @@ def test_required_literals(pattern: str, want: set[str] | None) -> None:
         assert got is None
     else:
         assert got is not None and any(w in got for w in want)
+
+
+CUSTOM_RULE = """\
+id: custom.zebra_stampede
+title: Zebras in the machine room
+severity: warning
+role: root
+frameworks: [sglang, vllm]
+summary: A zebra stampede was logged.
+why: Zebras trample cables.
+remedy: Close the machine room door.
+references: []
+needles: ["zebra stampede"]
+match:
+  patterns:
+    - 'zebra stampede on (?P<where>[a-z0-9]+)'
+examples:
+  match:
+    - '[2026-02-22 22:35:21 TP0] zebra stampede on rack4'
+  no_match:
+    - '[2026-02-22 22:35:21 TP0] a quiet rack'
+"""
+
+
+def test_needles_of_extra_rules_make_candidates(big_log: Path, tmp_path: Path) -> None:
+    rules_dir = tmp_path / "rules"
+    rules_dir.mkdir()
+    (rules_dir / "custom.zebra_stampede.yaml").write_text(CUSTOM_RULE)
+    log = tmp_path / "zebra.log"
+    lines = big_log.read_bytes().decode().split("\n")
+    lines.insert(len(lines) // 2, "[2026-02-23 01:00:09 TP2] zebra stampede on rack4")
+    log.write_text("\n".join(lines))
+    plain = analyze([log], prefilter=True)
+    assert "custom.zebra_stampede" not in {f.id for f in plain.findings}
+    a = analyze([log], prefilter=True, rules_dirs=[rules_dir])
+    hit = [f for f in a.findings if f.id == "custom.zebra_stampede"]
+    assert hit and hit[0].evidence[0].line == len(lines) // 2 + 1

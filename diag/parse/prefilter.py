@@ -27,6 +27,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from diag.parse import reader
@@ -173,9 +174,10 @@ def _minimal(lits: Iterable[str]) -> list[str]:
     return out
 
 
-@lru_cache(maxsize=1)
-def candidate_literals() -> tuple[str, ...]:
-    """Every literal whose presence makes a line a candidate."""
+@lru_cache(maxsize=8)
+def candidate_literals(extra_rule_dirs: tuple[Path, ...] = ()) -> tuple[str, ...]:
+    """Every literal whose presence makes a line a candidate (the needles of the rules in
+    ``extra_rule_dirs`` too)."""
     from diag.phases import load_catalogue
 
     lits: set[str] = set(_EXTRA_LITERALS)
@@ -186,20 +188,20 @@ def candidate_literals() -> tuple[str, ...]:
         if req is None:
             raise ValueError(f"phase entry {e.id}: regex has no required literal")
         lits |= req
-    lits |= set(_rule_needles())
+    lits |= set(_rule_needles(extra_rule_dirs))
     return tuple(_minimal(lits))
 
 
-def _rule_needles() -> list[str]:
+def _rule_needles(extra_dirs: tuple[Path, ...] = ()) -> list[str]:
     try:
         import diag.rules as rules
     except ImportError:  # pragma: no cover - the rules package is part of diag
         return []
-    fn: Callable[[], Sequence[str]] | None = getattr(rules, "needles", None)
+    fn: Callable[..., Sequence[str]] | None = getattr(rules, "needles", None)
     if fn is None:
         return []
     out: set[str] = set()
-    for n in fn():
+    for n in fn(list(extra_dirs)) if extra_dirs else fn():
         if isinstance(n, str) and len(n) >= 3:
             out |= _variants(n)
     return sorted(out)
@@ -244,10 +246,12 @@ def _blocks(data: bytes, lo: int, hi: int) -> list[tuple[int, int]]:
 class _Scanner:
     """Per-source prefilter state."""
 
-    def __init__(self, sp: SourceParser, stats: BulkStats) -> None:
+    def __init__(
+        self, sp: SourceParser, stats: BulkStats, rule_dirs: tuple[Path, ...] = ()
+    ) -> None:
         self.sp = sp
         self.stats = stats
-        self.lits = sorted({x.lower() for x in candidate_literals()})
+        self.lits = sorted({x.lower() for x in candidate_literals(rule_dirs)})
         self.first_found: set[bytes] = set()  # bulk literals (per key) already located once
         self.markers: tuple[bytes, ...] = ()  # bulk kinds that dominate this chunk
         # chunks left to look for the first serving line of ranks that have none yet
@@ -409,10 +413,13 @@ def scan_source(
     progress: Callable[[int, int], None] | None = None,
     done_before: int = 0,
     total: int = 0,
+    rule_dirs: Sequence[Path] = (),
 ) -> BulkStats:
-    """Stream one source through the prefilter into ``sp``; returns the bulk statistics."""
+    """Stream one source through the prefilter into ``sp``; returns the bulk statistics.
+
+    ``rule_dirs``: folders of extra rules, whose needles also make lines candidates."""
     stats = BulkStats()
-    scanner = _Scanner(sp, stats)
+    scanner = _Scanner(sp, stats, tuple(Path(d) for d in rule_dirs))
     base = 0  # lines before this chunk
     for buf, lo, hi, consumed in iter_chunks(src, notes, chunk_bytes=reader.CHUNK_BYTES):
         base += scanner.chunk(buf, base, lo, hi)
