@@ -1,6 +1,7 @@
 """Generate a realistic multi-rank SGLang log for the analyser benchmark.
 
-The log is what ``python -m sglang.launch_server --tp 8 ... 2>&1 | tee server.log`` gives:
+The log is what ``python -m sglang.launch_server --tp 8 --dp 8 --enable-dp-attention ...
+2>&1 | tee server.log`` gives:
 the args line, per-rank startup with SGLang's real message strings (distributed init,
 weight loading with the shard progress bar, KV cache, CUDA-graph capture with its bar),
 NCCL INFO chatter from every rank, uvicorn's start-up lines, the warm-up request, then a
@@ -23,6 +24,12 @@ __all__ = ["generate", "main"]
 MODEL = "moonshotai/Kimi-K2-Instruct"
 
 
+def _tag(r: int) -> str:
+    """SGLang's rank tag with DP attention: every rank is its own DP group, so every rank
+    logs its own Prefill/Decode batch lines (without it only TP0 does)."""
+    return f"DP{r} TP{r} EP{r}"
+
+
 def _ts(t: dt.datetime) -> str:
     return t.strftime("%Y-%m-%d %H:%M:%S")
 
@@ -36,8 +43,8 @@ def _startup(ranks: int, t0: dt.datetime, rng: random.Random) -> tuple[list[str]
         f"kv_cache_dtype='auto', quantization='compressed-tensors', context_length=None, "
         f"device='cuda', served_model_name='{MODEL}', host='0.0.0.0', port=30000, "
         f"mem_fraction_static=0.85, max_running_requests=None, tp_size={ranks}, "
-        f"pp_size=1, dp_size=1, ep_size=1, nnodes=1, node_rank=0, "
-        f"attention_backend=None, speculative_algorithm=None, enable_dp_attention=False, "
+        f"pp_size=1, dp_size={ranks}, ep_size={ranks}, nnodes=1, node_rank=0, "
+        f"attention_backend=None, speculative_algorithm=None, enable_dp_attention=True, "
         f"random_seed=1234, log_level='info', watchdog_timeout=300, dist_timeout=None)"
     )
     for _ in range(ranks):
@@ -47,9 +54,9 @@ def _startup(ranks: int, t0: dt.datetime, rng: random.Random) -> tuple[list[str]
     t += dt.timedelta(seconds=6)
     for r in range(ranks):
         out.append(
-            f"[{_ts(t)} TP{r}] Attention backend not set. Use triton_attn backend by default."
+            f"[{_ts(t)} {_tag(r)}] Attention backend not set. Use triton_attn backend by default."
         )
-        out.append(f"[{_ts(t)} TP{r}] Init torch distributed begin.")
+        out.append(f"[{_ts(t)} {_tag(r)}] Init torch distributed begin.")
     host = "gpu-node-0"
     for r in range(ranks):
         pid = 4100 + r
@@ -64,12 +71,12 @@ def _startup(ranks: int, t0: dt.datetime, rng: random.Random) -> tuple[list[str]
         )
     t += dt.timedelta(seconds=4)
     for r in range(ranks):
-        out.append(f"[{_ts(t)} TP{r}] Init torch distributed ends. mem usage=1.12 GB")
-        out.append(f"[{_ts(t)} TP{r}] Load weight begin. avail mem=176.43 GB")
+        out.append(f"[{_ts(t)} {_tag(r)}] Init torch distributed ends. mem usage=1.12 GB")
+        out.append(f"[{_ts(t)} {_tag(r)}] Load weight begin. avail mem=176.43 GB")
     for r in range(ranks):
         if r % 3 == 1:
             out.append(  # noqa: PERF401
-                f"[{_ts(t)} TP{r}] Acceleration for non-quantized schemes is not supported by "
+                f"[{_ts(t)} {_tag(r)}] Acceleration for non-quantized schemes is not supported by "
                 "Compressed Tensors. Falling back to UnquantizedLinearMethod"
             )
     shards = 64
@@ -85,18 +92,18 @@ def _startup(ranks: int, t0: dt.datetime, rng: random.Random) -> tuple[list[str]
     t = start + dt.timedelta(seconds=34)
     for r in range(ranks):
         out.append(  # noqa: PERF401
-            f"[{_ts(t)} TP{r}] Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16,"
-            f" avail mem=108.21 GB, mem usage=68.22 GB."
+            f"[{_ts(t)} {_tag(r)}] Load weight end. type=DeepseekV3ForCausalLM, "
+            "dtype=torch.bfloat16, avail mem=108.21 GB, mem usage=68.22 GB."
         )
     t += dt.timedelta(seconds=2)
     for r in range(ranks):
         out.append(
-            f"[{_ts(t)} TP{r}] KV Cache is allocated. #tokens: 1214528, KV size: 79.60 GB"
+            f"[{_ts(t)} {_tag(r)}] KV Cache is allocated. #tokens: 1214528, KV size: 79.60 GB"
         )
-        out.append(f"[{_ts(t)} TP{r}] Memory pool end. avail mem=27.62 GB")
+        out.append(f"[{_ts(t)} {_tag(r)}] Memory pool end. avail mem=27.62 GB")
     for r in range(ranks):
         out.append(  # noqa: PERF401
-            f"[{_ts(t)} TP{r}] Capture cuda graph begin. This can take up to several minutes. "
+            f"[{_ts(t)} {_tag(r)}] Capture cuda graph begin. This can take up to several minutes. "
             "avail mem=27.10 GB"
         )
     bs = [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
@@ -109,11 +116,11 @@ def _startup(ranks: int, t0: dt.datetime, rng: random.Random) -> tuple[list[str]
     t += dt.timedelta(seconds=24)
     for r in range(ranks):
         out.append(  # noqa: PERF401
-            f"[{_ts(t)} TP{r}] Capture cuda graph end. Time elapsed: 24.18 s. mem usage=0.91 GB."
-            " avail mem=26.19 GB."
+            f"[{_ts(t)} {_tag(r)}] Capture cuda graph end. Time elapsed: 24.18 s. "
+            "mem usage=0.91 GB. avail mem=26.19 GB."
         )
     out.append(
-        f"[{_ts(t)} TP0] max_total_num_tokens=1214528, chunked_prefill_size=8192, "
+        f"[{_ts(t)} {_tag(0)}] max_total_num_tokens=1214528, chunked_prefill_size=8192, "
         "max_prefill_tokens=16384, max_running_requests=4096, context_len=131072"
     )
     t += dt.timedelta(seconds=1)
@@ -125,7 +132,7 @@ def _startup(ranks: int, t0: dt.datetime, rng: random.Random) -> tuple[list[str]
     )
     out.append(f'[{_ts(t)}] INFO:     127.0.0.1:40162 - "GET /get_model_info HTTP/1.1" 200 OK')
     out.append(
-        f"[{_ts(t)} TP0] Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 0, "
+        f"[{_ts(t)} {_tag(0)}] Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 0, "
         "token usage: 0.00, #running-req: 0, #queue-req: 0, "
     )
     out.append(f'[{_ts(t)}] INFO:     127.0.0.1:40178 - "POST /generate HTTP/1.1" 200 OK')
@@ -157,7 +164,7 @@ def generate(path: Path, size_mib: int = 1024, ranks: int = 8, seed: int = 0) ->
                 run = rng.randint(1, 256)
                 if step % 11 == 0:
                     buf.append(
-                        f"[{stamp} TP{r}] Prefill batch. #new-seq: {rng.randint(1, 8)}, "
+                        f"[{stamp} {_tag(r)}] Prefill batch. #new-seq: {rng.randint(1, 8)}, "
                         f"#new-token: {rng.randint(16, 8192)}, #cached-token: "
                         f"{rng.randint(0, 4096)}, token usage: {run / 1000:.2f}, "
                         f"#running-req: {run}, #queue-req: {rng.randint(0, 9)}, "
@@ -170,12 +177,12 @@ def generate(path: Path, size_mib: int = 1024, ranks: int = 8, seed: int = 0) ->
                     )
                 elif step % 250_000 == 0:
                     buf.append(
-                        f"[{stamp} TP{r}] WARNING scheduler.py:1422: The request queue is "
+                        f"[{stamp} {_tag(r)}] WARNING scheduler.py:1422: The request queue is "
                         "long; consider increasing --max-running-requests."
                     )
                 else:
                     buf.append(
-                        f"[{stamp} TP{r}] Decode batch. #running-req: {run}, #token: "
+                        f"[{stamp} {_tag(r)}] Decode batch. #running-req: {run}, #token: "
                         f"{run * rng.randint(200, 900)}, token usage: {run / 1000:.2f}, "
                         f"cuda graph: True, gen throughput (token/s): "
                         f"{rng.random() * 4000:.2f}, #queue-req: 0, "
