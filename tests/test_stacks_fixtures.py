@@ -229,12 +229,17 @@ def test_flight_recorder_dumps_pystack_and_pyspy_agree() -> None:
 
 
 def test_public_npu_scheduler_blocked_in_a_device_copy() -> None:
-    (proc,) = parse_stack_text((FIX / "public" / "sglang-npu-watchdog-to-device.txt").read_text())
+    path = FIX / "public" / "sglang-npu-watchdog-to-device.txt"
+    proc, failed = parse_stack_text(path.read_text())
     assert (proc.pid, proc.rank) == (163685, RankId(tp=0))
     assert proc.wait_site == "stack.cuda_sync" and proc.wait_thread == 163685
-    # helper threads (Inductor reader, tqdm, watchdog, queue feeder) were skipped; the
-    # last failed dump attempt of another pid left nothing behind
+    # helper threads (Inductor reader, tqdm, watchdog, queue feeder) were skipped
     assert len(proc.threads) == 6
+    # the watchdog's two failed attempts on the next pid: one process, no stack, the error
+    assert (failed.pid, failed.threads, failed.wait_site) == (163686, (), None)
+    assert failed.outcome == "not_found" and failed.samples == 2
+    assert failed.error is not None and "Failed to get process executable name" in failed.error
+    assert [g.members for g in group_stacks([proc, failed])] == [("TP0",)]
 
 
 # ---------------------------------------------------------------------------------------

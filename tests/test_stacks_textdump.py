@@ -270,9 +270,34 @@ def test_a_watchdog_header_whose_dump_never_came_expires() -> None:
             "    <module> (<string>:1)",
         ]
     )
-    (proc,) = parse_stack_text(text)
-    assert proc.pid is None and proc.rank is None  # not taken for PID 10 of TP1
+    failed, proc = parse_stack_text(text)
+    # the failure is kept (no stack, the error, TP1 from the log prefix) ...
+    assert (failed.pid, failed.rank, failed.threads) == (10, RankId(tp=1), ())
+    assert (failed.outcome, failed.error) == ("partial", "gone")
+    # ... and the later frames are not taken for PID 10 of TP1
+    assert proc.pid is None and proc.rank is None
     assert proc.wait_site == "stack.nccl_collective"
+
+
+def test_a_failed_pyspy_dump_after_its_header() -> None:
+    text = """\
+Process 27617: VLLM::Worker_TP1
+Python v3.11.7 (/usr/local/bin/python3.11)
+
+Error: Failed to get stack traces
+
+Caused by:
+    0: Failed to suspend process
+    1: unexpected waitpid result PtraceEvent(Pid(27617), SIGSTOP, 128) to 27617
+"""
+    (proc,) = parse_stack_text(text)
+    assert (proc.pid, proc.rank, proc.threads, proc.outcome) == (27617, RankId(tp=1), (), "partial")
+    assert proc.error == "Failed to get stack traces; Failed to suspend process; " + (
+        "unexpected waitpid result PtraceEvent(Pid(27617), SIGSTOP, 128) to 27617"
+    )
+    ok = text.split("Error:")[0] + 'Thread 27617 (idle): "MainThread"\n    f (x.py:1)\n'
+    (merged,) = parse_stack_text(text + ok)  # a later dump of the pid that worked wins
+    assert merged.outcome == "ok" and merged.samples == 2 and merged.threads
 
 
 def test_faulthandler_thread_names_of_python_314() -> None:

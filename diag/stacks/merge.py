@@ -14,6 +14,7 @@ ranks in the same place compare equal:
 :func:`build_tree` gives STAT's prefix tree (each node lists the ranks whose path goes
 through it); :func:`group_stacks` gives its leaves: ranks grouped by identical paths,
 largest group first. :func:`outliers` names the ranks outside the majority group.
+Processes without a stack (a dump that failed) take no part.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def _sort_key(p: StackProcess) -> tuple[int, tuple[str, int, int, int, int], int
 def _paths(
     processes: Sequence[StackProcess], lines: bool
 ) -> list[tuple[StackProcess, tuple[StackFrame, ...]]]:
-    procs = sorted(processes, key=_sort_key)
+    procs = sorted((p for p in processes if p.threads), key=_sort_key)
     with_native = all(
         _has_named_native(t.frames) for p in procs if (t := _thread_of(p)) is not None
     )
@@ -195,9 +196,10 @@ def merge_samples(samples: Sequence[StackProcess]) -> StackProcess:
     def has_native(p: StackProcess) -> bool:
         return any(f.native for t in p.threads for f in t.frames)
 
-    best = ([p for p in samples if has_native(p)] or list(samples))[-1]
+    usable = [p for p in samples if p.threads] or list(samples)  # failed dumps last
+    best = ([p for p in usable if has_native(p)] or usable)[-1]
     leaves = set()
-    for p in samples:
+    for p in usable:
         thread = _thread_of(p)
         python = [f for f in thread.frames if not f.native] if thread is not None else []
         if python:

@@ -50,6 +50,13 @@ _SGLANG_PREFIX = re.compile(
 
 _WATCHDOG = re.compile(r"Pyspy dump for PID (\d+)(?: \(([^)]*)\))?")
 _PROCESS = re.compile(r"^Process (\d+): ?(.*)$")
+# SGLang: `Pyspy failed (py-spy dump --native --pid 12). Error: ...` (0.5.x) or
+# `Pyspy failed to dump PID 12. Error: ...` (older)
+_WATCHDOG_FAILED = re.compile(
+    r"Pyspy failed (?:\([^)]*--pid (\d+)\)|to dump PID (\d+))\.? Error: (?:Error: )?(.*)$"
+)
+_PYSPY_ERROR = re.compile(r"^Error: (.+)$")
+_PYSPY_CAUSE = re.compile(r"^\d+: (.+)$")
 _IGNORED = re.compile(r"^(Parent Process \d+:|Python v\d[\w.+]*\b|py-spy \d|Error: |Caused by:)")
 _PYSPY_THREAD = re.compile(r'^Thread (0x[0-9a-fA-F]+|\d+) \(([a-z+]+)\)(?:: "(.*)")?:?$')
 # Python >= 3.14 adds the OS thread name: `Thread 0x7f.. [pt_nccl_watchdg] (most ...):`
@@ -116,7 +123,7 @@ def _split_prefixes(text: str) -> tuple[str, str, RankId | None, str | None]:
 # A line can start or continue a dump only if it is indented, is a lone "[" or contains
 # one of these; while no dump is open, other lines are skipped unparsed (one search).
 _CANDIDATE = re.compile(
-    r'Thread |Process \d|File "|Traceback|Pyspy dump|Stack \(|KeyboardInterrupt'
+    r'Thread |Process \d|File "|Traceback|Pyspy |Stack \(|KeyboardInterrupt'
 )
 
 
@@ -146,6 +153,7 @@ class _Proc:
     title: str | None = None
     rank: RankId | None = None
     threads: list[_Thread] = field(default_factory=list)
+    error: str | None = None  # the dump failed: py-spy's own message
 
     def build(self) -> StackProcess | None:
         threads = []
@@ -160,9 +168,21 @@ class _Proc:
                     owns_gil=None if t.status is None else "gil" in t.status,
                 )
             )
-        if not any(t.frames for t in threads):
-            return None
         rank = rank_from_title(self.title) or self.rank
+        if not any(t.frames for t in threads):
+            if self.error is None or self.pid is None:
+                return None
+            return StackProcess(
+                pid=self.pid,
+                title=self.title,
+                threads=(),
+                rank=rank,
+                outcome=_failure_outcome(self.error),
+                mode=self.kind,
+                error=self.error,
+                source=self.source,
+                line=self.line,
+            )
         return classified(
             StackProcess(
                 pid=self.pid,
@@ -174,6 +194,16 @@ class _Proc:
                 line=self.line,
             )
         )
+
+
+def _failure_outcome(error: str) -> str:
+    """StackProcess.outcome for a dump py-spy could not take, from its message."""
+    low = error.lower()
+    if "permission denied" in low or "operation not permitted" in low or "eperm" in low:
+        return "permission_denied"
+    if "no such file" in low or "no such process" in low or "is running" in low:
+        return "not_found"
+    return "partial"
 
 
 def _int_id(text: str) -> int:
@@ -258,6 +288,17 @@ class _Channel:
             self.close()
             self.pending = _Pending(int(m.group(1)), ln.rank)
             return
+        m = _WATCHDOG_FAILED.search(text)
+        if m:
+            # SGLang's watchdog could not dump this pid: record the failure, with its rank
+            self.close()
+            pid = int(m.group(1) or m.group(2))
+            failed = _Proc("text", ln.source, ln.line, pid, None, ln.rank, error=m.group(3))
+            built = failed.build()
+            if built is not None:
+                self.out.append(built)
+            self.pending = None
+            return
         if self._feed_header(ln, stripped):
             self.foreign = 0
             return
@@ -268,7 +309,8 @@ class _Channel:
             return
         self.foreign += 1
         # a process title may span lines (`python -c` with a multi-line program)
-        limit = _TITLE_LIMIT if self.proc is not None and not self.proc.threads else _FOREIGN_LIMIT
+        header_only = self.proc is not None and not self.proc.threads and self.proc.error is None
+        limit = _TITLE_LIMIT if header_only else _FOREIGN_LIMIT
         if self.foreign >= limit:
             self.close()
             self.pending = None  # a watchdog header whose dump never came
@@ -278,6 +320,17 @@ class _Channel:
         if m:
             self._open(ln, "text", int(m.group(1)), m.group(2).strip() or None)
             return True
+        proc = self.proc
+        if proc is not None and proc.kind == "text" and not proc.threads:
+            m = _PYSPY_ERROR.match(stripped)
+            if m:  # py-spy's own failure, after the header (or SGLang's failure line)
+                proc.error = m.group(1) if proc.error is None else proc.error
+                return True
+            m = _PYSPY_CAUSE.match(stripped)
+            if m and proc.error is not None:
+                if m.group(1) not in proc.error:
+                    proc.error += f"; {m.group(1)}"
+                return True
         if _IGNORED.match(stripped):
             return True
         m = _PYSPY_THREAD.match(stripped)
@@ -358,7 +411,9 @@ class _Channel:
         if parts is None or not _WHERE.search(parts[1]) or stripped[0] in "=#[":
             return False
         if not in_text_thread:  # frames whose headers were cut off
-            orphan = self.proc if self.proc is not None and self.proc.kind == "text" else None
+            orphan = self.proc
+            if orphan is None or orphan.kind != "text" or orphan.error is not None:
+                orphan = None
             if orphan is None:
                 orphan = self._open(ln, "text")
             self._new_thread(orphan, None, None, None)
