@@ -538,3 +538,53 @@ def test_story_spec_decode_end_to_end_from_an_sglang_log() -> None:
     assert "1.45 tokens/step" in f.message and "3 draft steps (config)" in f.message
     assert "0.66x" in f.message
     assert [e.line for e in f.evidence] == [2, 3]
+
+
+def test_a_timeout_after_a_rank_died_is_a_cascade_of_that_death() -> None:
+    oom = rec(
+        5,
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        tp=3,
+        s=1,
+        level="ERROR",
+    )
+    timeouts = [
+        rec(
+            20 + tp,
+            "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, "
+            "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600051 "
+            "milliseconds before timing out.",
+            tp=tp,
+            s=601,
+            level="ERROR",
+        )
+        for tp in (0, 1, 2)
+    ]
+    by_id = {f.id: f for f in apply_rules(analysis(), [oom, *timeouts]).findings}
+    assert by_id["cuda.oom"].role == "root"
+    assert by_id["nccl.timeout"].role == "cascade"
+    assert by_id["nccl.timeout"].cascade_of == "cuda.oom"
+    assert by_id["nccl.timeout"].ranks == ("TP0", "TP1", "TP2")
+
+
+def test_a_timeout_first_stays_the_root_of_what_follows() -> None:
+    timeout = rec(
+        2,
+        "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, "
+        "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=10000) ran for 10090 "
+        "milliseconds before timing out.",
+        tp=0,
+        s=10,
+        level="ERROR",
+    )
+    exc = rec(
+        30,
+        "torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated "
+        "with signal SIGABRT",
+        s=70,
+        level="ERROR",
+    )
+    by_id = {f.id: f for f in apply_rules(analysis(), [timeout, exc]).findings}
+    assert by_id["nccl.timeout"].role == "root"
+    assert by_id["python.exception"].role == "cascade"
+    assert by_id["python.exception"].cascade_of == "nccl.timeout"

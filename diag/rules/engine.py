@@ -279,22 +279,56 @@ def sort_findings(findings: Sequence[Finding]) -> tuple[Finding, ...]:
 
 
 def _tie_cascades(findings: list[Finding], origins: Mapping[str, Sequence[Rule]]) -> list[Finding]:
-    """A finding is a cascade when every rule behind it is one and one of the roots it
-    follows fired; otherwise it stands as a root (keeping its caveat)."""
-    fired = {f.id for f in findings}
+    """Tie each cascade to the root it follows.
 
-    def is_cascade_kind(fid: str) -> bool:
+    A finding of cascade rules follows the first finding of its ``cascade_of`` that fired
+    (a root in its own right before another cascade); with none it stands as a root,
+    keeping its caveat. A root rule with ``cascade_after`` becomes a cascade when one of
+    those findings came earlier in the log. No two findings end up following each other.
+    """
+    by_id = {f.id: f for f in findings}
+
+    def cascade_kind(fid: str) -> bool:
         rules = origins.get(fid, ())
         return bool(rules) and all(r.role == "cascade" for r in rules)
 
+    def first(f: Finding) -> tuple[str, int, dt.datetime | None]:
+        ev = min(f.evidence, key=lambda e: (e.source, e.line))
+        return (ev.source, ev.line, ev.ts)
+
+    def earlier(a: Finding, b: Finding) -> bool:
+        if not a.evidence or not b.evidence:
+            return False
+        (sa, la, ta), (sb, lb, tb) = first(a), first(b)
+        if sa == sb:
+            return la < lb
+        if ta is None or tb is None:
+            return False
+        return ta.replace(tzinfo=None) < tb.replace(tzinfo=None)
+
+    follows: dict[str, str] = {}
+    # 1. roots that came after an error they are the consequence of
+    for f in findings:
+        if cascade_kind(f.id):
+            continue
+        after = [c for r in origins.get(f.id, ()) for c in r.cascade_after]
+        before = [c for c in after if c in by_id and c != f.id and earlier(by_id[c], f)]
+        if before:
+            follows[f.id] = ([c for c in before if not cascade_kind(c)] or before)[0]
+    # 2. cascade rules' findings, never following one that follows them
+    for f in findings:
+        if not cascade_kind(f.id):
+            continue
+        named = [c for r in origins[f.id] for c in r.cascade_of if c in by_id and c != f.id]
+        named = [c for c in named if follows.get(c) != f.id]
+        solid = [c for c in named if not cascade_kind(c) and c not in follows]
+        if solid or named:
+            follows[f.id] = (solid or named)[0]
     out: list[Finding] = []
     for f in findings:
-        if is_cascade_kind(f.id):
-            named = [c for r in origins[f.id] for c in r.cascade_of if c in fired and c != f.id]
-            # follow a finding that is a root in its own right before another cascade
-            roots = [c for c in named if not is_cascade_kind(c)] or named
-            if roots:
-                f = dataclasses.replace(f, role="cascade", cascade_of=roots[0])
+        root = follows.get(f.id)
+        if root is not None and follows.get(root) != f.id:
+            f = dataclasses.replace(f, role="cascade", cascade_of=root)
         out.append(f)
     return out
 

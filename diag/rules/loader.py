@@ -93,6 +93,7 @@ class Rule:
     path: str
     caveat: str = ""
     cascade_of: tuple[str, ...] = ()
+    cascade_after: tuple[str, ...] = ()
     message: tuple[str, ...] = ()
     needles: tuple[str, ...] = ()
     match: MatchSpec | None = None
@@ -119,6 +120,7 @@ class Rule:
             "severity": self.severity,
             "role": self.role,
             "cascade_of": list(self.cascade_of),
+            "cascade_after": list(self.cascade_after),
             "caveat": self.caveat,
             "frameworks": list(self.frameworks),
             "kind": self.kind,
@@ -197,6 +199,7 @@ def _rule(data: Mapping[str, Any], path: str, known_checks: Iterable[str]) -> Ru
         path=path,
         caveat=data.get("caveat", "").strip(),
         cascade_of=tuple(data.get("cascade_of", ())),
+        cascade_after=tuple(data.get("cascade_after", ())),
         message=_templates(data.get("message")),
         needles=needles,
         match=match,

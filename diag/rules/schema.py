@@ -68,6 +68,9 @@ RULE_SCHEMA: dict[str, Any] = {
         "role": {"enum": ["root", "cascade"]},
         "cascade_of": {"type": "array", "items": _NONEMPTY, "minItems": 1},
         "caveat": _NONEMPTY,
+        # a root rule whose finding is a cascade when one of these fired earlier in the log
+        # (a collective timeout after a rank already died)
+        "cascade_after": {"type": "array", "items": _NONEMPTY, "minItems": 1},
         "frameworks": {
             "type": "array",
             "items": {"enum": ["sglang", "vllm", "any"]},
