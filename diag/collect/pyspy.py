@@ -201,8 +201,9 @@ class _Dumper:
             return alive, True
         return True, False
 
-    def first(self, target: DumpTarget) -> _Work:
-        """The first, cheap dump: Python-only (``--nonblocking`` if stopped or it fails)."""
+    def first(self, target: DumpTarget, native_first: bool = False) -> _Work:
+        """The first dump: Python-only (``--nonblocking`` if stopped or it fails), or
+        ``--native`` straight away for a target that will need one anyway."""
         work = _Work(target)
         alive, state = _alive_same(target.pid, target.starttime_ticks, self.proc_root)
         if not alive:
@@ -210,6 +211,24 @@ class _Dumper:
             work.attempts.append(DumpAttempt("-", "not_found", 0.0, "process gone (or pid reused)"))
             return work
         work.was_stopped = state in ("T", "t")
+        native_failed = False
+        if native_first and not work.was_stopped:
+            attempt, stack = self.once(target, "native")
+            work.attempts.append(attempt)
+            if not self.check(work):
+                return work
+            if stack is not None:
+                work.native = work.python = stack
+                work.outcome = "ok"
+                return work
+            native_failed = True
+        self.python_tiers(work)
+        if native_failed and work.outcome == "ok":
+            work.outcome = "partial"
+        return work
+
+    def python_tiers(self, work: _Work) -> None:
+        target = work.target
         # A pausing dump can fail transiently (the target moved while py-spy read it):
         # Python-only is tried twice before falling back to --nonblocking.
         tiers = ["nonblocking"] if work.was_stopped else ["python", "python", "nonblocking"]
@@ -219,17 +238,16 @@ class _Dumper:
             attempt, stack = self.once(target, mode)
             work.attempts.append(attempt)
             if not self.check(work):
-                return work
+                return
             if stack is not None:
                 work.python = stack
                 work.outcome = "ok"
-                return work
+                return
             work.outcome = attempt.outcome
             if attempt.outcome in ("no_pyspy", "not_python", "not_found"):
-                return work
+                return
             # EPERM while suspending is also what another tracer (a second py-spy, gdb)
             # causes: --nonblocking needs no suspend, so it is tried before giving up.
-        return work
 
     def check(self, work: _Work) -> bool:
         same, resumed = self.after(work.target, work.was_stopped)
@@ -283,7 +301,7 @@ class _Work:
             first = replace(
                 first,
                 outcome=self.outcome,
-                samples=(1 if self.python is not None else 0)
+                samples=(1 if self.python is not None and self.python is not self.native else 0)
                 + (1 if self.native is not None else 0)
                 + len(self.extra),
                 moving=moving,
@@ -359,11 +377,17 @@ def dump_all(
     dumper = _Dumper(runner, exe, proc_root, deadline)
     workers = min(32, max(1, len(targets)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pyspy") as pool:
-        works = list(pool.map(dumper.first, targets))
+        # The first rank is always the one dumped natively for its group (and with
+        # native_all, every rank is): its --native dump starts at once, beside the
+        # Python-only dumps of the others, instead of after them.
+        eligible = [t.pid for t in targets if t.native]
+        early = set(eligible if native_all else eligible[:1])
+        works = list(pool.map(lambda t: dumper.first(t, t.pid in early), targets))
         plan = _native_plan(works, native_all)
         by_pid = {w.target.pid: w for w in works}
         reps = sorted({rep for rep in plan.values() if rep is not None})
-        list(pool.map(dumper.native, [by_pid[r] for r in reps]))
+        todo = [by_pid[r] for r in reps if by_pid[r].native is None and r not in early]
+        list(pool.map(dumper.native, todo))
         for pid, rep in plan.items():
             w = by_pid[pid]
             if rep != pid and rep is not None and by_pid[rep].native is not None:
