@@ -13,7 +13,9 @@ Recognised, standalone or embedded in a log:
 - pystack (``Traceback for thread N (...) (most recent call last):`` / ``(Python) File``);
 - a Python traceback that ends in ``KeyboardInterrupt`` (someone pressed Ctrl-C on the hung
   process: where it was is where it hung). Other tracebacks are errors, not stack dumps.
-- py-spy ``--json`` output pasted into a text file.
+- py-spy ``--json`` output pasted into a text file;
+- a dump that failed (py-spy's ``Error: ...`` after the header, SGLang's ``Pyspy failed
+  (... --pid N). Error: ...``): a process with no threads, its ``outcome`` and ``error``.
 
 Lines carrying a per-line process prefix (torch's ``[rank3]:``, vLLM's ``(VllmWorker rank=3
 pid=12)``, Ray's ``(RayWorkerWrapper pid=12, ip=...)``) are demultiplexed by that prefix, so
