@@ -33,6 +33,7 @@ __all__ = [
 
 MAX_EVIDENCE = 5
 _MAX_TEXT = 400
+_MAX_LINE = 1 << 16
 _MAX_TIMEOUTS = 3  # a pattern that times out this often is dropped for the run
 _FIELD = regex.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -99,6 +100,8 @@ def _scan(
     timeouts: dict[str, int] = {}
     for rec in records:
         text = rec.text
+        if len(text) > _MAX_LINE:  # a multi-MB "line" is a data dump, not a message
+            text = "\n".join(part[:_MAX_LINE] for part in text.split("\n"))
         low = text.lower()
         level = (rec.level or "").upper()
         phase: str | None = None
