@@ -75,3 +75,31 @@ def test_interleaved_rank_prefixed_faulthandler_through_the_log_parser(tmp_path:
     procs = analyze([log], prefilter=False).stack_processes
     leaves = sorted((p.rank.tp if p.rank else None, p.threads[0].frames[0].name) for p in procs)
     assert leaves == [(0, "all_reduce"), (1, "barrier")]
+
+
+LAB_FR = Path(__file__).resolve().parent.parent / "fixtures" / "stacks" / "lab"
+
+
+@pytest.mark.parametrize(
+    "prefilter",
+    [
+        pytest.param(False, id="lines"),
+        pytest.param(
+            True,
+            id="prefilter",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="the prefilter drops torch's `#0 all_reduce from ...` frame lines "
+                "(unindented, no literal of its own)",
+            ),
+        ),
+    ],
+)
+def test_torch_failed_collective_report_through_analyze(prefilter: bool) -> None:
+    log = LAB_FR / "gpu-h200x2-flight-recorder" / "stdout.txt"
+    procs = analyze([log], prefilter=prefilter).stack_processes
+    reports = [p for p in procs if p.mode == "c10d"]
+    assert [(p.rank.tp if p.rank else None, p.wait_site) for p in reports] == [
+        (0, "stack.nccl_collective")
+    ]
+    assert len(reports[0].threads[0].frames) == 9

@@ -300,3 +300,14 @@ def test_d1_gpu_lab_json_dumps_agree_with_the_text_dumps() -> None:
             if p.pid == entry["pid"]
         ]
         assert proc.wait_site == text.wait_site, key
+
+
+def test_torch_failed_collective_report_after_a_timeout() -> None:
+    """torch's own `Stack trace of the failed collective:` (frames without rank prefix)."""
+    procs = _lab("gpu-h200x2-flight-recorder/stdout.txt")
+    (report,) = [p for p in procs if p.mode == "c10d"]
+    assert report.rank == RankId(tp=0) and report.line == 56
+    assert report.wait_site == "stack.nccl_collective"
+    names = [f.name for f in report.threads[0].frames]
+    assert names[:3] == ["all_reduce", "wrapper", "capture_cuda_graphs_allreduce"]
+    assert names[-1] == "<module>" and report.threads[0].frames[0].line == 3068

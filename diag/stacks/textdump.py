@@ -14,6 +14,8 @@ Recognised, standalone or embedded in a log:
 - a Python traceback that ends in ``KeyboardInterrupt`` (someone pressed Ctrl-C on the hung
   process: where it was is where it hung). Other tracebacks are errors, not stack dumps.
 - py-spy ``--json`` output pasted into a text file;
+- torch c10d's ``Stack trace of the failed collective:`` report (``#0 all_reduce from
+  .../distributed_c10d.py:3068``) after a collective timeout, with the rank of its prefix;
 - a dump that failed (py-spy's ``Error: ...`` after the header, SGLang's ``Pyspy failed
   (... --pid N). Error: ...``): a process with no threads, its ``outcome`` and ``error``.
 
@@ -58,6 +60,10 @@ _WATCHDOG_FAILED = re.compile(
     r"Pyspy failed (?:\([^)]*--pid (\d+)\)|to dump PID (\d+))\.? Error: (?:Error: )?(.*)$"
 )
 _PYSPY_ERROR = re.compile(r"^Error: (.+)$")
+# torch c10d's collective-timeout report: `[rank0]:[E... ProcessGroupNCCL.cpp:733] Stack
+# trace of the failed collective:` then `#0 all_reduce from /x/distributed_c10d.py:3068`
+_C10D_HEADER = re.compile(r"Stack trace of the failed collective:")
+_C10D_FRAME = re.compile(r"^#(\d+) (.+?) from (.+):(\d+)$")
 _PYSPY_CAUSE = re.compile(r"^\d+: (.+)$")
 _IGNORED = re.compile(r"^(Parent Process \d+:|Python v\d[\w.+]*\b|py-spy \d|Error: |Caused by:)")
 _PYSPY_THREAD = re.compile(r'^Thread (0x[0-9a-fA-F]+|\d+) \(([a-z+]+)\)(?:: "(.*)")?:?$')
@@ -125,7 +131,7 @@ def _split_prefixes(text: str) -> tuple[str, str, RankId | None, str | None]:
 # A line can start or continue a dump only if it is indented, is a lone "[" or contains
 # one of these; while no dump is open, other lines are skipped unparsed (one search).
 _CANDIDATE = re.compile(
-    r'Thread |Process \d|File "|Traceback|Pyspy |Stack \(|KeyboardInterrupt'
+    r'Thread |Process \d|File "|Traceback|Pyspy |Stack \(|Stack trace|KeyboardInterrupt'
 )
 
 
@@ -234,6 +240,10 @@ class _Channel:
         self.json_at: _Line | None = None
 
     @property
+    def in_c10d(self) -> bool:
+        return self.proc is not None and self.proc.kind == "c10d"
+
+    @property
     def busy(self) -> bool:
         return not (
             self.proc is None and self.tb is None and self.json is None and self.pending is None
@@ -318,6 +328,14 @@ class _Channel:
             self.pending = None  # a watchdog header whose dump never came
 
     def _feed_header(self, ln: _Line, stripped: str) -> bool:
+        if _C10D_HEADER.search(stripped):
+            self._new_thread(self._open(ln, "c10d"), None, None, None)
+            return True
+        m = _C10D_FRAME.match(stripped)
+        if m and self.in_c10d and self.thread is not None:
+            where = f"{m.group(3)}:{m.group(4)}"
+            self.thread.frames.append(make_frame(m.group(2), where))
+            return True
         m = _PROCESS.match(stripped)
         if m:
             self._open(ln, "text", int(m.group(1)), m.group(2).strip() or None)
@@ -490,6 +508,7 @@ def extract_stack_processes(records: Sequence[Record]) -> list[StackProcess]:
     # one parser per (source, per-line prefix): a dump never runs on into another file
     channels: dict[tuple[str, str], _Channel] = {}
     busy: set[tuple[str, str]] = set()  # channels with a dump (or a pending header) open
+    c10d_open: dict[str, _Channel] = {}  # source -> channel with torch's report open
     candidate = _CANDIDATE.search
     indent = (" ", "\t")
 
@@ -501,6 +520,12 @@ def extract_stack_processes(records: Sequence[Record]) -> list[StackProcess]:
             ln.channel, ln.rank, ln.title = head.channel, ln.rank or head.rank, head.title
         ckey = (ln.source, ln.channel)
         chan = channels.get(ckey)
+        if _C10D_FRAME.match(ln.text) and (chan is None or not chan.in_c10d):
+            # the frames of torch's report carry no rank prefix: they belong to the
+            # report opened last in this source
+            opener = c10d_open.get(ln.source)
+            if opener is not None and opener.in_c10d:
+                chan = opener
         if (chan is None or chan.tb is None) and _INTERRUPT.match(ln.text):
             # The interrupted traceback's lines may have been attached (prefix stripped)
             # to a record of another stream: end the one open traceback of this rank.
@@ -512,6 +537,8 @@ def extract_stack_processes(records: Sequence[Record]) -> list[StackProcess]:
         if chan is None:
             chan = channels[ckey] = _Channel(found, ckey)
         chan.feed(ln)
+        if chan.in_c10d:
+            c10d_open[ln.source] = chan
         if chan.busy:
             busy.add(chan.key)
         else:
