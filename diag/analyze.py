@@ -150,9 +150,7 @@ def _analyze_sources(
         raise InputError(f"{', '.join(binary)}: not a log (binary data)")
     if total == 0 and not col.drafts:
         raise InputError("input is empty")
-    recognised = sum(
-        1 for d in col.drafts if d.p.grammar != "plain" or d.continuation or d.p.ts is not None
-    )
+    recognised = sum(1 for d in col.drafts if d.p.grammar != "plain" or d.p.ts is not None)
     if not col.drafts:
         raise InputError(f"{', '.join(s.name for s in sources)}: input is empty")
     if recognised == 0 and not _any_log_word(col.drafts):
@@ -179,18 +177,24 @@ def _looks_binary(src: Source) -> bool:
     return odd * 10 > len(head)
 
 
-_LOG_WORD = re.compile(
-    r"Error|Exception|Killed|killed|Traceback|WARN|INFO|ERROR|CUDA|NCCL|sglang|vllm|vLLM|"
-    r"Segmentation fault|core dumped|Aborted"
+# Lines that say "a process ran and stopped" even with no log format around them.
+_LOG_LINE = re.compile(
+    r"^(?:[\w.]+(?:Error|Exception|Interrupt|Exit): |Killed$|Aborted(?: \(core dumped\))?$|"
+    r"Segmentation fault|terminate called after throwing|Fatal Python error: )"
 )
 
 
 def _any_log_word(drafts: Sequence[Draft]) -> bool:
+    """Plain lines only: is any of them a log line all the same (an exception's last line,
+    the shell's "Killed", a message of the phase catalogue)?"""
     cat = load_catalogue()
-    return any(
-        _LOG_WORD.search(d.p.message) or cat.any_message.search(d.p.message)
-        for d in drafts[:5000]
-    )
+    for d in drafts[:20000]:
+        msg = d.p.message.strip()
+        if _LOG_LINE.match(msg) or cat.any_message.search(msg):
+            return True
+        if any(_LOG_LINE.match(c.strip()) for c in d.continuation[-3:]):
+            return True
+    return False
 
 
 def _read_full(

@@ -230,3 +230,24 @@ def test_archive_without_logs(tmp_path: Path) -> None:
         zf.writestr("a.png", b"x")
     with pytest.raises(InputError, match="no log files"):
         analyze([z])
+
+
+def test_source_code_and_prose_are_not_logs(tmp_path: Path) -> None:
+    p = tmp_path / "probe.py"
+    p.write_text(
+        "import os\n\n\ndef main():\n    try:\n        os.kill(1, 0)\n"
+        "    except OSError as e:  # an Error in prose is not a log line\n        raise\n"
+    )
+    with pytest.raises(InputError, match="not a log"):
+        analyze([p])
+
+
+def test_a_bare_traceback_is_a_log(tmp_path: Path) -> None:
+    p = tmp_path / "tb.txt"
+    p.write_text(
+        'File "/x/weight_utils.py", line 406, in safetensors_weights_iterator\n'
+        '    with safe_open(st_file, framework="pt") as f:\n'
+        "safetensors_rust.SafetensorError: Error while deserializing header: "
+        "MetadataIncompleteBuffer\n"
+    )
+    assert analyze([p]).last_phase == "weights_load"
