@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -34,10 +35,27 @@ sys.path.insert(0, str(ROOT / "tests"))
 from live.harness import mini_server  # noqa: E402
 
 
-def _timed(argv: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+CPU: dict[str, list[float]] = {}
+
+
+def _cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _timed(
+    argv: list[str], key: str | None = None
+) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """Wall seconds of one run; its CPU seconds (all its descendants: py-spy included,
+    the target processes not) are kept under ``key``: CPU time depends far less on the
+    load of a shared machine than wall time does."""
+    c0 = _cpu()
     t0 = time.perf_counter()
     res = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    return time.perf_counter() - t0, res
+    wall = time.perf_counter() - t0
+    if key is not None:
+        CPU.setdefault(key, []).append(_cpu() - c0)
+    return wall, res
 
 
 def main() -> None:
@@ -61,18 +79,20 @@ def main() -> None:
         runs: dict[str, list[float]] = {"loop": [], "diag2": [], "diag1": []}
         snap_doc: dict[str, object] = {}
         for i in range(args.repeat + 1):
-            el, res = _timed(["bash", "-c", loop])
+            el, res = _timed(["bash", "-c", loop], "loop" if i else None)
             if "fail" in res.stdout:  # e.g. another tracer held a rank at that moment
                 print(f"note: py-spy loop run {i}: {res.stdout.strip()}", file=sys.stderr)
             if i:
                 runs["loop"].append(el)
-            el, res = _timed([*diag, "--pid", str(srv.pid), "--json"])
+            el, res = _timed([*diag, "--pid", str(srv.pid), "--json"], "diag2" if i else None)
             if res.returncode != 0:
                 raise SystemExit(f"diag snapshot failed ({res.returncode}): {res.stderr}")
             snap_doc = json.loads(res.stdout)
             if i:
                 runs["diag2"].append(el)
-            el, res = _timed([*diag, "--pid", str(srv.pid), "--json", "--samples", "1"])
+            el, res = _timed(
+                [*diag, "--pid", str(srv.pid), "--json", "--samples", "1"], "diag1" if i else None
+            )
             if i:
                 runs["diag1"].append(el)
         med = {k: statistics.median(v) for k, v in runs.items()}
@@ -84,12 +104,13 @@ def main() -> None:
         print()
         load = os.getloadavg()[0]
         print(f"host: {os.cpu_count()} cores, load average {load:.1f} at the end")
-        print("| method | wall (s), median | min-max | vs loop |")
-        print("| --- | ---: | ---: | ---: |")
+        print("| method | wall (s), median | min-max | vs loop | CPU (s), median |")
+        print("| --- | ---: | ---: | ---: | ---: |")
         spread = {k: f"{min(v):.2f}-{max(v):.2f}" for k, v in runs.items()}
+        cpu = {k: statistics.median(v) for k, v in CPU.items()}
         print(
             f"| sequential `py-spy dump --native` loop, {len(pids)} pids | {med['loop']:.2f} "
-            f"| {spread['loop']} | 1.0x |"
+            f"| {spread['loop']} | 1.0x | {cpu['loop']:.2f} |"
         )
         for key, label in (
             ("diag2", "`diag snapshot --json` (2 samples, default)"),
@@ -97,7 +118,7 @@ def main() -> None:
         ):
             print(
                 f"| {label} | {med[key]:.2f} | {spread[key]} | "
-                f"{med['loop'] / med[key]:.1f}x faster |"
+                f"{med['loop'] / med[key]:.1f}x faster | {cpu[key]:.2f} |"
             )
         print()
         print(
