@@ -34,7 +34,6 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from live.harness import mini_server  # noqa: E402
 
-
 CPU: dict[str, list[float]] = {}
 
 
