@@ -150,7 +150,11 @@ def _analyze_sources(
         raise InputError(f"{', '.join(binary)}: not a log (binary data)")
     if total == 0 and not col.drafts:
         raise InputError("input is empty")
-    recognised = sum(1 for d in col.drafts if d.p.grammar != "plain" or d.p.ts is not None)
+    recognised = sum(
+        1
+        for d in col.drafts
+        if d.p.grammar != "plain" or d.p.ts is not None or d.rank is not None or d.p.pid
+    )
     if not col.drafts:
         raise InputError(f"{', '.join(s.name for s in sources)}: input is empty")
     if recognised == 0 and not _any_log_word(col.drafts):
@@ -179,8 +183,9 @@ def _looks_binary(src: Source) -> bool:
 
 # Lines that say "a process ran and stopped" even with no log format around them.
 _LOG_LINE = re.compile(
-    r"^(?:[\w.]+(?:Error|Exception|Interrupt|Exit): |Killed$|Aborted(?: \(core dumped\))?$|"
-    r"Segmentation fault|terminate called after throwing|Fatal Python error: )"
+    r"^(?:[\w.]+(?:Error|Exception|Interrupt|Exit)(?:: |$)|Killed$|Aborted(?: \(core dumped\))?$|"
+    r"Segmentation fault|terminate called after throwing|Fatal Python error: |"
+    r'File "[^"]+", line \d+,? in \S+$)'  # a traceback or faulthandler frame
 )
 
 
