@@ -112,6 +112,7 @@ def test_collective_one_rank_never_joins() -> None:
         assert server["launcher_pid"] == srv.pid
         assert server["port"] == srv.port
         assert server["port_listening"] is False
+        assert (server["tp_size"], server["missing_tp_ranks"]) == (3, [])
         assert all(p.stack is not None and p.stack.outcome == "ok" for p in snap.processes)
         assert all(p.stack is not None and p.stack.moving is False for p in ranks.values())
         assert _expected_ids(

@@ -457,3 +457,41 @@ def test_verdict_without_stacks_uses_the_proc_tier() -> None:
         "TP0 state S, wchan futex_wait_queue, in futex(), threads gloo_tcp_loop, pt_nccl_watchdg"
         in v
     )
+
+
+def test_missing_tp_ranks_from_the_launcher_command_line() -> None:
+    import dataclasses
+
+    from diag.collect.discover import FoundProcess, FoundServer, int_option
+    from diag.collect.snapshot import _expected_ranks
+
+    assert int_option(["x", "--tp", "4"], ("--tp", "--tensor-parallel-size")) == 4
+    assert int_option(["x", "--tensor-parallel-size=8"], ("--tp", "--tensor-parallel-size")) == 8
+    assert int_option(["x", "--tp", "four"], ("--tp",)) is None
+    snap = story_snapshot()
+    launcher = dataclasses.replace(
+        snap.processes[0], cmdline=("python", "-m", "sglang.launch_server", "--tp", "4")
+    )
+    procs = (launcher, *snap.processes[1:])
+    found = [
+        FoundProcess(
+            p.pid,
+            p.ppid,
+            p.role,
+            p.title,
+            p.cmdline,
+            p.framework,
+            p.rank,
+            p.rank_source,
+            0,
+            "S",
+            (),
+            0,
+        )
+        for p in procs
+    ]
+    server = FoundServer("sglang", 10, 30000, "cmdline")
+    assert _expected_ranks(server, procs, 0, found) == {"tp_size": 4, "missing_tp_ranks": [2, 3]}
+    srv = {**snap.servers[0], "tp_size": 4, "missing_tp_ranks": [2, 3]}
+    v = build_verdict(dataclasses.replace(snap, servers=(srv,)))
+    assert "No process for TP2, TP3 of tp_size 4" in v

@@ -28,8 +28,11 @@ __all__ = [
     "Discovery",
     "FoundProcess",
     "FoundServer",
+    "PP_OPTIONS",
+    "TP_OPTIONS",
     "classify",
     "discover",
+    "int_option",
     "launcher_framework",
     "port_from_cmdline",
     "rank_from_title",
@@ -129,16 +132,30 @@ def launcher_framework(cmdline: Sequence[str]) -> str | None:
     return None
 
 
-def port_from_cmdline(cmdline: Sequence[str], framework: str | None) -> tuple[int | None, str]:
-    """The HTTP port a launcher was given (``--port N`` / ``--port=N``), else the default."""
+def int_option(cmdline: Sequence[str], names: Sequence[str]) -> int | None:
+    """The integer value of the first of ``names`` given as ``--x N`` or ``--x=N``."""
     for i, arg in enumerate(cmdline):
         value: str | None = None
-        if arg == "--port" and i + 1 < len(cmdline):
-            value = cmdline[i + 1]
-        elif arg.startswith("--port="):
-            value = arg.split("=", 1)[1]
+        for name in names:
+            if arg == name and i + 1 < len(cmdline):
+                value = cmdline[i + 1]
+            elif arg.startswith(name + "="):
+                value = arg.split("=", 1)[1]
         if value is not None and value.isdigit():
-            return int(value), "cmdline"
+            return int(value)
+    return None
+
+
+# SGLang's server_args / vLLM's engine args spell the tensor-parallel size these ways.
+TP_OPTIONS = ("--tp", "--tp-size", "--tensor-parallel-size", "-tp")
+PP_OPTIONS = ("--pp", "--pp-size", "--pipeline-parallel-size", "-pp")
+
+
+def port_from_cmdline(cmdline: Sequence[str], framework: str | None) -> tuple[int | None, str]:
+    """The HTTP port a launcher was given (``--port N`` / ``--port=N``), else the default."""
+    port = int_option(cmdline, ("--port",))
+    if port is not None:
+        return port, "cmdline"
     if framework in DEFAULT_PORTS:
         return DEFAULT_PORTS[framework], "default"
     return None, "unknown"

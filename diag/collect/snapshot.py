@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any, cast
 
 from diag.collect import collective, stackapi
-from diag.collect.discover import Discovery, FoundProcess, discover
+from diag.collect.discover import (
+    TP_OPTIONS,
+    Discovery,
+    FoundProcess,
+    FoundServer,
+    discover,
+    int_option,
+)
 from diag.collect.facts import ProcessFacts, collect_facts
 from diag.collect.gpu import GpuQuery, query_gpus
 from diag.collect.procfs import (
@@ -168,6 +175,12 @@ def build_verdict(snap: Snapshot) -> str:
             else f"port {port} is not listening"
         )
         parts.append(f"{s.get('framework')} server, launcher pid {s.get('launcher_pid')}: {state}.")
+        missing = s.get("missing_tp_ranks")
+        if isinstance(missing, list) and missing:
+            gone = ", ".join(f"TP{r}" for r in missing)
+            parts.append(
+                f"No process for {gone} of tp_size {s.get('tp_size')} (crashed or never started)."
+            )
     ranked = [p for p in snap.processes if p.role in RANK_ROLES]
     if ranked:
         by_site: dict[str, list[str]] = {}
@@ -305,6 +318,32 @@ def _port_listening_anywhere(port: int | None) -> bool:
             return True
     except OSError:
         return False
+
+
+def _expected_ranks(
+    server: FoundServer,
+    processes: Sequence[ProcessInfo],
+    index: int,
+    found: Sequence[FoundProcess],
+) -> dict[str, object]:
+    """The TP size the launcher was given and the TP ranks with no process (a rank that
+    crashed or never started); empty when the command line does not say."""
+    launcher = next((p for p in processes if p.pid == server.launcher_pid), None)
+    if launcher is None:
+        return {}
+    tp = int_option(launcher.cmdline, TP_OPTIONS)
+    if tp is None:
+        return {}
+    pids = {f.pid for f in found if f.server == index}
+    seen = {
+        p.rank.tp
+        for p in processes
+        if p.pid in pids and p.role in RANK_ROLES and p.rank is not None and p.rank.tp is not None
+    }
+    out: dict[str, object] = {"tp_size": tp}
+    if seen:
+        out["missing_tp_ranks"] = sorted(set(range(tp)) - seen)
+    return out
 
 
 def _python_view(sp: StackProcess) -> StackProcess:
@@ -594,6 +633,7 @@ def take_snapshot(
                 "port_listening": listening_now,
                 "listening_pid": owner,
                 "processes": sum(1 for p in found if p.server == disc.servers.index(s)),
+                **_expected_ranks(s, processes, disc.servers.index(s), found),
             }
         )
 
