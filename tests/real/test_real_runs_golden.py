@@ -83,6 +83,22 @@ CASES = (
         rank_phases={"TP0": ("dist_init", "weights_load"), "TP1": ("dist_init", "weights_load")},
     ),
     Case(
+        # TP1 stopped as its compile warm-up began; TP0 compiled alone and spins in the
+        # shm all-reduce (recorded seconds later: no 60-s shm_broadcast warning yet).
+        "vllm-cpu-0.32.0-tp2-compile-hang-tp1-stopped.log",
+        "vllm",
+        2,
+        ("TP0", "TP1"),
+        "compile",
+        findings=("startup.no_listen_port",),
+        absent=("python.exception", "process.killed"),
+        rank_phases={
+            "TP0": ("dist_init", "weights_load", "compile"),
+            "TP1": ("dist_init", "weights_load", "compile"),
+        },
+        gaps={"TP0": CPU_COMPILE, "TP1": CPU_COMPILE, "*": CPU_COMPILE},
+    ),
+    Case(
         "lab/vllm-cpu-startup.log",
         "vllm",
         2,
