@@ -495,3 +495,28 @@ def test_missing_tp_ranks_from_the_launcher_command_line() -> None:
     srv = {**snap.servers[0], "tp_size": 4, "missing_tp_ranks": [2, 3]}
     v = build_verdict(dataclasses.replace(snap, servers=(srv,)))
     assert "No process for TP2, TP3 of tp_size 4" in v
+
+
+def test_take_snapshot_maps_gpu_memory_to_ranks_through_nvml(titled_child: int) -> None:
+    pytest.importorskip("setproctitle")
+    import dataclasses
+
+    from test_snapshot_collect import FakeNvml
+
+    from diag.collect.snapshot import SnapshotOptions, take_snapshot
+
+    nvml = FakeNvml({0: [0] * 3, 1: [100] * 3}, {1: [(titled_child, 5 << 30)]})
+    opts = SnapshotOptions(pid=titled_child, samples=1, native=False, nvml=nvml, gpu_samples=3)
+    snap = take_snapshot(opts)
+    (p,) = snap.processes
+    assert (p.gpu_index, p.gpu_memory_bytes) == (1, 5 << 30)
+    assert "GPU1 100%" in snap.verdict
+    doc = snapshot_to_dict(snap)
+    assert doc["processes"][0]["gpu_index"] == 1
+    assert [g["util_percent_mean"] for g in doc["gpus"]] == [0.0, 100.0]
+
+    # NVML's pids are not ours (another pid namespace): said, not guessed
+    nvml = FakeNvml({0: [0] * 3}, {0: [(4194000, 1 << 30)]})
+    snap = take_snapshot(dataclasses.replace(opts, nvml=nvml))
+    assert snap.processes[0].gpu_index is None
+    assert any("pid namespace" in n for n in snap.notes)

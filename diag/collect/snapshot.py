@@ -675,6 +675,15 @@ def take_snapshot(
         )
     if isinstance(gpus, Unavailable):
         notes.append(f"no GPU facts: {gpus.reason}")
+    else:
+        gpu_pids = {pid for g in gpus for pid in g.processes}
+        if gpu_pids and not gpu_pids & {p.pid for p in processes}:
+            notes.append(
+                f"NVML lists GPU processes (pid {', '.join(map(str, sorted(gpu_pids)[:8]))}) "
+                "but none of them is in this snapshot: another server, or a container with "
+                "its own pid namespace (NVML reports host pids); per-process GPU memory "
+                "is not mapped to ranks"
+            )
     api = stackapi.stacks_api_available()
     if not all(api.values()):
         notes.append(
