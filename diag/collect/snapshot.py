@@ -186,7 +186,7 @@ def build_verdict(snap: Snapshot) -> str:
         by_site: dict[str, list[str]] = {}
         for p in ranked:
             site = p.stack.wait_site if p.stack is not None else None
-            by_site.setdefault(site or "unknown", []).append(_rank_label(p))
+            by_site.setdefault(site or "an unclassified site", []).append(_rank_label(p))
         if len(by_site) == 1:
             site, labels = next(iter(by_site.items()))
             parts.append(f"All {len(labels)} ranks wait at {site}.")
