@@ -187,8 +187,10 @@ class _Dumper:
         alive, state = _alive_same(target.pid, target.starttime_ticks, self.proc_root)
         if not alive:
             return False, False
-        if state in ("T", "t") and not was_stopped:
-            # A dump left it stopped (py-spy killed mid-attach); never leave it so.
+        if state == "T" and not was_stopped:
+            # A dump left it stopped (py-spy killed mid-attach: the tracer's exit detaches
+            # it, and the SIGSTOP of the attach can leave it in group-stop); never leave it
+            # so. ("t", a ptrace stop, belongs to a live tracer and ends with it.)
             for _ in range(3):
                 try:
                     os.kill(target.pid, signal.SIGCONT)
@@ -196,7 +198,7 @@ class _Dumper:
                     return False, False
                 time.sleep(0.01)
                 alive, state = _alive_same(target.pid, target.starttime_ticks, self.proc_root)
-                if not alive or state not in ("T", "t"):
+                if not alive or state != "T":
                     break
             return alive, True
         return True, False
