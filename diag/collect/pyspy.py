@@ -11,7 +11,8 @@ targets in parallel:
    ``flock`` — is invisible without them). They cost 0.2-3 s of CPU each (py-spy loads
    libtorch's symbols per process), so by default one rank per group of identical Python
    stacks is dumped natively and stands for the others (``native_peer``);
-   ``native_all`` dumps every rank natively;
+   ``native_all`` dumps every rank natively. The first rank always represents its
+   group, so its native dump starts at once, beside the Python-only dumps of phase 1;
 3. further Python-only samples ``interval_s`` apart tell *stuck* (same frames) from
    *slow* (moving).
 
