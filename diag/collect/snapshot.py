@@ -369,7 +369,11 @@ def _with_native_frames(g: StackGroup, full: Mapping[int, StackProcess]) -> Stac
     return g
 
 
-def _targets(found: Sequence[FoundProcess], native: bool) -> list[DumpTarget]:
+def _targets(
+    found: Sequence[FoundProcess], native: bool, native_all: bool = False
+) -> list[DumpTarget]:
+    """What to dump, and which may get --native (ranks and the engine core; every
+    process with ``native_all``)."""
     out: list[DumpTarget] = []
     for p in found:
         if p.state == "Z":
@@ -379,7 +383,7 @@ def _targets(found: Sequence[FoundProcess], native: bool) -> list[DumpTarget]:
                 pid=p.pid,
                 starttime_ticks=p.starttime_ticks,
                 title=p.title,
-                native=native and p.role in NATIVE_ROLES,
+                native=native and (native_all or p.role in NATIVE_ROLES),
             )
         )
     return out
@@ -452,7 +456,7 @@ def take_snapshot(
                 no_pyspy(_targets(found, options.native))
                 if pyspy_path is None
                 else dump_all(
-                    _targets(found, options.native),
+                    _targets(found, options.native, options.native_all),
                     runner=runner,
                     proc_root=proc_root,
                     timeout_s=options.timeout_s,

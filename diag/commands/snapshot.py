@@ -59,8 +59,9 @@ def register(app: typer.Typer) -> None:
             bool,
             typer.Option(
                 "--native-all",
-                help="--native for every rank (default: one rank per group of identical "
-                "Python stacks stands for the others).",
+                help="--native for every process, launcher included (default: ranks and "
+                "engine core only, one rank per group of identical Python stacks standing "
+                "for the others).",
             ),
         ] = False,
     ) -> None:
