@@ -178,3 +178,22 @@ def test_bar_on_the_line_after_its_worker_prefix() -> None:
     assert bar.rank is not None and bar.rank.tp == 2 and bar.pid == 77
     assert bar.rank_reason == "the bar follows its process prefix on the line before"
     assert recs[2].rank is None  # only the bar right after the prefix
+
+
+def test_interleaved_rank_prefixed_tracebacks_stay_apart() -> None:
+    recs = _records(
+        "[2025-01-01 00:00:00 TP0] Decode batch. #running-req: 1\n"
+        "[rank0]: Traceback (most recent call last):\n"
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank0]:   File "a.py", line 1, in all_reduce\n'
+        '[rank1]:   File "b.py", line 2, in barrier\n'
+        "[rank0]: RuntimeError: NCCL error: unhandled system error\n"
+        "[rank1]: KeyboardInterrupt"
+    )
+    assert [r.line for r in recs] == [1, 2, 3]
+    r0, r1 = recs[1], recs[2]
+    assert r0.rank is not None and r0.rank.tp == 0 and r1.rank is not None and r1.rank.tp == 1
+    assert r0.continuation == ('  File "a.py", line 1, in all_reduce',
+                               "RuntimeError: NCCL error: unhandled system error")
+    assert r1.continuation == ('  File "b.py", line 2, in barrier', "KeyboardInterrupt")
+    assert recs[0].continuation == ()  # SGLang's TP0 stream is not torch's [rank0]

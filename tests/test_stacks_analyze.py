@@ -24,17 +24,11 @@ FILLER = "".join(
 )
 
 
-PREFILTER_MISS = pytest.mark.xfail(
-    strict=True,
-    reason="the prefilter drops the closing 'KeyboardInterrupt' line (not among its "
-    "literals), so the interrupted traceback is never closed",
-)
 PARAMS = [
     pytest.param(
         case,
         prefilter,
         id=f"{case}-{'prefilter' if prefilter else 'lines'}",
-        marks=[PREFILTER_MISS] if prefilter and case == "vllm-p2p-cache-probe-pipe-wait" else [],
     )
     for case in CASES
     for prefilter in (False, True)
@@ -61,11 +55,6 @@ Current thread 0x00007f7285a4a480 (most recent call first):
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the log parser attaches `[rank1]:` lines (prefix stripped) to the `[rank0]:` "
-    "record before them, so the two ranks' frames arrive mixed in one record",
-)
 def test_interleaved_rank_prefixed_faulthandler_through_the_log_parser(tmp_path: Path) -> None:
     a = INTERLEAVED.format(fn="all_reduce").splitlines()
     b = INTERLEAVED.format(fn="barrier").splitlines()
@@ -84,15 +73,7 @@ LAB_FR = Path(__file__).resolve().parent.parent / "fixtures" / "stacks" / "lab"
     "prefilter",
     [
         pytest.param(False, id="lines"),
-        pytest.param(
-            True,
-            id="prefilter",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the prefilter drops torch's `#0 all_reduce from ...` frame lines "
-                "(unindented, no literal of its own)",
-            ),
-        ),
+        pytest.param(True, id="prefilter"),
     ],
 )
 def test_torch_failed_collective_report_through_analyze(prefilter: bool) -> None:

@@ -68,7 +68,12 @@ _EXTRA_LITERALS = (
     "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL", "Warning", "Error", "Exception",
     "Killed", "killed", "Timeout", "timeout", "Timed out", "timed out", "OOM",
     "out of memory", "Traceback", "Segmentation fault", "core dumped", "Aborted",
-    "terminate called", "what():", "[W", "[E", "[F",
+    "terminate called", "what():", "[W", "[E", "[F", "Interrupt",
+    # torch's per-rank prefix on tracebacks and dumps: "[rank0]:   File ..."
+    "[rank",
+    # torch's failed-collective report and C++ backtraces: "#0 all_reduce from ...",
+    # "frame #0: c10::Error::Error(...)"
+    "#0 ", "frame #",
     # stack dumps and faulthandler
     "Process ", "Thread 0x", "Pyspy ", "py-spy", "Fatal Python error", "most recent call",
     "Python v",
@@ -395,6 +400,10 @@ class _Scanner:
             lines.pop()
         lm = pl.Series(lines).str.contains_any(self.lits, ascii_case_insensitive=True)
         for k, (line, m) in enumerate(zip(lines, lm.to_list(), strict=True)):
+            if not m and line[:1] == "#" and line[1:2].isdigit() and " from " in line:
+                m = True  # a frame of torch's failed-collective report
+            elif not m and line.startswith("frame #"):
+                m = True  # a C++ backtrace frame
             if m or "\r" in line:
                 picked[line0 + k + 1] = line
                 if k > 0 and ("% Completed" in line or "%|" in line):

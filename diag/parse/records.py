@@ -49,7 +49,9 @@ class SourceParser:
         self.drafts: list[Draft] = []
         self._last: Draft | None = None  # last record of the source
         self._last_line = -10
-        self._by_stream: dict[tuple[str | None, int | None, str | None], Draft] = {}
+        self._by_stream: dict[
+            tuple[str | None, int | None, str | None, RankId | None, str | None], Draft
+        ] = {}
         self.unknown_lines = 0
         self.first_unknown: int | None = None
         self.last_unknown: int | None = None
@@ -74,15 +76,29 @@ class SourceParser:
         p = parse_line(text)
         last = self._last
         near = last is not None and lineno - self._last_line <= 2
-        # 1. a prefixed line whose body is indented: continues the same stream's record
-        if p.grammar != "plain" and p.message[:1] in (" ", "\t") and p.message.strip():
-            prev = self._by_stream.get((p.process, p.pid, p.logger_file))
-            if prev is not None and p.grammar != "progress":
-                self._attach(prev, p.message, lineno)
-                return
+        msg = p.message
+        # the prefix kind is part of the stream: torch's "[rank0]:" lines are not the
+        # continuation of SGLang's "[... TP0]" lines
+        key = (p.process, p.pid, p.logger_file, p.rank, p.rank_reason)
+        prefixed = p.grammar not in ("plain", "traceback", "faulthandler") or (
+            p.rank is not None or p.pid is not None or p.process is not None
+        )
+        # 1. a prefixed line (vLLM/Ray/torch [rankN]: prefix) whose body continues a record:
+        #    it joins the record of the same process/rank, however the streams interleave
+        if prefixed and p.grammar != "progress":
+            prev = self._by_stream.get(key)
+            if prev is not None:
+                if (msg[:1] in (" ", "\t") and msg.strip()) or msg.startswith(
+                    ("During handling of the above", "The above exception was")
+                ):
+                    self._attach(prev, msg, lineno)
+                    return
+                if prev.in_traceback and prev.continuation and is_exception_line(msg):
+                    self._attach(prev, msg, lineno)
+                    prev.in_traceback = False
+                    return
         # 2. a bare continuation line (indented, or a traceback's closing lines)
-        if p.grammar in ("plain", "traceback", "faulthandler") and last is not None and near:
-            msg = p.message
+        if not prefixed and last is not None and near:
             if is_continuation_text(msg) and p.grammar != "progress":
                 self._attach(last, msg, lineno)
                 return
@@ -116,7 +132,7 @@ class SourceParser:
         self.drafts.append(d)
         self._last = d
         self._last_line = lineno
-        self._by_stream[(p.process, p.pid, p.logger_file)] = d
+        self._by_stream[key] = d
 
     def _attach(self, d: Draft, text: str, lineno: int) -> None:
         if len(d.continuation) < MAX_CONTINUATION:
