@@ -354,6 +354,7 @@ class ProcessInfo:
     resumed: bool = False  # a dump left it stopped and diag sent SIGCONT
     dump_attempts: tuple[Mapping[str, object], ...] = ()
     native_peer: int | None = None  # pid whose --native dump stands for this one
+    server: int | None = None  # index into Snapshot.servers
 
 
 @dataclass(frozen=True, slots=True)
