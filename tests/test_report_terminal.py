@@ -13,7 +13,7 @@ from report_samples import (
 )
 from rich.console import Console
 
-from diag.model import Analysis
+from diag.model import Analysis, StackProcess
 from diag.report.terminal import render_terminal
 
 
@@ -134,7 +134,7 @@ def test_untimed_log_shows_the_phase_chain() -> None:
 
 def test_stacks_grouped() -> None:
     out = render(stacks_analysis())
-    assert "stack.nccl_collective  2 members: PP0 TP1, PP1 TP1" in out
+    assert "stack.nccl_collective  2 members: PP0 TP1, PP1 TP1  (sglang::scheduler_PP0_TP1, " in out
     assert "      recv (distributed_c10d.py:2070)" in out
 
 
@@ -177,3 +177,16 @@ def test_phase_table_spans_and_slowest_rank() -> None:
     assert load.rstrip().endswith("TP2")
     # columns line up under the header
     assert load.index("22:35:21") == header.index("start")
+
+
+def test_stacks_name_processes_without_a_stack() -> None:
+    base = stacks_analysis()
+    lost = StackProcess(
+        pid=4242,
+        title="VLLM::Worker_TP3",
+        threads=(),
+        outcome="timeout",
+        error="py-spy took over 10 s",
+    )
+    out = render(dataclasses.replace(base, stack_processes=(*base.stack_processes, lost)))
+    assert "  pid 4242 VLLM::Worker_TP3: no stack (timeout: py-spy took over 10 s)" in out

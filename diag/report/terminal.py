@@ -482,14 +482,25 @@ def _frames_text(frames: tuple[StackFrame, ...], indent: str, limit: int = 5) ->
 
 def _stacks_view(groups: tuple[StackGroup, ...], procs: tuple[StackProcess, ...]) -> RenderableType:
     parts: list[RenderableType] = [Text("Stacks", style="bold")]
+    titles_by_pid = {p.pid: p.title for p in procs if p.pid is not None and p.title}
     if groups:
         for g in groups:
             head = Text("  ")
             head.append(g.wait_site or "unclassified", style="bold magenta")
             head.append(f"  {len(g.members)} member{'s' if len(g.members) != 1 else ''}: ")
             head.append(collapse_ranks([member_label(m) for m in g.members], []), style="cyan")
+            titles = list(dict.fromkeys(t for pid in g.pids if (t := titles_by_pid.get(pid))))
+            if titles:
+                more = f" +{len(titles) - 2}" if len(titles) > 2 else ""
+                head.append(f"  ({', '.join(titles[:2])}{more})", style="dim")
             parts.append(head)
             parts.extend(_frames_text(g.frames, "      "))
+        for p in procs:
+            if p.outcome != "ok":
+                line = Text(f"  pid {p.pid if p.pid is not None else '?'} {p.title or ''}".rstrip())
+                line.append(f": no stack ({p.outcome}", style="yellow")
+                line.append(f": {p.error})" if p.error else ")", style="yellow")
+                parts.append(line)
     else:
         for p in procs:
             head = Text("  ")
