@@ -270,3 +270,18 @@ def test_stack_dumps_alone_are_logs(tmp_path: Path, text: str) -> None:
     p = tmp_path / "dump.txt"
     p.write_text(text)
     assert analyze([p]).last_phase == "launch"
+
+
+def test_giant_line_is_cut_with_a_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(diag.parse.reader, "MAX_LINE_BYTES", 1 << 20)
+    monkeypatch.setattr(diag.parse.reader, "CHUNK_BYTES", 64 << 10)
+    p = tmp_path / "giant.log"
+    p.write_text(
+        "[2025-03-14 06:55:25 TP0] Load weight begin. " + "x" * (3 << 20) + "\n"
+        "[2025-03-14 06:56:25 TP0] Load weight end. type=X\n"
+    )
+    a = analyze([p])
+    assert a.last_phase == "weights_load"
+    assert any("was cut into pieces" in n for n in a.notes)
+    (t,) = a.ranks
+    assert t.phases[0].ended

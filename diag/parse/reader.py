@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 CHUNK_BYTES = 8 << 20
-MAX_LINE_BYTES = 64 << 20  # a line longer than this is cut (kept in pieces)
+MAX_LINE_BYTES = 16 << 20  # a line longer than this is cut (kept in pieces)
 
 _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x1f\x8b", "gzip"),
@@ -277,6 +277,15 @@ def resolve_inputs(inputs: Sequence[str | Path], stdin: BinaryIO | None = None) 
 
 
 _DAMAGED = (OSError, EOFError, lzma.LZMAError, ValueError)
+
+
+def _note_long(src: Source, notes: list[str]) -> None:
+    note = (
+        f"{src.name}: a line longer than {MAX_LINE_BYTES >> 20} MiB was cut into pieces "
+        "(line numbers after it count the pieces)"
+    )
+    if note not in notes:
+        notes.append(note)
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
@@ -355,6 +364,7 @@ def iter_chunks(
                 if nl < 0:
                     carry += data
                     if len(carry) >= MAX_LINE_BYTES:
+                        _note_long(src, notes)
                         yield carry, 0, len(carry), _position(stream, consumed)
                         carry = b""
                     continue
@@ -369,6 +379,7 @@ def iter_chunks(
             else:
                 carry = data[start:]
             if len(carry) >= MAX_LINE_BYTES:
+                _note_long(src, notes)
                 yield carry, 0, len(carry), _position(stream, consumed)
                 carry = b""
         if carry:

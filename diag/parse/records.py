@@ -26,6 +26,7 @@ __all__ = ["Draft", "SourceParser", "freeze", "resolve_years"]
 
 MAX_CONTINUATION = 400  # continuation lines kept per record (the rest are counted)
 MAX_MESSAGE = 256_000  # characters of a message kept (multi-MB lines are cut)
+MAX_PHYSICAL = 1 << 20  # characters of a physical line looked at (before '\r' splitting)
 
 
 @dataclass(slots=True)
@@ -62,6 +63,13 @@ class SourceParser:
         """One physical line (1-based number)."""
         if not physical or physical.isspace():
             return
+        if len(physical) > MAX_PHYSICAL:
+            cut = len(physical) - MAX_PHYSICAL
+            if "\r" in physical[-MAX_PHYSICAL:]:
+                # a tqdm bar rewritten in place thousands of times: the latest updates count
+                physical = physical[-MAX_PHYSICAL:]
+            else:
+                physical = physical[:MAX_PHYSICAL] + f" …[{cut} chars cut]"
         for piece in split_physical(strip_ansi(physical)):
             if piece:
                 self._piece(lineno, piece)
