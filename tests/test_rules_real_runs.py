@@ -92,3 +92,14 @@ def test_a_launcher_sigquit_after_a_crash_is_a_cascade() -> None:
     found = findings("lab/sglang-cpu-tp2-numa-error.log")
     killed = found["process.killed"]
     assert killed.role == "cascade" and killed.cascade_of == "python.exception"
+
+
+def test_dumps_with_one_rank_outside_the_collective_name_it() -> None:
+    """py-spy dumps of a real NCCL hang on 2 H200s: rank 0 in the all-reduce (.item()),
+    rank 1 never joined (idle loop)."""
+    dump = RUNS.parent / "stacks" / "lab" / "gpu-h200x2-d1-nccl" / "nccl-item.txt"
+    found = {f.id: f for f in analyze([dump]).findings}
+    wait = found["nccl.waiting_for_rank"]
+    assert wait.message.startswith("1 dumped process waits inside an NCCL collective")
+    assert "stack.idle_loop" in wait.message
+    assert wait.ranks == ("pid 884",)

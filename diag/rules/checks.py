@@ -563,7 +563,43 @@ def _check_straggler(ctx: CheckContext) -> CheckOutcome | None:
     return CheckOutcome(message=message, hits=hits, ranks=tuple(r.rank.label for r in behind))
 
 
+def _check_stack_collective(ctx: CheckContext) -> CheckOutcome | None:
+    """Stack dumps in the input: some processes wait inside an NCCL collective while
+    others are elsewhere; the others are who the collective waits for."""
+    groups = ctx.analysis.stack_groups
+    waiting = [g for g in groups if g.wait_site == "stack.nccl_collective"]
+    others = [g for g in groups if g.wait_site and g.wait_site != "stack.nccl_collective"]
+    if not waiting or not others:
+        return None
+    n_wait = sum(len(g.members) for g in waiting)
+    odd = [m for g in others for m in g.members]
+    sites = sorted({g.wait_site or "unknown" for g in others})
+    hits = []
+    for proc in ctx.analysis.stack_processes:
+        if proc.source and proc.line and proc.wait_site:
+            label = proc.rank.label if proc.rank else f"pid {proc.pid}"
+            hits.append(
+                Hit(
+                    proc.source,
+                    proc.line,
+                    f"{label}: {proc.title or ''} waits at {proc.wait_site}",
+                    proc.rank,
+                )
+            )
+    return CheckOutcome(
+        message=(
+            f"{n_wait} dumped process{'es wait' if n_wait != 1 else ' waits'} inside an NCCL "
+            f"collective while {', '.join(odd[:6])} {'is' if len(odd) == 1 else 'are'} "
+            f"elsewhere ({', '.join(sites)}): the collective waits for "
+            f"{'it' if len(odd) == 1 else 'them'}"
+        ),
+        hits=tuple(hits),
+        ranks=tuple(odd),
+    )
+
+
 CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
+    "stack_collective_wait": _check_stack_collective,
     "specdec_acceptance": _check_specdec,
     "slow_weight_load": _check_slow_load,
     "rank_missing": _check_missing,
