@@ -212,6 +212,28 @@ def test_discover_finds_both_servers_with_roles_and_ranks(tmp_path: Path) -> Non
     assert by[101].server == 0 and by[203].server == 1
 
 
+def test_ray_workers_without_a_launcher_are_one_group(tmp_path: Path) -> None:
+    root = fake_proc(tmp_path)
+    add_proc(
+        root, 400, ppid=1, argv=["/opt/ray/raylet", "--node_ip_address=10.0.0.2"], comm="raylet"
+    )
+    add_proc(root, 401, ppid=400, argv="ray::RayWorkerWrapper", env={"RANK": "0"})
+    add_proc(root, 402, ppid=400, argv="ray::RayWorkerWrapper", env={"RANK": "1"})
+    d = discover(root)
+    (ray,) = [s for s in d.servers if not s.launcher]
+    assert (ray.framework, ray.port, ray.port_source) == ("vllm", None, "none")
+    members = sorted(
+        (p.pid, p.role, p.rank, p.rank_source)
+        for p in d.processes
+        if p.server == d.servers.index(ray)
+    )
+    assert members == [
+        (401, "worker", RankId(tp=0), "env:RANK"),
+        (402, "worker", RankId(tp=1), "env:RANK"),
+    ]
+    assert all(s.launcher for s in d.servers if s is not ray)
+
+
 def test_discover_from_any_pid_of_the_server(tmp_path: Path) -> None:
     root = fake_proc(tmp_path)
     d = discover(root, pid=202)  # a worker: climbs to the vllm launcher

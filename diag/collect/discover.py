@@ -75,9 +75,10 @@ class FoundProcess:
 @dataclass(frozen=True, slots=True)
 class FoundServer:
     framework: str
-    launcher_pid: int
+    launcher_pid: int  # the launcher, or (launcher=False) the first process of the group
     port: int | None
-    port_source: str  # "cmdline" | "default" | "unknown"
+    port_source: str  # "cmdline" | "default" | "none" (no launcher) | "unknown"
+    launcher: bool = True  # False: titled processes with no launcher above them (Ray)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,28 +242,49 @@ def discover(proc_root: Path = Path("/proc"), *, pid: int | None = None) -> Disc
                 if top not in roots:
                     roots.append(top)
 
+    # A launcher and its tree make one server. Titled processes with no launcher above
+    # them (Ray's ``ray::RayWorkerWrapper`` actors live under the raylet, not under
+    # ``vllm serve``; a launcher that died) are grouped by their common parent.
+    clusters: list[list[int]] = []
+    orphans: dict[int, list[int]] = {}
+    for root in sorted(roots):
+        if launcher_framework(procs[root].cmdline) is not None or pid is not None:
+            clusters.append([root])
+        else:
+            orphans.setdefault(procs[root].ppid, []).append(root)
+    clusters += list(orphans.values())
+
     servers: list[FoundServer] = []
     found: list[FoundProcess] = []
     seen: set[int] = set()
-    for root in sorted(roots):
-        if root in seen:
-            continue
+    for cluster in clusters:
         members: list[int] = []
-        stack = [root]
-        while stack:
-            cur = stack.pop()
-            if cur in seen or cur == me or _is_pyspy(procs[cur]):
-                continue
-            seen.add(cur)
-            members.append(cur)
-            stack.extend(sorted(children.get(cur, []), reverse=True))
+        for root in cluster:
+            stack = [root]
+            while stack:
+                cur = stack.pop()
+                if cur in seen or cur == me or _is_pyspy(procs[cur]):
+                    continue
+                seen.add(cur)
+                members.append(cur)
+                stack.extend(sorted(children.get(cur, []), reverse=True))
+        if not members:
+            continue
+        root = cluster[0]
         framework = launcher_framework(procs[root].cmdline)
+        launched = framework is not None
         if framework is None:
             frameworks = [c[0] for m in members if (c := classify(procs[m].title)) is not None]
             framework = frameworks[0] if frameworks else "unknown"
-        port, port_source = port_from_cmdline(procs[root].cmdline, framework)
+        if launched:
+            port, port_source = port_from_cmdline(procs[root].cmdline, framework)
+        else:  # no launcher: no HTTP port to expect unless the command line names one
+            given = int_option(procs[root].cmdline, ("--port",))
+            port, port_source = (given, "cmdline") if given is not None else (None, "none")
         index = len(servers)
-        servers.append(FoundServer(framework, root, port, port_source))
+        servers.append(
+            FoundServer(framework, root, port, port_source, launcher=launched or pid is not None)
+        )
         for m in members:
             raw = procs[m]
             c = classify(raw.title)

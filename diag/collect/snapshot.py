@@ -174,6 +174,12 @@ def build_verdict(snap: Snapshot) -> str:
             if listening
             else f"port {port} is not listening"
         )
+        if s.get("launcher") is False:
+            parts.append(
+                f"{s.get('framework')} processes with no launcher above them "
+                f"({s.get('processes')} of them; Ray workers, or a launcher that exited)."
+            )
+            continue
         parts.append(f"{s.get('framework')} server, launcher pid {s.get('launcher_pid')}: {state}.")
         missing = s.get("missing_tp_ranks")
         if isinstance(missing, list) and missing:
@@ -598,6 +604,7 @@ def take_snapshot(
                 stopped_before=d.was_stopped if d is not None else False,
                 resumed=d.resumed if d is not None else False,
                 native_peer=d.native_peer if d is not None else None,
+                server=p.server,
                 dump_attempts=tuple(
                     {
                         "mode": a.mode,
@@ -631,7 +638,8 @@ def take_snapshot(
         servers.append(
             {
                 "framework": s.framework,
-                "launcher_pid": s.launcher_pid,
+                "launcher_pid": s.launcher_pid if s.launcher else None,
+                "launcher": s.launcher,
                 "port": s.port,
                 "port_source": s.port_source,
                 "port_listening": listening_now,

@@ -126,10 +126,13 @@ def _process_table(snap: Snapshot, server: int | None, procs: Sequence[ProcessIn
     if server is not None and server < len(snap.servers):
         s = snap.servers[server]
         listening = "listening" if s.get("port_listening") else "NOT listening"
-        title = (
-            f"{s.get('framework')} server · launcher {s.get('launcher_pid')} · "
-            f"port {s.get('port')} {listening}"
-        )
+        if s.get("launcher") is False:
+            title = f"{s.get('framework')} processes with no launcher"
+        else:
+            title = (
+                f"{s.get('framework')} server · launcher {s.get('launcher_pid')} · "
+                f"port {s.get('port')} {listening}"
+            )
     table = Table(title=title, title_justify="left", expand=False, show_lines=False)
     for col in (
         "role",
@@ -187,12 +190,8 @@ def render_snapshot(snap: Snapshot, *, max_group_frames: int = 8) -> list[Render
         Panel(Text(snap.verdict or "(no verdict)"), title="verdict", title_align="left")
     ]
     by_server: dict[int | None, list[ProcessInfo]] = {}
-    launcher_index = {s.get("launcher_pid"): i for i, s in enumerate(snap.servers)}
-    current: int | None = None
     for p in snap.processes:
-        if p.pid in launcher_index:
-            current = launcher_index[p.pid]
-        by_server.setdefault(current, []).append(p)
+        by_server.setdefault(p.server, []).append(p)
     for server, procs in by_server.items():
         out.append(_process_table(snap, server, procs))
     if snap.groups:
