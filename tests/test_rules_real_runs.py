@@ -95,9 +95,9 @@ def test_a_launcher_sigquit_after_a_crash_is_a_cascade() -> None:
 
 
 def test_dumps_with_one_rank_outside_the_collective_name_it() -> None:
-    """py-spy dumps of a real NCCL hang on 2 H200s: rank 0 in the all-reduce (.item()),
-    rank 1 never joined (idle loop)."""
-    dump = RUNS.parent / "stacks" / "lab" / "gpu-h200x2-d1-nccl" / "nccl-item.txt"
+    """py-spy dumps of a real NCCL hang on 2 H200s: rank 0 waits in the all-reduce
+    (TORCH_NCCL_BLOCKING_WAIT), rank 1 never joined (idle loop)."""
+    dump = RUNS.parent / "stacks" / "lab" / "gpu-h200x2-d1-nccl" / "nccl-blocking-wait.txt"
     found = {f.id: f for f in analyze([dump]).findings}
     wait = found["nccl.waiting_for_rank"]
     assert wait.message.startswith("1 dumped process waits inside an NCCL collective")
