@@ -108,6 +108,7 @@ def _process(p: ProcessInfo) -> dict[str, Any]:
         "role": p.role,
         "title": p.title,
         "framework": p.framework,
+        "server": p.server,
         "rank": rank.label if rank is not None else None,
         "rank_source": p.rank_source,
         "tp_rank": rank.tp if rank is not None else None,
