@@ -3,6 +3,7 @@ timeouts, sorting, user rule folders, and the aggregate checks."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import time
 from pathlib import Path
@@ -588,3 +589,20 @@ def test_a_timeout_first_stays_the_root_of_what_follows() -> None:
     assert by_id["nccl.timeout"].role == "root"
     assert by_id["python.exception"].role == "cascade"
     assert by_id["python.exception"].cascade_of == "nccl.timeout"
+
+
+def test_missing_ranks_only_when_the_present_ones_say_enough() -> None:
+    def with_missing(lines: int) -> Analysis:
+        ranks = tuple(timeline(tp, "kv_cache", end_s=60, lines=lines) for tp in range(6))
+        a = analysis(ranks=ranks, log_end=T0 + dt.timedelta(seconds=60))
+        return dataclasses.replace(
+            a,
+            expected_ranks=tuple(RankId(tp=i) for i in range(8)),
+            missing_ranks=(RankId(tp=6), RankId(tp=7)),
+        )
+
+    (f,) = [f for f in apply_rules(with_missing(20), []).findings if f.id == "rank.missing"]
+    assert f.ranks == ("TP6", "TP7")
+    assert f.message.startswith("TP6, TP7 never logged a line; 6 of 8 expected ranks did")
+    # an excerpt with two lines per rank proves nothing about absence
+    assert "rank.missing" not in ids(apply_rules(with_missing(2), []))
