@@ -520,3 +520,47 @@ def test_take_snapshot_maps_gpu_memory_to_ranks_through_nvml(titled_child: int) 
     snap = take_snapshot(dataclasses.replace(opts, nvml=nvml))
     assert snap.processes[0].gpu_index is None
     assert any("pid namespace" in n for n in snap.notes)
+
+
+RAS = Path(__file__).resolve().parents[1] / "fixtures" / "snapshot" / "ras"
+
+
+def test_ras_status_of_a_real_nccl_hang_names_the_rank_behind() -> None:
+    text = (RAS / "verbose_status_mismatch.txt").read_text()
+    (mm,) = collective.parse_ras_status(text)
+    assert mm["operation"] == "AllReduce" and mm["status"] == "MISMATCH"
+    assert mm["max_count"] == 2
+    assert mm["behind"] == [{"rank": 1, "count": 1, "pid": 470, "gpu": "0"}]
+
+
+def test_ras_status_group_lines_and_ranks_with_no_operation() -> None:
+    text = (
+        "Warnings\n========\n\n#0-0 (78db921d1c117b4a) MISMATCH\n"
+        "  Communicator ranks have different AllReduce operation counts\n"
+        "  7 ranks have launched up to operation 64\n"
+        "  Rank 7 has launched up to operation 60 -- GPU 3 managed by process 1650386 on node n1\n"
+        "#1-0 (aa) MISMATCH\n"
+        "  Communicator ranks have different Broadcast operation counts\n"
+        "  Rank 0 has launched up to operation 3 -- GPU 0, process 11, node 10.0.0.8\n"
+        "  Rank 1 has not launched any operations -- GPU 1 managed by process 12 on node h\n"
+    )
+    a, b = collective.parse_ras_status(text)
+    assert (a["max_count"], a["behind"]) == (
+        64,
+        [{"rank": 7, "count": 60, "pid": 1650386, "gpu": "3"}],
+    )
+    assert b["operation"] == "Broadcast"
+    assert b["behind"] == [{"rank": 1, "count": 0, "pid": 12, "gpu": "1"}]
+    assert collective.parse_ras_status("Job summary\n===\nall fine\n") == []
+
+
+def test_verdict_reports_the_ras_mismatch_beside_the_stacks() -> None:
+    import dataclasses
+
+    text = (RAS / "verbose_status_mismatch.txt").read_text()
+    ev = {"kind": "nccl_ras", "mismatches": collective.parse_ras_status(text), "text": text}
+    snap = story_snapshot()
+    procs = tuple(dataclasses.replace(p, pid=p.pid + 458) if p.rank else p for p in snap.processes)
+    v = build_verdict(dataclasses.replace(snap, processes=procs, collective_evidence=(ev,)))
+    assert "NCCL RAS: AllReduce counts differ" in v
+    assert "rank 1 (pid 470, TP1) at 1" in v and "the others reached 2" in v

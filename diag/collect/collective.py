@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import re
 import socket
 import time
 from collections.abc import Mapping, Sequence
@@ -30,6 +31,7 @@ __all__ = [
     "FlightRecorderDump",
     "flight_recorder_evidence",
     "load_fr_dump",
+    "parse_ras_status",
     "ras_query",
     "summarise_fr",
 ]
@@ -71,9 +73,69 @@ def ras_query(
         "kind": "nccl_ras",
         "address": f"{host}:{port}",
         "protocol": hello.strip(),
+        "mismatches": parse_ras_status(text),
         "text": text[:20000],
         "elapsed_s": round(time.monotonic() - start, 3),
     }
+
+
+_RAS_BLOCK = re.compile(r"^#(\S+) \((\w+)\) (\w+)")
+_RAS_OP = re.compile(r"different (\w+) operation counts")
+_RAS_RANK = re.compile(
+    r"^\s*Rank (\d+) has (?:launched up to operation (\d+)|not launched any operations)(.*)$"
+)
+_RAS_GROUP = re.compile(r"^\s*(\d+) ranks have launched up to operation (\d+)")
+_RAS_PID = re.compile(r"process (\d+)")
+_RAS_GPU = re.compile(r"GPU ([^ ,]+)")
+
+
+def parse_ras_status(text: str) -> list[dict[str, object]]:
+    """The MISMATCH blocks of a RAS status text: per communicator, the operation whose
+    counts differ, the highest count, and the ranks behind it (rank, count, pid, GPU).
+
+    NCCL (``src/ras/client_support.cc``) prints, under Warnings, ``#0-0 (hash) MISMATCH``,
+    ``Communicator ranks have different AllReduce operation counts``, then ``Rank 1 has
+    launched up to operation 60 -- GPU 3 managed by process 1650386 on node n1`` per rank
+    (or ``7 ranks have launched up to operation 64`` for a group)."""
+    out: list[dict[str, object]] = []
+    block: dict[str, object] | None = None
+    ranks: list[dict[str, object]] = []
+    top = -1
+
+    def close() -> None:
+        if block is not None and ranks:
+            best = max([top, *[int(str(r["count"])) for r in ranks]])
+            block["max_count"] = best
+            block["behind"] = [r for r in ranks if int(str(r["count"])) < best]
+            out.append(block)
+
+    for line in text.splitlines():
+        m = _RAS_BLOCK.match(line)
+        if m is not None:
+            close()
+            block = {"communicator": f"#{m.group(1)} ({m.group(2)})", "status": m.group(3)}
+            ranks, top = [], -1
+            continue
+        if block is None:
+            continue
+        if (m := _RAS_OP.search(line)) is not None:
+            block["operation"] = m.group(1)
+        elif (m := _RAS_GROUP.match(line)) is not None:
+            top = max(top, int(m.group(2)))
+        elif (m := _RAS_RANK.match(line)) is not None:
+            rest = m.group(3)
+            pid = _RAS_PID.search(rest)
+            gpu = _RAS_GPU.search(rest)
+            ranks.append(
+                {
+                    "rank": int(m.group(1)),
+                    "count": int(m.group(2) or 0),
+                    "pid": int(pid.group(1)) if pid else None,
+                    "gpu": gpu.group(1) if gpu else None,
+                }
+            )
+    close()
+    return [b for b in out if b.get("status") == "MISMATCH" or b.get("behind")]
 
 
 def _read_line(sock: socket.socket) -> str:

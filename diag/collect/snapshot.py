@@ -259,7 +259,27 @@ def build_verdict(snap: Snapshot) -> str:
                 f"waiting for its peers) while those of {_collapse(idle_ranks)} are idle: "
                 f"{_collapse(idle_ranks)} never joined."
             )
+    rank_of_pid = {p.pid: _rank_label(p) for p in snap.processes if p.rank is not None}
     for ev in snap.collective_evidence:
+        mismatches = ev.get("mismatches")
+        if ev.get("kind") == "nccl_ras" and isinstance(mismatches, list):
+            for mm in mismatches:
+                late = mm.get("behind") if isinstance(mm, dict) else None
+                if not isinstance(late, list) or not late:
+                    continue
+                who = ", ".join(
+                    f"rank {r.get('rank')} (pid {r.get('pid')}"
+                    + (f", {rank_of_pid[r['pid']]}" if r.get("pid") in rank_of_pid else "")
+                    + f") at {r.get('count')}"
+                    for r in late
+                    if isinstance(r, dict)
+                )
+                parts.append(
+                    f"NCCL RAS: {mm.get('operation', 'operation')} counts differ in "
+                    f"communicator {mm.get('communicator')}: the others reached "
+                    f"{mm.get('max_count')}, {who}: the collective waits for "
+                    f"{'it' if len(late) == 1 else 'them'}."
+                )
         behind = ev.get("behind")
         if ev.get("kind") == "flight_recorder" and isinstance(behind, dict) and behind:
             for pg, ranks in behind.items():
