@@ -106,6 +106,10 @@ def test_collective_one_rank_never_joins() -> None:
         native = [f.name for t in ranks[rep].stack.threads for f in t.frames if f.native]  # type: ignore[union-attr]
         assert native, "expected native frames from --native"
         assert ranks[2].stack.mode == "native"  # the odd one out is its own group
+        # /proc's view of each dumped thread sits beside its frames
+        main0 = next(t for t in ranks[0].stack.threads if t.thread_id == ranks[0].pid)  # type: ignore[union-attr]
+        assert main0.os_state in ("S", "R") and main0.wchan is not None
+        assert any(n.startswith("gloo") or n.startswith("pt_") for n in ranks[0].thread_names)
         # one server, sglang, its port from the command line, not listening
         (server,) = snap.servers
         assert server["framework"] == "sglang"
