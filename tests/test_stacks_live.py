@@ -85,15 +85,31 @@ def _wait_ready(proc: subprocess.Popen[str], timeout: float) -> None:
     assert line.strip() == "ready", f"child did not start: {line!r}"
 
 
-def _dump(pid: int, *, native: bool, title: str | None = None) -> StackProcess:
+def _dump(
+    pid: int, *, native: bool, title: str | None = None, settled: str | None = None
+) -> StackProcess:
+    """One py-spy JSON dump; with ``settled``, dumps again (up to ~10 s) until a frame
+    of the main thread has that name, so a busy machine cannot catch the child before
+    it reached its wait."""
     cmd = [PYSPY, "dump", "--json", "--pid", str(pid)]
     if native:
         cmd.insert(2, "--native")
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
-    return parse_pyspy_json(
-        json.loads(res.stdout), pid=pid, title=title, mode="native" if native else "python"
-    )
+    for _ in range(40):
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        p = parse_pyspy_json(
+            json.loads(res.stdout), pid=pid, title=title, mode="native" if native else "python"
+        )
+        main = [
+            f.name
+            for t in p.threads
+            if t.name == "MainThread" or t.thread_id == pid
+            for f in t.frames
+        ]
+        if settled is None or settled in main:
+            return p
+        time.sleep(0.25)
+    raise AssertionError(f"pid {pid} never reached {settled!r}: {main}")
 
 
 def _main(p: StackProcess) -> list[str]:
@@ -115,7 +131,7 @@ q.get()
 @pytest.mark.parametrize("native", [False, True])
 def test_queue_get_with_a_helper_thread(native: bool) -> None:
     with _child(QUEUE) as pid:
-        p = _dump(pid, native=native)
+        p = _dump(pid, native=native, settled="Queue.get")
     assert p.pid == pid and p.mode == ("native" if native else "python")
     assert {t.name for t in p.threads} == {"MainThread", "tqdm_monitor"}
     assert p.threads[0].name == "MainThread"  # main thread first whatever py-spy's order
@@ -129,7 +145,7 @@ def test_queue_get_with_a_helper_thread(native: bool) -> None:
 @pytest.mark.parametrize("native", [False, True])
 def test_text_view_and_json_of_the_same_process_agree(native: bool) -> None:
     with _child(QUEUE) as pid:
-        as_json = _dump(pid, native=native)
+        as_json = _dump(pid, native=native, settled="Queue.get")
         cmd = [PYSPY, "dump", "--pid", str(pid)] + (["--native"] if native else [])
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
@@ -153,7 +169,7 @@ a.makefile("rb").readline()
 
 def test_socket_read() -> None:
     with _child(SOCKET) as pid:
-        p = _dump(pid, native=False)
+        p = _dump(pid, native=False, settled="SocketIO.readinto")
     assert p.wait_site == "stack.ipc_wait"
     assert _main(p)[0] == "SocketIO.readinto"
 
@@ -168,7 +184,7 @@ r.recv()
 
 def test_multiprocessing_pipe_recv() -> None:
     with _child(PIPE) as pid:
-        p = _dump(pid, native=True)
+        p = _dump(pid, native=True, settled="Connection._recv")
     assert p.wait_site == "stack.ipc_wait"
     assert any("Connection" in n or "_recv" in n for n in _main(p))
 
@@ -186,8 +202,8 @@ take()
 
 def test_lock_is_invisible_without_native_and_named_with_it() -> None:
     with _child(LOCK) as pid:
-        python = _dump(pid, native=False)
-        native = _dump(pid, native=True)
+        python = _dump(pid, native=False, settled="take")
+        native = _dump(pid, native=True, settled="PyThread_acquire_lock_timed")
     # Python-only: the C call is invisible; no site is invented.
     assert python.wait_site is None and _main_or_none(python) is None
     assert native.wait_site == "stack.gil_or_lock"
@@ -233,7 +249,13 @@ def test_real_gloo_collective_that_one_rank_never_joins() -> None:
             _wait_ready(p, 120.0)
         time.sleep(1.0)
         dumps = [
-            _dump(p.pid, native=True, title=f"sglang::scheduler_TP{r}") for r, p in enumerate(procs)
+            _dump(
+                p.pid,
+                native=True,
+                title=f"sglang::scheduler_TP{r}",
+                settled="all_reduce" if r == 0 else "clock_nanosleep",
+            )
+            for r, p in enumerate(procs)
         ]
     finally:
         for p in procs:
