@@ -30,7 +30,7 @@ from diag.model import (
 from diag.parse import reader
 from diag.parse.config import detect_config_line, normalise, parse_config_message
 from diag.parse.reader import UTF16_BOMS, Source, iter_chunks, resolve_inputs
-from diag.parse.records import Draft, SourceParser, freeze, resolve_years
+from diag.parse.records import REPEAT_KEEP, Draft, SourceParser, freeze, resolve_years
 from diag.parse.text import decode
 from diag.phases import load_catalogue
 from diag.timeline import (
@@ -132,6 +132,11 @@ def _analyze_sources(
         else:
             _read_full(src, sp, col, progress, done_before, total)
         done_before += src.size or 0
+        if sp.repeats:
+            col.notes.append(
+                f"{src.name}: {sp.repeats} lines repeating a kind of line already seen "
+                f"{REPEAT_KEEP} times were counted, not parsed"
+            )
         if sp.unknown_lines and sp.known_lines:
             first, last = sp.first_unknown, sp.last_unknown
             col.notes.append(

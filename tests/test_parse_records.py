@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
+
 from diag.parse.records import SourceParser, freeze, resolve_years
 
 
@@ -197,3 +199,29 @@ def test_interleaved_rank_prefixed_tracebacks_stay_apart() -> None:
                                "RuntimeError: NCCL error: unhandled system error")
     assert r1.continuation == ('  File "b.py", line 2, in barrier', "KeyboardInterrupt")
     assert recs[0].continuation == ()  # SGLang's TP0 stream is not torch's [rank0]
+
+
+def test_repeated_kinds_are_counted_not_parsed_once_a_source_is_large(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import diag.parse.records as records
+
+    monkeypatch.setattr(records, "REPEAT_CAP_AFTER", 10)
+    monkeypatch.setattr(records, "REPEAT_KEEP", 3)
+    sp = SourceParser("spam.log")
+    n = 0
+    for i in range(100):
+        n += 1
+        sp.feed(n, f"[2026-02-23 01:00:{i % 60:02d} TP0] WARNING x.py:1: queue is long ({i})")
+        n += 1
+        sp.feed(n, f"    detail line {i}")  # follows its head: kept or skipped with it
+    n += 1
+    sp.feed(n, "[2026-02-23 01:02:00 TP0] Load weight end. type=X")  # a new kind: kept
+    n += 1
+    sp.feed(n, "[2026-02-23 01:02:01 TP0] WARNING x.py:1: queue is long (999)", force=True)
+    msgs = [d.p.message for d in sp.drafts]
+    assert len(msgs) == 10 + 3 + 2
+    assert msgs[-2].startswith("Load weight end")
+    assert msgs[-1].endswith("(999)")  # forced: a rank's last line is never skipped
+    assert sp.repeats == 2 * (100 - 13)
+    assert all(len(d.continuation) == 1 for d in sp.drafts[:13])

@@ -378,15 +378,17 @@ class _Scanner:
         if last >= lo:
             extra.add(last)
         starts = [a for a, _ in blocks]
+        forced: set[int] = set()
         for pos in extra:
             start = max(lo, data.rfind(b"\n", lo, pos) + 1)
             bi = bisect.bisect_right(starts, start) - 1
             num = block_line0[bi] + data.count(b"\n", starts[bi], start) + 1
+            forced.add(num)
             if num not in picked:
                 end = data.find(b"\n", start, hi)
                 picked[num] = self._decode(data[start : hi if end < 0 else end])
         for num in sorted(picked):
-            sp.feed(num, picked[num])
+            sp.feed(num, picked[num], force=num in forced)
         self.stats.candidates += len(picked)
         self.stats.lines += n_lines
         self.stats.bulk_lines += n_lines - len(picked)

@@ -9,6 +9,7 @@ rank attribution and year are settled once the whole input is known, then frozen
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -26,6 +27,9 @@ __all__ = ["Draft", "SourceParser", "freeze", "resolve_years"]
 
 MAX_CONTINUATION = 400  # continuation lines kept per record (the rest are counted)
 MAX_MESSAGE = 256_000  # characters of a message kept (multi-MB lines are cut)
+REPEAT_CAP_AFTER = 20_000  # records of a source before repeated kinds of lines are capped
+REPEAT_KEEP = 200  # lines of one kind parsed once capped (the rest only counted)
+_DIGITS = re.compile(r"[0-9]+")
 MAX_PHYSICAL = 1 << 20  # characters of a physical line looked at (before '\r' splitting)
 
 
@@ -58,11 +62,32 @@ class SourceParser:
         self.last_unknown: int | None = None
         self.known_lines = 0
         self.undecodable = 0  # bytes of invalid UTF-8 (set by the prefilter path)
+        self.repeats = 0  # lines only counted: more of a kind than REPEAT_KEEP
+        self._kinds: dict[str, int] = {}
+        self._skipping = False
 
-    def feed(self, lineno: int, physical: str) -> None:
-        """One physical line (1-based number)."""
+    def feed(self, lineno: int, physical: str, *, force: bool = False) -> None:
+        """One physical line (1-based number).
+
+        Once a source has :data:`REPEAT_CAP_AFTER` records, a kind of line (the line with
+        its digits removed) seen :data:`REPEAT_KEEP` times is only counted (``repeats``),
+        and so are the indented lines after it; ``force`` bypasses this (a rank's last
+        line, the first serving line)."""
         if not physical or physical.isspace():
             return
+        if len(self.drafts) >= REPEAT_CAP_AFTER and not force:
+            if physical[:1] in (" ", "\t"):
+                if self._skipping:
+                    self.repeats += 1
+                    return
+            else:
+                kind = _DIGITS.sub("", physical[:160])
+                seen = self._kinds.get(kind, 0) + 1
+                self._kinds[kind] = seen
+                self._skipping = seen > REPEAT_KEEP
+                if self._skipping:
+                    self.repeats += 1
+                    return
         if len(physical) > MAX_PHYSICAL:
             cut = len(physical) - MAX_PHYSICAL
             if "\r" in physical[-MAX_PHYSICAL:]:
