@@ -564,3 +564,42 @@ def test_verdict_reports_the_ras_mismatch_beside_the_stacks() -> None:
     v = build_verdict(dataclasses.replace(snap, processes=procs, collective_evidence=(ev,)))
     assert "NCCL RAS: AllReduce counts differ" in v
     assert "rank 1 (pid 470, TP1) at 1" in v and "the others reached 2" in v
+
+
+def test_non_root_user_gets_the_proc_tier_and_exit_3(titled_child: int) -> None:
+    """A user who may not ptrace the server: no stacks, but /proc facts, a verdict, the
+    fix, and exit code 3 (run as `nobody` against a root-owned process)."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run diag as another user")
+    res = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            sys.executable,
+            "-m",
+            "diag",
+            "snapshot",
+            "--pid",
+            str(titled_child),
+            "--json",
+            "--samples",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
+    assert res.returncode == 3, res.stderr
+    doc = json.loads(res.stdout)
+    (p,) = doc["processes"]
+    assert (p["role"], p["tp_rank"], p["state"]) == ("scheduler", 0, "S")
+    assert p["dump"]["outcome"] == "permission_denied"
+    assert isinstance(p["rss_bytes"], int) and p["rss_bytes"] > 0
+    assert "No stack for 1 rank(s); /proc says: TP0 state S" in doc["verdict"]
+    assert "SYS_PTRACE" in res.stderr and "ptrace_scope" in res.stderr

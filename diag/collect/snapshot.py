@@ -169,11 +169,12 @@ def build_verdict(snap: Snapshot) -> str:
     for s in snap.servers:
         listening = s.get("port_listening")
         port = s.get("port")
-        state = (
-            f"port {port} is listening (pid {s.get('listening_pid')})"
-            if listening
-            else f"port {port} is not listening"
-        )
+        if port is None:
+            state = "no HTTP port on its command line"
+        elif listening:
+            state = f"port {port} is listening (pid {s.get('listening_pid')})"
+        else:
+            state = f"port {port} is not listening"
         if s.get("launcher") is False:
             parts.append(
                 f"{s.get('framework')} processes with no launcher above them "
@@ -285,7 +286,9 @@ def build_verdict(snap: Snapshot) -> str:
             for pg, ranks in behind.items():
                 parts.append(f"Flight Recorder: process group {pg} waits for rank(s) {ranks}.")
     if snap.partial:
-        parts.append("Collection was partial: " + "; ".join(snap.partial) + ".")
+        parts.append(
+            "Collection was partial: " + "; ".join(r.rstrip(".") for r in snap.partial) + "."
+        )
     return " ".join(parts)
 
 

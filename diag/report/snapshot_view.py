@@ -128,6 +128,8 @@ def _process_table(snap: Snapshot, server: int | None, procs: Sequence[ProcessIn
         listening = "listening" if s.get("port_listening") else "NOT listening"
         if s.get("launcher") is False:
             title = f"{s.get('framework')} processes with no launcher"
+        elif s.get("port") is None:
+            title = f"{s.get('framework')} · pid {s.get('launcher_pid')} and its children"
         else:
             title = (
                 f"{s.get('framework')} server · launcher {s.get('launcher_pid')} · "
