@@ -283,7 +283,14 @@ def discover(proc_root: Path = Path("/proc"), *, pid: int | None = None) -> Disc
             port, port_source = (given, "cmdline") if given is not None else (None, "none")
         index = len(servers)
         servers.append(
-            FoundServer(framework, root, port, port_source, launcher=launched or pid is not None)
+            FoundServer(
+                framework,
+                root,
+                port,
+                port_source,
+                # with --pid, the top of an untitled tree (a torchrun job) stands as launcher
+                launcher=launched or (pid is not None and classify(procs[root].title) is None),
+            )
         )
         for m in members:
             raw = procs[m]
