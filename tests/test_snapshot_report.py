@@ -603,3 +603,59 @@ def test_non_root_user_gets_the_proc_tier_and_exit_3(titled_child: int) -> None:
     assert isinstance(p["rss_bytes"], int) and p["rss_bytes"] > 0
     assert "No stack for 1 rank(s); /proc says: TP0 state S" in doc["verdict"]
     assert "SYS_PTRACE" in res.stderr and "ptrace_scope" in res.stderr
+
+
+def test_pipeline_on_a_fake_proc_tree_with_flight_recorder_from_the_launcher_env(
+    tmp_path: Path,
+) -> None:
+    """take_snapshot end to end through its seams (a /proc tree, a scripted py-spy, a
+    fake NVML): ranks whose environ setproctitle overwrote take the launcher's Flight
+    Recorder settings; the FR dumps then say who the collective waits for."""
+    from test_snapshot_collect import FakeNvml, ScriptedRunner, add_proc, ok
+
+    from diag.collect.snapshot import SnapshotOptions, take_snapshot
+
+    base = 4_190_000  # pids no real process has here (psutil then says "exited")
+    root = tmp_path / "proc"
+    root.mkdir()
+    root.joinpath("stat").write_text("btime 1700000000\n")
+    (root / "net").mkdir()
+    for name in ("tcp", "tcp6"):
+        (root / "net" / name).write_text("header\n")
+    fr = tmp_path / "fr"
+    fr.mkdir()
+    for r in (0, 1):
+        (fr / f"trace_{r}").write_bytes((FR / f"trace_{r}").read_bytes())
+    add_proc(root, 1, ppid=0, argv=["/sbin/init"])
+    add_proc(
+        root,
+        base,
+        ppid=1,
+        argv=["python3", "-m", "sglang.launch_server", "--tp", "2", "--port", "30000"],
+        env={
+            "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+            "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{fr}/trace_",
+        },
+    )
+    add_proc(root, base + 1, ppid=base, argv="sglang::scheduler_TP0", env={})
+    add_proc(root, base + 2, ppid=base, argv="sglang::scheduler_TP1", env={})
+    runner = ScriptedRunner(lambda a, mode, pid: ok(a, pid, native=mode == "native"))
+    nvml = FakeNvml(
+        {0: [100] * 2, 1: [0] * 2}, {0: [(base + 1, 5 << 30)], 1: [(base + 2, 5 << 30)]}
+    )
+    snap = take_snapshot(
+        SnapshotOptions(samples=1, nvml=nvml, gpu_samples=2, cpu_window_s=0.0, ras=False),
+        runner=runner,
+        proc_root=root,
+    )
+    by = {p.pid: p for p in snap.processes}
+    assert [by[base + r].rank.tp for r in (1, 2)] == [0, 1]  # type: ignore[union-attr]
+    assert (by[base + 1].gpu_index, by[base + 2].gpu_index) == (0, 1)
+    assert by[base + 2].native_peer == base + 1  # same Python stack: one native dump
+    (ev,) = [e for e in snap.collective_evidence if e.get("kind") == "flight_recorder"]
+    assert ev["behind"] == {"0": [1]}
+    assert "Flight Recorder: process group 0 waits for rank(s) [1]" in snap.verdict
+    assert "The GPUs of TP0 spin at ~100%" in snap.verdict and "TP1 never joined" in snap.verdict
+    assert isinstance(by[base + 1].rss_bytes, Unavailable)  # no such real process
+    doc = snapshot_to_dict(snap)
+    assert doc["collective_evidence"][0]["behind"] == {"0": [1]}

@@ -686,9 +686,20 @@ def take_snapshot(
                 notes.append(ras.reason)
             else:
                 evidence.append(ras)
+    # setproctitle can overwrite a process's environ area (SGLang's schedulers show a
+    # zeroed /proc/<pid>/environ): a rank then inherits what its launcher's says.
+    launcher_env: dict[int | None, Mapping[str, str]] = {
+        p.server: p.env for p in processes if p.role == "launcher"
+    }
     fr = collective.flight_recorder_evidence(
         [
-            (p.pid, p.rank.tp if p.rank is not None else None, p.env)
+            (
+                p.pid,
+                p.rank.tp if p.rank is not None else None,
+                p.env
+                if any(k.startswith("TORCH_") for k in p.env)
+                else launcher_env.get(p.server, p.env),
+            )
             for p in processes
             if p.role in RANK_ROLES
         ]
