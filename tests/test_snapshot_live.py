@@ -174,6 +174,9 @@ def test_compile_lock_one_rank_others_in_collective() -> None:
         names = {f.name for t in ranks[2].stack.threads for f in t.frames}  # type: ignore[union-attr]
         assert "compile_kernels" in names
         assert "stack.jit_compile" in snap.verdict
+        assert _expected_ids(
+            ["snapshot_no_listen_port", "snapshot_rank_outlier", "snapshot_collective_wait"]
+        ) <= _finding_ids(snap)
         # the terminal view of the same snapshot: verdict first, the odd rank starred
         console = Console(width=200, record=True, color_system=None)
         for part in render_snapshot(snap):
@@ -195,6 +198,8 @@ def test_ipc_wait_between_processes_vllm() -> None:
         (engine,) = [p for p in snap.processes if p.role == "engine_core"]
         assert _site(engine) == "stack.ipc_wait"
         assert snap.outlier_tp_ranks == ()
+        assert _expected_ids(["snapshot_no_listen_port"]) <= _finding_ids(snap)
+        assert not _expected_ids(["snapshot_collective_wait"]) & _finding_ids(snap)
 
 
 def test_healthy_server_listens() -> None:
