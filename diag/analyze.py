@@ -305,28 +305,30 @@ def _version(drafts: Sequence[Draft], framework: str) -> str | None:
 
 def _attribute(drafts: Sequence[Draft], framework: str, config: dict[str, object]) -> None:
     """Give rank-less lines a rank where the log says which one, always with the reason."""
-    # 1. vLLM workers without rank in their prefix: the pid's own "rank=N" line
-    pid_rank: dict[int, tuple[RankId, str]] = {}
+    # 1. vLLM workers without rank in their prefix: the pid's own "rank=N" line. Pids
+    #    are per source (one file per node: pids of two hosts may collide)
+    pid_rank: dict[tuple[str, int], tuple[RankId, str]] = {}
     for d in drafts:
         if d.p.pid is None:
             continue
         m = _WORLD_RANK.search(d.p.message)
         if m and (d.rank is None or d.rank_reason != "tag"):
             reason = f"pid {d.p.pid} logged world_size={m.group(1)} rank={m.group(2)}"
-            pid_rank.setdefault(d.p.pid, (RankId(node=d.p.host, tp=int(m.group(2))), reason))
+            rank = RankId(node=d.p.host, tp=int(m.group(2)))
+            pid_rank.setdefault((d.source, d.p.pid), (rank, reason))
     # ... and a process whose other lines name its rank (NCCL lines of a tagged worker)
-    tagged_pids: dict[int, set[RankId]] = defaultdict(set)
+    tagged_pids: dict[tuple[str, int], set[RankId]] = defaultdict(set)
     for d in drafts:
         if d.p.pid is not None and d.rank is not None and d.rank_reason == "tag":
-            tagged_pids[d.p.pid].add(d.rank)
-    for pid, ranks in tagged_pids.items():
-        if len(ranks) == 1 and pid not in pid_rank:
+            tagged_pids[(d.source, d.p.pid)].add(d.rank)
+    for key, ranks in tagged_pids.items():
+        if len(ranks) == 1 and key not in pid_rank:
             (rank,) = ranks
-            pid_rank[pid] = (rank, f"pid {pid} is {rank.label} (its other lines are tagged)")
+            pid_rank[key] = (rank, f"pid {key[1]} is {rank.label} (its other lines are tagged)")
     if pid_rank:
         for d in drafts:
-            if d.rank is None and d.p.pid in pid_rank:
-                d.rank, d.rank_reason = pid_rank[d.p.pid]
+            if d.rank is None and d.p.pid is not None and (d.source, d.p.pid) in pid_rank:
+                d.rank, d.rank_reason = pid_rank[(d.source, d.p.pid)]
     tagged = any(d.rank is not None and d.rank_reason == "tag" for d in drafts)
     procs = {d.p.process for d in drafts if d.p.process}
     # 2. vLLM V0 multiprocessing workers: rank by pid order (with the driver as TP0)
@@ -342,8 +344,9 @@ def _attribute(drafts: Sequence[Draft], framework: str, config: dict[str, object
         worker_pids = sorted(
             {d.p.pid for d in drafts if d.p.process == "VllmWorkerProcess" and d.p.pid}
         )
+        ranked = {pid for _, pid in pid_rank}
         for i, pid in enumerate(worker_pids, start=1):
-            if pid in pid_rank:
+            if pid in ranked:
                 continue
             reason = (
                 "VllmWorkerProcess pid order (vLLM V0 starts workers in rank order; "

@@ -233,3 +233,17 @@ def test_nccl_lines_of_a_tagged_worker_get_its_rank() -> None:
     assert nccl[0].rank == RankId(tp=1)
     assert nccl[0].rank_reason == "pid 2528104 is TP1 (its other lines are tagged)"
     assert nccl[1].rank is None  # an unknown pid stays unattributed
+
+
+def test_worker_pids_are_per_file(tmp_path: Path) -> None:
+    # two nodes, one file each; the same pid is a different rank on each host
+    (tmp_path / "node0.log").write_text(
+        "(Worker pid=1890) INFO 08-27 02:41:50 [parallel_state.py:1638] world_size=16 rank=4 local_rank=4 distributed_init_method=tcp://10.0.0.1:29501 backend=nccl\n"
+        "(Worker pid=1890) INFO 08-27 02:42:50 [pynccl.py:70] vLLM is using nccl==2.27.3\n"
+    )
+    (tmp_path / "node1.log").write_text(
+        "(Worker pid=1890) INFO 08-27 02:41:50 [parallel_state.py:1638] world_size=16 rank=12 local_rank=4 distributed_init_method=tcp://10.0.0.1:29501 backend=nccl\n"
+        "(Worker pid=1890) INFO 08-27 02:42:51 [pynccl.py:70] vLLM is using nccl==2.27.3\n"
+    )
+    a = analyze([tmp_path], year=2025)
+    assert [t.rank.label for t in a.ranks] == ["TP4", "TP12"]
