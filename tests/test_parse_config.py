@@ -84,6 +84,21 @@ def test_engine_config_dump() -> None:
     assert cfg["model"] == "/models/tiny"
 
 
+def test_engine_config_nested_objects_do_not_leak_keys() -> None:
+    raw, _ = parse_config_message(
+        "Initializing a V1 LLM engine (v0.10.1) with config: model='Qwen/Qwen3-8B', "
+        "speculative_config=SpeculativeConfig(method='eagle3', model='AngelSlim/eagle3', "
+        "num_spec_tokens=3), tokenizer='Qwen/Qwen3-8B', tensor_parallel_size=4, "
+        'compilation_config={"level":3,"cudagraph_capture_sizes":[512,504]}, seed=0'
+    )
+    cfg = normalise(raw)
+    assert cfg["model"] == "Qwen/Qwen3-8B"  # not the draft model inside SpeculativeConfig(...)
+    assert cfg["tp"] == 4
+    assert raw["compilation_config"] == {"level": 3, "cudagraph_capture_sizes": [512, 504]}
+    assert cfg["speculative"]["algorithm"] == "eagle3"
+    assert raw["seed"] == 0
+
+
 def test_namespace_form() -> None:
     raw, _ = parse_config_message(
         "args: Namespace(host=None, port=8000, model='m', tensor_parallel_size=2, "

@@ -97,20 +97,50 @@ def _balanced(text: str, start: int) -> str | None:
     return None
 
 
-_KV = re.compile(r"(?:^|,\s*)([A-Za-z_][\w.]*)=")
+_KEY = re.compile(r"\s*([A-Za-z_][\w.]*)=(.*)$", re.S)
+
+
+def _top_level_parts(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets and quotes."""
+    parts: list[str] = []
+    depth = 0
+    quote: str | None = None
+    start = 0
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = None
+        elif c in "'\"":
+            quote = c
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth = max(0, depth - 1)
+        elif c == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    parts.append(text[start:])
+    return parts
 
 
 def _engine_config(text: str) -> dict[str, object]:
-    """``k=v, k2=v2`` where values may hold brackets and quoted commas."""
+    """``k=v, k2=v2`` where values may hold brackets (``SpeculativeConfig(k=v, ...)``),
+    JSON and quoted commas; only top-level keys count."""
     out: dict[str, object] = {}
-    keys = list(_KV.finditer(text))
-    for i, m in enumerate(keys):
-        end = keys[i + 1].start() if i + 1 < len(keys) else len(text)
-        raw = text[m.end() : end].strip().rstrip(",")
+    for part in _top_level_parts(text):
+        m = _KEY.match(part)
+        if not m:
+            continue
+        key, raw = m.group(1), m.group(2).strip()
         try:
-            out[m.group(1)] = ast.literal_eval(raw)
+            out[key] = ast.literal_eval(raw)
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            out[m.group(1)] = raw
+            out[key] = raw
     return out
 
 
