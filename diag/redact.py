@@ -426,14 +426,16 @@ class Redactor:
         a secret word are looked at, not every key=value of a long line."""
         parts: list[str] = []
         done = 0
+        scanned = 0  # each name is looked at once, however many secret words it holds
         for word in _SECRET_WORD_RE.finditer(text):
             start, end = word.start(), word.end()
-            if start < done:
+            if start < max(done, scanned):
                 continue
-            while start > 0 and text[start - 1] in _NAME_CHARS:
+            while start > scanned and text[start - 1] in _NAME_CHARS:
                 start -= 1
             while end < len(text) and text[end] in _NAME_CHARS:
                 end += 1
+            scanned = end
             while start < end and not (text[start].isalpha() or text[start] == "_"):
                 start += 1  # a name starts with a letter or _
             if not is_secret_name(text[start:end]):

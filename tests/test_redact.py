@@ -306,3 +306,28 @@ def test_prefilter_property(line: str, redact_hosts: bool) -> None:
     (flagged,) = r.hints([line.encode()])
     if not flagged:
         assert r.text(line) == line
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "api_key=[" + "a, " * 50_000,
+        "token: '" + "\\'" * 50_000,
+        "api_key_token_secret" * 20_000,  # one 400 kB name full of secret words
+        "http://" + "a" * 100_000 + ":",
+        "--api-key " * 20_000,
+        "Authorization: " * 20_000,
+        "host=" * 30_000,
+        ":".join(["ab12"] * 30_000),
+        "-----BEGIN PRIVATE KEY-----" + "A" * 200_000,
+    ],
+    ids=["open-list", "quotes", "long-name", "url", "flags", "auth", "host-ctx", "colons", "pem"],
+)
+def test_adversarial_lines_stay_linear(text: str) -> None:
+    """A hostile or broken line costs time in proportion to its length (seconds would
+    mean a quadratic path: the 400 kB name took minutes before it was fixed)."""
+    import time
+
+    start = time.process_time()
+    Redactor(redact_hosts=True).text(text)
+    assert time.process_time() - start < 3.0
