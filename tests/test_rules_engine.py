@@ -606,3 +606,32 @@ def test_missing_ranks_only_when_the_present_ones_say_enough() -> None:
     assert f.message.startswith("TP6, TP7 never logged a line; 6 of 8 expected ranks did")
     # an excerpt with two lines per rank proves nothing about absence
     assert "rank.missing" not in ids(apply_rules(with_missing(2), []))
+
+
+def test_patterns_are_gated_by_their_literals() -> None:
+    """Each pattern carries the literals one of which its matches contain; a line without
+    them never reaches the regex (speed), and gating never drops a real match."""
+    from diag.rules.loader import builtin_rules
+
+    rules = {r.id: r for r in builtin_rules()}
+    spec = rules["cuda.error"].match
+    assert spec is not None
+    assert spec.gates[0] == ("cuda error: ",)
+    gated = [g for r in rules.values() if r.match for g in r.match.gates]
+    assert sum(g is not None for g in gated) >= 0.9 * len(gated)
+
+
+def test_a_serving_log_ending_on_an_error_line_is_not_a_crash() -> None:
+    ranks = (timeline(0, "serving", end_s=60),)
+    last = rec(
+        500, "Aborted request chatcmpl-1 due to client disconnect", tp=0, s=60, level="ERROR"
+    )
+    assert "python.exception" not in ids(apply_rules(analysis(ranks=ranks), [last]))
+    starting = (timeline(0, "cuda_graph", end_s=60, ended=False),)
+    cut = rec(500, "ERROR scheduler.run_sch", tp=0, s=60, level="ERROR")
+    (f,) = [
+        f
+        for f in apply_rules(analysis(ranks=starting), [cut]).findings
+        if f.id == "python.exception"
+    ]
+    assert "traceback cut off" in f.message

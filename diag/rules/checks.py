@@ -412,6 +412,8 @@ def _check_error_ends_log(ctx: CheckContext) -> CheckOutcome | None:
     ended in an error whose traceback the excerpt cut off."""
     if _error_explains(ctx.fired) or not ctx.records:
         return None
+    if phase_index(ctx.analysis.last_phase) >= phase_index("serving"):
+        return None  # a serving log's last ERROR (an aborted request) is not a crash
     last = max(ctx.records, key=lambda r: r.line)
     source_last = [r for r in ctx.records if r.source == last.source]
     last = max(source_last, key=lambda r: r.line)

@@ -58,12 +58,19 @@ class MatchSpec:
     frameworks: frozenset[str] = frozenset()
     loggers: frozenset[str] = frozenset()
     sources: tuple[str, ...] = ()  # the pattern texts, for `diag rules show`
+    # per pattern: lowercase literals one of which every match contains (None: unknown);
+    # a pattern whose literals are all absent from a line is not run on it
+    gates: tuple[tuple[str, ...] | None, ...] = ()
 
     def search(self, line: str) -> Any | None:
         """The first pattern's match on one line (None when excluded or no match).
 
         Raises TimeoutError when a pattern runs past REGEX_TIMEOUT_S."""
-        for pattern in self.patterns:
+        low = line.lower()
+        for i, pattern in enumerate(self.patterns):
+            gate = self.gates[i] if i < len(self.gates) else None
+            if gate is not None and not any(g in low for g in gate):
+                continue
             m = pattern.search(line, timeout=REGEX_TIMEOUT_S)
             if m is not None:
                 for ex in self.exclude:
@@ -71,6 +78,23 @@ class MatchSpec:
                         return None
                 return m
         return None
+
+
+def _gate(expr: str, ignore_case: bool) -> tuple[str, ...] | None:
+    """Literals one of which every match of ``expr`` contains, lowercased; None when the
+    pattern has none (or cannot be read: it then always runs)."""
+    if not ignore_case:
+        return None
+    try:
+        from diag.parse.prefilter import required_literals
+
+        # named groups do not change the literals; the `re` parser rejects duplicates
+        found = required_literals(regex.sub(r"\(\?P<\w+>", "(?:", expr))
+    except Exception:  # a `regex`-only construct the `re` parser does not know
+        return None
+    if not found:
+        return None
+    return tuple(sorted({lit.lower() for lit in found}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +183,7 @@ def _match_spec(data: Mapping[str, Any], where: str) -> MatchSpec:
         exclude=tuple(
             _compile(p, ignore_case=ignore_case, where=where) for p in data.get("exclude", ())
         ),
+        gates=tuple(_gate(p, ignore_case) for p in data["patterns"]),
         levels=levels,
         phases=phases,
         frameworks=frozenset(data.get("frameworks", ())),
