@@ -240,21 +240,36 @@ _WORLD_RANK = re.compile(r"world_size=(\d+) rank=(\d+) local_rank=\d+")
 
 
 def _detect_framework(drafts: Sequence[Draft]) -> str:
+    """Votes: SGLang's line format and names, vLLM's process prefixes and names, and
+    messages of the phase catalogue that only one of the two prints. vLLM-format lines
+    count for vLLM, a little (SGLang logs carry some from the vLLM code it imports)."""
+    cat = load_catalogue()
+    own = [e for e in cat.entries if e.framework != "any" and e.where == "message"]
     sg = vl = 0
     for d in drafts:
         g = d.p.grammar
         msg = d.p.message
         if g == "sglang":
             sg += 3
+        elif g == "vllm":
+            vl += 1
         if d.p.process and d.p.process.startswith(
             ("VllmWorker", "Worker", "EngineCore", "APIServer", "RayWorker")
         ):
             vl += 3
-        low = msg[:400]
+        low = msg[:400].lower()
         if "sglang" in low or "server_args=" in low or "sgl_kernel" in low:
             sg += 2
-        if "vllm" in low or "vLLM" in low or "LLM engine" in low:
+        if "vllm" in low or "llm engine" in low or "enginecore" in low:
             vl += 1
+        if cat.any_message.search(msg):
+            for e in own:
+                if e.regex.search(msg):
+                    if e.framework == "sglang":
+                        sg += 2
+                    else:
+                        vl += 2
+                    break
         for c in d.continuation[:50]:
             if "/sglang/" in c:
                 sg += 1

@@ -247,3 +247,16 @@ def test_worker_pids_are_per_file(tmp_path: Path) -> None:
     )
     a = analyze([tmp_path], year=2025)
     assert [t.rank.label for t in a.ranks] == ["TP4", "TP12"]
+
+
+@pytest.mark.parametrize(
+    ("text", "framework"),
+    [
+        ("Capturing batches (avail_mem=7.08 GB):   0%|          | 0/17 [00:00<?, ?it/s]\n", "sglang"),
+        ("Loading model weights took 14.9888 GB\n# GPU blocks: 1478, # CPU blocks: 2048\n", "vllm"),
+        ("INFO 10-12 00:26:58 launcher.py:27] Route: /v1/models, Methods: GET\n", "vllm"),
+        ("node:1:1 [0] NCCL INFO Bootstrap: Using eth0\n", "unknown"),
+    ],
+)
+def test_framework_from_what_only_one_of_them_prints(text: str, framework: str) -> None:
+    assert analyze_text(text, year=2025).framework == framework
