@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import tarfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -148,7 +149,11 @@ def test_collective_hang_gpu_physics(s: Scenario) -> None:
             assert s.util_of(pid) <= IDLE, (r, s.util_of(pid))
             assert s.fact(pid)["cpu_percent"] <= 10
         elif s.shared_gpu(pid) and len(s.rank_pids) > 2:
-            assert s.util_of(pid) > IDLE, (r, s.util_of(pid))  # time-sliced spinning kernels
+            # Several spinning ranks time-slice one GPU: NVML's per-process samples cover
+            # only some of them in a window; the GPU reads 100% and the rank's CPU spins
+            # in the CUDA sync.
+            assert s.gpu_of(pid)["util_mean"] >= BUSY
+            assert s.fact(pid)["cpu_percent"] >= 50, (r, s.fact(pid)["cpu_percent"])
         else:
             assert s.util_of(pid) >= BUSY, (r, s.util_of(pid))
         assert s.gpu_of(pid)["processes"][str(pid)] >= s.meta["weights_gb"] * GIB
@@ -184,7 +189,28 @@ def test_collective_hang_wait_sites(s: Scenario) -> None:
             assert site == "stack.cuda_sync", (r, site)
 
 
-@pytest.mark.parametrize("s", COLLECTIVE, ids=lambda s: s.id)
+# Known misses, kept as strict xfails so that a fix shows up.
+SPIN_DEPTH = (
+    "group_stacks splits ranks spinning in cuCtxSynchronize by the number of unnamed "
+    "libcuda frames under it (TP1/TP3 sampled 3 frames deeper than TP0)"
+)
+KNOWN_MISSES = {("h200x2", "collective-sync-w8"): SPIN_DEPTH}
+
+
+def _with_misses(scenarios: list[Scenario]) -> list[Any]:
+    return [
+        pytest.param(
+            s,
+            id=s.id,
+            marks=[pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[(s.run, s.name)])]
+            if (s.run, s.name) in KNOWN_MISSES
+            else [],
+        )
+        for s in scenarios
+    ]
+
+
+@pytest.mark.parametrize("s", _with_misses(COLLECTIVE))
 def test_collective_hang_gpu_side_verdict_names_the_rank_that_never_joined(
     s: Scenario,
 ) -> None:
@@ -485,10 +511,42 @@ def test_live_nccl_ras_names_the_rank_behind(s: Scenario) -> None:
     assert ras, "NCCL RAS did not answer"
     text = ras[0]["text"]
     assert "MISMATCH" in text
-    counts = {}
-    for r in range(len(s.rank_pids)):
-        marker = f"Rank {r} has launched up to operation "
-        assert marker in text
-        counts[r] = int(text.split(marker, 1)[1].split()[0])
-    behind = min(counts.values())
-    assert [r for r, c in counts.items() if c == behind] == [s.outlier]
+    # "Rank 5 has launched up to operation 1 -- GPU 1 managed by process 1187 ..." names
+    # a rank; "7 ranks have launched up to operation 2" counts the others.
+    named = {
+        int(m[1]): int(m[2])
+        for m in re.finditer(r"Rank (\d+) has launched up to operation (\d+)", text)
+    }
+    counted = [
+        int(m[1]) for m in re.finditer(r"\d+ ranks have launched up to operation (\d+)", text)
+    ]
+    assert named
+    behind = min([*named.values(), *counted])
+    assert behind not in counted
+    assert [r for r, c in named.items() if c == behind] == [s.outlier]
+
+
+# The 2-GPU run was taken with the stack analysis and GPU facts in place (the 1-GPU run
+# before they landed): what diag said there and then is asserted as it was printed.
+LIVE_ANALYSED = [s for s in SCENARIOS if s.run == "h200x2"]
+
+
+@pytest.mark.parametrize("s", LIVE_ANALYSED, ids=lambda s: s.id)
+def test_live_verdict_on_two_gpus(s: Scenario) -> None:
+    snap = s.live_snapshot()
+    verdict = snap["verdict"]
+    ids = {f["id"] for f in snap["findings"]}
+    assert "startup.no_listen_port" in ids
+    if s.mode == "cpu":
+        assert snap["outlier_tp_ranks"] == []
+        assert "blocked on the CPU side" in verdict
+        assert "startup.cpu_side_hang" in ids
+        return
+    assert snap["outlier_tp_ranks"] == [s.outlier]
+    assert "blocked on the CPU side" not in verdict
+    assert f"rank {s.outlier} (pid {s.rank_pids[s.outlier]}, TP{s.outlier})" in verdict  # RAS
+    assert "rank.outlier" in ids
+    if len(s.rank_pids) == 2:  # one rank per GPU: the GPU-side verdict
+        assert "GPU0 100%, GPU1 0%" in verdict
+        assert f"TP{s.outlier} never joined" in verdict
+        assert "nccl.waiting_for_rank" in ids
