@@ -284,10 +284,15 @@ class Redactor:
         new = {host, short} - self._hosts
         if new:
             self._hosts |= new
+            self._host_re = None  # rebuilt (once) when next needed
+
+    def _host_pattern(self) -> re.Pattern[str] | None:
+        if self._host_re is None and self._hosts:
             alternation = "|".join(
                 re.escape(h) for h in sorted(self._hosts, key=lambda h: (-len(h), h))
             )
             self._host_re = re.compile(rf"(?<![\w.-])(?:{alternation})(?![\w-])", re.I)
+        return self._host_re
 
     def learn_hosts(self, text: str) -> None:
         """Find host names in the contexts logs name them, to mask them everywhere."""
@@ -342,8 +347,9 @@ class Redactor:
         return self._host_masks.get(match.group(0).split(".", 1)[0].lower(), "host-?")
 
     def _hosts_text(self, text: str) -> str:
-        if self._host_re is not None:
-            text = self._host_re.sub(self._host_sub, text)
+        pattern = self._host_pattern()
+        if pattern is not None:
+            text = pattern.sub(self._host_sub, text)
         text = _IPV4.sub(lambda m: self._ip(m.group(0)), text)
         if "::" in text or text.count(":") >= 5:
             text = _IPV6.sub(self._ip6, text)
