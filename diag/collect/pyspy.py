@@ -12,7 +12,7 @@ targets in parallel:
    libtorch's symbols per process), so by default one rank per group of identical Python
    stacks is dumped natively and stands for the others (``native_peer``);
    ``native_all`` dumps every rank natively. The first rank always represents its
-   group, so its native dump starts at once, beside the Python-only dumps of phase 1;
+   group, so its native dump starts as soon as its own Python dump is in;
 3. further Python-only samples ``interval_s`` apart tell *stuck* (same frames) from
    *slow* (moving).
 
@@ -31,7 +31,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -204,9 +204,8 @@ class _Dumper:
             return alive, True
         return True, False
 
-    def first(self, target: DumpTarget, native_first: bool = False) -> _Work:
-        """The first dump: Python-only (``--nonblocking`` if stopped or it fails), or
-        ``--native`` straight away for a target that will need one anyway."""
+    def first(self, target: DumpTarget) -> _Work:
+        """The first dump: Python-only (``--nonblocking`` if stopped or it fails)."""
         work = _Work(target)
         alive, state = _alive_same(target.pid, target.starttime_ticks, self.proc_root)
         if not alive:
@@ -214,20 +213,7 @@ class _Dumper:
             work.attempts.append(DumpAttempt("-", "not_found", 0.0, "process gone (or pid reused)"))
             return work
         work.was_stopped = state in ("T", "t")
-        native_failed = False
-        if native_first and not work.was_stopped:
-            attempt, stack = self.once(target, "native")
-            work.attempts.append(attempt)
-            if not self.check(work):
-                return work
-            if stack is not None:
-                work.native = work.python = stack
-                work.outcome = "ok"
-                return work
-            native_failed = True
         self.python_tiers(work)
-        if native_failed and work.outcome == "ok":
-            work.outcome = "partial"
         return work
 
     def python_tiers(self, work: _Work) -> None:
@@ -325,6 +311,10 @@ class _Work:
         )
 
 
+def _can_native(w: _Work) -> bool:
+    return w.target.native and w.python is not None and not w.was_stopped and w.outcome == "ok"
+
+
 def _native_plan(works: Sequence[_Work], native_all: bool) -> dict[int, int | None]:
     """pid -> the pid whose native dump stands for it (itself, a peer, or None).
 
@@ -335,7 +325,7 @@ def _native_plan(works: Sequence[_Work], native_all: bool) -> dict[int, int | No
     plan: dict[int, int | None] = {}
     reps: dict[tuple[tuple[str, str, int | None], ...], int] = {}
     for w in works:
-        if not w.target.native or w.python is None or w.was_stopped or w.outcome != "ok":
+        if not _can_native(w) or w.python is None:
             continue
         if native_all:
             plan[w.target.pid] = w.target.pid
@@ -380,17 +370,27 @@ def dump_all(
     dumper = _Dumper(runner, exe, proc_root, deadline)
     workers = min(32, max(1, len(targets)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pyspy") as pool:
-        # The first rank is always the one dumped natively for its group (and with
-        # native_all, every rank is): its --native dump starts at once, beside the
-        # Python-only dumps of the others, instead of after them.
+        # Every target gets its Python-only dump first (fast, all in parallel). The first
+        # rank always stands for its group (with native_all every rank stands for
+        # itself), so its --native dump starts the moment its own Python dump is done;
+        # the other groups' representatives start once every Python dump is in.
         eligible = [t.pid for t in targets if t.native]
         early = set(eligible if native_all else eligible[:1])
-        works = list(pool.map(lambda t: dumper.first(t, t.pid in early), targets))
+        by_pid: dict[int, _Work] = {}
+        natives: list[Future[None]] = []
+        started: set[int] = set()
+        for fut in as_completed([pool.submit(dumper.first, t) for t in targets]):
+            w = fut.result()
+            by_pid[w.target.pid] = w
+            if w.target.pid in early and _can_native(w):
+                natives.append(pool.submit(dumper.native, w))
+                started.add(w.target.pid)
+        works = [by_pid[t.pid] for t in targets]
         plan = _native_plan(works, native_all)
-        by_pid = {w.target.pid: w for w in works}
-        reps = sorted({rep for rep in plan.values() if rep is not None})
-        todo = [by_pid[r] for r in reps if by_pid[r].native is None and r not in early]
-        list(pool.map(dumper.native, todo))
+        reps = sorted({rep for rep in plan.values() if rep is not None} - started)
+        natives += [pool.submit(dumper.native, by_pid[r]) for r in reps]
+        for f in natives:
+            f.result()
         for pid, rep in plan.items():
             w = by_pid[pid]
             if rep != pid and rep is not None and by_pid[rep].native is not None:
