@@ -343,3 +343,18 @@ def test_unwritable_folder_is_one_line(
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "Traceback" not in err
     assert err.splitlines()[0].endswith("b.tar.gz: Permission denied")
+
+
+def test_host_first_named_in_a_later_log_is_masked_in_earlier_ones(tmp_path: Path) -> None:
+    first = tmp_path / "a.log"
+    first.write_text("[2025] TP0 waiting for worker-node-9 to join\n")
+    second = tmp_path / "b.log"
+    second.write_text("worker-node-9:12:12 [1] NCCL INFO Bootstrap: Using eth0\n")
+    out = tmp_path / "b.tar.gz"
+    write_bundle(out, logs=[first, second], analysis=None, snapshot=None, redact_hosts=True,
+                 runner=FakeRunner())
+    members = _members(out)
+    assert b"worker-node-9" not in b"".join(members.values())
+    mask = members["logs/b.log"].split(b":", 1)[0].decode()
+    assert mask.startswith("host-")
+    assert members["logs/a.log"] == f"[2025] TP0 waiting for {mask} to join\n".encode()

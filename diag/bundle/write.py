@@ -261,23 +261,34 @@ def _select(
     return keep
 
 
+def _learn_hosts(path: Path, redactor: Redactor) -> None:
+    """(redact_hosts) Learn every host a log names before any member is written, so each
+    host has one mask from its first mention in any member."""
+    for chunk in _line_chunks(path):
+        for line in itertools.compress(chunk, redactor.hints(chunk)):
+            redactor.learn_hosts(line.decode("utf-8", "surrogateescape"))
+
+
+def _line_lengths(path: Path, notes: list[str]) -> array[int]:
+    """First pass over a log: the length of every line (newline included)."""
+    lengths: array[int] = array("Q")
+    for chunk in _line_chunks(path, notes):
+        lengths.extend(len(line) + 1 for line in chunk)
+    return lengths
+
+
 def _log_member(
     path: Path,
     member: str,
     redactor: Redactor,
     budget: int,
     *,
+    lengths: array[int],
     analysis: Analysis | None,
     full: bool,
-    notes: list[str],
     source: str,
 ) -> tuple[LogMember, bytes, bytes | None]:
-    lengths: array[int] = array("Q")
-    for chunk in _line_chunks(path, notes):
-        lengths.extend(len(line) + 1 for line in chunk)
-        if redactor.redact_hosts:  # learn every host first, to mask it from line 1
-            for line in itertools.compress(chunk, redactor.hints(chunk)):
-                redactor.learn_hosts(line.decode("utf-8", "surrogateescape"))
+    """Second pass: the kept lines, redacted, and the index of an excerpt."""
     total = sum(lengths)
     whole_ok = full or total <= WHOLE_LOG_BYTES
     keep = _select(
@@ -478,20 +489,24 @@ def write_bundle(
     cap = log_cap if log_cap is not None else (FULL_LOG_CAP if full_logs else DEFAULT_LOG_CAP)
     all_notes = [redactor.text(n) for n in notes]
 
-    # The snapshot first: its host names seed the redactor before any log is read.
+    # Hosts first (with redact_hosts): from the snapshot's command lines and from a first
+    # pass over every log, so each host has one mask from its first mention in any member.
+    if snapshot is not None and redact_hosts:
+        for process in snapshot.processes:
+            for arg in process.cmdline:
+                redactor.learn_hosts(arg)
+    if redact_hosts:
+        for path in logs:
+            _learn_hosts(path, redactor)
     snapshot_member: bytes | None = None
     if snapshot is not None:
-        if redact_hosts:
-            for process in snapshot.processes:
-                for arg in process.cmdline:
-                    redactor.learn_hosts(arg)
         snapshot_member = _dumps(redactor.value(_snapshot_dict(snapshot)))
 
     log_members: list[tuple[LogMember, bytes, bytes | None]] = []
     used_names: set[str] = set()
     share = cap // max(1, len(logs))
-    read_notes: list[str] = []
     sources: set[str] = set()
+    read_notes: list[str] = []
     for path in logs:
         # one name per log: node0/server.log and node1/server.log become server.log and
         # node1-server.log (the source name `diag analyze BUNDLE` shows)
@@ -513,9 +528,9 @@ def write_bundle(
                 member,
                 redactor,
                 share,
+                lengths=_line_lengths(path, read_notes),
                 analysis=analysis,
                 full=full_logs,
-                notes=read_notes,
                 source=source,
             )
         )
