@@ -635,3 +635,12 @@ def test_a_serving_log_ending_on_an_error_line_is_not_a_crash() -> None:
         if f.id == "python.exception"
     ]
     assert "traceback cut off" in f.message
+
+
+def test_a_huge_glued_progress_line_neither_hangs_nor_raises() -> None:
+    bar = "Loading safetensors checkpoint shards: 1/2 [00:01<00:01, 20.0s/it] "
+    huge = rec(1, bar * 200_000)  # ~13 MB of updates with no newline between them
+    start = time.monotonic()
+    out = apply_rules(analysis(), [huge])
+    assert time.monotonic() - start < 10
+    assert "weights.slow_load" in ids(out)  # read from the first 64 KiB

@@ -128,6 +128,9 @@ _BAR = regex.compile(
 )
 
 
+_SCAN_CAP = 1 << 16  # checks read at most this much of one message
+
+
 @dataclass(frozen=True, slots=True)
 class Progress:
     source: str
@@ -158,11 +161,15 @@ def _clock(text: str) -> float | None:
 
 def parse_progress(rec: Record) -> list[Progress]:
     """Every tqdm update in a record (bars glued together are separate updates)."""
-    text = rec.message
+    text = rec.message[:_SCAN_CAP]
     if "it]" not in text and "/it" not in text and "it/s" not in text:
         return []
     out: list[Progress] = []
-    for m in _BAR.finditer(text, timeout=0.05):
+    try:
+        matches = list(_BAR.finditer(text, timeout=0.05))
+    except TimeoutError:
+        return []
+    for m in matches:
         rate = m.group("rate")
         s_per_it: float | None = None
         if rate != "?":
@@ -447,7 +454,10 @@ def _check_slow_load(ctx: CheckContext) -> CheckOutcome | None:
     slow = [p for p in shards if p.s_per_it is not None and p.s_per_it >= max_rate]
     took: list[tuple[float, Record]] = []
     for rec in ctx.records:
-        m = _LOAD_TOOK.search(rec.message, timeout=0.05)
+        try:
+            m = _LOAD_TOOK.search(rec.message[:_SCAN_CAP], timeout=0.05)
+        except TimeoutError:
+            continue
         if m:
             took.append((float(m.group("s")), rec))
     long_loads = [(s, rec) for s, rec in took if s >= max_total]

@@ -80,7 +80,7 @@ class SpecSummary:
 
 
 def parse_spec_line(rec: Record) -> SpecReport | None:
-    text = rec.message
+    text = rec.message[:4096]  # a metrics line is short; a huge one is something else
     low = text.lower()
     if not any(m in low for m in _MARKERS):
         return None
