@@ -301,6 +301,13 @@ def test_cli_writes_offline_bundle(
     assert "snapshot.json" not in members
     assert "process.killed" in members["analysis.json"].decode()
     assert "process.killed" in members["report.md"].decode()
+    summary = json.loads(members["manifest.json"])["summary"]
+    assert summary["framework"] == "sglang" and "process.killed" in summary["findings"]
+    monkeypatch.setattr(sys, "argv", ["diag", "bundle", "verify", str(out)])
+    with pytest.raises(SystemExit):
+        main()
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("analysis:")]
+    assert line.startswith("analysis: sglang, last phase ") and "process.killed" in line
 
 
 def test_cli_folder_of_logs_and_unanalysable_input(

@@ -34,6 +34,7 @@ class VerifyReport:
     snapshot: bool
     analysis: bool
     redactions: Mapping[str, int] = field(default_factory=dict)
+    summary: Mapping[str, object] = field(default_factory=dict)
 
 
 def verify_bundle(path: Path, *, limits: Limits = DEFAULT_LIMITS) -> VerifyReport:
@@ -63,6 +64,7 @@ def verify_bundle(path: Path, *, limits: Limits = DEFAULT_LIMITS) -> VerifyRepor
         cut_logs=tuple(str(e.get("member")) for e in entries if e.get("cut")),
         snapshot="snapshot.json" in bundle.members,
         analysis="analysis.json" in bundle.members,
+        summary=summary if isinstance(summary := manifest.get("summary"), dict) else {},
         redactions={
             str(k): int(v)
             for k, v in (redactions.items() if isinstance(redactions, dict) else ())

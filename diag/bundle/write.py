@@ -388,6 +388,19 @@ def _markdown(analysis: Analysis) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _summary(analysis: Analysis | None, redactor: Redactor) -> dict[str, object] | None:
+    """What the analysis concluded, for triage without opening the other members."""
+    if analysis is None:
+        return None
+    return {
+        "framework": analysis.framework,
+        "version": redactor.text(analysis.version) if analysis.version else None,
+        "last_phase": analysis.last_phase,
+        "ranks": len(analysis.ranks),
+        "findings": [f.id for f in analysis.findings],
+    }
+
+
 def _stack_member(redactor: Redactor, text: str) -> bytes:
     """A raw stack dump: py-spy JSON is redacted field by field (a local named
     ``password`` loses its value), anything else line by line."""
@@ -582,6 +595,7 @@ def write_bundle(
         "log_cap_bytes": cap,
         "snapshot": snapshot is not None,
         "logs": [dataclasses.asdict(info) for info, _d, _i in log_members],
+        "summary": _summary(analysis, redactor),
         "notes": all_notes,
     }
     manifest = {

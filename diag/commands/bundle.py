@@ -187,6 +187,14 @@ def verify(
     parts = ["analysis" if report.analysis else "", "snapshot" if report.snapshot else ""]
     held = ", ".join(p for p in parts if p) or "no analysis, no snapshot"
     typer.echo(f"holds: {held}; logs: {', '.join(report.logs) or 'none'}")
+    summary = report.summary
+    if summary:
+        findings = summary.get("findings")
+        ids = ", ".join(str(f) for f in findings) if isinstance(findings, list) else ""
+        typer.echo(
+            f"analysis: {summary.get('framework')}, last phase {summary.get('last_phase')}, "
+            f"findings: {ids or 'none'}"
+        )
     if report.cut_logs:
         typer.echo(f"cut (excerpts): {', '.join(report.cut_logs)}")
     masked = ", ".join(f"{k} {v}" for k, v in report.redactions.items()) or "nothing"
