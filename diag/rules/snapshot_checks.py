@@ -177,16 +177,24 @@ _RAS_RANK = regex.compile(
 _RAS_WHAT = regex.compile(r"Communicator ranks have different (?P<what>[^\n]+)")
 
 
+_RAS_GROUP = regex.compile(r"(?P<n>\d+) ranks have launched up to operation (?P<op>\d+)")
+
+
 def _ras_behind(text: str) -> tuple[str, list[str], list[str]] | None:
-    """From an NCCL RAS report: what differs, the ranks behind, the ranks ahead."""
-    ops: dict[str, int] = {}
+    """From an NCCL RAS report: what differs, the ranks behind, the ranks ahead (named
+    ranks, or "N ranks" where RAS summarises a group)."""
+    named: dict[str, int] = {}
     for m in _RAS_RANK.finditer(text):
-        ops[m.group("rank")] = int(m.group("op"))
-    if len(set(ops.values())) < 2:
+        named[m.group("rank")] = int(m.group("op"))
+    groups = [(int(m.group("n")), int(m.group("op"))) for m in _RAS_GROUP.finditer(text)]
+    ops = set(named.values()) | {op for _, op in groups}
+    if len(ops) < 2:
         return None
-    low = min(ops.values())
-    behind = [r for r, op in ops.items() if op == low]
-    ahead = [r for r, op in ops.items() if op != low]
+    low = min(ops)
+    behind = [r for r, op in named.items() if op == low]
+    behind += [f"{n} ranks" for n, op in groups if op == low]
+    ahead = [r for r, op in named.items() if op != low]
+    ahead += [f"{n} ranks" for n, op in groups if op != low]
     what = _RAS_WHAT.search(text)
     return (what.group("what").strip() if what else "operation counts", behind, ahead)
 
@@ -198,15 +206,20 @@ def _collective_wait(ctx: SnapshotContext) -> CheckOutcome | None:
         found = _ras_behind(text) if isinstance(text, str) else None
         if found is not None:
             what, behind, ahead = found
-            lines = [ln.strip() for ln in str(text).splitlines() if "has launched up to" in ln]
+
+            def who(items: list[str]) -> str:
+                return ", ".join(i if i.endswith("ranks") else f"rank {i}" for i in items)
+
+            lines = [ln.strip() for ln in str(text).splitlines() if "launched up to" in ln]
             return CheckOutcome(
                 message=(
-                    f"NCCL RAS: communicator ranks have different {what}: rank "
-                    f"{', '.join(behind)} launched fewer operations than rank "
-                    f"{', '.join(ahead)}, so the others wait for rank {', '.join(behind)}"
+                    f"NCCL RAS: communicator ranks have different {what}: {who(behind)} "
+                    f"launched fewer operations than {who(ahead).replace(' ranks', ' other ranks')}"
+                    ", so the others wait for "
+                    f"{who(behind)}"
                 ),
                 hits=tuple(ctx.hit(None, ln) for ln in lines[:5]),
-                ranks=tuple(f"rank {r}" for r in behind),
+                ranks=tuple(who([b]) for b in behind),
             )
         fr_behind = ev.get("behind")
         if isinstance(fr_behind, Mapping) and fr_behind:
