@@ -659,3 +659,57 @@ def test_pipeline_on_a_fake_proc_tree_with_flight_recorder_from_the_launcher_env
     assert isinstance(by[base + 1].rss_bytes, Unavailable)  # no such real process
     doc = snapshot_to_dict(snap)
     assert doc["collective_evidence"][0]["behind"] == {"0": [1]}
+
+
+def test_two_servers_on_one_host_are_compared_separately(tmp_path: Path) -> None:
+    from test_snapshot_collect import ScriptedRunner, add_proc, ok
+
+    from diag.collect.snapshot import SnapshotOptions, take_snapshot
+
+    base = 4_180_000
+    root = tmp_path / "proc"
+    root.mkdir()
+    root.joinpath("stat").write_text("btime 1700000000\n")
+    (root / "net").mkdir()
+    for name in ("tcp", "tcp6"):
+        (root / "net" / name).write_text("header\n")
+    add_proc(root, 1, ppid=0, argv=["/sbin/init"])
+    for k, port in ((0, 31000), (10, 32000)):
+        add_proc(
+            root,
+            base + k,
+            ppid=1,
+            argv=["python3", "-m", "sglang.launch_server", "--tp", "2", "--port", str(port)],
+        )
+        for r in (0, 1):
+            add_proc(root, base + k + 1 + r, ppid=base + k, argv=f"sglang::scheduler_TP{r}")
+    odd = base + 2  # server A's TP1 sleeps elsewhere; server B's ranks agree
+
+    def answer(a: tuple[str, ...], mode: str, pid: int) -> RunResult:
+        res = ok(a, pid, native=mode == "native")
+        if pid == odd:
+            data = json.loads(res.stdout)
+            data[0]["frames"] = [
+                {"name": "handle_request", "filename": "/x/srv.py", "module": None, "line": 5}
+            ]
+            return RunResult(a, 0, json.dumps(data), "", 0.01)
+        return res
+
+    snap = take_snapshot(
+        SnapshotOptions(samples=1, nvml=_NoNvml(), cpu_window_s=0.0, ras=False),
+        runner=ScriptedRunner(answer),
+        proc_root=root,
+    )
+    a, b = snap.servers
+    assert (a["port"], a["outlier_tp_ranks"]) == (31000, [1])
+    assert (b["port"], b["outlier_tp_ranks"]) == (32000, [])
+    assert snap.outlier_tp_ranks == (1,)
+    v = snap.verdict
+    first, second = v.index("port 31000"), v.index("port 32000")
+    assert first < v.index("Odd one(s) out: TP1") < second
+    assert "All 2 ranks wait at stack.nccl_collective" in v[second:]
+
+
+class _NoNvml:
+    def nvmlInit(self) -> None:  # noqa: N802
+        raise RuntimeError("NVML Shared Library Not Found")

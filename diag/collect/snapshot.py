@@ -161,34 +161,9 @@ def _gpu_split(
     return (hot, cold) if hot and cold else None
 
 
-def build_verdict(snap: Snapshot) -> str:
-    """One paragraph: what the server is doing and which ranks are the odd ones out."""
-    if not snap.processes:
-        return "No SGLang or vLLM server process was found on this host."
+def _rank_sentences(ranked: Sequence[ProcessInfo], outliers: Sequence[int]) -> list[str]:
+    """What the ranks of one server are doing: wait sites, odd ones, states, samples."""
     parts: list[str] = []
-    for s in snap.servers:
-        listening = s.get("port_listening")
-        port = s.get("port")
-        if port is None:
-            state = "no HTTP port on its command line"
-        elif listening:
-            state = f"port {port} is listening (pid {s.get('listening_pid')})"
-        else:
-            state = f"port {port} is not listening"
-        if s.get("launcher") is False:
-            parts.append(
-                f"{s.get('framework')} processes with no launcher above them "
-                f"({s.get('processes')} of them; Ray workers, or a launcher that exited)."
-            )
-            continue
-        parts.append(f"{s.get('framework')} server, launcher pid {s.get('launcher_pid')}: {state}.")
-        missing = s.get("missing_tp_ranks")
-        if isinstance(missing, list) and missing:
-            gone = ", ".join(f"TP{r}" for r in missing)
-            parts.append(
-                f"No process for {gone} of tp_size {s.get('tp_size')} (crashed or never started)."
-            )
-    ranked = [p for p in snap.processes if p.role in RANK_ROLES]
     if ranked:
         by_site: dict[str, list[str]] = {}
         for p in ranked:
@@ -213,8 +188,8 @@ def build_verdict(snap: Snapshot) -> str:
         if blind:
             hints = "; ".join(f"{_rank_label(p)} {_proc_hint(p)}" for p in blind[:8])
             parts.append(f"No stack for {len(blind)} rank(s); /proc says: {hints}.")
-        if snap.outlier_tp_ranks:
-            odd = ", ".join(f"TP{r}" for r in snap.outlier_tp_ranks)
+        if outliers:
+            odd = ", ".join(f"TP{r}" for r in outliers)
             parts.append(f"Odd one(s) out: {odd} (stack differs from the majority).")
         stopped = [p for p in ranked if p.state == "T"]
         if stopped:
@@ -236,6 +211,52 @@ def build_verdict(snap: Snapshot) -> str:
                 bits.append(f"moving (slow, not stuck): {_collapse(moving)}")
             text = "; ".join(bits)
             parts.append(text[:1].upper() + text[1:] + ".")
+    return parts
+
+
+def build_verdict(snap: Snapshot) -> str:
+    """One paragraph: what the server is doing and which ranks are the odd ones out."""
+    if not snap.processes:
+        return "No SGLang or vLLM server process was found on this host."
+    parts: list[str] = []
+    single = len(snap.servers) <= 1
+    for index, s in enumerate(snap.servers):
+        listening = s.get("port_listening")
+        port = s.get("port")
+        if port is None:
+            state = "no HTTP port on its command line"
+        elif listening:
+            state = f"port {port} is listening (pid {s.get('listening_pid')})"
+        else:
+            state = f"port {port} is not listening"
+        if s.get("launcher") is False:
+            parts.append(
+                f"{s.get('framework')} processes with no launcher above them "
+                f"({s.get('processes')} of them; Ray workers, or a launcher that exited)."
+            )
+        else:
+            parts.append(
+                f"{s.get('framework')} server, launcher pid {s.get('launcher_pid')}: {state}."
+            )
+        missing = s.get("missing_tp_ranks")
+        if isinstance(missing, list) and missing:
+            gone = ", ".join(f"TP{r}" for r in missing)
+            parts.append(
+                f"No process for {gone} of tp_size {s.get('tp_size')} (crashed or never started)."
+            )
+        ranked = [
+            p
+            for p in snap.processes
+            if p.role in RANK_ROLES and (p.server == index or (single and p.server is None))
+        ]
+        odd = s.get("outlier_tp_ranks")
+        parts += _rank_sentences(
+            ranked, odd if isinstance(odd, (list, tuple)) else snap.outlier_tp_ranks
+        )
+    if not snap.servers:
+        parts += _rank_sentences(
+            [p for p in snap.processes if p.role in RANK_ROLES], snap.outlier_tp_ranks
+        )
     if isinstance(snap.gpus, Unavailable):
         parts.append(f"GPUs: {snap.gpus.reason}.")
     else:
@@ -642,14 +663,25 @@ def take_snapshot(
 
     # Ranks are grouped on their Python frames (every rank has those; native frames are
     # read from one rank per group); each group then shows a natively dumped member's path.
-    ranked = [
-        _python_view(p.stack) for p in processes if p.role in RANK_ROLES and p.stack is not None
-    ]
+    # Each server's ranks are compared with each other only (two servers on one host
+    # both have a TP0).
     t = time.monotonic()
-    groups: tuple[StackGroup, ...] = stackapi.group(ranked) if ranked else ()
-    outliers: tuple[int, ...] = stackapi.outliers(ranked, groups) if ranked else ()
     full = {p.pid: p.stack for p in processes if p.stack is not None}
-    groups = tuple(_with_native_frames(g, full) for g in groups)
+    groups_list: list[StackGroup] = []
+    outliers_by_server: dict[int, tuple[int, ...]] = {}
+    for index in range(len(disc.servers)):
+        ranked = [
+            _python_view(p.stack)
+            for p in processes
+            if p.server == index and p.role in RANK_ROLES and p.stack is not None
+        ]
+        if not ranked:
+            continue
+        server_groups = stackapi.group(ranked)
+        outliers_by_server[index] = stackapi.outliers(ranked, server_groups)
+        groups_list += [_with_native_frames(g, full) for g in server_groups]
+    groups = tuple(groups_list)
+    outliers = tuple(sorted({r for odd in outliers_by_server.values() for r in odd}))
     timings["analysis_s"] = round(time.monotonic() - t, 3)
 
     servers: list[dict[str, object]] = []
@@ -668,6 +700,7 @@ def take_snapshot(
                 "port_listening": listening_now,
                 "listening_pid": owner,
                 "processes": sum(1 for p in found if p.server == disc.servers.index(s)),
+                "outlier_tp_ranks": list(outliers_by_server.get(disc.servers.index(s), ())),
                 **_expected_ranks(s, processes, disc.servers.index(s), found),
             }
         )
