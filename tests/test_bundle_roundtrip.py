@@ -176,3 +176,36 @@ def test_same_name_on_two_nodes(tmp_path: Path) -> None:
     got = log_members(tmp_path / "b.tar.gz")
     assert [name for name, _ in got] == ["server.log", "node1-server.log"]
     assert [data for _, data in got] == [p.read_bytes() for p in logs]
+
+
+def test_excerpt_keeps_each_ranks_last_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TP3 and then TP2 go quiet while the others chatter on: the excerpt keeps each
+    rank's last lines, so every rank's silence reads as in the original, even with no
+    analysis to say which lines matter."""
+    monkeypatch.setattr(bundle_write, "WHOLE_LOG_BYTES", 64 * 1024)
+    monkeypatch.setattr(bundle_write, "HEAD_LINES", 20)
+    monkeypatch.setattr(bundle_write, "TAIL_LINES", 20)
+    monkeypatch.setattr(bundle_write, "RANK_TAIL_LINES", 5)
+    lines = [f"[2026-02-22 22:35:0{r} TP{r}] Init torch distributed begin.\n" for r in range(4)]
+    lines += [f"[2026-02-22 22:35:10 TP{r}] Load weight begin. avail mem=70.00 GB\n"
+              for r in range(4)]
+    for i in range(6000):  # all four chatter; TP3 stops at a third, TP2 at two thirds
+        minute, second = divmod(i // 10, 60)
+        rank = i % 4 if i < 2000 else (i % 3 if i < 4000 else i % 2)
+        lines.append(f"[2026-02-22 {23 + minute // 60:02d}:{minute % 60:02d}:{second:02d} "
+                     f"TP{rank}] heartbeat {i}\n")
+    log = tmp_path / "ranks.log"
+    log.write_text("".join(lines))
+    original = analyze([log])
+    # no analysis handed to the writer (as when the analyser failed): the excerpt has only
+    # the log itself to go by, not the evidence lines
+    info = bundle_write.write_bundle(tmp_path / "b.tar.gz", logs=[log], analysis=None,
+                                     snapshot=None)
+    assert info.logs[0].cut and info.logs[0].lines_kept < 200
+    again = analyze([tmp_path / "b.tar.gz"])
+    silence = {r.rank.label: (r.last_ts, r.silent_s) for r in original.ranks}
+    assert {r.rank.label: (r.last_ts, r.silent_s) for r in again.ranks} == silence
+    assert silence["TP3"][1] == 400 and silence["TP2"][1] == 200
+    assert _facts(again) == _facts(original)

@@ -13,8 +13,9 @@ Layout of the ``.tar.gz`` (``manifest.json`` first, so a reader checks as it str
 Logs: a log that fits the per-log share of the cap (and, by default, is at most
 ``WHOLE_LOG_BYTES``) is kept whole. A larger one is excerpted: lines are taken in order of
 priority until its share of the cap is spent — every evidence line with
-``CONTEXT_LINES`` around it, the head, the tail, the first and last line of each rank's
-phases, every phase event; with ``full_logs``, then everything else from the top. The
+``CONTEXT_LINES`` around it, the head, the tail, the last ``RANK_TAIL_LINES`` of each
+rank (so each rank's silence reads as in the original), the first and last line of each
+rank's phases, every phase event; with ``full_logs``, then everything else from the top. The
 excerpt keeps each line byte for byte (bar redaction) and its index lists the original
 line numbers as ``[first, count]`` segments, so ``diag analyze BUNDLE`` sees every kept
 line at its original number.
@@ -45,7 +46,7 @@ import tarfile
 import tempfile
 import zlib
 from array import array
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -63,6 +64,7 @@ __all__ = [
     "DEFAULT_LOG_CAP",
     "FULL_LOG_CAP",
     "HEAD_LINES",
+    "RANK_TAIL_LINES",
     "TAIL_LINES",
     "WHOLE_LOG_BYTES",
     "BundleInfo",
@@ -76,6 +78,7 @@ FULL_LOG_CAP = 256 * _MiB  # all logs together, --full-logs
 WHOLE_LOG_BYTES = 4 * _MiB  # default mode keeps a log whole up to this size
 HEAD_LINES = 1000
 TAIL_LINES = 2000
+RANK_TAIL_LINES = 200  # the last lines of each rank, kept in an excerpt
 CONTEXT_LINES = 10
 
 
@@ -227,6 +230,7 @@ def _select(
     whole_ok: bool,
     wanted: tuple[list[int], list[int], list[int]],
     full: bool,
+    rank_tails: Sequence[int] = (),
 ) -> bytearray:
     """Which lines (0-based flags) to keep, by priority, within the byte budget."""
     n = len(lengths)
@@ -237,7 +241,7 @@ def _select(
         return keep
     used = 0
 
-    def take(indices: Iterator[int] | range | list[int]) -> bool:
+    def take(indices: Iterable[int]) -> bool:
         nonlocal used
         for i in indices:
             if 0 <= i < n and not keep[i]:
@@ -254,6 +258,7 @@ def _select(
     take(around)
     take(range(min(n, HEAD_LINES)))
     take(range(n - 1, max(-1, n - 1 - TAIL_LINES), -1))
+    take(rank_tails)  # the last lines of each rank, latest first
     take([line - 1 for line in sorted(set(bounds))])
     take([line - 1 for line in sorted(set(events))])
     if full:
@@ -269,12 +274,53 @@ def _learn_hosts(path: Path, redactor: Redactor) -> None:
             redactor.learn_hosts(line.decode("utf-8", "surrogateescape"))
 
 
-def _line_lengths(path: Path, notes: list[str]) -> array[int]:
-    """First pass over a log: the length of every line (newline included)."""
+# What tags a line with its rank or process (SGLang ``TP3]``, ``DP0 TP1 EP1]``; vLLM
+# ``(Worker_TP0``, ``(VllmWorker rank=1``, ``pid=123)``; torch ``[rank2]``): an exact
+# identity is not needed, only lines grouped per rank to keep each one's last lines.
+_RANK_TAG = (
+    r"((?:DP\d+ )?(?:PP\d+ )?TP\d+(?: EP\d+)?\]|Worker_(?:DP\d+_)?(?:PP\d+_)?TP\d+"
+    r"|VllmWorker(?:Process)? (?:rank=\d+|pid=\d+)|\[rank\d+\]|pid=\d+\))"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Scan:
+    lengths: array[int]  # of every line, newline included
+    rank_tails: list[int]  # 0-based lines: the last RANK_TAIL_LINES of each rank
+
+
+def _scan(path: Path, notes: list[str]) -> _Scan:
+    """First pass over a log. Rank tails are only looked for in a log too big to keep
+    whole (one vectorised pass per chunk)."""
+    import polars as pl
+
     lengths: array[int] = array("Q")
+    big = RANK_TAIL_LINES > 0 and (
+        _compression(path) is not None or path.stat().st_size > WHOLE_LOG_BYTES
+    )
+    tails: dict[str, list[int]] = {}
     for chunk in _line_chunks(path, notes):
+        base = len(lengths)
         lengths.extend(len(line) + 1 for line in chunk)
-    return lengths
+        if not big:
+            continue
+        text = pl.Series([line.decode("utf-8", "replace") for line in chunk], dtype=pl.Utf8)
+        last = (
+            pl.DataFrame({"tag": text.str.extract(_RANK_TAG, 1), "i": range(len(chunk))})
+            .drop_nulls()
+            .group_by("tag")
+            .tail(RANK_TAIL_LINES)
+        )
+        for tag, index in zip(last["tag"].to_list(), last["i"].to_list(), strict=True):
+            kept = tails.setdefault(tag, [])
+            kept.append(base + index)
+        for tag, kept in tails.items():
+            if len(kept) > 4 * RANK_TAIL_LINES:
+                tails[tag] = sorted(kept)[-RANK_TAIL_LINES:]
+    rank_tails = sorted(
+        (i for kept in tails.values() for i in sorted(kept)[-RANK_TAIL_LINES:]), reverse=True
+    )
+    return _Scan(lengths, rank_tails)
 
 
 def _log_member(
@@ -283,16 +329,22 @@ def _log_member(
     redactor: Redactor,
     budget: int,
     *,
-    lengths: array[int],
+    scan: _Scan,
     analysis: Analysis | None,
     full: bool,
     source: str,
 ) -> tuple[LogMember, bytes, bytes | None]:
     """Second pass: the kept lines, redacted, and the index of an excerpt."""
+    lengths = scan.lengths
     total = sum(lengths)
     whole_ok = full or total <= WHOLE_LOG_BYTES
     keep = _select(
-        lengths, budget, whole_ok=whole_ok, wanted=_wanted_lines(path, analysis), full=full
+        lengths,
+        budget,
+        whole_ok=whole_ok,
+        wanted=_wanted_lines(path, analysis),
+        full=full,
+        rank_tails=scan.rank_tails,
     )
     out = io.BytesIO()
     base = 0
@@ -541,7 +593,7 @@ def write_bundle(
                 member,
                 redactor,
                 share,
-                lengths=_line_lengths(path, read_notes),
+                scan=_scan(path, read_notes),
                 analysis=analysis,
                 full=full_logs,
                 source=source,
