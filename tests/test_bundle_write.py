@@ -274,6 +274,9 @@ def test_cli_errors(
     if os.geteuid() != 0:  # root writes anywhere
         cases.append((["bundle", "--no-snapshot", "--log", str(log), "--out",
                        str(locked / "b.tar.gz")], "Permission denied"))
+    already = write_bundle(tmp_path / "old.tar.gz", logs=[log], analysis=None, snapshot=None,
+                           runner=FakeRunner()).path
+    cases.append((["bundle", "--no-snapshot", "--log", str(already)], "is already a diag bundle"))
     for argv, expected in cases:
         monkeypatch.setattr(sys, "argv", ["diag", *argv])
         with pytest.raises(SystemExit) as exc:

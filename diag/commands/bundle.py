@@ -21,6 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
+from diag.bundle.read import is_bundle
 from diag.errors import EXIT_PARTIAL, DiagError, InputError
 from diag.model import Analysis, Snapshot
 
@@ -65,6 +66,12 @@ def _expand(paths: Sequence[Path]) -> list[Path]:
                 raise InputError(f"{path}: folder holds no files")
             out += found
         elif path.is_file():
+            if is_bundle(path):
+                raise InputError(
+                    f"{path}: is already a diag bundle",
+                    help_text=f"Check it with `diag bundle verify {path}`, "
+                    f"or read it with `diag analyze {path}`.",
+                )
             out.append(path)
         else:
             what = "not a file" if path.exists() else "no such file"
