@@ -225,3 +225,17 @@ def test_repeated_kinds_are_counted_not_parsed_once_a_source_is_large(
     assert msgs[-1].endswith("(999)")  # forced: a rank's last line is never skipped
     assert sp.repeats == 2 * (100 - 13)
     assert all(len(d.continuation) == 1 for d in sp.drafts[:13])
+
+
+def test_frames_that_lost_their_indentation_still_attach() -> None:
+    recs = _records(
+        "Traceback (most recent call last):\n"
+        'File "/vllm/model_executor/model_loader/weight_utils.py", line 406, in safetensors_weights_iterator\n'
+        'with safe_open(st_file, framework="pt") as f:\n'
+        "safetensors_rust.SafetensorError: Error while deserializing header: MetadataIncompleteBuffer"
+    )
+    tb = recs[0]
+    assert tb.continuation[0].startswith('File "/vllm/model_executor')
+    assert recs[-1].message.startswith("safetensors_rust.SafetensorError") or tb.continuation[
+        -1
+    ].startswith("safetensors_rust.SafetensorError")

@@ -423,7 +423,12 @@ def is_continuation_text(message: str) -> bool:
     c = message[0]
     if c in " \t":
         return bool(message.strip())
+    if c == "F" and _FRAME.match(message):
+        return True  # a traceback frame whose indentation a paste lost
     return message.startswith(("During handling of the above", "The above exception was"))
+
+
+_FRAME = re.compile(r'File "[^"]+", line \d+,? in \S')
 
 
 def is_exception_line(message: str) -> bool:
