@@ -75,7 +75,8 @@ _EXTRA_LITERALS = (
     # "frame #0: c10::Error::Error(...)"
     "#0 ", "frame #",
     # stack dumps and faulthandler
-    "Process ", "Thread 0x", "Pyspy ", "py-spy", "Fatal Python error", "most recent call",
+    "Process ", "Thread 0x", "(idle)", "(active)", "(gil)", "Pyspy ", "py-spy",
+    "Fatal Python error", "most recent call",
     "Python v",
     # args and config lines
     "server_args=", "non-default args", "args: Namespace", "with config:",
