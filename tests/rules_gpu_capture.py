@@ -1,7 +1,7 @@
 """Capture real CUDA / NCCL / torch error output on a GPU host, for the rule examples.
 
 Run on a machine with (ideally) two GPUs and torch:
-    python3 tests/rules_gpu_capture.py OUTDIR
+    python3 tests/rules_gpu_capture.py OUTDIR [SCENARIO...]
 Each scenario runs in its own interpreter (with a timeout) and its stdout+stderr is saved
 as OUTDIR/<scenario>.log, exactly as printed; fixtures/rules_gpu/ holds one recorded set,
 and tests/test_rules_gpu_errors.py runs the rules over it. Not collected by pytest.
@@ -91,7 +91,95 @@ if __name__ == "__main__":
     mp.spawn(run, nprocs=2, join=True)
 """
 
+# Rank 0 binds the store port, but something already listens there.
+_STORE_IN_USE = """
+import datetime, socket
+import torch.distributed as dist
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 29581)); s.listen()
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29581", rank=0, world_size=2,
+                        timeout=datetime.timedelta(seconds=5))
+"""
+
+# Rank 1 of 2 connects to a master that never started.
+_STORE_REFUSED = """
+import datetime
+import torch.distributed as dist
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29583", rank=1, world_size=2,
+                        timeout=datetime.timedelta(seconds=8))
+"""
+
+# gloo: rank 1 skips the second all-reduce; rank 0's recv times out.
+_GLOO_TIMEOUT = """
+import datetime, time
+import torch, torch.distributed as dist
+import torch.multiprocessing as mp
+
+def run(rank):
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29585", rank=rank,
+                            world_size=2, timeout=datetime.timedelta(seconds=5))
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    if rank == 0:
+        dist.all_reduce(t)
+    else:
+        time.sleep(20)
+
+if __name__ == "__main__":
+    mp.spawn(run, nprocs=2, join=True)
+"""
+
+# NCCL told to use a network interface that does not exist.
+_NCCL_IFNAME = """
+import datetime
+import torch, torch.distributed as dist
+import torch.multiprocessing as mp
+
+def run(rank):
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    dist.init_process_group("nccl", init_method="tcp://127.0.0.1:29587", rank=rank,
+                            world_size=2, timeout=datetime.timedelta(seconds=30))
+    t = torch.ones(1, device="cuda")
+    dist.all_reduce(t)
+    torch.cuda.synchronize()
+
+if __name__ == "__main__":
+    mp.spawn(run, nprocs=2, join=True)
+"""
+
+# torch.compile with a C compiler that does not exist and cold Triton/Inductor caches.
+_INDUCTOR_NO_CC = """
+import torch
+
+@torch.compile
+def f(x):
+    return torch.sin(x) * 2 + 1
+
+print(f(torch.ones(8, device="cuda")))
+"""
+
 SCENARIOS: dict[str, tuple[str, dict[str, str]]] = {
+    "dist-store-port-in-use": (_STORE_IN_USE, {}),
+    "dist-store-refused": (_STORE_REFUSED, {}),
+    "gloo-recv-timeout": (_GLOO_TIMEOUT, {}),
+    "nccl-bad-ifname": (
+        _NCCL_IFNAME,
+        {
+            "NCCL_DEBUG": "WARN",
+            "NCCL_SOCKET_IFNAME": "nonexistent0",
+            "NCCL_P2P_DISABLE": "1",
+            "NCCL_SHM_DISABLE": "1",
+            "NCCL_IB_DISABLE": "1",
+        },
+    ),
+    "inductor-no-cc": (
+        _INDUCTOR_NO_CC,
+        {
+            "CC": "/nonexistent/gcc",
+            "TRITON_CACHE_DIR": "/tmp/cap/triton-cold",
+            "TORCHINDUCTOR_CACHE_DIR": "/tmp/cap/inductor-cold",
+        },
+    ),
     "cuda-oom": (_OOM, {}),
     "cuda-device-assert": (_ASSERT, {}),
     "cuda-invalid-ordinal": (_ORDINAL, {}),
@@ -102,10 +190,12 @@ SCENARIOS: dict[str, tuple[str, dict[str, str]]] = {
 }
 
 
-def main(out: Path) -> int:
+def main(out: Path, only: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     summary = []
     for name, (code, env_extra) in SCENARIOS.items():
+        if only and name not in only:
+            continue
         script = out.parent / f"_{name}.py"
         script.write_text(code)
         env = {**os.environ, **env_extra, "PYTHONUNBUFFERED": "1"}
@@ -129,4 +219,4 @@ def main(out: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    sys.exit(main(Path(sys.argv[1]), sys.argv[2:]))

@@ -27,6 +27,19 @@ EXPECTED = {
         {"process.killed", "python.exception"},
     ),
     "nccl-duplicate-gpu.log": ("nccl.error", "Duplicate GPU detected", {"python.exception"}),
+    "nccl-bad-ifname.log": ("nccl.error", "no socket interface found", {"python.exception"}),
+    "gloo-recv-timeout.log": (
+        "nccl.timeout",
+        "Timed out waiting 5000ms for recv operation",
+        {"python.exception"},
+    ),
+    "dist-store-port-in-use.log": ("dist.port_in_use", "EADDRINUSE", {"python.exception"}),
+    "dist-store-refused.log": (
+        "dist.connect_failed",
+        "timed out after 8000ms while trying to connect",
+        {"python.exception"},
+    ),
+    "inductor-no-cc.log": ("compile.error", "'/nonexistent/gcc'", {"python.exception"}),
 }
 
 

@@ -82,6 +82,15 @@ def _last_frame(lines: Sequence[str]) -> str:
     return plain[-1] if plain else ""
 
 
+_CODE = regex.compile(r'^\s*(?:raise\b|File "|return\b)')
+
+
+def _is_code(line: str) -> bool:
+    """A traceback's frame or source line (`File "..."`, `raise ...`): code that names
+    errors, not a report of one."""
+    return _CODE.match(line) is not None
+
+
 def _logger_name(rec: Record) -> str:
     name = (rec.logger_file or "").split(":", 1)[0]
     return name.rsplit("/", 1)[-1]
@@ -152,6 +161,8 @@ def _scan(
             lines = text.split("\n") if rec.continuation else [text]
             for i, line in enumerate(lines):
                 if len(lines) > 1 and not any(n in line.lower() for n in rule.needles):
+                    continue
+                if _is_code(line):
                     continue
                 try:
                     m = spec.search(line)
