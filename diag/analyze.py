@@ -101,7 +101,11 @@ def _analyze_sources(
 ) -> Analysis:
     total = sum(s.size or 0 for s in sources)
     # a compressed source is taken as ten times its size (typical for logs)
-    expanded = sum((s.size or 0) * (10 if s.compressed else 1) for s in sources)
+    # ... and one of unknown size (a long stdin) as large
+    expanded = sum(
+        PREFILTER_MIN_BYTES if s.size is None else s.size * (10 if s.compressed else 1)
+        for s in sources
+    )
     use_pf = prefilter if prefilter is not None else expanded >= PREFILTER_MIN_BYTES
     col = _Collected()
     done_before = 0
@@ -175,7 +179,7 @@ _CONTROL = frozenset(chr(c) for c in range(32)) - {"\t", "\n", "\r", "\x1b", "\x
 def _looks_binary(src: Source) -> bool:
     """More than 10% of the first 64 KiB is control characters or invalid UTF-8."""
     try:
-        with src.open() as stream:
+        with (src.sniff or src.open)() as stream:
             head = stream.read(1 << 16)
     except (OSError, EOFError, ValueError):
         return False  # the reader reports damage with a note
@@ -229,7 +233,8 @@ def _read_full(
         lineno += len(lines)
         col.lines += len(lines)
         if progress is not None:
-            progress(min(done_before + consumed, total), total)
+            done = done_before + consumed
+            progress(min(done, total) if total else done, total)  # total 0: size unknown
 
 
 # ---------------------------------------------------------------------------

@@ -285,3 +285,39 @@ def test_giant_line_is_cut_with_a_note(tmp_path: Path, monkeypatch: pytest.Monke
     assert any("was cut into pieces" in n for n in a.notes)
     (t,) = a.ranks
     assert t.phases[0].ended
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_long_stdin_is_streamed(monkeypatch: pytest.MonkeyPatch, compress: bool) -> None:
+    monkeypatch.setattr(diag.parse.reader, "STDIN_HEAD_BYTES", 4096)
+    monkeypatch.setattr(diag.parse.reader, "CHUNK_BYTES", 8192)
+    body = "".join(
+        f"[2025-03-14 06:{i // 60 % 60:02d}:{i % 60:02d} TP{i % 2}] Decode batch. #token: {i}\n"
+        for i in range(2000)
+    )
+    data = (LOG + body).encode()
+    if compress:
+        data = gzip.compress(data)
+
+    class Pipe:
+        """A pipe: read once, no seek, no peek."""
+
+        def __init__(self, data: bytes) -> None:
+            self._buf = io.BytesIO(data)
+
+        def read(self, n: int = -1) -> bytes:
+            return self._buf.read(n)
+
+    class FakeStdin:
+        buffer = Pipe(data)
+
+    monkeypatch.setattr("sys.stdin", FakeStdin)
+    calls: list[tuple[int, int]] = []
+    a = analyze(["-"], progress=lambda done, total: calls.append((done, total)))
+    assert a.sources == ("<stdin>",)
+    assert a.records == 2004
+    assert a.last_phase == "serving"
+    assert calls and all(total == 0 for _, total in calls)  # size unknown
+    assert [c[0] for c in calls] == sorted(c[0] for c in calls)
+    if not compress:
+        assert calls[-1][0] == len(data)

@@ -436,7 +436,8 @@ def scan_source(
     for buf, lo, hi, consumed in iter_chunks(src, notes, chunk_bytes=reader.CHUNK_BYTES):
         base += scanner.chunk(buf, base, lo, hi)
         if progress is not None:
-            progress(min(done_before + consumed, total or consumed), total or consumed)
+            done = done_before + consumed
+            progress(min(done, total) if total else done, total)  # total 0: size unknown
     if scanner.nul:
         notes.append(f"{src.name}: {scanner.nul} NUL bytes dropped")
     return stats

@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 CHUNK_BYTES = 8 << 20
+STDIN_HEAD_BYTES = 1 << 20  # stdin longer than this is streamed, not held in memory
 MAX_LINE_BYTES = 16 << 20  # a line longer than this is cut (kept in pieces)
 
 _MAGIC: tuple[tuple[bytes, str], ...] = (
@@ -58,6 +59,8 @@ class Source:
     size: int | None
     mtime: dt.datetime | None
     compressed: bool = False
+    # opens only the start of the source, for sniffing (a pipe cannot be read twice)
+    sniff: Callable[[], BinaryIO] | None = None
 
 
 def _sniff(head: bytes) -> str | None:
@@ -229,6 +232,51 @@ def _archive_sources(path: Path) -> list[Source] | None:
         raise InputError(f"{path}: damaged archive ({exc})") from exc
 
 
+class _Chain(io.RawIOBase):
+    """``head`` then the rest of ``rest`` (a pipe that cannot be rewound). Closing it
+    leaves ``rest`` open: the head may be read again, the rest only once."""
+
+    def __init__(self, head: bytes, rest: BinaryIO) -> None:
+        super().__init__()
+        self._head = head
+        self._pos = 0
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: bytearray | memoryview) -> int:  # type: ignore[override]
+        if self._pos < len(self._head):
+            n = min(len(buf), len(self._head) - self._pos)
+            buf[:n] = self._head[self._pos : self._pos + n]
+            self._pos += n
+            return n
+        data = self._rest.read(len(buf))
+        buf[: len(data)] = data
+        return len(data)
+
+
+def _stream_source(name: str, head: bytes, rest: BinaryIO) -> Source:
+    kind = _sniff(head[:8])
+
+    def opener() -> BinaryIO:
+        return _decompressing(
+            cast(BinaryIO, io.BufferedReader(_Chain(head, rest))), kind, name
+        )
+
+    def sniffer() -> BinaryIO:
+        return _decompressing(io.BytesIO(head), kind, name)
+
+    return Source(
+        name=name,
+        open=opener,
+        size=None,
+        mtime=None,
+        compressed=kind is not None,
+        sniff=sniffer,
+    )
+
+
 def _log_like(path: Path) -> bool:
     if path.name.startswith(".") or path.name in _SKIP_NAMES:
         return False
@@ -243,8 +291,11 @@ def resolve_inputs(inputs: Sequence[str | Path], stdin: BinaryIO | None = None) 
     for item in inputs:
         if str(item) == "-":
             stream = stdin if stdin is not None else sys.stdin.buffer
-            data = stream.read()
-            out.append(_bytes_source("<stdin>", data, None))
+            head = stream.read(STDIN_HEAD_BYTES)
+            if len(head) < STDIN_HEAD_BYTES:
+                out.append(_bytes_source("<stdin>", head, None))
+            else:  # a long stream: read on, never held whole in memory
+                out.append(_stream_source("<stdin>", head, stream))
             continue
         path = Path(item)
         if not path.exists():
