@@ -1,10 +1,14 @@
 """`diag analyze` engine: inputs -> records -> events -> timelines -> Analysis.
 
-Small inputs are parsed line by line. Large ones stream through the prefilter
-(:mod:`diag.parse.prefilter`): one vectorised multi-pattern pass per chunk picks the lines
-that can matter (phase markers, warnings and errors, tracebacks, stack dumps, rule
-needles), and per-rank aggregates (line counts, first and last line of each rank and of
-each serving stream) come from the bulk without building Python objects for it.
+Inputs under 1 MiB are parsed line by line. Larger ones stream through the prefilter
+(:mod:`diag.parse.prefilter`): blocks of serving lines are recognised by counting, the rest
+gets one multi-literal pass in Rust that picks the lines that can matter (phase markers,
+warnings and errors, tracebacks, stack dumps, rule needles), and each rank's last line and
+first serving line are picked from the bulk; the result equals the line-by-line parse.
+
+Then: year inference, rank attribution (always with a reason), config from the args
+lines, framework, phase events from the catalogue, per-rank timelines, expected and
+missing ranks, stragglers; stack dumps found in the text, their groups, and the rules.
 """
 
 from __future__ import annotations
