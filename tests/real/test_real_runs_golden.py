@@ -182,6 +182,21 @@ CASES = (
         exception="Not enough allowed NUMA nodes",
     ),
     Case(
+        # Recorded by test_real_sglang.py (opt-in): SGLang 0.5.23 CPU engine, TP=2, stub
+        # sgl_kernel, to "The server is fired up and ready to roll!".
+        "sglang-0.5.23-cpu-tp2-healthy.log",
+        "sglang",
+        2,
+        ("TP0", "TP1"),
+        "serving",
+        absent=HEALTHY_ABSENT,
+        rank_phases={
+            "TP0": ("dist_init", "weights_load", "kv_cache", "listening"),
+            "TP1": ("dist_init", "weights_load", "kv_cache", "listening"),
+        },
+        gaps={"TP0": SERVER_WIDE, "TP1": SERVER_WIDE},
+    ),
+    Case(
         "lab/sglang-cpu-tp1-startup.log",
         "sglang",
         1,
