@@ -103,3 +103,15 @@ def test_invalid_rule_file_is_exit_2_naming_it(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert str(bad) in proc.stderr and "remedy" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_schema_command_prints_the_schema_the_loader_uses() -> None:
+    import jsonschema
+    import yaml
+
+    result = runner.invoke(app, ["rules", "schema"])
+    assert result.exit_code == 0
+    schema = json.loads(result.output)
+    validator = jsonschema.Draft202012Validator(schema)
+    assert not list(validator.iter_errors(yaml.safe_load(RULE)))
+    assert list(validator.iter_errors(yaml.safe_load(RULE.replace("remedy:", "fix:"))))

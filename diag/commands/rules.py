@@ -150,5 +150,14 @@ def test_rules(
         raise typer.Exit(EXIT_FINDINGS)
 
 
+@rules_app.command("schema")
+def print_schema() -> None:
+    """Print the JSON schema of rule files (for an editor's YAML language server)."""
+    from diag.rules.schema import FILE_SCHEMA
+
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **FILE_SCHEMA}
+    typer.echo(json.dumps(schema, indent=2))
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(rules_app, name="rules")
