@@ -17,13 +17,14 @@ import sys
 import time
 from collections.abc import Iterable
 
+import jsonschema
 import pytest
 from live.harness import MiniServer, gate_reason, mini_server, stopped_pids
 from rich.console import Console
 
 from diag.collect.snapshot import SnapshotOptions, take_snapshot
 from diag.model import ProcessInfo, Snapshot
-from diag.report.snapshot_json import snapshot_to_dict
+from diag.report.snapshot_json import SNAPSHOT_SCHEMA, snapshot_to_dict
 from diag.report.snapshot_view import render_snapshot
 
 pytestmark = pytest.mark.live
@@ -125,6 +126,7 @@ def test_collective_one_rank_never_joins() -> None:
         assert "TP2" in snap.verdict and "not listening" in snap.verdict
         doc = snapshot_to_dict(snap)
         json.dumps(doc)
+        jsonschema.validate(doc, SNAPSHOT_SCHEMA)
         assert doc["outlier_tp_ranks"] == [2]
         by_pid = {p["pid"]: p for p in doc["processes"]}
         assert by_pid[ranks[0].pid]["tp_rank"] == 0

@@ -713,3 +713,23 @@ def test_two_servers_on_one_host_are_compared_separately(tmp_path: Path) -> None
 class _NoNvml:
     def nvmlInit(self) -> None:  # noqa: N802
         raise RuntimeError("NVML Shared Library Not Found")
+
+
+def test_json_output_validates_against_the_published_schema(tmp_path: Path) -> None:
+    import jsonschema
+
+    from diag.report.snapshot_json import SNAPSHOT_SCHEMA
+
+    jsonschema.Draft202012Validator.check_schema(SNAPSHOT_SCHEMA)
+    validator = jsonschema.Draft202012Validator(SNAPSHOT_SCHEMA)
+    doc = snapshot_to_dict(story_snapshot())
+    validator.validate(doc)
+    # the real GPU runs' snapshots (saved by the GPU work) satisfy it as well
+    gpu = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
+    for path in sorted(gpu.glob("*/*/snapshot-json.json")):
+        validator.validate(json.loads(path.read_text()))
+    bad = json.loads(json.dumps(doc))
+    bad["processes"][0]["wait_site"] = "nccl"  # not a stack.* id
+    assert list(validator.iter_errors(bad))
+    del bad["outlier_tp_ranks"]
+    assert any("outlier_tp_ranks" in e.message for e in validator.iter_errors(bad))

@@ -25,9 +25,180 @@ from diag.model import (
     Unavailable,
 )
 
-__all__ = ["SCHEMA_VERSION", "snapshot_to_dict"]
+__all__ = ["SCHEMA_VERSION", "SNAPSHOT_SCHEMA", "snapshot_to_dict"]
 
 SCHEMA_VERSION = 1
+
+_INT_OR_NULL = {"type": ["integer", "null"]}
+_NUM_OR_NULL = {"type": ["number", "null"]}
+_STR_OR_NULL = {"type": ["string", "null"]}
+_SITE = {"type": ["string", "null"], "pattern": "^stack\\."}
+_FRAME = {
+    "type": "object",
+    "required": ["name", "filename", "line", "native"],
+    "properties": {
+        "name": {"type": "string"},
+        "filename": {"type": "string"},
+        "line": _INT_OR_NULL,
+        "module": _STR_OR_NULL,
+        "native": {"type": "boolean"},
+    },
+}
+
+# The contract of ``diag snapshot --json`` (JSON Schema, draft 2020-12): the keys the
+# issue names are required; more keys may be added within schema_version 1.
+SNAPSHOT_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": [
+        "schema_version",
+        "host",
+        "servers",
+        "processes",
+        "gpus",
+        "groups",
+        "outlier_tp_ranks",
+        "verdict",
+        "findings",
+    ],
+    "properties": {
+        "schema_version": {"const": SCHEMA_VERSION},
+        "host": {"type": "string"},
+        "servers": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["framework", "launcher_pid", "port", "port_listening"],
+                "properties": {
+                    "framework": {"type": "string"},
+                    "launcher_pid": _INT_OR_NULL,
+                    "port": _INT_OR_NULL,
+                    "port_listening": {"type": "boolean"},
+                    "listening_pid": _INT_OR_NULL,
+                    "outlier_tp_ranks": {"type": "array", "items": {"type": "integer"}},
+                },
+            },
+        },
+        "processes": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": [
+                    "pid",
+                    "role",
+                    "title",
+                    "tp_rank",
+                    "dp_rank",
+                    "pp_rank",
+                    "ep_rank",
+                    "state",
+                    "rss_bytes",
+                    "cpu_percent",
+                    "listening_ports",
+                    "gpu_index",
+                    "gpu_memory_bytes",
+                    "wait_site",
+                    "stack",
+                ],
+                "properties": {
+                    "pid": {"type": "integer"},
+                    "role": {
+                        "enum": [
+                            "launcher",
+                            "api_server",
+                            "tokenizer",
+                            "scheduler",
+                            "worker",
+                            "detokenizer",
+                            "engine_core",
+                            "other",
+                        ]
+                    },
+                    "title": {"type": "string"},
+                    "tp_rank": _INT_OR_NULL,
+                    "dp_rank": _INT_OR_NULL,
+                    "pp_rank": _INT_OR_NULL,
+                    "ep_rank": _INT_OR_NULL,
+                    "state": _STR_OR_NULL,
+                    "rss_bytes": _INT_OR_NULL,
+                    "cpu_percent": _NUM_OR_NULL,
+                    "listening_ports": {"type": "array", "items": {"type": "integer"}},
+                    "gpu_index": _INT_OR_NULL,
+                    "gpu_memory_bytes": _INT_OR_NULL,
+                    "wait_site": _SITE,
+                    "stack": {
+                        "type": ["object", "null"],
+                        "required": ["outcome", "threads"],
+                        "properties": {
+                            "outcome": {
+                                "enum": [
+                                    "ok",
+                                    "timeout",
+                                    "permission_denied",
+                                    "not_found",
+                                    "partial",
+                                    "no_pyspy",
+                                    "not_python",
+                                ]
+                            },
+                            "wait_site": _SITE,
+                            "threads": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "required": ["frames"],
+                                    "properties": {"frames": {"type": "array", "items": _FRAME}},
+                                },
+                            },
+                        },
+                    },
+                    "unavailable": {"type": "object", "additionalProperties": {"type": "string"}},
+                },
+            },
+        },
+        "gpus": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["index", "util_percent_mean", "memory_used_bytes", "processes"],
+                "properties": {
+                    "index": {"type": "integer"},
+                    "util_percent_mean": _NUM_OR_NULL,
+                    "memory_used_bytes": _INT_OR_NULL,
+                    "processes": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["pid", "memory_bytes"],
+                            "properties": {
+                                "pid": {"type": "integer"},
+                                "memory_bytes": {"type": "integer"},
+                            },
+                        },
+                    },
+                },
+            },
+        },
+        "groups": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["wait_site", "ranks", "frames"],
+                "properties": {
+                    "wait_site": _SITE,
+                    "ranks": {"type": "array", "items": {"type": "string"}},
+                    "frames": {"type": "array", "items": _FRAME},
+                },
+            },
+        },
+        "outlier_tp_ranks": {"type": "array", "items": {"type": "integer"}},
+        "verdict": {"type": "string"},
+        "findings": {
+            "type": "array",
+            "items": {"type": "object", "required": ["id", "severity", "title"]},
+        },
+    },
+}
 
 
 def _val(value: object, key: str, unavailable: dict[str, str]) -> Any:
