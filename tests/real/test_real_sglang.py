@@ -133,7 +133,6 @@ def test_hang_after_one_request(sglang_server: VllmServer) -> None:
     procs = by_title(snap, server)
     tp0, stopped = procs["sglang::scheduler_TP0"], procs["sglang::scheduler_TP1"]
     assert (stopped["tp_rank"], stopped["state"]) == (1, "T")
-    assert snap["outlier_tp_ranks"] == [1]
     assert tp0["wait_site"] == "stack.nccl_collective"
     assert "broadcast_pyobj" in frame_names(tp0)
     (srv,) = [s for s in snap["servers"] if s["launcher_pid"] == server.pid]
@@ -142,3 +141,4 @@ def test_hang_after_one_request(sglang_server: VllmServer) -> None:
 
     states = {pid: proc_state(pid) for pid in server.pids()}
     assert all((s == "T") == (pid in server.stopped_by_test) for pid, s in states.items())
+    assert snap["outlier_tp_ranks"] == [1]  # the stopped rank is the odd one out
