@@ -273,7 +273,7 @@ def _detect_framework(drafts: Sequence[Draft]) -> str:
             vl += 1
         if cat.any_message.search(msg):
             for e in own:
-                if e.regex.search(msg):
+                if e.could_match(msg) and e.regex.search(msg):
                     if e.framework == "sglang":
                         sg += 2
                     else:

@@ -17,6 +17,7 @@ import yaml
 
 from diag.errors import DiagError
 from diag.model import PHASES, Event, EventKind, Record
+from diag.parse.literals import required_literals
 
 __all__ = [
     "KINDS",
@@ -42,6 +43,11 @@ class PhaseEntry:
     source: str
     version: str
     where: str = "message"  # message | text (plus continuation lines) | raw (the whole line)
+    # one of these is in every match (a cheap test before the regex); () when unknown
+    literals: tuple[str, ...] = ()
+
+    def could_match(self, haystack: str) -> bool:
+        return not self.literals or any(lit in haystack for lit in self.literals)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +84,7 @@ def _entry(raw: dict[str, Any], where_from: str) -> PhaseEntry:
     except re.error as exc:
         raise DiagError(f"{where_from}: phase entry {ident}: bad regex: {exc}") from exc
     return PhaseEntry(
+        literals=tuple(sorted(required_literals(rx.pattern) or ())),
         id=str(ident),
         phase=str(raw["phase"]),
         kind=raw["kind"],
@@ -135,7 +142,7 @@ def match_record(cat: Catalogue, record: Record) -> Event | None:
     msg = record.message
     if cat.any_message.search(msg):
         for e in cat.entries:
-            if e.where != "message":
+            if e.where != "message" or not e.could_match(msg):
                 continue
             m = e.regex.search(msg)
             if m:
@@ -147,7 +154,10 @@ def match_record(cat: Catalogue, record: Record) -> Event | None:
             for e in cat.entries:
                 if e.where == "message":
                     continue
-                m = e.regex.search(text if e.where == "text" else raw)
+                hay = text if e.where == "text" else raw
+                if not e.could_match(hay):
+                    continue
+                m = e.regex.search(hay)
                 if m:
                     return _event(record, e, m)
     return None
