@@ -208,6 +208,7 @@ def test_verdict_names_the_odd_rank_and_the_idle_gpu() -> None:
     assert "port 30000 is not listening" in v
     assert "TP1: stack.jit_compile" in v
     assert "Odd one(s) out: TP1" in v
+    assert "The others sit in a collective that TP1 never entered" in v
     assert "GPU0 100%" in v and "GPU1 0%" in v
     assert "The GPUs of TP0 spin at ~100%" in v and "TP1 never joined" in v
 

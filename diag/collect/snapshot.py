@@ -191,6 +191,16 @@ def _rank_sentences(ranked: Sequence[ProcessInfo], outliers: Sequence[int]) -> l
         if outliers:
             odd = ", ".join(f"TP{r}" for r in outliers)
             parts.append(f"Odd one(s) out: {odd} (stack differs from the majority).")
+            odd_sites: set[str | None] = set()
+            ref_sites: set[str | None] = set()
+            for p in ranked:
+                site = p.stack.wait_site if p.stack is not None else None
+                is_odd = p.rank is not None and p.rank.tp in outliers
+                (odd_sites if is_odd else ref_sites).add(site)
+            if ref_sites == {"stack.nccl_collective"} and "stack.nccl_collective" not in odd_sites:
+                parts.append(
+                    f"The others sit in a collective that {odd} never entered: look at {odd} first."
+                )
         stopped = [p for p in ranked if p.state == "T"]
         if stopped:
             parts.append(f"Stopped (state T): {_collapse([_rank_label(p) for p in stopped])}.")
