@@ -644,3 +644,16 @@ def test_a_huge_glued_progress_line_neither_hangs_nor_raises() -> None:
     out = apply_rules(analysis(), [huge])
     assert time.monotonic() - start < 10
     assert "weights.slow_load" in ids(out)  # read from the first 64 KiB
+
+
+def test_good_acceptance_is_reported_as_info_with_its_numbers() -> None:
+    lines = [
+        rec(i, f"Decode batch, #running-req: 8, accept len: {v}, accept rate: 0.72", s=i * 10)
+        for i, v in enumerate(("3.10", "3.20", "3.30"))
+    ]
+    out = apply_rules(analysis(config={"speculative": {"num_steps": 3}}), lines)
+    (f,) = [f for f in out.findings if f.id == "specdec.acceptance"]
+    assert f.severity == "info"
+    assert "mean acceptance length 3.20 tokens/step" in f.message
+    assert "1.45x" in f.message  # 3.2 / (1 + 3 * 0.4)
+    assert "specdec.low_acceptance" not in ids(out)

@@ -483,6 +483,44 @@ def _check_slow_load(ctx: CheckContext) -> CheckOutcome | None:
     return None
 
 
+def _spec_text(summary: specdec.SpecSummary) -> str:
+    parts = []
+    if summary.mean_len is not None:
+        parts.append(f"mean acceptance length {summary.mean_len:.2f} tokens/step")
+    if summary.rate is not None:
+        parts.append(f"draft acceptance rate {summary.rate * 100:.1f}%")
+    n = len(summary.reports)
+    text = ", ".join(parts) + f" over {n} report{'s' if n != 1 else ''}"
+    times = [r.ts for r in summary.reports if r.ts is not None]
+    if len(times) > 1 and max(times) > min(times):
+        text += f" ({_hms(min(times))} to {_hms(max(times))})"
+    return text
+
+
+def _spec_hits(summary: specdec.SpecSummary) -> tuple[Hit, ...]:
+    reports = summary.reports
+    chosen = list(reports[:2]) + ([reports[-1]] if len(reports) > 2 else [])
+    return tuple(Hit(r.source, r.line, r.text, r.rank, r.ts) for r in chosen)
+
+
+def _check_specdec_summary(ctx: CheckContext) -> CheckOutcome | None:
+    """Acceptance figures that pay off: reported (info) so the numbers are on record."""
+    if "specdec.low_acceptance" in ctx.fired:
+        return None
+    cost = ctx.param("draft_cost", specdec.DEFAULT_DRAFT_COST)
+    summary = specdec.summarize(ctx.records, ctx.analysis.config, draft_cost=cost)
+    if summary is None:
+        return None
+    text = _spec_text(summary)
+    if summary.steps is not None and summary.speedup is not None:
+        text += (
+            f"; with {summary.steps} draft steps ({summary.steps_source}) that is about "
+            f"{summary.speedup:.2f}x the speed of no speculation (draft cost {cost:g}; "
+            f"break-even {summary.break_even_len:.2f} tokens/step)"
+        )
+    return CheckOutcome(message=text, hits=_spec_hits(summary))
+
+
 def _check_specdec(ctx: CheckContext) -> CheckOutcome | None:
     cost = ctx.param("draft_cost", specdec.DEFAULT_DRAFT_COST)
     summary = specdec.summarize(ctx.records, ctx.analysis.config, draft_cost=cost)
@@ -496,16 +534,7 @@ def _check_specdec(ctx: CheckContext) -> CheckOutcome | None:
         )
     if not low:
         return None
-    parts = []
-    if summary.mean_len is not None:
-        parts.append(f"mean acceptance length {summary.mean_len:.2f} tokens/step")
-    if summary.rate is not None:
-        parts.append(f"draft acceptance rate {summary.rate * 100:.1f}%")
-    n = len(summary.reports)
-    text = ", ".join(parts) + f" over {n} report{'s' if n != 1 else ''}"
-    times = [r.ts for r in summary.reports if r.ts is not None]
-    if len(times) > 1 and max(times) > min(times):
-        text += f" ({_hms(min(times))} to {_hms(max(times))})"
+    text = _spec_text(summary)
     if summary.steps is not None and summary.speedup is not None:
         text += (
             f"; with {summary.steps} draft steps ({summary.steps_source}) break-even is "
@@ -514,10 +543,7 @@ def _check_specdec(ctx: CheckContext) -> CheckOutcome | None:
         )
     else:
         text += "; draft steps unknown, but acceptance this low cannot pay for drafting"
-    reports = summary.reports
-    chosen = list(reports[:2]) + ([reports[-1]] if len(reports) > 2 else [])
-    hits = tuple(Hit(r.source, r.line, r.text, r.rank, r.ts) for r in chosen)
-    return CheckOutcome(message=text, hits=hits)
+    return CheckOutcome(message=text, hits=_spec_hits(summary))
 
 
 def _present(analysis: Analysis) -> list[RankTimeline]:
@@ -613,6 +639,7 @@ def _check_stack_collective(ctx: CheckContext) -> CheckOutcome | None:
 CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
     "stack_collective_wait": _check_stack_collective,
     "specdec_acceptance": _check_specdec,
+    "specdec_summary": _check_specdec_summary,
     "slow_weight_load": _check_slow_load,
     "rank_missing": _check_missing,
     "rank_straggler": _check_straggler,
