@@ -293,7 +293,7 @@ def _config(drafts: Sequence[Draft]) -> tuple[dict[str, object], str | None]:
     merged: dict[str, object] = {}
     version: str | None = None
     raw_all: dict[str, object] = {}
-    for d in drafts:
+    for i, d in enumerate(drafts):
         msg = d.p.message
         if not detect_config_line(msg):
             continue
@@ -301,6 +301,14 @@ def _config(drafts: Sequence[Draft]) -> tuple[dict[str, object], str | None]:
         if d.continuation:
             text = msg + " " + " ".join(c.strip() for c in d.continuation)
         raw, v = parse_config_message(text)
+        if not raw and "LLM engine" not in msg:
+            # a paste that hard-wrapped the args line: join the plain lines after it
+            wrapped = [text]
+            for nxt in drafts[i + 1 : i + 400]:
+                if nxt.p.grammar != "plain" or nxt.line - d.line > 400:
+                    break
+                wrapped.append(nxt.raw)
+            raw, v = parse_config_message("".join(wrapped))
         if v and not version:
             version = v
         for k, val in raw.items():

@@ -260,3 +260,13 @@ def test_worker_pids_are_per_file(tmp_path: Path) -> None:
 )
 def test_framework_from_what_only_one_of_them_prints(text: str, framework: str) -> None:
     assert analyze_text(text, year=2025).framework == framework
+
+
+def test_args_line_hard_wrapped_by_a_paste() -> None:
+    args = (
+        "[2025-03-14 06:55:00] server_args=ServerArgs(model_path='deepseek-ai/DeepSeek-R1', "
+        "tokenizer_mode='auto', tp_size=16, dp_size=1, nnodes=2, node_rank=0, port=30000)"
+    )
+    wrapped = "\n".join(args[i : i + 80] for i in range(0, len(args), 80))
+    a = analyze_text(wrapped + "\n[2025-03-14 06:55:09 TP1] Init torch distributed begin.\n")
+    assert a.config["tp"] == 16 and a.config["nnodes"] == 2 and a.config["port"] == 30000
