@@ -734,3 +734,50 @@ def test_json_output_validates_against_the_published_schema(tmp_path: Path) -> N
     assert list(validator.iter_errors(bad))
     del bad["outlier_tp_ranks"]
     assert any("outlier_tp_ranks" in e.message for e in validator.iter_errors(bad))
+
+
+def test_fr_dump_request_through_the_debug_pipe(tmp_path: Path) -> None:
+    """--fr-dump writes to each rank's debug pipe the way torch expects and waits for
+    the dump files. Rank 0's pipe has a reader that dumps (what ProcessGroupNCCL does);
+    rank 1's reader never dumps (a rank holding the GIL); rank 2 has no reader at all."""
+    import os
+
+    for r in (0, 1, 2):
+        os.mkfifo(tmp_path / f"pipe_{r}.pipe")
+    got: list[bytes] = []
+
+    def reader(rank: int, dumps: bool) -> None:
+        with open(tmp_path / f"pipe_{rank}.pipe", "rb") as f:
+            got.append(f.readline())
+        if dumps:
+            (tmp_path / f"trace_{rank}").write_bytes((FR / f"trace_{rank}").read_bytes())
+
+    threads = [
+        threading.Thread(target=reader, args=(0, True), daemon=True),
+        threading.Thread(target=reader, args=(1, False), daemon=True),
+    ]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)  # both readers blocked in open()
+    env = {
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{tmp_path}/trace_",
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": f"{tmp_path}/pipe_",
+    }
+    ev = collective.flight_recorder_evidence(
+        [(10, 0, env), (11, 1, env), (12, 2, env)], request=True, wait_s=1.0
+    )
+    for t in threads:
+        t.join(5)
+    assert got == [b"1\n", b"1\n"]
+    assert ev is not None
+    req = ev["requested"]
+    assert isinstance(req, dict)
+    assert (req["asked"], req["answered"], req["silent"]) == ([0, 1], [0], [1])
+    assert "2" in req["problems"]  # no reader on rank 2's pipe
+    assert ev["files"]["0"] == str(tmp_path / "trace_0")  # type: ignore[index]
+    assert "hint" not in ev
+    import dataclasses
+
+    v = build_verdict(dataclasses.replace(story_snapshot(), collective_evidence=(ev,)))
+    assert "rank(s) [1] did not answer a dump request" in v

@@ -17,6 +17,7 @@ Stacks say *where* each rank waits; these say *who* the collective is waiting fo
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import re
 import socket
@@ -33,6 +34,7 @@ __all__ = [
     "load_fr_dump",
     "parse_ras_status",
     "ras_query",
+    "request_fr_dumps",
     "summarise_fr",
 ]
 
@@ -225,8 +227,76 @@ def summarise_fr(dumps: Mapping[int, FlightRecorderDump]) -> dict[str, object]:
     return {"ranks": ranks, "behind": behind}
 
 
+def _fr_paths(rank: int, env: Mapping[str, str]) -> tuple[Path, Path | None]:
+    """(the dump file, the debug pipe) of one rank, from its environment."""
+    prefix = (
+        env.get("TORCH_FR_DUMP_TEMP_FILE")
+        or env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+        or "/tmp/nccl_trace_rank_"
+    )
+    pipe = env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE")
+    return Path(f"{prefix}{rank}"), (Path(f"{pipe}{rank}.pipe") if pipe else None)
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+def request_fr_dumps(
+    envs: Sequence[tuple[int, int | None, Mapping[str, str]]], *, wait_s: float = 5.0
+) -> dict[str, object]:
+    """Ask each rank's Flight Recorder for a fresh dump through its debug pipe
+    (``TORCH_NCCL_DEBUG_INFO_PIPE_FILE`` + rank + ``.pipe``: torch dumps when anything is
+    written there) and wait up to ``wait_s`` for the dump files to change. A rank that
+    does not answer is evidence too (a rank spinning with the GIL held cannot dump)."""
+    asked: dict[int, tuple[Path, float | None]] = {}
+    problems: dict[str, str] = {}
+    for _pid, rank, env in envs:
+        if rank is None:
+            continue
+        dump, pipe = _fr_paths(rank, env)
+        if pipe is None:
+            continue
+        before = _mtime(dump)
+        try:
+            fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:  # ENOENT: no pipe; ENXIO: nobody reads it
+            problems[str(rank)] = f"{pipe}: {exc.strerror or exc}"
+            continue
+        try:
+            os.write(fd, b"1\n")
+        except OSError as exc:
+            problems[str(rank)] = f"{pipe}: {exc.strerror or exc}"
+            continue
+        finally:
+            os.close(fd)
+        asked[rank] = (dump, before)
+    deadline = time.monotonic() + wait_s
+    answered: set[int] = set()
+    while asked and time.monotonic() < deadline:
+        for rank, (dump, before) in asked.items():
+            now = _mtime(dump)
+            if now is not None and (before is None or now > before):
+                answered.add(rank)
+        if len(answered) == len(asked):
+            break
+        time.sleep(0.1)
+    return {
+        "asked": sorted(asked),
+        "answered": sorted(answered),
+        "silent": sorted(set(asked) - answered),
+        "problems": problems,
+    }
+
+
 def flight_recorder_evidence(
     envs: Sequence[tuple[int, int | None, Mapping[str, str]]],
+    *,
+    request: bool = False,
+    wait_s: float = 5.0,
 ) -> dict[str, object] | None:
     """FR evidence for processes given as (pid, rank, environ subset); None when no
     process has the Flight Recorder on."""
@@ -241,18 +311,13 @@ def flight_recorder_evidence(
     dumps: dict[int, FlightRecorderDump] = {}
     files: dict[str, str] = {}
     pipes: list[str] = []
+    requested = request_fr_dumps(enabled, wait_s=wait_s) if request else None
     for _pid, rank, env in enabled:
         if rank is None:
             continue
-        prefix = (
-            env.get("TORCH_FR_DUMP_TEMP_FILE")
-            or env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
-            or "/tmp/nccl_trace_rank_"
-        )
-        path = Path(f"{prefix}{rank}")
-        pipe = env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE")
-        if pipe:
-            pipes.append(f"{pipe}{rank}.pipe")
+        path, pipe_path = _fr_paths(rank, env)
+        if pipe_path is not None:
+            pipes.append(str(pipe_path))
         if not path.exists():
             files[str(rank)] = f"{path}: no dump yet"
             continue
@@ -267,13 +332,17 @@ def flight_recorder_evidence(
         "enabled_pids": [pid for pid, _, _ in enabled],
         "files": files,
     }
+    if requested is not None:
+        out["requested"] = requested
     if dumps:
         out.update(summarise_fr(dumps))
         missing = sorted(r for _, r, _ in enabled if r is not None and r not in dumps)
         if missing:
             out["no_dump_from_ranks"] = missing
-    if pipes:
-        out["hint"] = "for a fresh dump, write to the debug pipe of each rank: " + " ".join(
-            f"echo 1 > {p}" for p in pipes[:8]
+    if pipes and requested is None:
+        out["hint"] = (
+            "for a fresh dump: diag snapshot --fr-dump (or write to each rank's debug pipe: "
+            + " ".join(f"echo 1 > {p}" for p in pipes[:8])
+            + ")"
         )
     return out

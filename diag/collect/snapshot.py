@@ -78,6 +78,8 @@ class SnapshotOptions:
     gpu_interval_s: float = 0.1
     ras: bool = True
     native_all: bool = False  # --native for every rank, not one per group of same stacks
+    fr_dump: bool = False  # ask each rank's Flight Recorder for a fresh dump (debug pipe)
+    fr_wait_s: float = 5.0
     nvml: Any = None  # an NVML module stand-in (tests); None imports pynvml
 
 
@@ -316,6 +318,14 @@ def build_verdict(snap: Snapshot) -> str:
         if ev.get("kind") == "flight_recorder" and isinstance(behind, dict) and behind:
             for pg, ranks in behind.items():
                 parts.append(f"Flight Recorder: process group {pg} waits for rank(s) {ranks}.")
+        requested = ev.get("requested")
+        if ev.get("kind") == "flight_recorder" and isinstance(requested, dict):
+            silent = requested.get("silent")
+            if isinstance(silent, list) and silent:
+                parts.append(
+                    f"Flight Recorder: rank(s) {silent} did not answer a dump request "
+                    "(a rank spinning with the GIL held, or stuck in native code, cannot)."
+                )
     if snap.partial:
         parts.append(
             "Collection was partial: " + "; ".join(r.rstrip(".") for r in snap.partial) + "."
@@ -745,7 +755,9 @@ def take_snapshot(
             )
             for p in processes
             if p.role in RANK_ROLES
-        ]
+        ],
+        request=options.fr_dump,
+        wait_s=options.fr_wait_s,
     )
     if fr is not None:
         evidence.append(fr)

@@ -64,6 +64,14 @@ def register(app: typer.Typer) -> None:
                 "for the others).",
             ),
         ] = False,
+        fr_dump: Annotated[
+            bool,
+            typer.Option(
+                "--fr-dump",
+                help="Ask each rank's PyTorch Flight Recorder for a fresh dump through its "
+                "debug pipe (TORCH_NCCL_DEBUG_INFO_PIPE_FILE) and wait up to 5 s for it.",
+            ),
+        ] = False,
     ) -> None:
         """Find SGLang / vLLM servers on this host and say where every rank is stuck."""
         from diag.collect.snapshot import SnapshotOptions, take_snapshot
@@ -79,6 +87,7 @@ def register(app: typer.Typer) -> None:
                 timeout_s=timeout,
                 native=not no_native,
                 native_all=native_all,
+                fr_dump=fr_dump,
             )
         )
         console = Console(highlight=False)
