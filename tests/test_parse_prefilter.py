@@ -198,3 +198,12 @@ def test_needles_of_extra_rules_make_candidates(big_log: Path, tmp_path: Path) -
     a = analyze([log], prefilter=True, rules_dirs=[rules_dir])
     hit = [f for f in a.findings if f.id == "custom.zebra_stampede"]
     assert hit and hit[0].evidence[0].line == len(lines) // 2 + 1
+
+
+def test_crlf_log_is_not_all_candidates(big_log: Path, tmp_path: Path) -> None:
+    crlf = tmp_path / "windows.log"
+    crlf.write_bytes(big_log.read_bytes().replace(b"\n", b"\r\n"))
+    full, full_recs = _run(big_log, prefilter=True)
+    win, win_recs = _run(crlf, prefilter=True)
+    assert _summary(win) == _summary(full)
+    assert len(win_recs) == len(full_recs)

@@ -74,8 +74,8 @@ _EXTRA_LITERALS = (
     "Python v",
     # args and config lines
     "server_args=", "non-default args", "args: Namespace", "with config:",
-    # progress bars and tqdm updates
-    "%|", "% Completed", "\r",
+    # progress bars and their tqdm updates (a line's CRLF end is no reason: see _lines)
+    "%|", "% Completed",
     # continuation lines: a newline followed by indentation
     "\n ", "\n\t",
 )
@@ -335,7 +335,7 @@ class _Scanner:
                 m = True  # a frame of torch's failed-collective report
             elif not m and line.startswith("frame #"):
                 m = True  # a C++ backtrace frame
-            if m or "\r" in line:
+            if m or ("\r" in line and "\r" in line.rstrip("\r")):
                 picked[line0 + k + 1] = line
                 if k > 0 and ("% Completed" in line or "%|" in line):
                     picked[line0 + k] = lines[k - 1]  # a worker prefix printed before its bar
