@@ -207,3 +207,29 @@ def test_crlf_log_is_not_all_candidates(big_log: Path, tmp_path: Path) -> None:
     win, win_recs = _run(crlf, prefilter=True)
     assert _summary(win) == _summary(full)
     assert len(win_recs) == len(full_recs)
+
+
+def test_coloured_vllm_worker_last_line_is_found_in_the_bulk(tmp_path: Path) -> None:
+    bulk = "".join(
+        f"\x1b[1;36m(APIServer pid=1)\x1b[0;0m INFO 01-01 00:{i // 600:02d}:{i // 10 % 60:02d} "
+        f"[loggers.py:271] Engine 000: Avg prompt throughput: {i}.0 tokens/s\n"
+        for i in range(12000)
+    )
+    worker = (
+        "\x1b[1;36m(VllmWorker rank=0 pid=226)\x1b[0;0m INFO 01-01 00:00:00 "
+        "[gpu_model_runner.py:1] Starting to load model m...\n"
+    )
+    quiet = (
+        "\x1b[1;36m(VllmWorker rank=0 pid=226)\x1b[0;0m INFO 01-01 00:07:30 "
+        "[gpu_worker.py:1] a plain line with nothing to catch\n"
+    )
+    half = len(bulk) // 2
+    cut = bulk.index("\n", half) + 1
+    log = tmp_path / "colour.log"
+    log.write_text(worker + bulk[:cut] + quiet + bulk[cut:])
+    assert log.stat().st_size > 1 << 20
+    fast = analyze([log], prefilter=True, year=2026)
+    full = analyze([log], prefilter=False, year=2026)
+    (t,) = fast.ranks
+    assert t.last_ts is not None and (t.last_ts.minute, t.last_ts.second) == (7, 30)
+    assert _summary(fast) == _summary(full)

@@ -143,7 +143,8 @@ def _rule_needles(extra_dirs: tuple[Path, ...] = ()) -> list[str]:
 
 _KEY_RE = re.compile(
     r"\d\d:\d\d:\d\d((?: (?:DP|PP|TP|EP|NP)\d+)+\] )"
-    r"|(\((?:[A-Za-z][\w\-]*\s*)?(?:rank=\d+\s*)?pid=\d+(?:,\s*ip=[\w.:\-]+)?\) )"
+    r"|(\((?:[A-Za-z][\w\-]*\s*)?(?:rank=\d+\s*)?pid=\d+(?:,\s*ip=[\w.:\-]+)?\)"
+    r"(?:(?:\x1b|\^\[)?\[[0-9;]*m)? )"  # vLLM colours the prefix: the code is part of the key
 )
 _SAMPLE = 8 << 10
 BLOCK_BYTES = 64 << 10
