@@ -22,6 +22,7 @@ __all__ = [
     "Parsed",
     "parse_line",
     "is_continuation_text",
+    "is_exception_line",
 ]
 
 LEVELS = {
