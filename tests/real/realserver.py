@@ -258,7 +258,7 @@ class VllmServer:
             return json.loads(resp.read())
 
     def wait_for_title(
-        self, title: str, timeout: float = READY_TIMEOUT_S, poll_s: float = 0.005
+        self, title: str, timeout: float = READY_TIMEOUT_S, poll_s: float = 0.02
     ) -> int:
         """Pid of the first process of the tree whose title is ``title``."""
         deadline = time.monotonic() + timeout
