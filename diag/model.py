@@ -197,6 +197,9 @@ class PhaseInterval:
     last_line: int
     source: str = ""
     ended: bool = False  # an explicit end marker was seen (not just the next phase)
+    # "rank": the rank logged it; "server": a server-wide phase (the API server listened,
+    # the engine served) that the rank completed by being part of a server that got there
+    scope: str = "rank"
 
     @property
     def duration_s(self) -> float | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from diag.model import (
     Event,
@@ -27,6 +27,7 @@ __all__ = [
     "missing_ranks",
     "shard_progress",
     "stragglers",
+    "with_server_phases",
 ]
 
 
@@ -129,6 +130,7 @@ def build_timelines(
         else:
             by_rank[e.rank].append(e)
     ranks = set(by_rank) | set(stats)
+    glob_intervals = build_intervals(glob)
     out: list[RankTimeline] = []
     for rank in sorted(ranks, key=lambda r: r.sort_key):
         evs = by_rank.get(rank, [])
@@ -143,7 +145,7 @@ def build_timelines(
         out.append(
             RankTimeline(
                 rank=rank,
-                phases=build_intervals(evs),
+                phases=with_server_phases(build_intervals(evs), glob_intervals),
                 last_ts=last_ts,
                 silent_s=silent,
                 shards=shard_progress(e for e in evs if e.phase == "weights_load"),
@@ -151,7 +153,31 @@ def build_timelines(
                 inferred=st.inferred if st else False,
             )
         )
-    return tuple(out), build_intervals(glob)
+    return tuple(out), glob_intervals
+
+
+SERVER_WIDE = ("listening", "serving")
+
+
+def with_server_phases(
+    own: tuple[PhaseInterval, ...], server: Sequence[PhaseInterval]
+) -> tuple[PhaseInterval, ...]:
+    """A rank's own phases, plus the server-wide ``listening``/``serving`` phases it has
+    not logged itself (``scope="server"``).
+
+    Both frameworks open the HTTP port only after every rank reported ready (vLLM's
+    engine core waits for all workers' handshakes, SGLang's launcher for every
+    scheduler), so a port the rank-less API server opened is a phase each rank completed,
+    though only the API server logs it."""
+    have = {p.phase for p in own}
+    extra = tuple(
+        replace(p, scope="server")
+        for p in server
+        if p.phase in SERVER_WIDE and p.phase not in have
+    )
+    if not extra:
+        return own
+    return tuple(sorted(own + extra, key=lambda p: phase_index(p.phase)))
 
 
 BEHIND_MIN_S = 120.0  # a rank behind in phase must also have been quiet this long

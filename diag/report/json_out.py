@@ -153,6 +153,7 @@ def _phase_to_dict(p: PhaseInterval) -> dict[str, Any]:
         "source": p.source,
         "first_line": p.first_line,
         "last_line": p.last_line,
+        "scope": p.scope,
     }
 
 
@@ -165,6 +166,7 @@ def _phase_from_dict(d: Mapping[str, Any]) -> PhaseInterval:
         last_line=int(d.get("last_line", 0)),
         source=str(d.get("source", "")),
         ended=bool(d.get("ended", False)),
+        scope=str(d.get("scope", "rank")),
     )
 
 
