@@ -22,7 +22,7 @@ from diag.collect.gpu import parse_visible_devices, query_gpus
 from diag.collect.procfs import read_proc_tier, read_stat
 from diag.collect.pyspy import DumpTarget, dump_all
 from diag.errors import InputError
-from diag.model import RankId, Unavailable
+from diag.model import ProcessInfo, RankId, Unavailable
 from diag.runner import RunResult
 
 # ----------------------------------------------------------------- a fake /proc
@@ -603,3 +603,32 @@ def test_facts_of_real_processes() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def _proc(pid: int, tp: int, state: str, server: int = 0) -> ProcessInfo:
+    return ProcessInfo(
+        pid=pid,
+        ppid=1,
+        role="worker",
+        title=f"VLLM::Worker_TP{tp}",
+        cmdline=(f"VLLM::Worker_TP{tp}",),
+        framework="vllm",
+        rank=RankId(tp=tp),
+        rank_source="title",
+        state=state,
+        rss_bytes=1,
+        cpu_percent=0.0,
+        threads=1,
+        listening_ports=(),
+        server=server,
+    )
+
+
+def test_a_stopped_rank_is_odd_one_out_whatever_its_stack() -> None:
+    from diag.collect.snapshot import _halted_ranks
+
+    # the real vLLM hang: TP0 waits at a handshake, TP1 is stopped; stacks tie 1-1
+    assert _halted_ranks([_proc(10, 0, "S"), _proc(11, 1, "T")]) == (1,)
+    # every rank stopped: nobody is the odd one out
+    assert _halted_ranks([_proc(10, 0, "T"), _proc(11, 1, "T")]) == ()
+    assert _halted_ranks([_proc(10, 0, "S"), _proc(11, 1, "R")]) == ()

@@ -163,6 +163,20 @@ def _gpu_split(
     return (hot, cold) if hot and cold else None
 
 
+def _halted_ranks(server_procs: Sequence[ProcessInfo]) -> tuple[int, ...]:
+    """TP ranks that cannot make progress while their peers can: stopped (state T) or
+    traced (t) while at least one other rank of the server is not. Whatever the stacks
+    say (a stopped rank's stack may tie with its peers'), such a rank is an odd one out."""
+    ranks = [p for p in server_procs if p.role in RANK_ROLES and p.rank is not None]
+    halted = {
+        p.rank.tp
+        for p in ranks
+        if p.state in ("T", "t") and p.rank is not None and p.rank.tp is not None
+    }
+    running = [p for p in ranks if p.state not in ("T", "t")]
+    return tuple(sorted(halted)) if halted and running else ()
+
+
 def _rank_sentences(ranked: Sequence[ProcessInfo], outliers: Sequence[int]) -> list[str]:
     """What the ranks of one server are doing: wait sites, odd ones, states, samples."""
     parts: list[str] = []
@@ -698,7 +712,12 @@ def take_snapshot(
         if not ranked:
             continue
         server_groups = stackapi.group(ranked)
-        outliers_by_server[index] = stackapi.outliers(ranked, server_groups)
+        outliers_by_server[index] = tuple(
+            sorted(
+                set(stackapi.outliers(ranked, server_groups))
+                | set(_halted_ranks([p for p in processes if p.server == index]))
+            )
+        )
         groups_list += [_with_native_frames(g, full) for g in server_groups]
     groups = tuple(groups_list)
     outliers = tuple(sorted({r for odd in outliers_by_server.values() for r in odd}))

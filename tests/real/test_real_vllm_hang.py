@@ -106,12 +106,6 @@ def test_snapshot_names_the_stopped_rank(hung_vllm: VllmServer) -> None:
     assert str(hung_vllm.port) in verdict
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="snapshot outliers are read from stacks only: with 2 ranks, TP0 at a zmq "
-    "handshake (ipc_wait) and the stopped TP1 tie 1-1 and neither is named; a stopped "
-    "rank (state T) is not yet the odd one out",
-)
 def test_snapshot_names_the_stopped_rank_the_outlier(hung_vllm: VllmServer) -> None:
     snap = snapshot(hung_vllm)
     assert_only_test_stops(hung_vllm)
