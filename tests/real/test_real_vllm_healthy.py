@@ -59,12 +59,6 @@ def test_analyze_sees_a_healthy_start(healthy_vllm: VllmServer) -> None:
     assert not ids & {"startup.stalled", "startup.no_listen_port", "rank.straggler"}, ids
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="analyze does not attribute server-wide phases (EngineCore's kv_cache, the "
-    "API server's listening) to the ranks, nor read the vLLM CPU worker's "
-    '"Explicitly set ... GiB for KV cache" line as kv_cache',
-)
 def test_analyze_every_rank_reaches_listening(healthy_vllm: VllmServer) -> None:
     ranks = analyze(healthy_vllm)["ranks"]
     for rank in ranks:
