@@ -190,11 +190,7 @@ def test_collective_hang_wait_sites(s: Scenario) -> None:
 
 
 # Known misses, kept as strict xfails so that a fix shows up.
-SPIN_DEPTH = (
-    "group_stacks splits ranks spinning in cuCtxSynchronize by the number of unnamed "
-    "libcuda frames under it (TP1/TP3 sampled 3 frames deeper than TP0)"
-)
-KNOWN_MISSES = {("h200x2", "collective-sync-w8"): SPIN_DEPTH}
+KNOWN_MISSES: dict[tuple[str, str], str] = {}
 
 
 def _with_misses(scenarios: list[Scenario]) -> list[Any]:

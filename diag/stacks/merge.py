@@ -5,8 +5,10 @@ wait site was read from, else its main thread), outermost first, normalised so t
 ranks in the same place compare equal:
 
 - native frames py-spy could not symbolise (``0x7f...``) are dropped (ASLR differs per
-  process); named native frames are kept only when every process has some (so a
-  ``--native`` dump and a Python-only dump of the same place still match);
+  process), and so are the innermost timer/yield calls of a busy-wait (``clock_gettime``,
+  ``sched_yield``: a spinning rank is sampled at varying depths of its poll loop);
+  named native frames are kept only when every process has some (so a ``--native``
+  dump and a Python-only dump of the same place still match);
 - a frame compares by function name and file *basename* (site-packages prefixes and
   Windows separators differ between dump kinds); line numbers only with ``lines=True``
   (a sender and a receiver in ``broadcast_pyobj`` sit at different lines of one call).
@@ -79,6 +81,26 @@ def _thread_of(p: StackProcess) -> StackThread | None:
     return p.threads[0] if p.threads else None
 
 
+# Innermost native calls of a busy-wait loop (libc / vDSO), trimmed from stack paths.
+SPIN_LEAVES = frozenset(
+    {
+        "clock_gettime",
+        "clock_gettime_v2",
+        "GI_clock_gettime",
+        "vdso_clock_gettime",
+        "gettimeofday",
+        "vdso_gettimeofday",
+        "sched_yield",
+        "GI_sched_yield",
+        "nanosleep",
+        "GI___nanosleep",
+        "clock_nanosleep",
+        "usleep",
+        "rdtsc",
+    }
+)
+
+
 def _has_named_native(frames: Iterable[StackFrame]) -> bool:
     return any(f.native and not is_address(f.name) for f in frames)
 
@@ -90,19 +112,20 @@ def stack_path(
     thread = _thread_of(p)
     if thread is None:
         return ()
-    out = []
-    for f in thread.frames:
-        if f.native and (is_address(f.name) or not native):
-            continue
-        out.append(
-            StackFrame(
-                name=f.name,
-                filename=short_path(f.filename),
-                line=f.line if lines else None,
-                native=f.native,
-            )
+    frames = [f for f in thread.frames if not (f.native and (is_address(f.name) or not native))]
+    # A rank spinning in a wait (cuCtxSynchronize, a spin-lock) is sampled at varying
+    # depths of its poll: the innermost timer/yield calls say nothing about where it is.
+    while len(frames) > 1 and frames[0].native and frames[0].name.lstrip("_") in SPIN_LEAVES:
+        frames = frames[1:]
+    return tuple(
+        StackFrame(
+            name=f.name,
+            filename=short_path(f.filename),
+            line=f.line if lines else None,
+            native=f.native,
         )
-    return tuple(out)
+        for f in frames
+    )
 
 
 def _key(frames: Sequence[StackFrame]) -> tuple[tuple[str, str, int | None], ...]:
