@@ -24,6 +24,7 @@ from diag.model import (
     StackThread,
     Unavailable,
 )
+from diag.report.json_out import finding_to_dict
 
 __all__ = ["SCHEMA_VERSION", "SNAPSHOT_SCHEMA", "snapshot_to_dict"]
 
@@ -248,26 +249,7 @@ def _stack(s: StackProcess | None) -> dict[str, Any] | None:
 
 
 def _finding(f: Finding) -> dict[str, Any]:
-    try:
-        from diag.report.json_out import finding_to_dict
-    except ImportError:
-        pass
-    else:
-        return dict(finding_to_dict(f))
-    return {
-        "id": f.id,
-        "severity": f.severity,
-        "title": f.title,
-        "message": f.message,
-        "role": f.role,
-        "cascade_of": f.cascade_of,
-        "ranks": list(f.ranks),
-        "evidence": [
-            {"source": e.source, "line": e.line, "rank": e.rank, "text": e.text} for e in f.evidence
-        ],
-        "remedy": f.remedy,
-        "references": list(f.references),
-    }
+    return finding_to_dict(f)
 
 
 def _process(p: ProcessInfo) -> dict[str, Any]:
