@@ -14,12 +14,10 @@ missing ranks, stragglers; stack dumps found in the text, their groups, and the 
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 from diag.errors import InputError
 from diag.model import (
@@ -518,20 +516,14 @@ def _post(analysis: Analysis, records: list[Record], rules_dirs: Sequence[Path])
     """Stacks found in the text, their groups, then the rules engine."""
     import dataclasses
 
+    from diag.stacks.merge import group_stacks
     from diag.stacks.textdump import extract_stack_processes
 
     processes = extract_stack_processes(records)
-    groups: list[object] = []
-    try:
-        stack_merge: Any = importlib.import_module("diag.stacks.merge")
-    except ImportError:
-        stack_merge = None
-    if stack_merge is not None and processes and hasattr(stack_merge, "group_stacks"):
-        groups = list(stack_merge.group_stacks(processes))
     analysis = dataclasses.replace(
         analysis,
         stack_processes=tuple(processes),
-        stack_groups=tuple(groups),  # type: ignore[arg-type]
+        stack_groups=group_stacks(processes) if processes else (),
     )
     from diag.rules import apply_rules
 

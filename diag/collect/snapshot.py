@@ -12,14 +12,13 @@ its fix) and the rest is still taken.
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from diag.collect import collective, stackapi
 from diag.collect.discover import (
@@ -349,35 +348,18 @@ def build_verdict(snap: Snapshot) -> str:
 
 def _prewarm_rules() -> None:
     """Load (and cache) the rule library while the dumps run, not after them."""
+    from diag.rules.loader import builtin_rules
+
     try:
-        loader = importlib.import_module("diag.rules.loader")
-    except ImportError:
-        return
-    fn = getattr(loader, "builtin_rules", None)
-    if callable(fn):
-        try:
-            fn()
-        except Exception:
-            return  # a broken rule file is reported when the rules are applied
+        builtin_rules()
+    except DiagError:
+        return  # a broken rule file is reported when the rules are applied
 
 
 def _apply_rules(snap: Snapshot) -> tuple[Finding, ...]:
-    try:
-        mod = importlib.import_module("diag.rules")
-    except ImportError:
-        return ()
-    fn = getattr(mod, "apply_snapshot_rules", None)
-    if fn is None:
-        for sub in ("diag.rules.snapshot", "diag.rules.engine", "diag.rules.checks"):
-            try:
-                fn = getattr(importlib.import_module(sub), "apply_snapshot_rules", None)
-            except ImportError:
-                continue
-            if fn is not None:
-                break
-    if fn is None:
-        return ()
-    return tuple(cast(Callable[[Snapshot], Sequence[Finding]], fn)(snap))
+    from diag.rules import apply_snapshot_rules
+
+    return tuple(apply_snapshot_rules(snap))
 
 
 def _port_owner(
@@ -804,11 +786,6 @@ def take_snapshot(
                 "its own pid namespace (NVML reports host pids); per-process GPU memory "
                 "is not mapped to ranks"
             )
-    api = stackapi.stacks_api_available()
-    if not all(api.values()):
-        notes.append(
-            "stack analysis not available: " + ", ".join(k for k, v in api.items() if not v)
-        )
 
     snap = Snapshot(
         host=socket.gethostname(),
