@@ -34,7 +34,6 @@ import dataclasses
 import datetime as dt
 import gzip
 import hashlib
-import importlib
 import io
 import itertools
 import json
@@ -46,7 +45,7 @@ import tarfile
 import tempfile
 import zlib
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -394,50 +393,22 @@ def _log_member(
 # analysis / snapshot serialisation (other work items' renderers, guarded)
 
 
-def _optional(module: str, name: str) -> Callable[..., Any] | None:
-    try:
-        found = getattr(importlib.import_module(module), name, None)
-    except ImportError:
-        return None
-    return found if callable(found) else None
-
-
-def _jsonable(value: object) -> Any:
-    """Generic fallback: dataclasses to dicts, datetimes to ISO text."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, (dt.datetime, dt.date)):
-        return value.isoformat()
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_jsonable(v) for v in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return str(value)
-
-
 def _analysis_dict(analysis: Analysis) -> Any:
-    to_dict = _optional("diag.report.json_out", "analysis_to_dict")
-    return to_dict(analysis) if to_dict is not None else _jsonable(analysis)
+    from diag.report.json_out import analysis_to_dict
+
+    return analysis_to_dict(analysis)
 
 
 def _snapshot_dict(snapshot: Snapshot) -> Any:
-    to_dict = _optional("diag.report.snapshot_json", "snapshot_to_dict")
-    return to_dict(snapshot) if to_dict is not None else _jsonable(snapshot)
+    from diag.report.snapshot_json import snapshot_to_dict
+
+    return snapshot_to_dict(snapshot)
 
 
 def _markdown(analysis: Analysis) -> str:
-    render = _optional("diag.report.markdown", "render_markdown")
-    if render is not None:
-        return str(render(analysis))
-    lines = [f"# diag report: {', '.join(analysis.sources)}", ""]
-    lines.append(f"framework: {analysis.framework}; last phase: {analysis.last_phase}")
-    lines.append("")
-    for f in analysis.findings:
-        lines.append(f"- **{f.id}** ({f.severity}) {f.title}: {f.message}")
-        lines += [f"  - `{e.source}:{e.line}` {e.text}" for e in f.evidence]
-    return "\n".join(lines) + "\n"
+    from diag.report.markdown import render_markdown
+
+    return render_markdown(analysis)
 
 
 def _summary(analysis: Analysis | None, redactor: Redactor) -> dict[str, object] | None:

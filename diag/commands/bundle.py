@@ -12,12 +12,10 @@ Exit codes: 0 written / verified, 2 bad input or a bad bundle (one line saying w
 from __future__ import annotations
 
 import datetime as dt
-import importlib
-import inspect
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -38,19 +36,12 @@ bundle_app = typer.Typer(
 def _analyse(logs: Sequence[Path]) -> tuple[Analysis | None, str | None]:
     """Run `diag analyze`'s engine on the logs; (None, why) when it cannot: the bundle
     is still worth writing (the logs and the environment are the evidence)."""
-    try:
-        module = importlib.import_module("diag.analyze")
-    except ImportError:
-        return None, "no analysis: the log analyser is not available in this diag"
-    analyze = getattr(module, "analyze", None)
-    if analyze is None:
-        return None, "no analysis: the log analyser is not available in this diag"
+    from diag.analyze import analyze
+
     try:
         result = analyze(list(logs))
     except DiagError as exc:
         return None, f"no analysis: {exc.message}"
-    if not isinstance(result, Analysis):
-        return None, "no analysis: the analyser returned no result"
     return result, None
 
 
@@ -81,15 +72,9 @@ def _expand(paths: Sequence[Path]) -> list[Path]:
 
 def _snapshot(pid: int | None) -> tuple[Snapshot | None, list[str]]:
     """A live snapshot through the collector (None, with a note, when it cannot run)."""
-    try:
-        from diag.collect import snapshot as collect
-    except ImportError as exc:  # pragma: no cover - ships with diag
-        return None, [f"no snapshot: the collector is not available ({exc})"]
-    params = inspect.signature(collect.SnapshotOptions).parameters
-    options: Any = (
-        collect.SnapshotOptions(pid=pid) if "pid" in params else collect.SnapshotOptions()
-    )
-    return collect.take_snapshot(options), []
+    from diag.collect.snapshot import SnapshotOptions, take_snapshot
+
+    return take_snapshot(SnapshotOptions(pid=pid)), []
 
 
 def _default_out() -> Path:

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from diag.errors import EXIT_PARTIAL, DiagError, InputError
+from diag.errors import EXIT_PARTIAL, InputError
 from diag.model import Snapshot
 
 __all__ = ["register", "write_snapshot_bundle"]
@@ -23,13 +23,8 @@ __all__ = ["register", "write_snapshot_bundle"]
 def write_snapshot_bundle(path: Path, snap: Snapshot) -> str:
     """Keep the evidence: the bundle writer (``diag.bundle.write.write_bundle``) packs the
     snapshot, redacted, with the environment of its processes. Returns a one-line summary."""
-    try:
-        from diag.bundle.write import write_bundle
-    except ImportError as exc:  # pragma: no cover - the bundle module ships with diag
-        raise DiagError(
-            f"cannot write {path}: the bundle writer is not available ({exc})",
-            help_text="Use `diag snapshot --json > snap.json` to keep the snapshot.",
-        ) from exc
+    from diag.bundle.write import write_bundle
+
     info = write_bundle(path, snapshot=snap, command_line=tuple(sys.argv))
     return f"bundle written: {info.path} ({info.size} bytes, {len(info.members)} members)"
 

@@ -127,15 +127,10 @@ def candidate_literals(extra_rule_dirs: tuple[Path, ...] = ()) -> tuple[str, ...
 
 
 def _rule_needles(extra_dirs: tuple[Path, ...] = ()) -> list[str]:
-    try:
-        import diag.rules as rules
-    except ImportError:  # pragma: no cover - the rules package is part of diag
-        return []
-    fn: Callable[..., Sequence[str]] | None = getattr(rules, "needles", None)
-    if fn is None:
-        return []
+    from diag.rules import needles
+
     out: set[str] = set()
-    for n in fn(list(extra_dirs)) if extra_dirs else fn():
+    for n in needles(list(extra_dirs)) if extra_dirs else needles():
         if isinstance(n, str) and len(n) >= 3:
             out |= _variants(n)
     return sorted(out)

@@ -133,21 +133,15 @@ def _bytes_source(name: str, data: bytes, mtime: dt.datetime | None) -> Source:
 
 
 def _bundle_sources(path: Path) -> list[Source] | None:
-    try:
-        from diag.bundle import read as bundle_read
-    except ImportError:
-        return None
-    is_bundle = getattr(bundle_read, "is_bundle", None)
-    members = getattr(bundle_read, "log_members", None)
-    if is_bundle is None or members is None:
-        return None
+    from diag.bundle.read import is_bundle, log_members
+
     try:
         if not is_bundle(path):
             return None
     except OSError:
         return None
     mtime = dt.datetime.fromtimestamp(path.stat().st_mtime)
-    return [_bytes_source(f"{path}:{n}", data, mtime) for n, data in members(path)]
+    return [_bytes_source(f"{path}:{n}", data, mtime) for n, data in log_members(path)]
 
 
 class _Member(io.RawIOBase):
