@@ -94,3 +94,10 @@ def test_ras_summary_of_many_ranks_still_names_the_one_behind() -> None:
     wait = {f.id: f for f in apply_snapshot_rules(snap)}["nccl.waiting_for_rank"]
     assert wait.ranks == (f"rank {meta['outlier_rank']}",)
     assert "than 7 other ranks" in wait.message
+
+
+def test_cpu_side_hang_names_every_rank_of_eight() -> None:
+    snap, _ = recorded(GPU_RUNS / "h200x2" / "cpu-w8")
+    hang = {f.id: f for f in apply_snapshot_rules(snap)}["startup.cpu_side_hang"]
+    assert hang.ranks == tuple(f"TP{r}" for r in range(8))
+    assert hang.evidence_total == 8
