@@ -35,6 +35,8 @@ from diag.model import (
 )
 
 __all__ = [
+    "frame_to_dict",
+    "thread_to_dict",
     "SCHEMA_VERSION",
     "analysis_from_dict",
     "analysis_to_dict",
@@ -279,7 +281,7 @@ def _finding_from_dict(d: Mapping[str, Any]) -> Finding:
     )
 
 
-def _frame_to_dict(f: StackFrame) -> dict[str, Any]:
+def frame_to_dict(f: StackFrame) -> dict[str, Any]:
     return {
         "name": f.name,
         "filename": f.filename,
@@ -299,7 +301,7 @@ def _frame_from_dict(d: Mapping[str, Any]) -> StackFrame:
     )
 
 
-def _thread_to_dict(t: StackThread) -> dict[str, Any]:
+def thread_to_dict(t: StackThread) -> dict[str, Any]:
     return {
         "thread_id": t.thread_id,
         "name": t.name,
@@ -307,7 +309,7 @@ def _thread_to_dict(t: StackThread) -> dict[str, Any]:
         "owns_gil": t.owns_gil,
         "os_state": t.os_state,
         "wchan": t.wchan,
-        "frames": [_frame_to_dict(f) for f in t.frames],
+        "frames": [frame_to_dict(f) for f in t.frames],
     }
 
 
@@ -338,7 +340,7 @@ def stack_process_to_dict(p: StackProcess) -> dict[str, Any]:
         "line": p.line,
         "samples": p.samples,
         "moving": p.moving,
-        "threads": [_thread_to_dict(t) for t in p.threads],
+        "threads": [thread_to_dict(t) for t in p.threads],
     }
 
 
@@ -373,7 +375,7 @@ def stack_group_to_dict(g: StackGroup) -> dict[str, Any]:
         "wait_site": g.wait_site,
         "members": list(g.members),
         "pids": list(g.pids),
-        "frames": [_frame_to_dict(f) for f in g.frames],
+        "frames": [frame_to_dict(f) for f in g.frames],
     }
 
 

@@ -18,13 +18,11 @@ from diag.model import (
     GpuSample,
     ProcessInfo,
     Snapshot,
-    StackFrame,
     StackGroup,
     StackProcess,
-    StackThread,
     Unavailable,
 )
-from diag.report.json_out import finding_to_dict
+from diag.report.json_out import finding_to_dict, frame_to_dict, thread_to_dict
 
 __all__ = ["SCHEMA_VERSION", "SNAPSHOT_SCHEMA", "snapshot_to_dict"]
 
@@ -211,26 +209,6 @@ def _val(value: object, key: str, unavailable: dict[str, str]) -> Any:
     return value
 
 
-def _frame(f: StackFrame) -> dict[str, Any]:
-    return {
-        "name": f.name,
-        "filename": f.filename,
-        "line": f.line,
-        "module": f.module,
-        "native": f.native,
-    }
-
-
-def _thread(t: StackThread) -> dict[str, Any]:
-    return {
-        "thread_id": t.thread_id,
-        "name": t.name,
-        "idle": t.idle,
-        "owns_gil": t.owns_gil,
-        "os_state": t.os_state,
-        "wchan": t.wchan,
-        "frames": [_frame(f) for f in t.frames],
-    }
 
 
 def _stack(s: StackProcess | None) -> dict[str, Any] | None:
@@ -244,7 +222,7 @@ def _stack(s: StackProcess | None) -> dict[str, Any] | None:
         "wait_thread": s.wait_thread,
         "samples": s.samples,
         "moving": s.moving,
-        "threads": [_thread(t) for t in s.threads],
+        "threads": [thread_to_dict(t) for t in s.threads],
     }
 
 
@@ -331,7 +309,7 @@ def _group(g: StackGroup, snap: Snapshot) -> dict[str, Any]:
         "ranks": list(g.members),
         "tp_ranks": tp,
         "pids": list(g.pids),
-        "frames": [_frame(f) for f in g.frames],
+        "frames": [frame_to_dict(f) for f in g.frames],
     }
 
 
