@@ -411,6 +411,8 @@ def _check_no_listen_port(ctx: CheckContext) -> CheckOutcome | None:
             ": no HTTP port was opened while it was written"
         ),
         hits=facts.hits[-1:] if facts is not None else (),
+        # the port is the whole server's: every rank, not the one whose line is evidence
+        ranks=tuple(t.rank.label for t in ctx.analysis.ranks),
     )
 
 
