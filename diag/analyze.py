@@ -14,6 +14,7 @@ missing ranks, stragglers; stack dumps found in the text, their groups, and the 
 from __future__ import annotations
 
 import datetime as dt
+import io
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -43,7 +44,7 @@ from diag.timeline import (
     stragglers,
 )
 
-__all__ = ["PREFILTER_MIN_BYTES", "analyze", "analyze_text"]
+__all__ = ["PREFILTER_MIN_BYTES", "analyze", "analyze_parsed", "analyze_text"]
 
 # Inputs at least this large stream through the prefilter; smaller ones are read whole.
 PREFILTER_MIN_BYTES = 1 << 20
@@ -72,11 +73,30 @@ def analyze(
 def analyze_text(text: str, name: str = "<text>", *, year: int | None = None,
                  prefilter: bool | None = False) -> Analysis:
     """Analyse a string (for tests and callers that hold the log in memory)."""
-    import io
 
     data = text.encode("utf-8", errors="surrogateescape")
     src = Source(name=name, open=lambda: io.BytesIO(data), size=len(data), mtime=None)
     return _analyze_sources([src], year=year, rules_dirs=(), progress=None, prefilter=prefilter)
+
+
+def analyze_parsed(
+    names: Sequence[str],
+    parser: SourceParser,
+    *,
+    lines: int,
+    notes: Sequence[str] = (),
+    rules_dirs: Sequence[Path] = (),
+) -> Analysis:
+    """Analyse what a :class:`SourceParser` has been fed so far (``diag watch``: the
+    lines are fed as they arrive, and this runs on the records so far, without reading
+    the input again). Safe to call repeatedly as more lines are fed."""
+    col = _Collected()
+    col.drafts = list(parser.drafts)
+    col.notes = list(notes)
+    col.lines = lines
+    col.undecodable = parser.undecodable
+    srcs = [Source(name=n, open=lambda: io.BytesIO(b""), size=None, mtime=None) for n in names]
+    return _finish(srcs, col, rules_dirs)
 
 
 # ---------------------------------------------------------------------------
