@@ -19,7 +19,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import json
 import tarfile
 import zlib
 from collections.abc import Mapping
@@ -28,6 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from diag.errors import BundleError
+from diag.limits import MAX_INDEX_PADDING_LINES, loads_json
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -77,7 +77,7 @@ class Bundle:
 
     def json(self, name: str) -> Any:
         try:
-            return json.loads(self.members[name])
+            return loads_json(self.members[name])
         except KeyError:
             raise BundleError(f"{self.path.name}: bundle has no member {name}") from None
         except ValueError as exc:
@@ -192,7 +192,7 @@ def _read_members(path: Path, limits: Limits) -> dict[str, bytes]:
         raise BundleError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise BundleError(f"{path}: is a directory, not a bundle") from None
-    except (tarfile.TarError, gzip.BadGzipFile, zlib.error, EOFError) as exc:
+    except (tarfile.TarError, gzip.BadGzipFile, zlib.error, EOFError, ValueError) as exc:
         raise BundleError(f"{path.name}: not a readable .tar.gz bundle ({exc})") from None
     except OSError as exc:
         raise BundleError(f"{path.name}: cannot read ({exc.strerror or exc})") from None
@@ -206,13 +206,13 @@ def _check_manifest(path: Path, members: Mapping[str, bytes], limits: Limits) ->
     if len(data) > limits.max_manifest_bytes:
         raise BundleError(f"{path.name}: {MANIFEST} is larger than its cap")
     try:
-        manifest = json.loads(data)
+        manifest = loads_json(data)
     except ValueError as exc:
         raise BundleError(f"{path.name}: {MANIFEST} is not valid JSON ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BundleError(f"{path.name}: not a diag bundle ({MANIFEST} has no format {FORMAT!r})")
     schema = manifest.get("schema")
-    if schema != SCHEMA_VERSION or isinstance(schema, bool):
+    if type(schema) is not int or schema != SCHEMA_VERSION:  # (not 1.0, not true)
         raise BundleError(
             f"{path.name}: unsupported bundle schema version {schema!r} "
             f"(this diag reads version {SCHEMA_VERSION}; upgrade diag or re-create the bundle)"
@@ -271,8 +271,9 @@ def _expand(path: Path, data: bytes, index: Mapping[str, Any], limits: Limits) -
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
-    out: list[bytes] = []
+    out = bytearray()
     size = 0
+    padding = 0
     next_line = 1
     taken = 0
     for segment in segments:
@@ -286,16 +287,25 @@ def _expand(path: Path, data: bytes, index: Mapping[str, Any], limits: Limits) -
         if first < next_line or count < 1 or taken + count > len(lines):
             raise BundleError(f"{path.name}: log index does not match its excerpt")
         gap = first - next_line
-        size += gap + sum(len(line) + 1 for line in lines[taken : taken + count])
+        padding += gap
+        if padding > MAX_INDEX_PADDING_LINES:
+            raise BundleError(
+                f"{path.name}: log index expands past the size cap (it puts back more "
+                f"than {MAX_INDEX_PADDING_LINES} omitted lines; a hostile index?)"
+            )
+        kept = lines[taken : taken + count]
+        size += gap + sum(len(line) + 1 for line in kept)
         if size > limits.max_total_bytes:
             raise BundleError(f"{path.name}: log index expands past the size cap")
-        out.extend([b""] * gap)
-        out.extend(lines[taken : taken + count])
+        out += b"\n" * gap
+        for line in kept:
+            out += line
+            out += b"\n"
         taken += count
         next_line = first + count
     if taken != len(lines):
         raise BundleError(f"{path.name}: log index does not match its excerpt")
-    return b"\n".join(out) + (b"\n" if out else b"")
+    return bytes(out)
 
 
 def log_members(path: Path, *, limits: Limits = DEFAULT_LIMITS) -> list[tuple[str, bytes]]:
@@ -314,10 +324,20 @@ def bundle_logs(bundle: Bundle, *, limits: Limits = DEFAULT_LIMITS) -> list[tupl
         if not isinstance(entry, dict) or not isinstance(entry.get("member"), str):
             raise BundleError(f"{path.name}: {MANIFEST} has a malformed log entry")
         member = entry["member"]
+        if not member.startswith("logs/") or member.endswith(".index.json"):
+            raise BundleError(
+                f"{path.name}: {MANIFEST} lists {member!r} as a log (logs live under logs/)"
+            )
         if member not in bundle.members:
             raise BundleError(f"{path.name}: log {member!r} is listed but missing")
         data = bundle.members[member]
         index_name = entry.get("index")
+        if index_name is not None and (
+            not isinstance(index_name, str)
+            or not index_name.startswith("logs/")
+            or not index_name.endswith(".index.json")
+        ):
+            raise BundleError(f"{path.name}: log {member!r} has a malformed index name")
         if isinstance(index_name, str):
             data = _expand(path, data, bundle.json(index_name), limits)
         source = entry.get("source")

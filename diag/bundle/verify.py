@@ -8,13 +8,13 @@ excerpt. The result says what the bundle holds; any problem is a BundleError (ex
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from diag.bundle.read import DEFAULT_LIMITS, Limits, bundle_logs, read_bundle
 from diag.errors import BundleError
+from diag.limits import loads_json
 
 __all__ = ["REQUIRED_MEMBERS", "VerifyReport", "verify_bundle"]
 
@@ -46,7 +46,7 @@ def verify_bundle(path: Path, *, limits: Limits = DEFAULT_LIMITS) -> VerifyRepor
     for name, data in bundle.members.items():
         if name.endswith(".json"):
             try:
-                json.loads(data)
+                loads_json(data)
             except ValueError as exc:
                 raise BundleError(f"{path.name}: member {name} is not valid JSON ({exc})") from None
     logs = bundle_logs(bundle, limits=limits)  # checks each excerpt against its index

@@ -14,15 +14,20 @@ import gzip
 import io
 import lzma
 import os
+import select
+import stat
 import sys
 import tarfile
+import tempfile
+import weakref
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, cast
 
+from diag import limits
 from diag.errors import InputError
 
 __all__ = [
@@ -61,6 +66,9 @@ class Source:
     compressed: bool = False
     # opens only the start of the source, for sniffing (a pipe cannot be read twice)
     sniff: Callable[[], BinaryIO] | None = None
+    # notes about the source found before it is read (an archive cut at its caps, a pipe
+    # that stopped): iter_chunks hands them on once
+    pending_notes: list[str] = field(default_factory=list, compare=False)
 
 
 def _sniff(head: bytes) -> str | None:
@@ -144,31 +152,8 @@ def _bundle_sources(path: Path) -> list[Source] | None:
     return [_bytes_source(f"{path}:{n}", data, mtime) for n, data in log_members(path)]
 
 
-class _Member(io.RawIOBase):
-    """A member of an archive, read as a stream; closing it closes the archive too."""
-
-    def __init__(self, inner: BinaryIO, owner: zipfile.ZipFile | tarfile.TarFile) -> None:
-        super().__init__()
-        self._inner = inner
-        self._owner = owner
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf: bytearray | memoryview) -> int:  # type: ignore[override]
-        data = self._inner.read(len(buf))
-        buf[: len(data)] = data
-        return len(data)
-
-    def close(self) -> None:
-        if not self.closed:
-            self._inner.close()
-            self._owner.close()
-        super().close()
-
-
 def _member_source(archive: Path, name: str, size: int, opener: Callable[[], BinaryIO],
-                   mtime: dt.datetime | None) -> Source:
+                   mtime: dt.datetime | None, notes: list[str] | None = None) -> Source:
     def open_member() -> BinaryIO:
         stream = cast(BinaryIO, io.BufferedReader(cast(io.RawIOBase, opener())))
         head = stream.peek(8)[:8] if hasattr(stream, "peek") else b""
@@ -178,12 +163,241 @@ def _member_source(archive: Path, name: str, size: int, opener: Callable[[], Bin
             stream.close()
             raise
 
-    return Source(name=f"{archive}:{name}", open=open_member, size=size, mtime=mtime)
+    return Source(
+        name=f"{archive}:{name}",
+        open=open_member,
+        size=size,
+        mtime=mtime,
+        pending_notes=notes if notes is not None else [],
+    )
+
+
+class _Capped(io.RawIOBase):
+    """At most ``cap`` bytes of ``inner``; past that, EOF and a note on ``notes``."""
+
+    def __init__(self, inner: BinaryIO, cap: int, notes: list[str], what: str) -> None:
+        super().__init__()
+        self._inner = inner
+        self._left = cap
+        self._cap = cap
+        self._notes = notes
+        self._what = what
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: bytearray | memoryview) -> int:  # type: ignore[override]
+        if self._left <= 0:
+            return 0
+        data = self._inner.read(min(len(buf), self._left))
+        n = len(data)
+        buf[:n] = data
+        self._left -= n
+        self._done = getattr(self, "_done", 0) + n
+        if self._left <= 0 and self._inner.read(1):
+            note = (
+                f"{self._what}: input cut at {self._cap} bytes (decompression cap; "
+                "decompress it yourself to read it whole)"
+            )
+            if note not in self._notes:
+                self._notes.append(note)
+        return n
+
+    def tell(self) -> int:
+        return int(getattr(self, "_done", 0))
+
+    def close(self) -> None:
+        if not self.closed:
+            self._inner.close()
+        super().close()
+
+
+class _Window(io.RawIOBase):
+    """Bytes ``[start, start + length)`` of a shared temporary file, read with pread."""
+
+    def __init__(self, fd: int, start: int, length: int, keep: object) -> None:
+        super().__init__()
+        self._fd = fd
+        self._pos = start
+        self._end = start + length
+        self._keep = keep  # the owner of fd: kept alive while this window is open
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: bytearray | memoryview) -> int:  # type: ignore[override]
+        n = min(len(buf), self._end - self._pos)
+        if n <= 0:
+            return 0
+        data = os.pread(self._fd, n, self._pos)
+        buf[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self._pos
+
+
+class _CountingRaw(io.RawIOBase):
+    """Counts the bytes read from a file (the compressed side of a tar stream)."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        super().__init__()
+        self._raw = raw
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: bytearray | memoryview) -> int:  # type: ignore[override]
+        data = self._raw.read(len(buf))
+        buf[: len(data)] = data
+        self.count += len(data)
+        return len(data)
+
+
+class _ArchiveStop(Exception):
+    """A cap of the archive pass was reached."""
+
+
+def _zip_sources(path: Path, mtime: dt.datetime | None) -> list[Source]:
+    notes: list[str] = []
+    zf = zipfile.ZipFile(path)  # noqa: SIM115 - shared by the members, closed when unused
+    weakref.finalize(zf, zf.close)
+    infos = [i for i in zf.infolist() if not i.is_dir()]
+    if len(infos) > limits.MAX_ARCHIVE_MEMBERS:
+        notes.append(
+            f"{path}: {len(infos)} members; only the first {limits.MAX_ARCHIVE_MEMBERS} are read"
+        )
+        infos = infos[: limits.MAX_ARCHIVE_MEMBERS]
+    out: list[Source] = []
+    total = 0
+    for info in infos:
+        if not _log_like(Path(info.filename)):
+            continue
+        cap = min(
+            limits.MAX_ARCHIVE_MEMBER_BYTES,
+            max(
+                limits.DECOMPRESSED_FLOOR_BYTES,
+                int(info.compress_size * limits.MAX_DECOMPRESSION_RATIO),
+            ),
+            limits.MAX_ARCHIVE_TOTAL_BYTES - total,
+        )
+        if cap <= 0:
+            notes.append(
+                f"{path}: members past {limits.MAX_ARCHIVE_TOTAL_BYTES >> 20} MiB in all "
+                "are not read"
+            )
+            break
+        total += min(cap, info.file_size)
+        member_notes: list[str] = []
+
+        def zopen(
+            name: str = info.filename, cap: int = cap, member_notes: list[str] = member_notes
+        ) -> BinaryIO:
+            inner = cast(BinaryIO, zf.open(name))
+            return cast(BinaryIO, _Capped(inner, cap, member_notes, f"{path}:{name}"))
+
+        # (the member's cap note lands in member_notes as it is read: iter_chunks hands it on)
+        out.append(
+            _member_source(
+                path, info.filename, min(info.file_size, cap), zopen, mtime, member_notes
+            )
+        )
+    if out:
+        out[0].pending_notes.extend(notes)
+    return out
+
+
+def _tar_sources(path: Path, mtime: dt.datetime | None) -> list[Source]:
+    """One pass over the archive (linear in its size, whatever the member order): each
+    log-like member is copied into one temporary file, under the caps."""
+    notes: list[str] = []
+    spool = tempfile.TemporaryFile()  # noqa: SIM115 - kept while a member is readable
+    weakref.finalize(spool, spool.close)
+    placed: list[tuple[str, int, int]] = []  # name, offset, length
+    compressed_size = max(1, path.stat().st_size)
+    produced = 0
+    entries = 0
+    written = 0
+    with path.open("rb") as raw_file:
+        counted = _CountingRaw(cast(BinaryIO, raw_file))
+        buffered = io.BufferedReader(counted, buffer_size=1 << 20)
+        try:
+            with tarfile.open(fileobj=buffered, mode="r|*") as tf:
+                for m in tf:
+                    entries += 1
+                    produced += 512 + m.size
+                    if entries > limits.MAX_ARCHIVE_MEMBERS:
+                        raise _ArchiveStop(
+                            f"more than {limits.MAX_ARCHIVE_MEMBERS} members; the rest "
+                            "are not read"
+                        )
+                    if produced > limits.MAX_DECOMPRESSED_BYTES or (
+                        produced > limits.DECOMPRESSED_FLOOR_BYTES
+                        and produced / compressed_size > limits.MAX_DECOMPRESSION_RATIO
+                    ):
+                        raise _ArchiveStop(
+                            f"expands past its cap ({produced} bytes from "
+                            f"{compressed_size}); members after {m.name!r} are not read"
+                        )
+                    if not m.isfile() or not _log_like(Path(m.name)):
+                        continue
+                    take = min(
+                        m.size,
+                        limits.MAX_ARCHIVE_MEMBER_BYTES,
+                        limits.MAX_ARCHIVE_TOTAL_BYTES - written,
+                    )
+                    if take <= 0:
+                        raise _ArchiveStop(
+                            f"log members past {limits.MAX_ARCHIVE_TOTAL_BYTES >> 20} MiB "
+                            "in all are not read"
+                        )
+                    inner = tf.extractfile(m)
+                    if inner is None:
+                        continue
+                    start = spool.tell()
+                    left = take
+                    while left > 0:
+                        piece = inner.read(min(left, 1 << 20))
+                        if not piece:
+                            break
+                        spool.write(piece)
+                        left -= len(piece)
+                    length = spool.tell() - start
+                    written += length
+                    if take < m.size:
+                        notes.append(f"{path}:{m.name}: input cut at {take} bytes (member cap)")
+                    placed.append((m.name, start, length))
+        except _ArchiveStop as stop:
+            notes.append(f"{path}: {stop}")
+        except (EOFError, tarfile.ReadError, zlib.error, lzma.LZMAError, OSError) as exc:
+            if not placed:
+                raise InputError(f"{path}: damaged archive ({exc})") from exc
+            notes.append(f"{path}: damaged archive after {len(placed)} members ({exc})")
+    spool.flush()
+    fd = spool.fileno()
+    out: list[Source] = []
+    for name, start, length in placed:
+
+        def topen(start: int = start, length: int = length) -> BinaryIO:
+            return cast(BinaryIO, _Window(fd, start, length, spool))
+
+        out.append(_member_source(path, name, length, topen, mtime))
+    if out:
+        out[0].pending_notes.extend(notes)
+    elif notes and entries:
+        raise InputError(f"{path}: {notes[0]}")
+    return out
 
 
 def _archive_sources(path: Path) -> list[Source] | None:
-    """The log-like members of a .zip or .tar(.gz/.bz2/.xz) someone attached to a report."""
+    """The log-like members of a .zip or .tar(.gz/.bz2/.xz) someone attached to a report,
+    read under the archive caps of :mod:`diag.limits` whatever the order of its members."""
     try:
+        with path.open("rb") as fh:
+            if fh.read(1) == b"\0":
+                return None  # a tar starts with a name; NULs first: a padded log
         is_zip = zipfile.is_zipfile(path)
         is_tar = not is_zip and tarfile.is_tarfile(path)
     except (OSError, EOFError, ValueError, tarfile.TarError, lzma.LZMAError, zlib.error):
@@ -191,37 +405,10 @@ def _archive_sources(path: Path) -> list[Source] | None:
     if not (is_zip or is_tar):
         return None
     mtime = dt.datetime.fromtimestamp(path.stat().st_mtime)
-    out: list[Source] = []
     try:
         if is_zip:
-            with zipfile.ZipFile(path) as zf:
-                infos = [i for i in zf.infolist() if not i.is_dir()]
-            for info in infos:
-                if not _log_like(Path(info.filename)):
-                    continue
-
-                def zopen(name: str = info.filename) -> BinaryIO:
-                    zf = zipfile.ZipFile(path)
-                    return cast(BinaryIO, _Member(cast(BinaryIO, zf.open(name)), zf))
-
-                out.append(_member_source(path, info.filename, info.file_size, zopen, mtime))
-            return out
-        with tarfile.open(path) as tf:
-            members = [m for m in tf.getmembers() if m.isfile()]
-        for m in members:
-            if not _log_like(Path(m.name)):
-                continue
-
-            def topen(name: str = m.name) -> BinaryIO:
-                tf = tarfile.open(path)  # noqa: SIM115 - _Member closes it
-                inner = tf.extractfile(name)
-                if inner is None:
-                    tf.close()
-                    return io.BytesIO(b"")
-                return cast(BinaryIO, _Member(cast(BinaryIO, inner), tf))
-
-            out.append(_member_source(path, m.name, m.size, topen, mtime))
-        return out
+            return _zip_sources(path, mtime)
+        return _tar_sources(path, mtime)
     except (OSError, EOFError, zipfile.BadZipFile, tarfile.TarError, lzma.LZMAError) as exc:
         raise InputError(f"{path}: damaged archive ({exc})") from exc
 
@@ -248,6 +435,55 @@ class _Chain(io.RawIOBase):
         data = self._rest.read(len(buf))
         buf[: len(data)] = data
         return len(data)
+
+
+class _TimedPipe(io.RawIOBase):
+    """A FIFO, a process substitution (``<(cmd)``) or a pipe named ``/dev/stdin``, read
+    with a timeout: no writer, or a writer silent for ``timeout_s``, ends the input
+    (before any data: an InputError; after some: a note) instead of a wait forever."""
+
+    def __init__(self, path: Path, timeout_s: float, notes: list[str]) -> None:
+        super().__init__()
+        # O_NONBLOCK: opening a FIFO with no writer does not block (poll then waits)
+        self._fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        self._path = path
+        self._timeout_s = timeout_s
+        self._notes = notes
+        self.total = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def readinto(self, buf: bytearray | memoryview) -> int:  # type: ignore[override]
+        while True:
+            ready, _w, _x = select.select([self._fd], [], [], self._timeout_s)
+            if not ready:
+                if self.total == 0:
+                    raise InputError(
+                        f"{self._path}: no data within {self._timeout_s:.0f} s "
+                        "(a FIFO with no writer?)",
+                        help_text="Start the program that writes to it first, or pass a file.",
+                    )
+                self._notes.append(
+                    f"{self._path}: no data for {self._timeout_s:.0f} s; "
+                    f"read stopped after {self.total} bytes"
+                )
+                return 0
+            try:
+                data = os.read(self._fd, len(buf))
+            except BlockingIOError:
+                continue
+            buf[: len(data)] = data
+            self.total += len(data)
+            return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self._fd)
+        super().close()
 
 
 def _stream_source(name: str, head: bytes, rest: BinaryIO) -> Source:
@@ -277,23 +513,56 @@ def _log_like(path: Path) -> bool:
     return path.suffix.lower() not in _SKIP_SUFFIXES
 
 
-def resolve_inputs(inputs: Sequence[str | Path], stdin: BinaryIO | None = None) -> list[Source]:
-    """Inputs -> sources, in the order given (folders sorted by name)."""
+def _read_stream(name: str, stream: BinaryIO, notes: list[str]) -> Source:
+    head = stream.read(STDIN_HEAD_BYTES)
+    if len(head) < STDIN_HEAD_BYTES:
+        src = _bytes_source(name, head, None)
+    else:  # a long stream: read on, never held whole in memory
+        src = _stream_source(name, head, stream)
+    src.pending_notes.extend(notes)
+    return src
+
+
+def _special_source(path: Path, mode: int, follow: bool) -> Source:
+    """A path that is not a regular file or a folder: a FIFO or pipe is streamed like
+    ``-`` (with a read timeout); a device only with ``follow``."""
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        if not follow:
+            raise InputError(
+                f"{path}: a device, not a log file (refused: it may never end)",
+                help_text="Copy the log to a file first, or pipe it: cat DEVICE | diag analyze -",
+            )
+    elif not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+        raise InputError(f"{path}: not a regular file")
+    notes: list[str] = []
+    try:
+        pipe = _TimedPipe(path, limits.FIFO_READ_TIMEOUT_S, notes)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    return _read_stream(str(path), cast(BinaryIO, io.BufferedReader(pipe)), notes)
+
+
+def resolve_inputs(
+    inputs: Sequence[str | Path], stdin: BinaryIO | None = None, *, follow: bool = False
+) -> list[Source]:
+    """Inputs -> sources, in the order given (folders sorted by name). FIFOs, process
+    substitutions and a piped ``/dev/stdin`` are streamed like ``-``; character devices are
+    refused unless ``follow``."""
     if not inputs:
         raise InputError("no input given")
     out: list[Source] = []
     for item in inputs:
         if str(item) == "-":
             stream = stdin if stdin is not None else sys.stdin.buffer
-            head = stream.read(STDIN_HEAD_BYTES)
-            if len(head) < STDIN_HEAD_BYTES:
-                out.append(_bytes_source("<stdin>", head, None))
-            else:  # a long stream: read on, never held whole in memory
-                out.append(_stream_source("<stdin>", head, stream))
+            out.append(_read_stream("<stdin>", stream, []))
             continue
         path = Path(item)
-        if not path.exists():
-            raise InputError(f"{path}: no such file or folder")
+        try:
+            mode = path.stat().st_mode
+        except FileNotFoundError:
+            raise InputError(f"{path}: no such file or folder") from None
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
         if path.is_dir():
             found = 0
             for f in sorted(p for p in path.rglob("*") if p.is_file()):
@@ -312,13 +581,75 @@ def resolve_inputs(inputs: Sequence[str | Path], stdin: BinaryIO | None = None) 
             continue
         if not os.access(path, os.R_OK):
             raise InputError(f"{path}: not readable (permission denied)")
+        if not stat.S_ISREG(mode):
+            out.append(_special_source(path, mode, follow))
+            continue
         more = _bundle_sources(path)
         if more is None:
             more = _archive_sources(path)
             if more == []:
                 raise InputError(f"{path}: archive holds no log files")
         out.extend(more or [_file_source(path)])
-    return out
+    return [_nul_skipping(src) for src in out]
+
+
+class _NulSkip(io.RawIOBase):
+    """``inner`` without its leading NUL bytes (the hole logrotate's ``copytruncate``
+    leaves when a writer keeps its offset); ``skipped`` counts them."""
+
+    def __init__(self, inner: BinaryIO) -> None:
+        super().__init__()
+        self._inner = inner
+        self.skipped = 0
+        self._started = False
+        raw = getattr(inner, "fileobj", None) or getattr(inner, "_fp", None)
+        if raw is not None:
+            self.fileobj = raw  # for _position: the compressed side's offset
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: bytearray | memoryview) -> int:  # type: ignore[override]
+        while True:
+            data = self._inner.read(len(buf))
+            if not data:
+                return 0
+            if not self._started:
+                kept = data.lstrip(b"\0")
+                self.skipped += len(data) - len(kept)
+                if not kept:
+                    continue
+                self._started = True
+                data = kept
+            buf[: len(data)] = data
+            return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._inner.close()
+        super().close()
+
+
+def _nul_skipping(src: Source) -> Source:
+    def opener(inner: Callable[[], BinaryIO] = src.open) -> BinaryIO:
+        return cast(BinaryIO, _NulSkip(inner()))
+
+    sniff = src.sniff
+    sniffer: Callable[[], BinaryIO] | None = None
+    if sniff is not None:
+
+        def sniffer(inner: Callable[[], BinaryIO] = sniff) -> BinaryIO:
+            return cast(BinaryIO, _NulSkip(inner()))
+
+    return Source(
+        name=src.name,
+        open=opener,
+        size=src.size,
+        mtime=src.mtime,
+        compressed=src.compressed,
+        sniff=sniffer,
+        pending_notes=src.pending_notes,
+    )
 
 
 _DAMAGED = (OSError, EOFError, lzma.LZMAError, ValueError)
@@ -381,8 +712,22 @@ def iter_chunks(
     consumed = 0
     carry = b""
     utf16: codecs.BufferedIncrementalDecoder | None = None
+    cr_only = False
     with stream:
         while True:
+            if src.compressed and consumed > limits.DECOMPRESSED_FLOOR_BYTES:
+                packed = max(1, _position(stream, consumed))
+                if (
+                    consumed > limits.MAX_DECOMPRESSED_BYTES
+                    or (packed != consumed
+                        and consumed / packed > limits.MAX_DECOMPRESSION_RATIO)
+                ):
+                    notes.append(
+                        f"{src.name}: input cut at {consumed} bytes (it expands more than "
+                        f"{limits.MAX_DECOMPRESSION_RATIO:.0f}:1 from {packed} compressed "
+                        "bytes; decompress it yourself to read it whole)"
+                    )
+                    break
             try:
                 data = stream.read(chunk_bytes)
             except _DAMAGED as exc:
@@ -403,6 +748,11 @@ def iter_chunks(
                 utf16 = codecs.getincrementaldecoder("utf-16")(errors="replace")
             if utf16 is not None:
                 data = utf16.decode(data).encode("utf-8", errors="replace")
+            if consumed == len(data) and b"\n" not in data and data.count(b"\r") > 1:
+                cr_only = True  # classic Mac line ends (or one endless progress bar)
+                notes.append(f"{src.name}: lines end in CR only; read as line ends")
+            if cr_only:
+                data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
             start = 0
             if carry:
                 nl = data.find(b"\n")
@@ -429,3 +779,12 @@ def iter_chunks(
                 carry = b""
         if carry:
             yield carry, 0, len(carry), _position(stream, consumed)
+    skipped = getattr(stream, "skipped", 0)
+    if skipped:
+        notes.append(
+            f"{src.name}: {skipped} leading NUL bytes skipped (the hole logrotate's "
+            "copytruncate leaves)"
+        )
+    for note in src.pending_notes:
+        if note not in notes:
+            notes.append(note)
