@@ -72,6 +72,15 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         ),
     ),
     (
+        "stateless-group-store",
+        "stack.dist_init",
+        (
+            "StatelessProcessGroup.broadcast_obj (vllm/distributed/utils.py:160)",
+            "PyNcclCommunicator.__init__"
+            " (vllm/distributed/device_communicators/pynccl.py:99)",
+        ),
+    ),
+    (
         "torch-rendezvous",
         "stack.dist_init",
         (
@@ -91,6 +100,14 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         "nccl-native",
         "stack.nccl_collective",
         ("ncclGroupEnd (libnccl.so.2)", "0x7f00aa (libtorch_cuda.so)"),
+    ),
+    (
+        "vendor-ccl-native",
+        "stack.nccl_collective",
+        (
+            "HcclAllReduce (libhccl.so)",
+            "c10d_npu::ProcessGroupHCCL::allreduce (libtorch_npu.so)",
+        ),
     ),
     (
         "c10d-process-group",
@@ -319,10 +336,15 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         "stack.weights_io",
         ("SocketIO.readinto (socket.py:706)", "http_get (huggingface_hub/file_download.py:400)"),
     ),
+    ("zmq", "stack.ipc_wait", ("Socket.recv_pyobj (zmq/sugar/socket.py:1033)", "f (x.py:1)")),
     (
-        "zmq",
+        "zmq-wrapper",
         "stack.ipc_wait",
-        ("Socket.recv_pyobj (zmq/sugar/socket.py:1033)", "sock_recv (io_struct.py:2742)"),
+        (
+            "Socket.recv_pyobj (zmq/sugar/socket.py:1033)",
+            "sock_recv (io_struct.py:2742)",
+            "f (x.py:1)",
+        ),
     ),
     (
         "zmq-native",
@@ -334,7 +356,7 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         "stack.ipc_wait",
         (
             "MessageQueue.dequeue (vllm/distributed/device_communicators/shm_broadcast.py:971)",
-            "WorkerProc.worker_busy_loop (vllm/v1/executor/multiproc_executor.py:1041)",
+            "f (x.py:1)",
         ),
     ),
     ("mp-connection", "stack.ipc_wait", ("Connection._recv (multiprocessing/connection.py:395)",)),
@@ -360,6 +382,23 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         "sglang-idle",
         "stack.idle_loop",
         ("Scheduler.is_fully_idle (scheduler.py:5355)", "Scheduler.on_idle (scheduler.py:5254)"),
+    ),
+    (
+        "serving-loop-wait",
+        "stack.idle_loop",
+        (
+            "poll (zmq/sugar/poll.py:106)",
+            "wait (vllm/distributed/device_communicators/shm_broadcast.py:198)",
+            "acquire_read (vllm/distributed/device_communicators/shm_broadcast.py:698)",
+            "dequeue (vllm/distributed/device_communicators/shm_broadcast.py:779)",
+            "worker_busy_loop (vllm/v1/executor/multiproc_executor.py:973)",
+            "worker_main (vllm/v1/executor/multiproc_executor.py:879)",
+        ),
+    ),
+    (
+        "helper-process-loop",
+        "stack.idle_loop",
+        ("main (multiprocessing/resource_tracker.py:227)", "<module> (<string>:1)"),
     ),
     (
         "asyncio-loop",
@@ -395,6 +434,20 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         "io-native",
         "stack.ipc_wait",
         ("read (libc.so.6)", "os_read (libpython3.11.so.1.0)", "f (x.py:1)"),
+    ),
+    (
+        "gpu-runtime-unsymbolised",
+        "stack.cuda_sync",
+        (
+            "0x7f364e814833 (libcuda.so.580.159.04)",
+            "0x7f364e5d36c3 (libcuda.so.580.159.04)",
+            "worker (frras.py:67)",
+        ),
+    ),
+    (
+        "nccl-unsymbolised",
+        "stack.nccl_collective",
+        ("0x7f00aa12 (libnccl.so.2)", "f (x.py:1)"),
     ),
     ("sleep", "stack.idle_loop", ("clock_nanosleep (libc.so.6)", "main (hang.py:18)")),
     (
@@ -458,21 +511,32 @@ def test_no_site_is_invented(lines: tuple[str, ...]) -> None:
     assert classify_frames(frames(*lines)) == (None, None)
 
 
-def test_message_queue_is_ipc_for_rpc_and_a_collective_for_group_broadcast() -> None:
+def test_message_queue_by_its_caller_rpc_idle_worker_or_group_broadcast() -> None:
+    """The same MessageQueue wait is an RPC (the engine waiting for a worker's reply),
+    an idle worker (waiting for its next command: "healthy idle worker parked waiting for
+    the next batch over shm-broadcast") or a collective (a GroupCoordinator broadcast)."""
     mq = (
         "Poller.poll (zmq/sugar/poll.py:106)",
         "SpinCondition.wait (vllm/distributed/device_communicators/shm_broadcast.py:210)",
         "MessageQueue.acquire_read (vllm/distributed/device_communicators/shm_broadcast.py:864)",
         "MessageQueue.dequeue (vllm/distributed/device_communicators/shm_broadcast.py:971)",
     )
-    rpc = (*mq, "WorkerProc.worker_busy_loop (vllm/v1/executor/multiproc_executor.py:1041)")
+    rpc = (*mq, "MultiprocExecutor.get_response (vllm/v1/executor/multiproc_executor.py:387)")
+    idle = (*mq, "WorkerProc.worker_busy_loop (vllm/v1/executor/multiproc_executor.py:1041)")
     group = (
         *mq,
         "GroupCoordinator.broadcast_object (vllm/distributed/parallel_state.py:640)",
         "GroupCoordinator.broadcast_tensor_dict (vllm/distributed/parallel_state.py:700)",
     )
     assert classify_frames(frames(*rpc))[0] == "stack.ipc_wait"
+    assert classify_frames(frames(*idle))[0] == "stack.idle_loop"
     assert classify_frames(frames(*group))[0] == "stack.nccl_collective"
+    # a serving loop's own work is not its idle wait: the leaf rule needs a wait inside
+    busy = (
+        "Scheduler.get_next_batch_to_run (scheduler.py:1500)",
+        "Scheduler.event_loop (scheduler.py:900)",
+    )
+    assert classify_frames(frames(*busy)) == (None, None)
 
 
 def test_innermost_strong_wins_over_outer_context() -> None:

@@ -164,6 +164,8 @@ def test_vllm_serving_idle_engine_core_is_idle_not_its_helper_threads() -> None:
     assert procs[22019].wait_site == "stack.idle_loop"
     assert procs[22019].wait_thread == 22019
     assert procs[21948].wait_site == "stack.idle_loop"  # launcher: uvloop Runner.run
+    # the workers wait in worker_busy_loop's MessageQueue.dequeue for the next command
+    assert procs[22148].wait_site == procs[22149].wait_site == "stack.idle_loop"
 
 
 def test_vllm_compile_both_workers_in_jit() -> None:
@@ -179,7 +181,9 @@ def test_sglang_hang_tp0_in_gloo_broadcast_from_broadcast_pyobj() -> None:
     assert names.index("broadcast") < names.index("broadcast_pyobj")
     assert "c10d::Work::wait" in names  # the latest native dump was kept
     assert tp0.samples == 6 and tp0.moving is True  # 3 snapshots minutes apart
-    assert procs[2223].wait_site == "stack.ipc_wait"  # detokenizer in zmq recv_pyobj
+    # the detokenizer waits in its event loop's zmq recv_pyobj for the scheduler's next
+    # output, every thread idle: an idle loop (LABELS.md), not an IPC wait of a call
+    assert procs[2223].wait_site == "stack.idle_loop"
 
 
 def test_sglang_idle_scheduler_on_idle() -> None:
@@ -187,6 +191,8 @@ def test_sglang_idle_scheduler_on_idle() -> None:
     sched = procs[32718]
     assert sched.title == "sglang::scheduler" and sched.rank is None
     assert sched.wait_site == "stack.idle_loop"
+    # the detokenizer in its event loop's recv, the resource tracker in its read loop
+    assert procs[32719].wait_site == procs[32717].wait_site == "stack.idle_loop"
     # The TP=2 schedulers were busy in freeze_gc (active+gil): no wait site is claimed.
     assert procs[707].wait_site is None and procs[707].threads[0].owns_gil is True
 

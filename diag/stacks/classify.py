@@ -68,9 +68,14 @@ class SiteRule:
     native: bool | None = None  # True: native frames only; False: Python frames only
     strength: Strength = "strong"
     leaf: bool = False  # only where everything inside it is native or a generic wait
+    # True: matches only native frames py-spy could not symbolise (``0x7f..``), by their
+    # shared object (``file``); every other rule skips those frames
+    unsymbolised: bool = False
     why: str = ""
 
     def matches(self, frame: StackFrame) -> bool:
+        if self.unsymbolised != (frame.native and is_address(frame.name)):
+            return False
         if self.native is not None and frame.native != self.native:
             return False
         if self.name is not None and not _compiled(self.name).search(frame.name):
@@ -155,6 +160,16 @@ RULES: tuple[SiteRule, ...] = (
         r"_store_based_barrier|new_subgroups|_create_process_group_wrapper)$",
     ),
     SiteRule(
+        "stateless-group-store",
+        _INIT,
+        native=False,
+        file=r"(^|/)distributed/utils\.py$",
+        name=r"(^|\.)(barrier|broadcast_obj|all_gather_obj|recv_obj|send_obj|create)$",
+        why="vLLM's StatelessProcessGroup (vllm/distributed/utils.py, also ported to "
+        "sglang/srt/distributed/utils.py): TCPStore get/wait between ranks while a "
+        "communicator or a DP group is set up",
+    ),
+    SiteRule(
         "torch-rendezvous",
         _INIT,
         file=r"torch/distributed/(rendezvous\.py|"
@@ -173,9 +188,18 @@ RULES: tuple[SiteRule, ...] = (
     SiteRule(
         "nccl-native",
         _NCCL,
-        name=r"^nccl|^ncclKernel|^ncclDevKernel",
+        name=r"^nccl|^ncclKernel|^ncclDevKernel|^rccl",
         native=True,
-        why="inside an NCCL call",
+        why="inside an NCCL (or ROCm RCCL) call",
+    ),
+    SiteRule(
+        "vendor-ccl-native",
+        _NCCL,
+        native=True,
+        name=r"^(Hccl\w+|hccl::|HcclComm\w*|c10d_npu::ProcessGroupHCCL|ccl::|oneccl\w*|"
+        r"c10d::ProcessGroupXCCL|c10d::ProcessGroupCCL|mscclpp::)",
+        why="a collective of Ascend HCCL, Intel oneCCL or MSCCL++ (torch_npu, XPU, "
+        "vLLM/SGLang's pymscclpp)",
     ),
     SiteRule(
         "c10d-process-group",
@@ -210,7 +234,7 @@ RULES: tuple[SiteRule, ...] = (
     SiteRule(
         "framework-group-collective",
         _NCCL,
-        file=r"(vllm|sglang|srt)/.*distributed/parallel_state\.py$|^distributed/parallel_state\.py$",
+        file=r"(^|/)parallel_state\.py$",
         name=_FRAMEWORK_COLLECTIVE,
     ),
     SiteRule(
@@ -226,6 +250,7 @@ RULES: tuple[SiteRule, ...] = (
         _GRAPH,
         name=r"^(cudaStreamBeginCapture|cudaStreamEndCapture|cudaGraphInstantiate|"
         r"cuStreamBeginCapture|cuStreamEndCapture|cuGraphInstantiate|"
+        r"hipStreamBeginCapture|hipStreamEndCapture|hipGraphInstantiate|"
         r"at::cuda::CUDAGraph::capture)",
         native=True,
     ),
@@ -246,14 +271,21 @@ RULES: tuple[SiteRule, ...] = (
         r"cudaStreamSynchronize|cudaEventSynchronize|cudaMemcpy(?!Async)|"
         r"cuMemcpy(DtoH|HtoD|DtoD)?(_v2)?$|c10::cuda::(device_synchronize|"
         r"memcpy_and_sync|stream_synchronize)|at::native::_local_scalar_dense|"
-        r"c10_npu::.*[Ss]ynchron|aclrtSynchronize\w*)",
+        r"c10_npu::.*[Ss]ynchron|aclrtSynchronize\w*|"
+        r"hipDeviceSynchronize|hipStreamSynchronize|hipEventSynchronize|hipMemcpy(?!Async)|"
+        r"hsa_signal_wait\w*|rocr::core::\w*Signal::Wait\w*|"
+        r"sycl::.*(queue|event)::wait\w*|zeEventHostSynchronize|zeCommandQueueSynchronize|"
+        r"zeFenceHostSynchronize|urQueueFinish|urEventWait)",
+        why="a device synchronisation (CUDA, ROCm HIP/HSA, Ascend ACL, Intel SYCL/Level Zero)",
     ),
     SiteRule(
         "cuda-launch-native",
         _SYNC,
         native=True,
         name=r"^(cuLaunchKernel\w*|cudaLaunchKernel\w*|cuLaunchCooperativeKernel\w*|"
-        r"cudaMemcpyAsync|cuMemcpy\w*Async\w*|cudaStreamWaitEvent|cuStreamWaitEvent)$",
+        r"cudaMemcpyAsync|cuMemcpy\w*Async\w*|cudaStreamWaitEvent|cuStreamWaitEvent|"
+        r"hipLaunchKernel\w*|hipModuleLaunchKernel\w*|hipExtModuleLaunchKernel\w*|"
+        r"hipMemcpyAsync|hipMemcpy\w*Async|hipStreamWaitEvent)$",
         why="a kernel launch or async copy that does not return: the CUDA runtime waits for "
         "the device (a queue behind a kernel that never ends, e.g. a collective)",
     ),
@@ -278,8 +310,9 @@ RULES: tuple[SiteRule, ...] = (
         _SYNC,
         leaf=True,
         native=False,
-        file=r"(flashinfer/(?!jit/)|sgl_kernel/|vllm/_custom_ops\.py$|deep_gemm/(?!jit/)|"
-        r"flash_attn/|vllm_flash_attn/)",
+        file=r"(flashinfer/(?!jit/|autotuner\.py$)|sgl_kernel/|vllm/_custom_ops\.py$|"
+        r"deep_gemm/(?!jit/)|flash_attn/|vllm_flash_attn/|flash_mla/|sgl_kernel_npu/|"
+        r"aiter/(?!jit/)|triton_kernels/)",
         why="the innermost Python frame is a GPU-kernel wrapper: a thread stuck there is "
         "blocked in the CUDA runtime (a full launch queue or an implicit sync)",
     ),
@@ -329,15 +362,19 @@ RULES: tuple[SiteRule, ...] = (
     SiteRule(
         "kernel-jit",
         _JIT,
-        file=r"(deep_gemm/jit|flashinfer/jit/|tilelang/(jit|engine)/|tvm_ffi/|"
-        r"torch/utils/cpp_extension\.py$|compile_utils\.py$|jit_kernel/)",
+        file=r"(deep_gemm/jit|flashinfer/jit/|flashinfer/autotuner\.py$|tilelang/(jit|engine)/|"
+        r"tvm_ffi/|torch/utils/cpp_extension\.py$|compile_utils\.py$|jit_kernel/|aiter/jit/|"
+        r"warmup/deep_gemm_warmup\.py$|cutlass/cute/.*compile|cuda/bindings/nvrtc)",
+        why="a kernel library building or autotuning its kernels: DeepGEMM and FlashInfer "
+        "JIT, vLLM's DeepGEMM warm-up (model_executor/warmup/deep_gemm_warmup.py, JITs "
+        "every shape), FlashInfer's autotuner, AITER, TileLang, torch cpp_extension",
     ),
     SiteRule(
         "nvcc-native",
         _JIT,
         native=True,
         name=r"^(nvrtc|__nvrtc|nvJitLink|cuModuleLoad|"
-        r"cuLibraryLoad|cuLinkComplete)",
+        r"cuLibraryLoad|cuLinkComplete|hiprtc\w*|hipModuleLoad\w*|amd_comgr\w*)",
     ),
     # --- weights ---------------------------------------------------------------------------
     SiteRule("safetensors", _WEIGHTS, file=r"safetensors"),
@@ -375,6 +412,33 @@ RULES: tuple[SiteRule, ...] = (
         name=r"(^|\.)(on_idle|is_fully_idle|self_check_during_idle|check_tree_cache|"
         r"_process_input_queue|wait_for_work|_idle_wait)$",
         why="the serving loop's own idle path",
+    ),
+    SiteRule(
+        "serving-loop-wait",
+        _IDLE,
+        leaf=True,
+        native=False,
+        name=r"(^|\.)(worker_busy_loop|run_busy_loop|_run_worker_process|run_engine_loop|"
+        r"wait_for_new_input|run_startup_loop|recv_requests|event_loop|handle_loop|"
+        r"maybe_sleep)$",
+        why="a serving loop waiting for its next input, with only a generic wait inside "
+        "(zmq/queue/MessageQueue): vLLM's WorkerProc.worker_busy_loop and "
+        "EngineCoreProc.run_busy_loop (v1/executor/multiproc_executor.py, "
+        "v1/engine/core.py, 0.6-0.2x), the V0 multiproc worker's _run_worker_process and "
+        "MQLLMEngine.run_engine_loop; SGLang's Scheduler.recv_requests, "
+        "DetokenizerManager.event_loop, DataParallelController.event_loop, "
+        "TokenizerManager.handle_loop and IdleSleeper.maybe_sleep (--sleep-on-idle)",
+    ),
+    SiteRule(
+        "helper-process-loop",
+        _IDLE,
+        leaf=True,
+        native=False,
+        file=r"(multiprocessing/(resource_tracker|forkserver)\.py$|(^|/)socketserver\.py$|"
+        r"ray/_private/(worker|workers/default_worker)\.py$)",
+        name=r"(^|\.)(main|serve_forever|main_loop|run_task_loop)$",
+        why="a helper process or actor waiting for work: multiprocessing's resource "
+        "tracker and fork server, a socketserver, an idle Ray worker's main_loop",
     ),
     SiteRule(
         "asyncio-loop",
@@ -423,6 +487,16 @@ RULES: tuple[SiteRule, ...] = (
     ),
     SiteRule("zmq-native", _IPC, strength="weak", native=True, name=r"^zmq::|^zmq_"),
     SiteRule(
+        "zmq-wrapper",
+        _IPC,
+        strength="weak",
+        native=False,
+        name=r"(^|\.)(sock_recv|recv_pyobj|recv_multipart|recv_json|recv_string|"
+        r"_recv_msg_from_socket)$",
+        why="a framework's thin wrapper around a ZeroMQ receive (SGLang's sock_recv in "
+        "managers/io_struct.py): generic, its caller says what it waits for",
+    ),
+    SiteRule(
         "shm-broadcast",
         _IPC,
         strength="weak",
@@ -459,6 +533,25 @@ RULES: tuple[SiteRule, ...] = (
         r"pselect\d*|accept4?|eventfd_read|__libc_read|__libc_recv)$",
     ),
     SiteRule(
+        "gpu-runtime-unsymbolised",
+        _SYNC,
+        strength="weak",
+        unsymbolised=True,
+        file=r"(^|/)(libcuda|libcudart|libamdhip64|libhsa-runtime64|libascendcl|libze_loader|"
+        r"libur_adapter_level_zero|libsycl)\.so",
+        why="an unsymbolised frame inside the GPU driver or runtime: the thread is in a "
+        "CUDA/HIP/ACL call (a sync, a launch behind a full queue); named frames or a "
+        "caller say more",
+    ),
+    SiteRule(
+        "nccl-unsymbolised",
+        _NCCL,
+        strength="weak",
+        unsymbolised=True,
+        file=r"(^|/)(libnccl|librccl|libhccl)\.so",
+        why="an unsymbolised frame inside NCCL/RCCL/HCCL",
+    ),
+    SiteRule(
         "sleep",
         _IDLE,
         strength="weak",
@@ -492,7 +585,8 @@ HARD_SITES: frozenset[str] = frozenset({_NCCL, _INIT, _SYNC, _GRAPH, _JIT, _WEIG
 
 _HELPER_NAME = re.compile(
     r"^(tqdm_monitor|subprocess-watchdog|uvloop_\d+|ThreadPoolExecutor-\S+|InductorSubproc|"
-    r"DeathPipeMonitor|MultiprocWorkerMonitor|QueueFeederThread|pt_\w+|"
+    r"DeathPipeMonitor|MultiprocWorkerMonitor|MPClientEngineMonitor|QueueFeederThread|"
+    r"signal-callback|pt_\w+|"
     r"Thread-\d+ \((_watchdog_thread|_read_thread|_monitor_loop|_handle_workers|_handle_tasks|"
     r"_handle_results|_feed|monitor\w*|process_input_sockets|process_output_sockets|"
     r"_serve|_check_alive|run_watchdog)\))$"
@@ -501,8 +595,34 @@ _HELPER_FRAME = re.compile(
     r"tqdm/_monitor\.py|utils/watchdog\.py|compile_worker/subproc_pool\.py:(\w+\.)?_read_thread|"
     r"multiprocessing/queues\.py:(\w+\.)?_feed|multiprocessing/pool\.py:(\w+\.)?_handle_|"
     r"(monitor_death_pipe|start_worker_monitor|_monitor_loop|process_input_sockets|"
-    r"process_output_sockets|_watchdog_thread)"
+    r"process_output_sockets|_watchdog_thread|monitor_workers|monitor_engine_cores|"
+    r"_report_usage_worker)"
 )
+
+# Pass-through frames: decorators and dispatch wrappers between a wait and the code that
+# asked for it (``OpOverload.__call__``, ``Module._call_impl``, ``decorate_context``, a
+# logging ``wrapper``). They neither decide a site nor hide a leaf rule behind them: the
+# frame outside them does.
+_PASS_THROUGH_FILE = re.compile(
+    r"torch/_ops\.py$|torch/nn/modules/module\.py$|torch/utils/_contextlib\.py$|"
+    r"torch/_compile\.py$|torch/_library/|torch/distributed/c10d_logger\.py$|"
+    r"torch/_dynamo/eval_frame\.py$|(^|/)contextlib\.py$|(^|/)functools\.py$|"
+    r"flashinfer/api_logging\.py$|vllm/tracing/|utils/nvtx_utils\.py$"
+)
+_PASS_THROUGH_NAME = re.compile(
+    r"(^|\.)(wrapper|_wrapper|inner|_fn|wrapped|wrapped_fn|decorate_context|sync_wrapper|"
+    r"_auto_dump_wrapper)$"
+)
+
+
+def is_pass_through(frame: StackFrame) -> bool:
+    """A decorator or dispatch wrapper frame: in a torch or library wrapper module
+    (``_PASS_THROUGH_FILE``), or named like a decorator's wrapper (``_PASS_THROUGH_NAME``)."""
+    if frame.native:
+        return False
+    if _PASS_THROUGH_NAME.search(frame.name):
+        return True
+    return bool(_PASS_THROUGH_FILE.search(normalise_path(frame.filename)))
 
 
 def site_priority(site: str | None) -> int:
@@ -522,8 +642,10 @@ _MATCH_CACHE_MAX = 50_000
 
 def _first_matches(frame: StackFrame) -> tuple[SiteRule | None, SiteRule | None]:
     """(first rule matching the frame, first non-leaf rule matching it), memoised: the
-    same frames recur in every thread and every rank."""
-    key = (frame.name, frame.filename, frame.native)
+    same frames recur in every thread and every rank (an unsymbolised frame by its shared
+    object alone: its address differs in every process)."""
+    unsymbolised = frame.native and is_address(frame.name)
+    key = ("0x" if unsymbolised else frame.name, frame.filename, frame.native)
     cached = _MATCH_CACHE.get(key)
     if cached is not None:
         return cached
@@ -543,12 +665,15 @@ def _first_matches(frame: StackFrame) -> tuple[SiteRule | None, SiteRule | None]
 
 
 def classify_frames(frames: Sequence[StackFrame]) -> tuple[str | None, SiteRule | None]:
-    """The wait site of one stack (innermost frame first) and the rule that decided it."""
-    chain_open = True  # every frame so far is native or a generic wait
+    """The wait site of one stack (innermost frame first) and the rule that decided it.
+
+    A frame no rule names (a generic ``wait``/``recv``/``forward``) does not decide: the
+    frames that called it do. The innermost strong match wins; a leaf rule counts only
+    while every frame inside it is native, a weak (generic) wait or a pass-through
+    wrapper; else the outermost weak frame of the innermost wait chain."""
+    chain_open = True  # every frame so far is native, a generic wait or a wrapper
     weak: SiteRule | None = None
     for frame in frames:
-        if frame.native and is_address(frame.name):
-            continue
         first, first_not_leaf = _first_matches(frame)
         hit = first if chain_open else first_not_leaf
         if hit is not None and hit.strength == "strong":
@@ -556,15 +681,83 @@ def classify_frames(frames: Sequence[StackFrame]) -> tuple[str | None, SiteRule 
         if hit is not None:
             if chain_open:
                 weak = hit
-        elif not frame.native:
+        elif not frame.native and not is_pass_through(frame):
             chain_open = False
     if weak is not None:
         return weak.site, weak
     return None, None
 
 
+# Thread-state rules: what py-spy's thread state adds where the frames alone say nothing.
+NATIVE_CALL_RULE = SiteRule(
+    "released-gil-native-call",
+    _SYNC,
+    why="py-spy shows the thread active but not holding the GIL, and its innermost frame "
+    "is Python: it sits in a native call that released the GIL (py-spy without --native "
+    "does not show it). In a serving worker's model forward, sampler or scheduler loop "
+    "that is a CUDA sync (.item(), .tolist(), .cpu(), a launch behind a full queue) "
+    "(shared/corpus/LABELS.md, Conventions)",
+)
+IDLE_PROCESS_RULE = SiteRule(
+    "idle-helpers-only",
+    _IDLE,
+    why="a whole py-spy dump (its Process header seen) in which every thread is idle and "
+    "is a helper (progress bar, watchdog, pipe reader, pool worker): no thread does work",
+)
+
+# Frames of a GPU serving worker: model forward, sampler, the scheduler/worker loops,
+# memory profiling and KV-cache set-up, CUDA-graph capture (vLLM v1/worker/*.py,
+# v1/executor/*.py, worker/model_runner.py of V0; SGLang managers/scheduler.py,
+# tp_worker*.py, model_executor/*.py, speculative/eagle_worker*.py, layers/sampler.py).
+_SERVING_NAME = re.compile(
+    r"(^|\.)(event_loop_\w+|run_batch|forward_batch_generation|forward_batch_speculative\w*|"
+    r"forward_extend|forward_decode|forward_idle|_forward_raw|forward_thread_func\w*|"
+    r"process_batch_result\w*|resolve_last_batch_result|run_scheduler_process|"
+    r"init_memory_pool|execute_model|_execute_model\w*|sample_tokens|execute_dummy_batch|"
+    r"_dummy_run|_dummy_sampler_run|profile_run|determine_available_memory|"
+    r"determine_num_available_blocks|compile_or_warm_up_model|capture_model|"
+    r"_initialize_kv_caches|initialize_kv_cache|worker_busy_loop|start_worker_execution_loop|"
+    r"_preprocess|_prepare_inputs|_bookkeeping_sync|_sample|verify)$"
+)
+_SERVING_FILE = re.compile(
+    r"(^|/)(model_runner|gpu_model_runner|model_runner_base|tp_worker|tp_worker_overlap_thread|"
+    r"gpu_worker|cuda_graph_runner|eagle_worker\w*|logits_processor|sampling_batch_info|"
+    r"forward_batch_info)\.py$|(^|/)(model_executor/models|srt/models|v1/sample|"
+    r"v1/worker|srt/layers|model_executor/layers)/"
+)
+
+
+def is_serving_worker_stack(frames: Sequence[StackFrame]) -> bool:
+    """The stack runs in a GPU serving worker: a frame of model forward, the sampler, the
+    scheduler or worker loop, KV-cache set-up or graph capture (``_SERVING_NAME`` /
+    ``_SERVING_FILE``)."""
+    for f in frames:
+        if f.native:
+            continue
+        if _SERVING_NAME.search(f.name) or _SERVING_FILE.search(normalise_path(f.filename)):
+            return True
+    return False
+
+
+def classify_thread_rule(thread: StackThread) -> tuple[str | None, SiteRule | None]:
+    """The wait site of one thread and the rule that decided it: the frames first
+    (:func:`classify_frames`), then its py-spy state (:data:`NATIVE_CALL_RULE`)."""
+    site, rule = classify_frames(thread.frames)
+    if site is not None:
+        return site, rule
+    in_native_call = thread.idle is False and thread.owns_gil is False
+    if (
+        in_native_call
+        and thread.frames
+        and not any(f.native for f in thread.frames)
+        and is_serving_worker_stack(thread.frames)
+    ):
+        return NATIVE_CALL_RULE.site, NATIVE_CALL_RULE
+    return None, None
+
+
 def classify_thread(thread: StackThread) -> str | None:
-    return classify_frames(thread.frames)[0]
+    return classify_thread_rule(thread)[0]
 
 
 def is_main_thread(thread: StackThread, pid: int | None) -> bool:
@@ -591,14 +784,25 @@ def is_helper_thread(thread: StackThread) -> bool:
     return False
 
 
+def _all_idle_helpers(p: StackProcess) -> bool:
+    """A whole dump (a pid: its header was seen) whose threads are all idle helpers, or
+    idle threads without a frame; thread states must be known (py-spy text or JSON)."""
+    if p.pid is None or not p.threads:
+        return False
+    return all(t.idle is True and (is_helper_thread(t) or not t.frames) for t in p.threads)
+
+
 def pick_thread(p: StackProcess) -> tuple[StackThread | None, str | None]:
-    """The thread that matters and its wait site (see the module docstring)."""
+    """The thread that matters and its wait site (see the module docstring); a dump of
+    idle helper threads only is an idle loop with no thread that matters."""
     if not p.threads:
         return None, None
     sites = [classify_thread(t) for t in p.threads]
-    candidates = [i for i, t in enumerate(p.threads) if not is_helper_thread(t)]
+    candidates = [
+        i for i, t in enumerate(p.threads) if t.frames and not is_helper_thread(t)
+    ]
     if not candidates:
-        return None, None
+        return None, (_IDLE if _all_idle_helpers(p) else None)
     mains = [i for i in candidates if is_main_thread(p.threads[i], p.pid)]
 
     def key(i: int) -> tuple[int, int, int]:
@@ -617,11 +821,12 @@ def pick_thread(p: StackProcess) -> tuple[StackThread | None, str | None]:
 
 
 def classify_process(p: StackProcess) -> tuple[str | None, int | None]:
-    """(wait site id, thread id it was read from); (None, None) when no thread says."""
+    """(wait site id, thread id it was read from); (None, None) when no thread says, and
+    (stack.idle_loop, None) for a dump of idle helper threads only."""
     thread, site = pick_thread(p)
-    if thread is None or site is None:
+    if site is None:
         return None, None
-    return site, thread.thread_id
+    return site, thread.thread_id if thread is not None else None
 
 
 def classified(p: StackProcess) -> StackProcess:
