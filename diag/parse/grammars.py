@@ -16,6 +16,15 @@ import re
 from dataclasses import dataclass
 
 from diag.model import RankId
+from diag.parse.coords import (
+    TAGS_RE_SRC,
+    Coords,
+    match_proc_prefix,
+    match_torch_rank,
+    parse_tags,
+    small_int,
+)
+from diag.parse.unwrap import Wrap, unwrap_line
 
 __all__ = [
     "LEVELS",
@@ -60,113 +69,95 @@ class Parsed:
     logger_file: str | None = None
     wrapper_ts: dt.datetime | None = None
     repeated: int = 0
+    unwrapped: tuple[str, ...] = ()  # the wrappers removed (diag.parse.unwrap kinds)
 
 
 PLACEHOLDER_YEAR = 2000  # a leap year, so that Feb 29 of a year-less stamp is valid
 PLACEHOLDER_DATE = dt.date(2000, 1, 1)
 
 # ---------------------------------------------------------------------------
-# wrappers
+# wrappers: diag.parse.unwrap; rank prefixes: diag.parse.coords
 
-_RFC3339 = re.compile(
-    r"^(?P<d>\d{4}-\d\d-\d\d)T(?P<t>\d\d:\d\d:\d\d)(?:[.,](?P<f>\d+))?(?:Z|[+-]\d\d:?\d\d)?\s+"
+_REPEATED = re.compile(
+    r"\s*\[repeated (?P<n>\d{1,9})x across cluster\](?:\s*\(Ray deduplicates.*)?$", re.A
 )
-_TORCHSERVE = re.compile(r"^\[(?P<lvl>[A-Z]+)\s*\] \S+ (?:MODEL_LOG - |MODEL_METRICS - )?")
-_FASTCHAT = re.compile(
-    r"^(?P<d>\d{4}-\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d) \| (?P<lvl>[A-Z]+) \| (?P<name>[\w.]+) \| "
-)
-_JOURNALD = re.compile(
-    r"^\S{3,5}\.? {1,2}\d{1,2} \d\d:\d\d:\d\d (?P<host>\S+) (?P<ident>[\w.@\-]+)\[(?P<pid>\d+)\]: "
-)
-_BUILDKITE = re.compile(r"^(?:\x1b?_?bk;t=\d+\x07?)+\s*")
-_COMPOSE = re.compile(r"^(?P<svc>[A-Za-z][\w.\-]*)\s+\| ")
-_K9S = re.compile(r"^[│|]\s?(?P<body>.*?)\s*[│|]?\s*$")
-_HTML = re.compile(r"</?(?:font|b|span|i|strong)\b[^>]*>")
-_PYLOG_WRAP = re.compile(
-    r"^(?P<d>\d{4}-\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)(?:,(?P<f>\d+))? - (?P<name>[\w.<>]+) - "
-    + _LVL
-    + r" - (?P<msg>.*)$"
-)
-_PYLOG_LEVEL_FIRST = re.compile(
-    r"^(?P<d>\d{4}-\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)(?:,(?P<f>\d+))? - "
-    + _LVL
-    + r" - (?:(?P<name>[\w.<>]+): )?(?P<msg>.*)$"
-)
-# (VllmWorker rank=3 pid=1090) / (Worker_TP3 pid=..) / (RayWorkerWrapper pid=1, ip=10.0.0.2)
-# / (pid=10414) / (EngineCore_DP0 pid=2557)
-_PROC_PREFIX = re.compile(
-    r"^\((?:(?P<name>[A-Za-z][\w\-]*)\s*)?(?:rank=(?P<rank>\d+)\s*)?pid=(?P<pid>\d+)"
-    r"(?:,\s*ip=(?P<ip>[\w.:\-]+))?\)\s?"
-)
-_REPEATED = re.compile(r"\s*\[repeated (?P<n>\d+)x across cluster\](?:\s*\(Ray deduplicates.*)?$")
-_TORCH_RANK = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")
-_WORKER_COORDS = re.compile(r"(?:^|_)(?P<k>DP|PP|TP|EP)(?P<v>\d+)")
 
 # ---------------------------------------------------------------------------
 # grammars
 
+# Python logging formats: "2025-03-07 23:50:27,531 - name - LEVEL - msg" and level first
+_PYLOG_WRAP = re.compile(
+    r"^(?P<d>\d{4}-\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)(?:,(?P<f>\d+))? - (?P<name>[\w.<>]+) - "
+    + _LVL
+    + r" - (?P<msg>.*)$",
+    re.S | re.A,
+)
+_PYLOG_LEVEL_FIRST = re.compile(
+    r"^(?P<d>\d{4}-\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)(?:,(?P<f>\d+))? - "
+    + _LVL
+    + r" - (?:(?P<name>[\w.<>]+): )?(?P<msg>.*)$",
+    re.S | re.A,
+)
+
 _SGLANG = re.compile(
     r"^\[?(?:(?P<d>\d{4}-\d\d-\d\d) )?(?P<t>\d\d:\d\d:\d\d)(?:[.,]\d+)?"
-    r"(?P<tags>(?: (?:DP|PP|TP|EP|NP|CP|ATTN_CP|ATTN_DP|MOE_DP|PD)\d+)*)\] ?(?P<msg>.*)$",
-    re.S,
+    r"(?P<tags>" + TAGS_RE_SRC + r")?\] ?(?P<msg>.*)$",
+    re.S | re.A,
 )
-_SGLANG_TAG = re.compile(r"(DP|PP|TP|EP|NP)(\d+)")
 _SGLANG_LEVEL_FILE = re.compile(
-    _LVL + r" (?P<file>[\w./\-]+\.py):(?P<line>\d+): ?(?P<msg>.*)$", re.S
+    _LVL + r" (?P<file>[\w./\-]+\.py):(?P<line>\d{1,9}): ?(?P<msg>.*)$", re.S | re.A
 )
 _VLLM = re.compile(
     r"^" + _LVL + r" (?P<md>\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)(?:[.,]\d+)? "
-    r"\[?(?P<file>[\w./\-]+\.py):(?P<line>\d+)\] ?(?P<msg>.*)$",
-    re.S,
+    r"\[?(?P<file>[\w./\-]+\.py):(?P<line>\d{1,9})\] ?(?P<msg>.*)$",
+    re.S | re.A,
 )
 # 2025-04-13 14:53:38 INFO 511 [pynccl.py:78] msg    (user logging formats)
 _ISO_LEVEL_PID_FILE = re.compile(
     r"^(?P<d>\d{4}-\d\d-\d\d)[ T](?P<t>\d\d:\d\d:\d\d)(?:[.,](?P<f>\d+))? " + _LVL
-    + r"(?: (?P<pid>\d+))? \[(?P<file>[\w./\-]+\.py):(?P<line>\d+)\] ?(?P<msg>.*)$",
-    re.S,
+    + r"(?: (?P<pid>\d{1,9}))? \[(?P<file>[\w./\-]+\.py):(?P<line>\d{1,9})\] ?(?P<msg>.*)$",
+    re.S | re.A,
 )
 # Ray: 2024-04-13 10:17:27,901 INFO worker.py:1752 -- msg
 _RAY = re.compile(
     r"^(?P<d>\d{4}-\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)(?:,(?P<f>\d+))? " + _LVL
-    + r" (?P<file>[\w./\-]+\.py):(?P<line>\d+) -- (?P<msg>.*)$",
-    re.S,
+    + r" (?P<file>[\w./\-]+\.py):(?P<line>\d{1,9}) -- (?P<msg>.*)$",
+    re.S | re.A,
 )
 # 2026-01-17 10:49:37 | warnings | 140592998728832 | WARNING : msg
 _PIPE = re.compile(
     r"^(?P<d>\d{4}-\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)(?:[.,]\d+)? \| (?P<name>[\w.]+) \| "
-    r"(?P<tid>\d+) \| " + _LVL + r"\s*: ?(?P<msg>.*)$",
-    re.S,
+    r"(?P<tid>\d{1,20}) \| " + _LVL + r"\s*: ?(?P<msg>.*)$",
+    re.S | re.A,
 )
 # tracing (Dynamo): after an RFC3339 wrapper: "INFO model_runner.init_device_graphs: msg"
-_TRACING = re.compile(r"^\s*" + _LVL + r"\s+(?P<target>[\w.:<>]+): (?P<msg>.*)$", re.S)
+_TRACING = re.compile(r"^\s*" + _LVL + r"\s+(?P<target>[\w.:<>]+): (?P<msg>.*)$", re.S | re.A)
 # generic "2025-.. 12:00:00[,123] [-] LEVEL [-] msg"
 _ISO_GENERIC = re.compile(
     r"^(?P<d>\d{4}-\d\d-\d\d)[ T](?P<t>\d\d:\d\d:\d\d)(?:[.,](?P<f>\d+))?Z?\s+(?:[-|]\s+)?"
     r"(?:" + _LVL + r"\s*(?:[-|:]\s+)?)?(?P<msg>.*)$",
-    re.S,
+    re.S | re.A,
 )
 _NCCL = re.compile(
-    r"^(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+    r"^(?P<host>[\w.\-]+):(?P<pid>\d{1,9}):(?P<tid>\d{1,20}) \[(?P<dev>\d{1,9})\] "
     r"(?:(?P<src>[\w/.\-]+:\d+) )?(?P<msg>NCCL (?P<nl>INFO|WARN|ERROR|TRACE|ABORT)\b.*)$",
-    re.S,
+    re.S | re.A,
 )
 # torch c10d / glog: [W1222 15:01:54.123 ProcessGroupNCCL.cpp:..] or I0820 02:41:20.4 710 x.cpp:422]
 _GLOG = re.compile(
-    r"^\[?(?P<l>[IWEF])(?P<md>\d{4}) (?P<t>\d\d:\d\d:\d\d)(?:\.\d+)?\s+(?:(?P<pid>\d+) )?"
-    r"(?P<file>[\w./\-]+\.(?:cpp|cc|h|hpp|c|cu|py)):(?P<line>\d+)\]\s?(?P<msg>.*)$",
-    re.S,
+    r"^\[?(?P<l>[IWEF])(?P<md>\d{4}) (?P<t>\d\d:\d\d:\d\d)(?:\.\d+)?\s+(?:(?P<pid>\d{1,9}) )?"
+    r"(?P<file>[\w./\-]+\.(?:cpp|cc|h|hpp|c|cu|py)):(?P<line>\d{1,9})\]\s?(?P<msg>.*)$",
+    re.S | re.A,
 )
-_UVICORN = re.compile(r"^" + _LVL + r":\s+(?P<msg>.*)$", re.S)
-_TQDM = re.compile(r"\d+%\|| \d+% Completed \| \d+/\d+|^\s*\d+%\s*\|.*\| *\d+/\d+")
+_UVICORN = re.compile(r"^" + _LVL + r":\s+(?P<msg>.*)$", re.S | re.A)
+_TQDM = re.compile(r"\d+%\|| \d+% Completed \| \d+/\d+|^\s*\d+%\s*\|.*\| *\d+/\d+", re.A)
 _PYSPY = re.compile(
     r"^(?:Process \d+: |Python v\d|Thread 0x[0-9A-Fa-f]+ \((?:idle|active|gil)|"
-    r"Thread \d+ \((?:idle|active)|Pyspy (?:dump for PID|failed to dump))"
-)
+    r"Thread \d+ \((?:idle|active)|Pyspy (?:dump for PID|failed to dump))", re.A)
 _FAULTHANDLER = re.compile(
     r"^(?:Fatal Python error: |Thread 0x[0-9a-fA-F]+ \(most recent call first\)|"
-    r"Current thread 0x[0-9a-fA-F]+ \(most recent call first\)|Extension modules: )"
-)
-_TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
+    r"Current thread 0x[0-9a-fA-F]+ \(most recent call first\)|Extension modules: )", re.A)
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\)", re.A)
 
 
 def _dt(d: str | None, t: str, frac: str | None = None) -> dt.datetime | None:
@@ -191,102 +182,71 @@ def _dt_md(md: str, t: str) -> dt.datetime | None:
         return None
 
 
-def _rank_from_worker_name(name: str, rank: str | None) -> RankId | None:
-    """vLLM worker process names: VllmWorker rank=3, Worker_TP3, Worker_DP1_TP0_EP2,
-    Worker_PP0. EngineCore / APIServer are processes, not ranks."""
-    if rank is not None and name.startswith(("VllmWorker", "Worker")):
-        return RankId(tp=int(rank))
-    if not name.startswith("Worker"):
-        return None
-    coords = {m.group("k").lower(): int(m.group("v")) for m in _WORKER_COORDS.finditer(name)}
-    if not coords:
-        return None
-    return RankId(
-        dp=coords.get("dp"), pp=coords.get("pp"), tp=coords.get("tp"), ep=coords.get("ep")
-    )
-
-
-def _sglang_rank(tags: str, p: Parsed) -> None:
-    coords: dict[str, int] = {}
-    for k, v in _SGLANG_TAG.findall(tags):
-        coords[k.lower()] = int(v)
-    if not coords:
+def _sglang_rank(tags: str | None, p: Parsed) -> None:
+    if not tags:
         return
-    node = coords.get("np")
-    p.rank = RankId(
-        node=None if node is None else str(node),
-        dp=coords.get("dp"),
-        pp=coords.get("pp"),
-        tp=coords.get("tp"),
-        ep=coords.get("ep"),
-    )
-    p.rank_reason = "tag"
+    c = parse_tags(tags)
+    rank = None if c is None else c.rank()
+    if rank is not None:
+        p.rank = rank
+        p.rank_reason = "tag"
+
+
+def _apply_wrap(w: Wrap, p: Parsed) -> None:
+    p.unwrapped = tuple(w.kinds)
+    if w.ts is not None:
+        p.wrapper_ts = w.ts
+    if w.host is not None:
+        p.host = w.host
+    if w.pid is not None:
+        p.pid = w.pid
+    if w.process is not None:
+        p.process = p.process or w.process
+    if w.coords is not None and p.rank is None:
+        rank = w.coords.rank()
+        if rank is not None:
+            p.rank = rank
+            kind = w.kinds[-1] if w.kinds else "launcher"
+            p.rank_reason = f"{kind} prefix (global rank, read as TP)"
 
 
 def _unwrap(line: str, p: Parsed) -> str:
-    """Strip wrappers (outermost first), recording what they tell."""
-    for _ in range(6):
-        before = line
-        if line.startswith(("<", " <")) and "<" in line[:4] and _HTML.search(line):
-            line = _HTML.sub("", line).lstrip()
-        if line[:1] in "│|" and line.rstrip().endswith(("│", "|")):
-            m = _K9S.match(line)
-            if m:
-                line = m.group("body")
-        if "bk;t=" in line[:12]:
-            line = _BUILDKITE.sub("", line, count=1)
-        m = _RFC3339.match(line)
-        if m:
-            p.wrapper_ts = _dt(m.group("d"), m.group("t"), m.group("f"))
-            line = line[m.end():]
-            m2 = _TORCHSERVE.match(line)
-            if m2:
-                line = line[m2.end():]
-            continue_ = True
-        else:
-            continue_ = False
-        m = _FASTCHAT.match(line)
-        if m:
-            p.wrapper_ts = _dt(m.group("d"), m.group("t"))
-            line = line[m.end():]
-        m = _JOURNALD.match(line)
-        if m:
-            p.host = m.group("host")
-            p.pid = int(m.group("pid"))
-            line = line[m.end():]
-        m = _COMPOSE.match(line)
-        if m and not line[: m.end()].rstrip(" |").replace("-", "").isdigit():
-            p.process = p.process or m.group("svc")
-            line = line[m.end():]
-        m = _PYLOG_WRAP.match(line)
-        if m and (m.group("msg").startswith("[") or m.group("msg").startswith("(")):
-            inner = m.group("msg")
-            if _SGLANG.match(inner) or _PROC_PREFIX.match(inner):
-                p.wrapper_ts = _dt(m.group("d"), m.group("t"), m.group("f"))
-                line = inner
-        m = _PROC_PREFIX.match(line)
-        while m:
-            name = m.group("name") or ""
-            p.pid = int(m.group("pid"))
-            ip = m.group("ip")
-            if ip:
-                p.host = ip
-            rank = _rank_from_worker_name(name, m.group("rank"))
-            # the innermost prefix is the process that logged the line
-            p.process = name or p.process or "pid"
-            if rank is not None:
-                p.rank = RankId(node=ip, dp=rank.dp, pp=rank.pp, tp=rank.tp, ep=rank.ep)
-                p.rank_reason = "tag"
-            line = line[m.end():]
-            m = _PROC_PREFIX.match(line)
-        m = _TORCH_RANK.match(line)
-        if m:
-            if p.rank is None:
-                p.rank = RankId(tp=int(m.group("rank")))
-                p.rank_reason = "torch [rankN] prefix (global rank, read as TP)"
-            line = line[m.end():]
-        if line == before and not continue_:
-            break
+    """Strip wrappers (:func:`diag.parse.unwrap.unwrap_line`), then the process prefixes
+    (vLLM/Ray ``(Name pid=..)``, torch ``[rankN]:``), recording what they tell."""
+    line, w = unwrap_line(line)
+    if w is not None:
+        _apply_wrap(w, p)
+    if line[:1] not in "([":
+        return line
+    outer: Coords | None = None
+    pp = match_proc_prefix(line)
+    while pp is not None:
+        if pp.pid is not None:
+            p.pid = pp.pid
+        if pp.ip:
+            p.host = pp.ip
+        # the innermost prefix is the process that logged the line
+        p.process = pp.name or p.process or "pid"
+        coords = pp.coords.under(outer) if pp.coords is not None else outer
+        rank = None if coords is None else coords.rank()
+        if rank is not None:
+            if pp.ip:
+                rank = RankId(node=pp.ip, dp=rank.dp, pp=rank.pp, tp=rank.tp, ep=rank.ep)
+            p.rank = rank
+            p.rank_reason = "tag"
+        outer = coords
+        line = line[pp.end :]
+        pp = match_proc_prefix(line)
+    tr = match_torch_rank(line)
+    if tr is not None:
+        if p.rank is None:
+            p.rank = RankId(tp=tr[0])
+            p.rank_reason = "torch [rankN] prefix (global rank, read as TP)"
+        line = line[tr[1] :]
+        if line[:1] in "<0123456789#" or "</" in line[:60] or "|" in line[:90]:
+            line, w = unwrap_line(line)
+            if w is not None:
+                _apply_wrap(w, p)
     return line
 
 
@@ -297,7 +257,7 @@ def parse_line(raw: str) -> Parsed:
     if "[repeated " in line:
         m = _REPEATED.search(line)
         if m:
-            p.repeated = int(m.group("n"))
+            p.repeated = small_int(m.group("n")) or 0
             line = line[: m.start()]
     first = line[:1]
     m = None
@@ -346,7 +306,7 @@ def parse_line(raw: str) -> Parsed:
             p.yearless = True
             p.logger_file = m.group("file")
             if m.group("pid") and p.pid is None:
-                p.pid = int(m.group("pid"))
+                p.pid = small_int(m.group("pid"))
             p.message = m.group("msg")
             return p
     if first.isdigit():
@@ -365,7 +325,7 @@ def parse_line(raw: str) -> Parsed:
                 p.level = LEVELS[gd["level"]]
                 p.logger_file = gd.get("file") or gd.get("name")
                 if gd.get("pid"):
-                    p.pid = p.pid or int(gd["pid"])
+                    p.pid = p.pid or small_int(gd["pid"])
                 p.message = gd["msg"]
                 return p
         m = _ISO_GENERIC.match(line)
@@ -381,7 +341,7 @@ def parse_line(raw: str) -> Parsed:
         if m:
             p.grammar = "nccl"
             p.host = m.group("host")
-            p.pid = int(m.group("pid"))
+            p.pid = small_int(m.group("pid"))
             nl = m.group("nl")
             p.level = {"WARN": "WARNING", "ERROR": "ERROR", "ABORT": "ERROR"}.get(nl, "INFO")
             p.message = m.group("msg")
@@ -412,8 +372,7 @@ def parse_line(raw: str) -> Parsed:
 
 
 _EXC_LINE = re.compile(
-    r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Fault|Abort\w*)\b:?"
-)
+    r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Fault|Abort\w*)\b:?", re.A)
 
 
 def is_continuation_text(message: str) -> bool:
@@ -429,7 +388,7 @@ def is_continuation_text(message: str) -> bool:
     return message.startswith(("During handling of the above", "The above exception was"))
 
 
-_FRAME = re.compile(r'File "[^"]+", line \d+,? in \S')
+_FRAME = re.compile(r'File "[^"]+", line \d+,? in \S', re.A)
 
 
 def is_exception_line(message: str) -> bool:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from diag.model import RankId, Record
+from diag.parse.coords import Coords, rank_from_path
 from diag.parse.grammars import (
     PLACEHOLDER_YEAR,
     Parsed,
@@ -22,8 +23,10 @@ from diag.parse.grammars import (
     parse_line,
 )
 from diag.parse.text import split_physical, strip_ansi
+from diag.parse.unwrap import SourceUnwrapper
 
-__all__ = ["Draft", "SourceParser", "freeze", "resolve_years"]
+__all__ = ["Draft", "SourceParser", "assign_path_ranks", "freeze", "ranks_from_paths",
+           "resolve_years"]
 
 MAX_CONTINUATION = 400  # continuation lines kept per record (the rest are counted)
 MAX_MESSAGE = 256_000  # characters of a message kept (multi-MB lines are cut)
@@ -46,25 +49,90 @@ class Draft:
     in_traceback: bool = False
 
 
+DETECT_LINES = 60  # non-blank lines a source's gutters are decided on
+
+
 class SourceParser:
-    """Parses the lines of one source, attaching continuation lines."""
+    """Parses the lines of one source, attaching continuation lines.
+
+    The source's wrappers are removed first (:mod:`diag.parse.unwrap`): which gutters the
+    whole source carries (a markdown quote, line numbers, srun labels) is decided on its
+    first :data:`DETECT_LINES` non-blank lines, which are held back until then (or until
+    :attr:`drafts` is read); :meth:`prime` decides from a sample given up front."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.drafts: list[Draft] = []
+        self._drafts: list[Draft] = []
+        self.unwrapper = SourceUnwrapper()
+        self._held: list[tuple[int, str, bool]] = []
+        self._held_nonblank = 0
         self._last: Draft | None = None  # last record of the source
         self._last_line = -10
         self._by_stream: dict[
             tuple[str | None, int | None, str | None, RankId | None, str | None], Draft
         ] = {}
-        self.unknown_lines = 0
-        self.first_unknown: int | None = None
-        self.last_unknown: int | None = None
-        self.known_lines = 0
+        self._unknown_lines = 0
+        self._first_unknown: int | None = None
+        self._last_unknown: int | None = None
+        self._known_lines = 0
         self.undecodable = 0  # bytes of invalid UTF-8 (set by the prefilter path)
-        self.repeats = 0  # lines only counted: more of a kind than REPEAT_KEEP
+        self._repeats = 0  # lines only counted: more of a kind than REPEAT_KEEP
         self._kinds: dict[str, int] = {}
         self._skipping = False
+
+    # counters read after feeding: the held lines count too
+    @property
+    def unknown_lines(self) -> int:
+        self._release_held()
+        return self._unknown_lines
+
+    @property
+    def first_unknown(self) -> int | None:
+        self._release_held()
+        return self._first_unknown
+
+    @property
+    def last_unknown(self) -> int | None:
+        self._release_held()
+        return self._last_unknown
+
+    @property
+    def known_lines(self) -> int:
+        self._release_held()
+        return self._known_lines
+
+    @property
+    def repeats(self) -> int:
+        self._release_held()
+        return self._repeats
+
+    def _release_held(self) -> None:
+        if self._held:
+            self._release()
+
+    @property
+    def drafts(self) -> list[Draft]:
+        """The records so far (lines held for the gutter decision are parsed first)."""
+        if self._held:
+            self._release()
+        return self._drafts
+
+    def prime(self, sample: Iterable[str]) -> None:
+        """Decide the source-wide gutters from ``sample`` (the source's first lines, raw)."""
+        self.unwrapper.decide(strip_ansi(x) for x in sample)
+        if self._held:
+            self._release()
+
+    def unwrap_notes(self) -> list[str]:
+        """What the unwrapping layer removed from this source, for the analysis notes."""
+        return self.unwrapper.notes(self.name)
+
+    def _release(self) -> None:
+        if not self.unwrapper.decided:
+            self.unwrapper.decide(strip_ansi(t) for _, t, _ in self._held)
+        held, self._held = self._held, []
+        for lineno, text, force in held:
+            self._feed(lineno, text, force)
 
     def feed(self, lineno: int, physical: str, *, force: bool = False) -> None:
         """One physical line (1-based number).
@@ -75,10 +143,19 @@ class SourceParser:
         line, the first serving line)."""
         if not physical or physical.isspace():
             return
-        if len(self.drafts) >= REPEAT_CAP_AFTER and not force:
+        if not self.unwrapper.decided:
+            self._held.append((lineno, physical, force))
+            self._held_nonblank += 1
+            if self._held_nonblank >= DETECT_LINES:
+                self._release()
+            return
+        self._feed(lineno, physical, force)
+
+    def _feed(self, lineno: int, physical: str, force: bool) -> None:
+        if len(self._drafts) >= REPEAT_CAP_AFTER and not force:
             if physical[:1] in (" ", "\t"):
                 if self._skipping:
-                    self.repeats += 1
+                    self._repeats += 1
                     return
             else:
                 kind = _DIGITS.sub("", physical[:160])
@@ -86,7 +163,7 @@ class SourceParser:
                 self._kinds[kind] = seen
                 self._skipping = seen > REPEAT_KEEP
                 if self._skipping:
-                    self.repeats += 1
+                    self._repeats += 1
                     return
         if len(physical) > MAX_PHYSICAL:
             cut = len(physical) - MAX_PHYSICAL
@@ -95,18 +172,33 @@ class SourceParser:
                 physical = physical[-MAX_PHYSICAL:]
             else:
                 physical = physical[:MAX_PHYSICAL] + f" …[{cut} chars cut]"
-        for piece in split_physical(strip_ansi(physical)):
+        text = strip_ansi(physical)
+        gutter: Coords | None = None
+        if self.unwrapper.gutters:
+            text, gutter = self.unwrapper.strip_gutters(text)
+        for piece in split_physical(text):
             if piece:
-                self._piece(lineno, piece)
+                self._piece(lineno, piece, gutter)
 
     def feed_many(self, lines: Iterable[tuple[int, str]]) -> None:
         for lineno, text in lines:
             self.feed(lineno, text)
 
-    def _piece(self, lineno: int, text: str) -> None:
+    def _piece(self, lineno: int, text: str, gutter: Coords | None = None) -> None:
         if len(text) > MAX_MESSAGE:
             text = text[:MAX_MESSAGE] + f" …[{len(text) - MAX_MESSAGE} chars cut]"
         p = parse_line(text)
+        if p.unwrapped:
+            counts = self.unwrapper.counts
+            for k in p.unwrapped:
+                counts[k] += 1
+            if not p.message.strip() and p.grammar == "plain" and p.pid is None and (
+                p.rank is None
+            ):
+                return  # a wrapper's own marker line (a CI section start, an empty quote)
+        if gutter is not None and p.rank is None:
+            p.rank = gutter.rank()
+            p.rank_reason = "srun --label task prefix (global rank, read as TP)"
         last = self._last
         near = last is not None and lineno - self._last_line <= 2
         msg = p.message
@@ -140,12 +232,12 @@ class SourceParser:
                 last.in_traceback = False
                 return
         if p.grammar == "plain" and p.ts is None and p.level is None:
-            self.unknown_lines += 1
-            if self.first_unknown is None:
-                self.first_unknown = lineno
-            self.last_unknown = lineno
+            self._unknown_lines += 1
+            if self._first_unknown is None:
+                self._first_unknown = lineno
+            self._last_unknown = lineno
         else:
-            self.known_lines += 1
+            self._known_lines += 1
         d = Draft(source=self.name, line=lineno, raw=text, p=p)
         d.rank, d.rank_reason = p.rank, p.rank_reason
         if (
@@ -162,7 +254,7 @@ class SourceParser:
                 d.rank_reason = "the bar follows its process prefix on the line before"
         if "Traceback (most recent call last)" in p.message or p.grammar == "faulthandler":
             d.in_traceback = True
-        self.drafts.append(d)
+        self._drafts.append(d)
         self._last = d
         self._last_line = lineno
         self._by_stream[key] = d
@@ -245,6 +337,38 @@ def _with_year(ts: dt.datetime, year: int) -> dt.datetime:
         return ts.replace(year=year)
     except ValueError:  # Feb 29 in a non-leap year
         return ts.replace(year=year, day=28)
+
+
+def ranks_from_paths(names: Sequence[str]) -> dict[str, RankId]:
+    """Per-rank files: each source name's rank, when at least two sources' names name
+    distinct ranks (``rank0.log``, ``rank1.log``); {} otherwise (a lone ``dsv3-tp8.log``
+    names a size, not a rank)."""
+    found = {n: rank_from_path(n) for n in names}
+    ranks = {n: r for n, r in found.items() if r is not None}
+    if len(ranks) < 2 or len(set(ranks.values())) != len(ranks):
+        return {}
+    return ranks
+
+
+def assign_path_ranks(drafts: Sequence[Draft], names: Sequence[str]) -> str | None:
+    """Give the rank-less lines of per-rank files the rank their file name names (lines
+    with a rank of their own keep it; HTTP-server lines stay rank-less). Returns a note,
+    or None when the file names name no ranks."""
+    ranks = ranks_from_paths(names)
+    if not ranks:
+        return None
+    n = 0
+    for d in drafts:
+        r = ranks.get(d.source)
+        if r is None or d.rank is not None:
+            continue
+        if d.p.grammar == "uvicorn" or d.p.process in ("APIServer", "uvicorn"):
+            continue
+        d.rank, d.rank_reason = r, f"the file name {d.source.rsplit('/', 1)[-1]} names {r.label}"
+        n += 1
+    if not n:
+        return None
+    return f"{n} lines given the rank their file name names ({len(ranks)} per-rank files)"
 
 
 def freeze(d: Draft) -> Record:

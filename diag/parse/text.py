@@ -1,4 +1,5 @@
-"""Text clean-up before grammars: decoding, colour codes, tqdm updates, glued lines.
+"""Text clean-up before grammars: decoding, colour codes, tqdm updates, glued lines
+(records glued on one line are cut again by :func:`diag.parse.unwrap.split_glued`).
 
 Everything here is pure string work, shared by the full parser and the prefilter path.
 """
@@ -7,6 +8,8 @@ from __future__ import annotations
 
 import codecs
 import re
+
+from diag.parse.unwrap import split_glued
 
 __all__ = [
     "ANSI_RE",
@@ -27,20 +30,6 @@ _ANSI_HINT = re.compile(r"\x1b|\^\[|\[[\d;]*m")
 _GLUED_BAR = re.compile(
     r"(\[[0-9:?]+<[0-9:?]+,\s*[0-9.?]+\s*(?:it/s|s/it|B/s|[kMG]B/s)\])(?=\S)"
 )
-
-
-# A log entry glued to the end of the previous one (a paste that lost its newlines): an
-# SGLang or vLLM stamp right after a non-space character.
-_GLUED_ENTRY = re.compile(
-    r"(?<=\S)(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: (?:DP|PP|TP|EP|NP)\d+)*\] )"
-    r"|(?<=\S)(?=(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d )"
-)
-
-
-def _unglue(part: str) -> list[str]:
-    if "[20" not in part[1:] and " 0" not in part and " 1" not in part:
-        return [part]
-    return [p for p in _GLUED_ENTRY.split(part) if p]
 
 
 def strip_ansi(s: str) -> str:
@@ -106,5 +95,5 @@ def split_physical(line: str) -> list[str]:
     result: list[str] = []
     for p in out:
         if p.strip():
-            result.extend(_unglue(p))
+            result.extend(split_glued(p))
     return result or ([""] if not out else [])

@@ -1,0 +1,432 @@
+"""The one unwrapping layer: paste damage and wrappers around the framework's own lines.
+
+Used by the log reader (:mod:`diag.parse.records` / :mod:`diag.parse.grammars`) and the
+stack-dump reader (:mod:`diag.stacks.textdump`) alike.
+
+Per line (unambiguous; tried on every line, outermost first, cheap guards first):
+
+- HTML remnants of a rendered paste: ``<font color="#2AA1B3"><b>(APIServer pid=1)</b></font>``
+  (tags dropped, ``&lt;`` ``&gt;`` ``&amp;`` ``&quot;`` decoded on such lines);
+- k9s / box borders ``│ INFO ... │``;
+- CI logs: Buildkite ``bk;t=1785725275247``, GitLab ``section_start:1700000000:name`` /
+  ``section_end:...`` markers and its ``00O+`` stream tag, GitHub Actions ``##[group]`` /
+  ``##[endgroup]`` / ``##[error]`` markers;
+- RFC 3339 timestamps of GitHub Actions, kubectl ``--timestamps``, docker ``-t`` and the CRI
+  log format (``2025-01-01T00:00:00.123456789Z stdout F ``), TorchServe after them;
+- FastChat ``2024-04-13 10:17:32 | INFO | stdout | ``; journald ``авг 18 14:15:04 host
+  python3[28059]: `` (any month language, or after an ISO stamp);
+- docker compose service prefixes ``sglang-1  | `` (also inside py-spy dumps);
+- OpenMPI ``--tag-output`` ``[1,3]<stdout>:``, torchrun ``[default3]:`` (a rank);
+- a Python-logging launcher around a framework line:
+  ``2025-03-07 23:50:27,531 - __main__ - INFO - [2025-03-07 23:50:27 TP0] ...``, and a
+  ``[launcher] `` style bracketed word before a framework line.
+
+Per source (ambiguous on one line, so only where most of a source's first lines carry it):
+markdown quotes (``> `` and ``> > ``), line-number gutters (``  123 | ``, ``123\\t``), srun
+``--label`` task prefixes (``3: ``, a rank).
+
+Logs whose newlines were lost: :func:`split_glued` cuts a line again before recognisable
+record starts (an SGLang or vLLM stamp, a vLLM process prefix before a level), conservatively.
+
+Every function is pure and never raises; a clean line passes through unchanged at the cost
+of a few ``str`` tests (:func:`unwrap_line` returns ``None`` for the wrap).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from diag.parse.coords import TAGS_RE_SRC, Coords, small_int
+
+__all__ = [
+    "SourceUnwrapper",
+    "Wrap",
+    "split_glued",
+    "unwrap_line",
+    "wrapper_dt",
+]
+
+_MAX_ROUNDS = 8
+
+
+@dataclass(slots=True)
+class Wrap:
+    """What the wrappers around one line said. ``kinds`` names them, outermost first."""
+
+    kinds: list[str] = field(default_factory=list)
+    ts: dt.datetime | None = None
+    host: str | None = None
+    pid: int | None = None
+    process: str | None = None  # compose service, journald identifier
+    coords: Coords | None = None  # torchrun / srun / mpirun rank
+
+
+def wrapper_dt(d: str, t: str, frac: str | None = None) -> dt.datetime | None:
+    """``YYYY-MM-DD`` + ``hh:mm:ss`` (+ fraction) -> datetime, None when invalid."""
+    try:
+        us = int((frac or "0")[:6].ljust(6, "0")) if frac and frac.isascii() else 0
+        return dt.datetime(
+            int(d[0:4]), int(d[5:7]), int(d[8:10]),
+            int(t[0:2]), int(t[3:5]), min(int(t[6:8]), 59), us,
+        )
+    except ValueError:
+        return None
+
+
+_D = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
+_T = r"[0-9]{2}:[0-9]{2}:[0-9]{2}"
+_RFC3339 = re.compile(
+    r"(?P<d>" + _D + r")T(?P<t>" + _T + r")(?:[.,](?P<f>[0-9]{1,12}))?"
+    r"(?:Z|[+-][0-9]{2}:?[0-9]{2})?[ \t]+"
+    r"(?:(?:stdout|stderr) [FP] |[0-9]{2}[OE]\+? )?"  # CRI log format / GitLab stream tag
+)
+_TORCHSERVE = re.compile(r"\[(?P<lvl>[A-Z]{3,8})\s*\] \S+ (?:MODEL_LOG - |MODEL_METRICS - )?")
+_FASTCHAT = re.compile(
+    r"(?P<d>" + _D + r") (?P<t>" + _T + r") \| [A-Z]{3,8} \| [\w.]{1,60} \| "
+)
+_JOURNALD = re.compile(
+    r"\S{3,5}\.? {1,2}[0-9]{1,2} [0-9]{2}:[0-9]{2}:[0-9]{2} (?P<host>\S{1,253}) "
+    r"(?P<ident>[\w.@\-]{1,80})\[(?P<pid>[0-9]{1,9})\]: "
+)
+_JOURNALD_REST = re.compile(
+    r"(?P<host>\S{1,253}) (?P<ident>[\w.@\-]{1,80})\[(?P<pid>[0-9]{1,9})\]: "
+)
+_BUILDKITE = re.compile(r"(?:\x1b?_?bk;t=[0-9]{1,20}\x07?)+\s*")
+_GITLAB_SECTION = re.compile(
+    r"section_(?:start|end):[0-9]{1,20}:[\w.\-]{1,200}(?:\[[^\]]{0,200}\])?"
+)
+_GHA_MARKER = re.compile(r"##\[(?:group|endgroup|error|warning|notice|debug|command|section)\]")
+_COMPOSE = re.compile(r"(?P<svc>[A-Za-z][\w.\-]{0,80}?)\s+\|(?: |$)")
+_K9S = re.compile(r"[│|]\s?(?P<body>.*?)\s*[│|]?\s*$", re.S)
+_HTML_TAG = re.compile(r"</?(?:font|b|span|i|strong|em|code|pre|br|div|p)\b[^<>]{0,200}>", re.I)
+_ENTITIES = (("&lt;", "<"), ("&gt;", ">"), ("&quot;", '"'), ("&#39;", "'"), ("&amp;", "&"))
+_MPI = re.compile(r"\[[0-9]{1,6},(?P<r>[0-9]{1,6})\]<(?:stdout|stderr)>:\s?")
+_TORCHRUN = re.compile(r"\[(?P<role>[a-z][a-z_\-]{0,30}?)(?P<r>[0-9]{1,6})\]:\s?")
+_LEVEL_WORDS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
+_PYLOG_WRAP = re.compile(
+    r"(?P<d>" + _D + r") (?P<t>" + _T + r")(?:,(?P<f>[0-9]{1,9}))? - [\w.<>]{1,80} - "
+    + _LEVEL_WORDS + r" - "
+)
+_BRACKET_WORD = re.compile(r"\[(?P<w>[a-z][\w.\-]{1,30})\] ")
+# what a framework record starts with (after a launcher's own prefix)
+_RECORD_START = re.compile(
+    r"\[(?:" + _D + r" )?" + _T
+    + r"|\((?:[A-Za-z][\w\-]{0,80}\s*)?(?:rank=[0-9]{1,9}\s*)?pid=[0-9]"
+    + r"|" + _LEVEL_WORDS + r" [0-9]{2}-[0-9]{2} " + _T
+    + r"|" + _LEVEL_WORDS + r":\s"
+    + r"|" + _D + r"[ T]" + _T
+)
+
+# per-source gutters
+_QUOTE = re.compile(r"(?:> ?)+")
+_NUM_GUTTER = re.compile(r"[ \t]{0,8}[0-9]{1,7}(?:[ \t]*[|│][ \t]?|\t)")
+_SRUN = re.compile(r" {0,3}(?P<r>[0-9]{1,5}): ")
+_SAMPLE_LINES = 60
+_SOURCE_SHARE = 0.6
+
+
+def _html(line: str, w: Wrap) -> str:
+    out = _HTML_TAG.sub("", line)
+    if out != line:
+        for a, b in _ENTITIES:
+            if a in out:
+                out = out.replace(a, b)
+        w.kinds.append("html")
+    return out
+
+
+def unwrap_line(line: str) -> tuple[str, Wrap | None]:
+    """Strip the per-line wrappers of one logical line (ANSI already stripped).
+
+    Returns the framework's own line and what the wrappers said (None when there were
+    none: the text is then ``line`` itself)."""
+    if not line:
+        return line, None
+    w: Wrap | None = None
+    for _ in range(_MAX_ROUNDS):
+        if not line:
+            break
+        before = line
+        c0 = line[0]
+        if c0 == "<" or "</" in line[:120]:
+            w = w or Wrap()
+            line = _html(line, w).lstrip()
+            if not line:
+                break
+            c0 = line[0]
+        if c0 in "│|" and line.rstrip().endswith(("│", "|")) and len(line) > 2:
+            m = _K9S.match(line)
+            if m and m.group("body") != line:
+                w = w or Wrap()
+                w.kinds.append("border")
+                line = m.group("body")
+                if not line:
+                    break
+                c0 = line[0]
+        if "bk;t=" in line[:16]:
+            m = _BUILDKITE.match(line)
+            if m:
+                w = w or Wrap()
+                w.kinds.append("buildkite")
+                line = line[m.end() :]
+        elif c0 == "s" and line.startswith("section_"):
+            m = _GITLAB_SECTION.match(line)
+            if m:
+                w = w or Wrap()
+                w.kinds.append("gitlab")
+                line = line[m.end() :].lstrip("\r")
+        elif c0 == "#" and line.startswith("##["):
+            m = _GHA_MARKER.match(line)
+            if m:
+                w = w or Wrap()
+                w.kinds.append("github-actions")
+                line = line[m.end() :]
+        if not line:
+            break
+        c0 = line[0]
+        if "0" <= c0 <= "9":
+            if line[10:11] == "T":
+                m = _RFC3339.match(line)
+                if m:
+                    w = w or Wrap()
+                    w.kinds.append("timestamp")
+                    w.ts = wrapper_dt(m.group("d"), m.group("t"), m.group("f"))
+                    line = line[m.end() :]
+                    m2 = _TORCHSERVE.match(line) if line[:1] == "[" else None
+                    if m2:
+                        line = line[m2.end() :]
+                    m2 = _JOURNALD_REST.match(line) if "]: " in line[:300] else None
+                    if m2:
+                        w.kinds.append("journald")
+                        w.host, w.pid = m2.group("host"), small_int(m2.group("pid"))
+                        w.process = w.process or m2.group("ident")
+                        line = line[m2.end() :]
+                    continue
+            elif line[10:11] == " " and " - " in line[19:32]:
+                m = _PYLOG_WRAP.match(line)
+                if m and _RECORD_START.match(line, m.end()):
+                    w = w or Wrap()
+                    w.kinds.append("python-logging")
+                    w.ts = wrapper_dt(m.group("d"), m.group("t"), m.group("f"))
+                    line = line[m.end() :]
+                    continue
+            elif line[10:11] == " " and line[19:22] == " | ":
+                m = _FASTCHAT.match(line)
+                if m:
+                    w = w or Wrap()
+                    w.kinds.append("fastchat")
+                    w.ts = wrapper_dt(m.group("d"), m.group("t"))
+                    line = line[m.end() :]
+                    continue
+        elif c0 == "[":
+            if line[1:2].isdigit() and "<std" in line[:24]:
+                m = _MPI.match(line)
+                if m:
+                    w = w or Wrap()
+                    w.kinds.append("mpirun")
+                    w.coords = Coords(tp=small_int(m.group("r")), global_rank=True)
+                    line = line[m.end() :]
+                    continue
+            elif line[1:2].islower() and not line.startswith("[rank"):
+                m = _TORCHRUN.match(line)
+                if m:
+                    w = w or Wrap()
+                    w.kinds.append("torchrun")
+                    w.coords = w.coords or Coords(tp=small_int(m.group("r")), global_rank=True)
+                    line = line[m.end() :]
+                    continue
+                m = _BRACKET_WORD.match(line)
+                if m and _RECORD_START.match(line, m.end()):
+                    w = w or Wrap()
+                    w.kinds.append("launcher")
+                    line = line[m.end() :]
+                    continue
+        if ("]: " in line[:300]) and c0 not in "[( \t" and not ("0" <= c0 <= "9"):
+            m = _JOURNALD.match(line)
+            if m:
+                w = w or Wrap()
+                w.kinds.append("journald")
+                w.host, w.pid = m.group("host"), small_int(m.group("pid"))
+                w.process = w.process or m.group("ident")
+                line = line[m.end() :]
+                continue
+        if "|" in line[:90] and c0.isalpha():
+            m = _COMPOSE.match(line)
+            if m:
+                w = w or Wrap()
+                w.kinds.append("compose")
+                w.process = w.process or m.group("svc")
+                line = line[m.end() :]
+                continue
+        if line == before:
+            break
+    return line, w
+
+
+def _merge(outer: Wrap | None, inner: Wrap | None) -> Wrap | None:
+    if outer is None:
+        return inner
+    if inner is None:
+        return outer
+    outer.kinds.extend(inner.kinds)
+    outer.ts = inner.ts or outer.ts
+    outer.host = inner.host or outer.host
+    outer.pid = inner.pid if inner.pid is not None else outer.pid
+    outer.process = outer.process or inner.process
+    outer.coords = inner.coords or outer.coords
+    return outer
+
+
+class SourceUnwrapper:
+    """Per-source unwrapping: decides from the first lines which ambiguous gutters the
+    whole source carries (a quote, a line-number gutter, srun labels), strips them and the
+    per-line wrappers, and counts what it removed (:meth:`notes`)."""
+
+    __slots__ = ("_gutters", "_sample", "counts", "decided")
+
+    def __init__(self, sample: Iterable[str] | None = None) -> None:
+        self._gutters: tuple[str, ...] = ()
+        self._sample: list[str] = []
+        self.counts: Counter[str] = Counter()
+        self.decided = False
+        if sample is not None:
+            self.decide(sample)
+
+    # -- per-source detection ------------------------------------------------------------
+    def decide(self, lines: Iterable[str]) -> tuple[str, ...]:
+        """Look at (up to 60 non-blank) lines and fix the source-wide gutters."""
+        seen: list[str] = []
+        for ln in lines:
+            if ln.strip():
+                seen.append(ln)
+                if len(seen) >= _SAMPLE_LINES:
+                    break
+        self._gutters = detect_gutters(seen)
+        self.decided = True
+        return self._gutters
+
+    @property
+    def gutters(self) -> tuple[str, ...]:
+        return self._gutters
+
+    def strip_gutters(self, line: str) -> tuple[str, Coords | None]:
+        """The source-wide gutters off one physical line (and an srun label's rank)."""
+        coords: Coords | None = None
+        for g in self._gutters:
+            if g == "quote":
+                if line[:1] == ">":
+                    m = _QUOTE.match(line)
+                    if m:
+                        line = line[m.end() :]
+                        self.counts["quote"] += 1
+            elif g == "line-numbers":
+                m = _NUM_GUTTER.match(line)
+                if m:
+                    line = line[m.end() :]
+                    self.counts["line-numbers"] += 1
+            elif g == "srun":
+                m = _SRUN.match(line)
+                if m:
+                    coords = Coords(tp=small_int(m.group("r")), global_rank=True)
+                    line = line[m.end() :]
+                    self.counts["srun"] += 1
+        return line, coords
+
+    def unwrap(self, line: str) -> tuple[str, Wrap | None]:
+        """Gutters, then per-line wrappers (:func:`unwrap_line`)."""
+        coords: Coords | None = None
+        if self._gutters:
+            line, coords = self.strip_gutters(line)
+        text, w = unwrap_line(line)
+        if w is not None:
+            for k in w.kinds:
+                self.counts[k] += 1
+        if coords is not None:
+            w = _merge(Wrap(kinds=["srun"], coords=coords), w)
+        return text, w
+
+    def notes(self, name: str) -> list[str]:
+        """One note per kind of wrapper removed from ``name``."""
+        if not self.counts:
+            return []
+        parts = ", ".join(f"{k} ({n})" for k, n in sorted(self.counts.items()))
+        return [f"{name}: wrappers removed (lines): {parts}"]
+
+
+def detect_gutters(lines: list[str]) -> tuple[str, ...]:
+    """The ambiguous gutters that most of ``lines`` (non-blank) carry."""
+    n = len(lines)
+    # one or two lines: only a gutter on every one of them
+    need = n if n < 3 else max(2, int(n * _SOURCE_SHARE + 0.999))
+    if n == 0:
+        return ()
+    out: list[str] = []
+    quoted = sum(1 for ln in lines if ln[:1] == ">")
+    if quoted >= need:
+        out.append("quote")
+        lines = [_QUOTE.sub("", ln, count=1) if ln[:1] == ">" else ln for ln in lines]
+    nums = [m for m in (_NUM_GUTTER.match(ln) for ln in lines) if m]
+    if len(nums) >= need and not _looks_like_data(lines):
+        out.append("line-numbers")
+    else:
+        sr = sum(1 for ln in lines if _SRUN.match(ln))
+        if sr >= need:
+            out.append("srun")
+    return tuple(out)
+
+
+def _looks_like_data(lines: list[str]) -> bool:
+    """A table of numbers (``12 | 3.4``) is not a gutter: the text after the gutter must
+    not be mostly digits too."""
+    rest = [_NUM_GUTTER.sub("", ln, count=1) for ln in lines]
+    digity = sum(1 for r in rest if r[:1].isdigit() and "|" in r)
+    return digity * 2 > len(rest)
+
+
+# ---------------------------------------------------------------------------
+# lost newlines
+
+_GLUED_ENTRY = re.compile(
+    # an SGLang stamp right after a non-space (or after a space that follows a word or a
+    # closing mark, never a wrapper's " - " / " | " / "]: ")
+    r"(?<=\S)(?=\[" + _D + r" " + _T + r"(?:" + TAGS_RE_SRC + r")?\] )"
+    r"|(?<=[\w.!'\"%] )(?=\[" + _D + r" " + _T + r"(?:" + TAGS_RE_SRC + r")?\] [A-Z])"
+    # a vLLM record: level, month-day, time and its bracketed logger location
+    r"|(?<=\S)(?=" + _LEVEL_WORDS + r" [0-9]{2}-[0-9]{2} " + _T + r" )"
+    r"|(?<=[\w.!'\"%] )(?=" + _LEVEL_WORDS + r" [0-9]{2}-[0-9]{2} " + _T
+    + r"(?:\.[0-9]+)? \[[\w./\-]+\.py:[0-9]+\] )"
+    # a vLLM process prefix followed by a level
+    r"|(?<=[^\s(])(?=\((?:[A-Za-z][\w\-]{0,80}\s*)?(?:rank=[0-9]{1,9}\s*)?pid=[0-9]{1,9}"
+    r"(?:,\s*ip=[\w.:\-]{1,80})?\) " + _LEVEL_WORDS + r" [0-9]{2}-[0-9]{2} )"
+)
+
+
+def split_glued(part: str) -> list[str]:
+    """A physical line holding several records (a paste that lost its newlines) -> the
+    records. A line with one record is returned as ``[part]``; a wrapper's own stamp at
+    the start of the line (``2025-..Z INFO ...``) is never a cut."""
+    if len(part) < 40 or (
+        "[20" not in part[1:] and " 0" not in part and " 1" not in part and "pid=" not in part
+    ):
+        return [part]
+    cuts = [m.start() for m in _GLUED_ENTRY.finditer(part)]
+    if not cuts:
+        return [part]
+    inner, w = unwrap_line(part)
+    head = len(part) - len(inner) if w is not None and part.endswith(inner) else 0
+    cuts = [c for c in cuts if c > head]
+    if not cuts:
+        return [part]
+    out: list[str] = []
+    prev = 0
+    for c in cuts:
+        piece = part[prev:c].rstrip()
+        if piece:
+            out.append(piece)
+        prev = c
+    out.append(part[prev:])
+    return out
