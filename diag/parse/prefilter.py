@@ -22,13 +22,13 @@ Line numbers stay exact (newlines are counted between candidates).
 from __future__ import annotations
 
 import bisect
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from diag.parse import reader
+from diag.parse.coords import rank_keys
 from diag.parse.literals import required_literals
 from diag.parse.reader import Source, iter_chunks
 from diag.parse.records import SourceParser
@@ -136,11 +136,6 @@ def _rule_needles(extra_dirs: tuple[Path, ...] = ()) -> list[str]:
     return sorted(out)
 
 
-_KEY_RE = re.compile(
-    r"\d\d:\d\d:\d\d((?: (?:DP|PP|TP|EP|NP)\d+)+\] )"
-    r"|(\((?:[A-Za-z][\w\-]*\s*)?(?:rank=\d+\s*)?pid=\d+(?:,\s*ip=[\w.:\-]+)?\)"
-    r"(?:(?:\x1b|\^\[)?\[[0-9;]*m)? )"  # vLLM colours the prefix: the code is part of the key
-)
 _SAMPLE = 8 << 10
 BLOCK_BYTES = 64 << 10
 # Line kinds that make up the bulk of a serving log; a block holding only these is skipped.
@@ -154,10 +149,8 @@ _BULK_MARKERS = (
 
 
 def _keys_in(text: str) -> set[str]:
-    out: set[str] = set()
-    for a, b in _KEY_RE.findall(text):
-        out.add(a or b)
-    return out
+    # the one rank-key function (SGLang tags of any kind, vLLM/Ray prefixes, [rankN]:)
+    return rank_keys(text)
 
 
 def _blocks(data: bytes, lo: int, hi: int) -> list[tuple[int, int]]:
