@@ -16,6 +16,7 @@ from diag.commands import analyze as analyze_cmd
 from diag.commands import bundle as bundle_cmd
 from diag.commands import rules as rules_cmd
 from diag.commands import snapshot as snapshot_cmd
+from diag.commands import watch as watch_cmd
 from diag.errors import DiagError
 
 __all__ = ["COMMANDS", "app", "main"]
@@ -28,7 +29,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-COMMANDS = (analyze_cmd, snapshot_cmd, bundle_cmd, rules_cmd)
+COMMANDS = (analyze_cmd, snapshot_cmd, bundle_cmd, rules_cmd, watch_cmd)
 for _command in COMMANDS:
     _command.register(app)
 

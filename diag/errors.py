@@ -11,6 +11,7 @@ __all__ = [
     "EXIT_CLEAN",
     "EXIT_FINDINGS",
     "EXIT_PARTIAL",
+    "EXIT_STALLED",
     "EXIT_USAGE",
     "BundleError",
     "DiagError",
@@ -24,6 +25,7 @@ EXIT_CLEAN = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_PARTIAL = 3
+EXIT_STALLED = 4  # diag watch --exit-on-stall, diag probe: a rank made no progress in budget
 
 
 class DiagError(Exception):

@@ -16,9 +16,9 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import IO, Protocol
 
-__all__ = ["RunResult", "Runner", "SubprocessRunner"]
+__all__ = ["RunResult", "Runner", "SubprocessRunner", "spawn_group"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,3 +92,19 @@ class SubprocessRunner:
             err.decode("utf-8", "replace"),
             time.monotonic() - start,
         )
+
+
+def spawn_group(
+    argv: Sequence[str], *, stdout: IO[bytes], env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a long-running program (``diag watch -- CMD``) in its own session and process
+    group, stdout and stderr combined into ``stdout`` (a file), stdin closed. The caller
+    owns it: it forwards signals with ``os.killpg`` and reaps it."""
+    return subprocess.Popen(
+        list(argv),
+        stdout=stdout,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        env=dict(env) if env is not None else None,
+    )
