@@ -43,8 +43,11 @@ __all__ = [
     "HOST_HINT_WORDS",
     "MASK_PREFIX",
     "Redactor",
+    "SHAPE_HINT_RE",
+    "WRAP_TAIL_RE",
     "is_secret_env_name",
     "is_secret_name",
+    "looks_like_token",
 ]
 
 MASK_PREFIX = "<redacted"
@@ -71,7 +74,7 @@ _SECRET_WORDS = frozenset(
     }
 )
 # Substrings that make an environment variable name secret (the issue's rule).
-_SECRET_ENV_PARTS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+_SECRET_ENV_PARTS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
 
 _WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
 _ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*\Z")
@@ -99,7 +102,11 @@ HINT_WORDS: tuple[str, ...] = (
     "hf_", "sk-", "akia", "asia", "agpa", "aida", "aroa", "ghp_", "gho_", "ghu_", "ghs_",
     "ghr_", "github_pat", "bearer", "auth", "://", "token", "key", "secret", "passw",
     "passphrase", "credential", "cookie", "eyj", "aiza", "xox", "private key-----",
+    "npm_", "ya29.", "sig=", "glpat-", "k_live_",
 )  # fmt: skip
+# Secrets with no word to find them by (a bare AWS secret access key: 40 characters of
+# base64) are found by shape; the polars prefilter uses the loose form, text() the strict.
+SHAPE_HINT_RE = r"[A-Za-z0-9/+]{40}"
 # With redact_hosts: a line may name a host or address (or a context hosts are learned in).
 HOST_HINT_WORDS: tuple[str, ...] = ("://", "host", "node", "addr")
 HOST_HINT_RE = r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}|::|(?:[0-9A-Fa-f]{1,4}:){5}|:\d+:\d+ \["
@@ -108,11 +115,11 @@ _HOST_HINT = re.compile(HOST_HINT_RE)
 
 def _has_hint(text: str) -> bool:
     low = text.lower()
-    return any(word in low for word in HINT_WORDS)
+    return any(word in low for word in HINT_WORDS) or _AWS_SECRET.search(text) is not None
 
 
 _URL_PASSWORD = re.compile(
-    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s'\"]+:)(?P<val>[^@/\s'\"]+)(?P<tail>@)"
+    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s'\"]*:)(?P<val>[^@/\s'\"]+)(?P<tail>@)"
 )
 _AUTH_HEADER = re.compile(
     r"(?P<head>(?i:\b(?:proxy-)?authorization)['\"]?\s*[:=]\s*['\"]?"
@@ -144,6 +151,10 @@ _TOKENS: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = (
         ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
     ),
     ("google_api_key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}"), ("AIza",)),
+    ("gcp_oauth_token", re.compile(r"\bya29\.[0-9A-Za-z_-]{20,}"), ("ya29.",)),
+    ("npm_token", re.compile(r"\bnpm_[A-Za-z0-9]{30,}"), ("npm_",)),
+    ("gitlab_token", re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"), ("glpat-",)),
+    ("stripe_key", re.compile(r"\b[sr]k_live_[0-9A-Za-z]{20,}"), ("k_live_",)),
     ("slack_token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), ("xox",)),
     (
         "jwt",
@@ -151,6 +162,67 @@ _TOKENS: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = (
         ("eyJ",),
     ),
 )
+# A bare AWS secret access key: 40 characters of base64 with upper, lower and digits
+# (a git sha is hex: lower case only), not part of a longer run.
+_AWS_SECRET = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+# Azure SAS: the signature of a shared access signature URL (``...&sig=BASE64%3D``)
+_SAS_SIG = re.compile(r"(?P<head>(?i:[?&;\s'\"]sig=))(?P<val>[A-Za-z0-9%/+=]{16,})")
+# A token cut by a hard wrap: its known prefix and a start at the end of one line, the
+# rest at the start of the next. The tail must look random (mixed case or digits).
+_TOKEN_PREFIX = (
+    r"(?:hf_|sk-ant-|sk-|gh[pousr]_|github_pat_|AKIA|ASIA|AIza|xox[abposr]-|eyJ|npm_|ya29\.)"
+)
+_WRAP_TAIL = re.compile(
+    rf"(?<![A-Za-z0-9_])(?P<tok>{_TOKEN_PREFIX}(?P<rest>[A-Za-z0-9_.+/=-]{{4,}}))\s*$"
+)
+_WRAP_HEAD = re.compile(r"^[A-Za-z0-9_.+/=-]{1,200}")
+_WRAPPED = re.compile(
+    rf"(?<![A-Za-z0-9_])(?P<tok>{_TOKEN_PREFIX}[A-Za-z0-9_.+/=-]{{4,}})[ \t]*\r?\n"
+    r"(?P<head>[A-Za-z0-9_.+/=-]{1,200})"
+)
+WRAP_TAIL_RE = rf"{_TOKEN_PREFIX}[A-Za-z0-9_.+/=-]{{4,}}\s*$"
+
+
+def _random_looking(text: str) -> bool:
+    """Mixed case, or letters and digits: the tail of a token, not a word like hf_transfer."""
+    upper = any(c.isupper() for c in text)
+    lower = any(c.islower() for c in text)
+    digit = any(c.isdigit() for c in text)
+    return (upper and lower) or ((upper or lower) and digit)
+
+
+def _aws_secret_like(text: str) -> bool:
+    return (
+        any(c.isupper() for c in text)
+        and any(c.islower() for c in text)
+        and any(c.isdigit() for c in text)
+    )
+
+
+_ALNUM_RUN = re.compile(r"[A-Za-z0-9]{16,}")
+_TOKEN_CHARS = re.compile(r"[A-Za-z0-9_.+=~:-]{16,}")
+_HEX_RUN = re.compile(r"[0-9a-fA-F]{32,}")
+
+
+def looks_like_token(value: str) -> bool:
+    """An environment value that is a credential by its shape whatever the variable is
+    called: a known token form, or one unbroken random-looking run of 16+ characters."""
+    v = value.strip().strip("'\"")
+    if not v or " " in v or "/" in v or not _TOKEN_CHARS.fullmatch(v):
+        return bool(v) and any(
+            any(n in v for n in needles) and pat.search(v) for _k, pat, needles in _TOKENS
+        )
+    if any(any(n in v for n in needles) and pat.search(v) for _k, pat, needles in _TOKENS):
+        return True
+    if _HEX_RUN.search(v):
+        return True
+    return any(
+        any(c.isupper() for c in run) and any(c.islower() for c in run)
+        and any(c.isdigit() for c in run)
+        for run in _ALNUM_RUN.findall(v)
+    )
+
+
 _SECRET_WORD_RE = re.compile(_SECRET_WORD)
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 # A field at a known position: quote, name, operator, value. Fields read
@@ -175,7 +247,7 @@ _PEM_BLOCK = re.compile(
     r"PRIVATE KEY-----|\Z)",
     re.S,
 )
-_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?[%A-Za-z]{0,3}")
+_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?[%A-Za-z]{0,3}\.?")  # (a count ending a sentence)
 _NOT_SECRET_VALUES = frozenset({"", "None", "none", "null", "True", "False", "true", "false"})
 
 # Hosts and addresses (only with redact_hosts).
@@ -240,6 +312,8 @@ class Redactor:
         self._host_re: re.Pattern[str] | None = None
         self._pem_open = False  # (stream mode) inside a private key block
         self._pem_hint_open = False
+        self._wrap_open = False  # (stream mode) the last line ended in a cut token
+        self._wrap_hint_open = False
         if redact_hosts:
             try:
                 local = socket.gethostname()
@@ -407,8 +481,20 @@ class Redactor:
                 self._counts["private_key"] += 1
                 return text
             text = _PEM_BLOCK.sub(self._pem_sub, text)
+        tail_cut = False
+        if stream:
+            if self._wrap_open:  # the rest of a token the previous line's wrap cut
+                head = _WRAP_HEAD.match(text)
+                if head is not None:
+                    text = self._hit("wrapped_token") + text[head.end() :]
+            tail = _WRAP_TAIL.search(text)
+            tail_cut = tail is not None and _random_looking(tail.group("rest"))
+            self._wrap_open = tail_cut
+        elif "\n" in text and _WRAPPED.search(text) is not None:
+            text = _WRAPPED.sub(self._wrapped_sub, text)
         low = text.lower()
-        if any(word in low for word in HINT_WORDS):
+        shaped = _AWS_SECRET.search(text) is not None
+        if shaped or any(word in low for word in HINT_WORDS):
             if "://" in text:
                 text = _URL_PASSWORD.sub(self._url_sub, text)
             if "authorization" in low:
@@ -421,6 +507,15 @@ class Redactor:
             for kind, pattern, needles in _TOKENS:
                 if any(needle in text for needle in needles):
                     text = pattern.sub(self._token_sub(kind), text)
+            if "sig=" in low:
+                text = _SAS_SIG.sub(self._sas_sub, text)
+            if shaped:
+                text = _AWS_SECRET.sub(self._aws_secret_sub, text)
+        if tail_cut:
+            tail = _WRAP_TAIL.search(text)
+            if tail is not None and not _is_mask(tail.group("tok")):
+                mask = self._hit("wrapped_token")
+                text = text[: tail.start("tok")] + mask + text[tail.end("tok") :]
         if self.redact_hosts:
             if learn:
                 self.learn_hosts(text)
@@ -469,6 +564,15 @@ class Redactor:
         if not lines:
             return []
         flags = self._hints(lines)
+        if stream:
+            # the line after one that ends in a cut token holds the token's rest
+            tails = self._tails(lines)
+            if self._wrap_hint_open:
+                flags[0] = True
+            for i, tail in enumerate(tails[:-1]):
+                if tail:
+                    flags[i + 1] = True
+            self._wrap_hint_open = tails[-1]
         if stream and (self._pem_hint_open or any(b"PRIVATE KEY-----" in line for line in lines)):
             for i, line in enumerate(lines):
                 if self._pem_hint_open:
@@ -480,12 +584,20 @@ class Redactor:
                     self._pem_hint_open = b"-----END" not in line
         return flags
 
+    @staticmethod
+    def _tails(lines: Sequence[bytes]) -> list[bool]:
+        import polars as pl
+
+        series = pl.Series([line.decode("utf-8", "replace") for line in lines], dtype=pl.Utf8)
+        return [bool(hit) for hit in series.str.contains(WRAP_TAIL_RE).to_list()]
+
     def _hints(self, lines: Sequence[bytes]) -> list[bool]:
         import polars as pl
 
         # (invalid UTF-8 becomes U+FFFD here: the hint words are ASCII, so none is lost)
         series = pl.Series([line.decode("utf-8", "replace") for line in lines], dtype=pl.Utf8)
         mask = series.str.contains_any(list(HINT_WORDS), ascii_case_insensitive=True)
+        mask = mask | series.str.contains(SHAPE_HINT_RE)
         if self.redact_hosts:
             words = [*HOST_HINT_WORDS, *sorted(self._hosts)]
             mask = (
@@ -495,6 +607,20 @@ class Redactor:
             )
         return [bool(hit) for hit in mask.to_list()]
 
+    def _wrapped_sub(self, match: re.Match[str]) -> str:
+        if not _random_looking(match.group("tok")[4:] + match.group("head")):
+            return match.group(0)
+        mask = self._hit("wrapped_token")
+        return mask + match.string[match.end("tok") : match.start("head")] + mask
+
+    def _sas_sub(self, match: re.Match[str]) -> str:
+        return match.group("head") + self._hit("azure_sas")
+
+    def _aws_secret_sub(self, match: re.Match[str]) -> str:
+        if not _aws_secret_like(match.group(0)):
+            return match.group(0)
+        return self._hit("aws_secret_key")
+
     def _pem_sub(self, match: re.Match[str]) -> str:
         return match.group("head") + self._hit("private_key") + match.group("tail")
 
@@ -502,6 +628,8 @@ class Redactor:
         """The log being streamed ended: forget any open private key block."""
         self._pem_open = False
         self._pem_hint_open = False
+        self._wrap_open = False
+        self._wrap_hint_open = False
 
     def _token_sub(self, kind: str) -> Callable[[re.Match[str]], str]:
         def sub(_match: re.Match[str]) -> str:
@@ -549,7 +677,9 @@ class Redactor:
                 continue
             if "=" in arg and not arg.startswith("-"):
                 name, _, value = arg.partition("=")
-                if _ENV_NAME.match(name) and is_secret_env_name(name) and value:
+                if _ENV_NAME.match(name) and value and (
+                    is_secret_env_name(name) or looks_like_token(value)
+                ):
                     out.append(f"{name}={self._hit('env')}")
                     continue
             out.append(self.text(arg))
@@ -559,7 +689,7 @@ class Redactor:
         """Redact environment variables: secret names masked whole, others as text."""
         out: dict[str, str] = {}
         for name, value in env.items():
-            if is_secret_env_name(name) and value:
+            if value and (is_secret_env_name(name) or looks_like_token(value)):
                 out[self.text(name)] = self._hit("env")
             else:
                 out[self.text(name)] = self.text(value)
