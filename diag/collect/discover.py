@@ -22,6 +22,7 @@ from pathlib import Path
 from diag.collect.procfs import list_pids, read_cmdline, read_environ, read_stat
 from diag.errors import InputError
 from diag.model import RankId, Unavailable
+from diag.parse.coords import parse_name
 
 __all__ = [
     "DEFAULT_PORTS",
@@ -40,7 +41,6 @@ __all__ = [
 
 DEFAULT_PORTS = {"sglang": 30000, "vllm": 8000}
 
-_COORD = re.compile(r"(?:^|_)(DP|PP|TP|EP)(\d+)(?=_|$)")
 _SGLANG_ROLES = (
     ("scheduler", "scheduler"),
     ("semi_pd_scheduler", "scheduler"),
@@ -89,12 +89,14 @@ class Discovery:
 
 
 def rank_from_title(title: str) -> RankId | None:
-    """``sglang::scheduler_DP0_TP3_EP3`` -> RankId(dp=0, tp=3, ep=3); None without coords."""
-    head = title.split("::", 1)[-1]
-    found = {k.lower(): int(v) for k, v in _COORD.findall(head)}
-    if not found:
+    """``sglang::scheduler_DP0_TP3_EP3`` -> RankId(dp=0, tp=3, ep=3); None without coords
+    (:func:`diag.parse.coords.parse_name`; ``VLLM::EngineCore_DP1`` is its DP replica)."""
+    c = parse_name(title)
+    if c is None:
         return None
-    return RankId(dp=found.get("dp"), pp=found.get("pp"), tp=found.get("tp"), ep=found.get("ep"))
+    if c.replica:
+        return RankId(dp=c.dp)
+    return c.rank()
 
 
 def classify(title: str) -> tuple[str, str] | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from diag.model import RankId, StackFrame
+from diag.parse import coords
 
 __all__ = [
     "is_address",
@@ -100,32 +101,11 @@ def make_frame(name: str, where: str, *, module: str | None = None) -> StackFram
     return StackFrame(name=name, filename=filename, line=line, module=module, native=native)
 
 
-_TITLE_COORD = re.compile(r"(?:^|[\s_:\[(])(DP|PP|TP|EP|NP)(\d+)(?=$|[\s_\]),])")
-_RANK_EQ = re.compile(r"\brank[= ](\d+)\b|\[rank(\d+)\]")
-
-
 def rank_from_title(title: str | None) -> RankId | None:
     """Rank coordinates named by a process title or a log prefix; None when it names none.
 
     ``sglang::scheduler_DP0_PP1_TP3_EP3`` -> DP0 PP1 TP3 EP3; ``VLLM::Worker_TP1`` -> TP1;
     ``VllmWorker rank=3`` and ``[rank3]`` (a global rank) -> TP3, which holds where the job
-    is tensor-parallel only; ``NP1`` (SGLang's node rank) -> node "1"."""
-    if not title:
-        return None
-    coords: dict[str, int] = {}
-    for key, value in _TITLE_COORD.findall(title):
-        coords.setdefault(key, int(value))
-    if "TP" not in coords:
-        m = _RANK_EQ.search(title)
-        if m:
-            coords["TP"] = int(m.group(1) or m.group(2))
-    if not coords:
-        return None
-    node = coords.get("NP")
-    return RankId(
-        node=None if node is None else str(node),
-        dp=coords.get("DP"),
-        pp=coords.get("PP"),
-        tp=coords.get("TP"),
-        ep=coords.get("EP"),
-    )
+    is tensor-parallel only; ``NP1`` (SGLang's node rank) -> node "1". The one parser:
+    :func:`diag.parse.coords.rank_from_title`."""
+    return coords.rank_from_title(title)

@@ -34,6 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from diag.model import RankId, Record, StackFrame, StackProcess, StackThread
+from diag.parse.coords import TAGS_RE_SRC, Coords, match_proc_prefix, match_torch_rank, parse_tags
+from diag.parse.unwrap import SourceUnwrapper, unwrap_line
 from diag.stacks.classify import classified
 from diag.stacks.frames import make_frame, rank_from_title, split_pyspy_frame
 from diag.stacks.merge import merge_samples
@@ -42,14 +44,11 @@ from diag.stacks.pyspy_json import parse_pyspy_json
 __all__ = ["extract_stack_processes", "parse_stack_text", "records_from_text"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_TORCH_RANK = re.compile(r"^\[rank(\d+)\]:\s?")
-_PROC_PREFIX = re.compile(
-    r"^\((?P<name>[A-Za-z][\w:.\-]*(?: rank=\d+)?) pid=(?P<pid>\d+)"
-    r"(?:, ip=[0-9a-fA-F.:]+)?\)\s?"
-)
+# SGLang's log prefix before an embedded dump line: "[2026-07-14 08:34:44 TP3] "
 _SGLANG_PREFIX = re.compile(
-    r"^\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?"
-    r"(?P<coords>(?: [A-Z_]+\d+)*)\]\s?"
+    r"^\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?"
+    r"(?P<coords>" + TAGS_RE_SRC + r")?\]\s?",
+    re.A,
 )
 
 _WATCHDOG = re.compile(r"Pyspy dump for PID (\d+)(?: \(([^)]*)\))?")
@@ -102,28 +101,37 @@ class _Line:
 
 
 def _split_prefixes(text: str) -> tuple[str, str, RankId | None, str | None]:
-    """(rest, channel, rank, title hint) of one line after its per-line prefixes."""
+    """(rest, channel, rank, title hint) of one line after its wrappers
+    (:func:`diag.parse.unwrap.unwrap_line`: compose service names, container stamps ...)
+    and its per-line process prefixes (:mod:`diag.parse.coords`)."""
     channel = ""
     rank: RankId | None = None
     title: str | None = None
+    if text[:1] not in (" ", "\t", ""):
+        text, _ = unwrap_line(text)
+    outer: Coords | None = None
     for _ in range(3):
-        m = _PROC_PREFIX.match(text)
-        if m:
-            channel += f"pid{m.group('pid')}/"
-            title = m.group("name")
-            rank = rank_from_title(title) or rank
-            text = text[m.end() :]
+        pp = match_proc_prefix(text)
+        if pp is not None:
+            channel += f"pid{pp.pid}/"
+            # the prefix's own words ("VllmWorker rank=3") name the process
+            title = text[1 : pp.end].rsplit("pid=", 1)[0].strip() or title
+            coords = pp.coords.under(outer) if pp.coords is not None else outer
+            rank = (coords.rank() if coords is not None else None) or rank
+            outer = coords
+            text = text[pp.end :]
             continue
-        m = _TORCH_RANK.match(text)
-        if m:
-            channel += f"rank{m.group(1)}/"
-            rank = rank or RankId(tp=int(m.group(1)))
-            text = text[m.end() :]
+        tr = match_torch_rank(text)
+        if tr is not None:
+            channel += f"rank{tr[0]}/"
+            rank = rank or RankId(tp=tr[0])
+            text = text[tr[1] :]
             continue
         break
     m = _SGLANG_PREFIX.match(text)
     if m:
-        rank = rank_from_title(m.group("coords")) or rank
+        c = parse_tags(m.group("coords") or "")
+        rank = (c.rank() if c is not None else None) or rank
         text = text[m.end() :]
     return text, channel, rank, title
 
@@ -172,8 +180,8 @@ class _Proc:
                     thread_id=t.tid,
                     name=t.name,
                     frames=frames,
-                    idle=None if t.status is None else t.status == "idle",
-                    owns_gil=None if t.status is None else "gil" in t.status,
+                    idle=_idle(t.status),
+                    owns_gil=None if t.status is None else "gil" in t.status.split("+"),
                 )
             )
         rank = rank_from_title(self.title) or self.rank
@@ -202,6 +210,18 @@ class _Proc:
                 line=self.line,
             )
         )
+
+
+def _idle(status: str | None) -> bool | None:
+    """py-spy's thread state: ``idle``, ``active``, ``active+gil``, ``idle+gil``, ``gil``."""
+    if status is None:
+        return None
+    parts = status.split("+")
+    if "idle" in parts:
+        return True
+    if "active" in parts:
+        return False
+    return None
 
 
 def _failure_outcome(error: str) -> str:
@@ -586,10 +606,15 @@ def extract_stack_processes(records: Sequence[Record]) -> list[StackProcess]:
 
 
 def records_from_text(text: str, *, source: str = "<text>") -> list[Record]:
-    """One plain record per line: how a standalone dump file arrives without a log parser."""
+    """One plain record per line: how a standalone dump file arrives without a log parser
+    (a gutter the whole text carries, such as a markdown quote, removed)."""
+    lines = text.splitlines()
+    unwrapper = SourceUnwrapper(lines[:60])
+    if unwrapper.gutters:  # a quoted or line-numbered paste: the gutter off every line
+        lines = [unwrapper.strip_gutters(line)[0] for line in lines]
     return [
         Record(source=source, line=i, message=line, raw=line)
-        for i, line in enumerate(text.splitlines(), start=1)
+        for i, line in enumerate(lines, start=1)
     ]
 
 
