@@ -6,12 +6,16 @@ import pytest
 
 from diag.model import STACK_SITES, StackFrame, StackProcess, StackThread
 from diag.stacks.classify import (
+    NATIVE_CALL_RULE,
     RULES,
     apply_gpu_facts,
+    classified,
     classify_frames,
     classify_process,
+    classify_thread_rule,
     classify_wchan,
     is_helper_thread,
+    is_pass_through,
     pick_thread,
 )
 from diag.stacks.frames import make_frame, rank_from_title, split_pyspy_frame
@@ -76,8 +80,7 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         "stack.dist_init",
         (
             "StatelessProcessGroup.broadcast_obj (vllm/distributed/utils.py:160)",
-            "PyNcclCommunicator.__init__"
-            " (vllm/distributed/device_communicators/pynccl.py:99)",
+            "PyNcclCommunicator.__init__ (vllm/distributed/device_communicators/pynccl.py:99)",
         ),
     ),
     (
@@ -294,6 +297,14 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         ("aot_stage2_compile (torch/_functorch/_aot_autograd/graph_compile.py:364)",),
     ),
     (
+        "fx-symbolic-compile",
+        "stack.jit_compile",
+        (
+            "ShapeEnv.evaluate_expr (torch/fx/experimental/symbolic_shapes.py:7000)",
+            "InstructionTranslatorBase.step (torch/_dynamo/symbolic_convert.py:1300)",
+        ),
+    ),
+    (
         "vllm-compilation",
         "stack.jit_compile",
         ("VllmBackend.__call__ (vllm/compilation/backends.py:600)",),
@@ -330,6 +341,11 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         ),
     ),
     ("model-load-weights", "stack.weights_io", ("LlamaForCausalLM.load_weights (llama.py:706)",)),
+    (
+        "weights-readers",
+        "stack.weights_io",
+        ("GGUFReader._build_tensors (gguf/gguf_reader.py:300)",),
+    ),
     ("torch-load", "stack.weights_io", ("load (torch/serialization.py:1300)",)),
     (
         "hf-download",
@@ -688,3 +704,222 @@ def test_rank_from_title_none(title: str | None) -> None:
 )
 def test_classify_wchan(wchan: str | None, site: str | None) -> None:
     assert classify_wchan(wchan) == site
+
+
+# ---------------------------------------------------------------------------------------
+# Thread state (py-spy's active / idle / holds the GIL) and the calling frames
+
+
+def _state_thread(
+    lines: tuple[str, ...], *, idle: bool | None, gil: bool | None, tid: int = 1
+) -> StackThread:
+    return StackThread(
+        thread_id=tid, name="MainThread", frames=frames(*lines), idle=idle, owns_gil=gil
+    )
+
+
+# An SGLang scheduler in its decode bookkeeping (a `.tolist()` of the sampled ids) and a
+# vLLM worker in the model forward: Python frames only, nothing a frame rule names.
+SCHEDULER_TOLIST = (
+    "Scheduler.process_batch_result_decode (scheduler_output_processor_mixin.py:250)",
+    "Scheduler.process_batch_result (scheduler.py:1800)",
+    "Scheduler.event_loop_normal (scheduler.py:960)",
+    "run_scheduler_process (scheduler.py:2769)",
+)
+WORKER_FORWARD = (
+    "_wrapped_call_impl (torch/nn/modules/module.py:1773)",
+    "LlamaModel.forward (vllm/model_executor/models/llama.py:380)",
+    "GPUModelRunner.execute_model (vllm/v1/worker/gpu_model_runner.py:1500)",
+    "Worker.execute_model (vllm/v1/worker/gpu_worker.py:300)",
+    "WorkerProc.worker_busy_loop (vllm/v1/executor/multiproc_executor.py:1041)",
+)
+
+
+@pytest.mark.parametrize("lines", [SCHEDULER_TOLIST, WORKER_FORWARD], ids=["sglang", "vllm"])
+def test_active_without_the_gil_in_a_serving_worker_is_a_cuda_sync(lines: tuple[str, ...]) -> None:
+    assert classify_frames(frames(*lines)) == (None, None)  # the frames alone say nothing
+    site, rule = classify_thread_rule(_state_thread(lines, idle=False, gil=False))
+    assert (site, rule) == ("stack.cuda_sync", NATIVE_CALL_RULE)
+    # running Python (holds the GIL) or blocked in a syscall (idle): no site is invented
+    assert classify_thread_rule(_state_thread(lines, idle=False, gil=True)) == (None, None)
+    assert classify_thread_rule(_state_thread(lines, idle=True, gil=False)) == (None, None)
+    # no state: a faulthandler/pystack dump shows where it sits, a traceback does not
+    unknown = _state_thread(lines, idle=None, gil=None)
+    assert classify_thread_rule(unknown, "faulthandler")[0] == "stack.cuda_sync"
+    assert classify_thread_rule(unknown, "traceback") == (None, None)
+    assert classify_thread_rule(unknown, "text") == (None, None)
+
+
+def test_active_without_the_gil_outside_a_serving_worker_or_with_native_frames() -> None:
+    # a user script's native call: not a serving worker, no site
+    script = ("worker (gpu_probe.py:56)", "<module> (<string>:1)")
+    assert classify_thread_rule(_state_thread(script, idle=False, gil=False)) == (None, None)
+    # --native frames are shown: they decide (here nothing names them), not the state
+    native = ("at::native::foo (libtorch_cpu.so)", *SCHEDULER_TOLIST)
+    assert classify_thread_rule(_state_thread(native, idle=False, gil=False)) == (None, None)
+    # a frame rule decides before the state does
+    queue_wait = ("Queue.get (queue.py:171)", *SCHEDULER_TOLIST)
+    got = classify_thread_rule(_state_thread(queue_wait, idle=False, gil=False))
+    assert got[0] == "stack.ipc_wait" and got[1] is not NATIVE_CALL_RULE
+
+
+def test_overlap_forward_thread_in_a_native_call_outranks_the_waiting_main_thread() -> None:
+    main = StackThread(
+        thread_id=10,
+        name="MainThread",
+        frames=frames(
+            "Condition.wait (threading.py:327)",
+            "Queue.get (queue.py:171)",
+            "Scheduler.event_loop_overlap (scheduler.py:1)",
+        ),
+        idle=True,
+        owns_gil=False,
+    )
+    forward = StackThread(
+        thread_id=11,
+        name="Thread-2 (forward_thread_func)",
+        frames=frames(
+            "ModelRunner.forward_decode (model_runner.py:1700)",
+            "TpModelWorker.forward_batch_generation (tp_worker.py:251)",
+            "TpModelWorkerClient.forward_thread_func_ (tp_worker_overlap_thread.py:140)",
+        ),
+        idle=False,
+        owns_gil=False,
+    )
+    assert classify_process(StackProcess(pid=10, title=None, threads=(main, forward))) == (
+        "stack.cuda_sync",
+        11,
+    )
+
+
+def _helper(tid: int, name: str, idle: bool | None = True) -> StackThread:
+    return StackThread(
+        thread_id=tid,
+        name=name,
+        frames=frames("Condition.wait (threading.py:331)", "TMonitor.run (tqdm/_monitor.py:69)"),
+        idle=idle,
+        owns_gil=False,
+    )
+
+
+def test_a_whole_dump_of_idle_helper_threads_is_an_idle_loop() -> None:
+    empty_main = StackThread(thread_id=7, name="MainThread", frames=(), idle=True, owns_gil=False)
+    whole = StackProcess(
+        pid=7, title="sglang::scheduler", threads=(empty_main, _helper(8, "tqdm_monitor"))
+    )
+    assert classify_process(whole) == ("stack.idle_loop", None)
+    assert classified(whole).wait_site == "stack.idle_loop"
+    # a fragment (no header: no pid) may have lost its main thread: nothing to say
+    fragment = StackProcess(pid=None, title=None, threads=(_helper(8, "tqdm_monitor"),))
+    assert classify_process(fragment) == (None, None)
+    # a helper that py-spy shows active is doing something: no idle claim
+    busy = StackProcess(pid=7, title=None, threads=(_helper(8, "tqdm_monitor", idle=False),))
+    assert classify_process(busy) == (None, None)
+    # states unknown (faulthandler): no idle claim either
+    unknown = StackProcess(pid=7, title=None, threads=(_helper(8, "tqdm_monitor", idle=None),))
+    assert classify_process(unknown) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("site", "lines"),
+    [
+        # a generic wait inside a collective: the collective names it
+        (
+            "stack.nccl_collective",
+            (
+                "wait (threading.py:359)",
+                "barrier (torch/distributed/distributed_c10d.py:4800)",
+                "GroupCoordinator.barrier (vllm/distributed/parallel_state.py:1000)",
+            ),
+        ),
+        (
+            "stack.nccl_collective",
+            (
+                "recv (zmq/sugar/socket.py:800)",
+                "broadcast_object_list (torch/distributed/distributed_c10d.py:3400)",
+            ),
+        ),
+        # a zmq recv inside vLLM's MessageQueue with no serving loop around it: IPC
+        (
+            "stack.ipc_wait",
+            (
+                "recv (zmq/sugar/socket.py:800)",
+                "recv (vllm/distributed/device_communicators/shm_broadcast.py:802)",
+                "dequeue (vllm/distributed/device_communicators/shm_broadcast.py:794)",
+                "collective_rpc (x.py:1)",
+            ),
+        ),
+        # a poll under an Inductor or Triton compile, or a C++ extension build
+        (
+            "stack.jit_compile",
+            (
+                "_PollLikeSelector.select (selectors.py:415)",
+                "Popen._communicate (subprocess.py:2115)",
+                "run (subprocess.py:550)",
+                "_build (triton/runtime/build.py:80)",
+            ),
+        ),
+        (
+            "stack.jit_compile",
+            ("poll (libc.so.6)", "AsyncCompile.wait (torch/_inductor/async_compile.py:400)"),
+        ),
+        # a generic op dispatch in front of a kernel wrapper: the wrapper decides
+        (
+            "stack.cuda_sync",
+            (
+                "OpOverload.__call__ (torch/_ops.py:875)",
+                "moe_align_block_size (sgl_kernel/moe.py:40)",
+                "fused_experts (layers/moe/fused_moe.py:900)",
+            ),
+        ),
+        # the Ray worker waiting for tasks vs the driver waiting for results
+        (
+            "stack.idle_loop",
+            ("main_loop (ray/_private/worker.py:900)", "<module> (default_worker.py:1)"),
+        ),
+        ("stack.ipc_wait", ("get (ray/_private/worker.py:2700)", "_run_workers (x.py:1)")),
+        # the P2P probe's child process: a subprocess wait, not a collective
+        (
+            "stack.ipc_wait",
+            (
+                "Popen.communicate (subprocess.py:1209)",
+                "run (subprocess.py:550)",
+                "gpu_p2p_access_check"
+                " (vllm/distributed/device_communicators/custom_all_reduce_utils.py:240)",
+            ),
+        ),
+    ],
+)
+def test_the_caller_decides_where_the_innermost_frame_is_generic(
+    site: str, lines: tuple[str, ...]
+) -> None:
+    assert classify_frames(frames(*lines))[0] == site
+
+
+def test_pass_through_wrappers_keep_a_leaf_rule_in_charge() -> None:
+    wrapped = frames(
+        "OpOverload.__call__ (torch/_ops.py:875)",
+        "decorate_context (torch/utils/_contextlib.py:120)",
+        "sample (sgl_kernel/sampling.py:80)",
+    )
+    assert [is_pass_through(f) for f in wrapped] == [True, True, False]
+    assert classify_frames(wrapped)[0] == "stack.cuda_sync"
+    # a frame of real work in between closes the chain: the kernel wrapper is not a leaf
+    work = frames("Sampler.forward (layers/sampler.py:90)", "sample (sgl_kernel/sampling.py:80)")
+    assert classify_frames(work) == (None, None)
+
+
+def test_unsymbolised_frames_count_only_in_gpu_libraries() -> None:
+    libc = frames("0x7f259f401d71 (libc.so.6)", "worker (probe.py:5)")
+    assert classify_frames(libc) == (None, None)
+    cuda = frames(
+        "0x7f259f401d71 (libcuda.so.1)", "0x7f00112233 (libcuda.so.1)", "worker (probe.py:5)"
+    )
+    got, rule = classify_frames(cuda)
+    assert (got, rule and rule.id) == ("stack.cuda_sync", "gpu-runtime-unsymbolised")
+    # a named frame further out still decides (a strong rule)
+    store = frames("0x7f259f401d71 (libcuda.so.1)", "c10d::TCPStore::doWait (libtorch_cpu.so)")
+    assert classify_frames(store)[0] == "stack.dist_init"
+    # the serving-worker rule needs Python frames only: an unsymbolised frame is native
+    t = StackThread(thread_id=1, name="MainThread", frames=libc, idle=False, owns_gil=False)
+    assert classify_thread_rule(t) == (None, None)

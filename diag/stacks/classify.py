@@ -15,13 +15,24 @@ native-only?) -> site. A thread's frames are read innermost first:
    broadcast over a MessageQueue is a collective). They decide only when no strong rule
    matches, and then the outermost weak frame of the innermost wait chain wins (the
    ``queue.get`` around the ``Condition.wait``, the ``_shutdown`` around the lock).
+   A frame that no rule names (a generic ``wait``, ``recv``, ``forward``) decides
+   nothing: its callers do. Pass-through wrappers (``OpOverload.__call__``,
+   ``Module._call_impl``, ``decorate_context``, a decorator's ``wrapper``) do not even
+   close the wait chain, so a leaf rule behind them still counts.
+3. the thread's state, where the frames say nothing (:func:`classify_thread_rule`):
+   py-spy shows it active without the GIL and its innermost frame is Python (no native
+   frames): it sits in a native call that released the GIL, and in a GPU serving worker
+   (model forward, sampler, scheduler or worker loop) that is a CUDA sync
+   (:data:`NATIVE_CALL_RULE`; a faulthandler or pystack dump, which has no state, is read
+   the same way).
 
 The thread that matters (:func:`pick_thread`) is the main thread unless another
 non-helper thread waits at a hard site (:data:`HARD_SITES`: a collective, a store, the
 GPU, a compile, the disk) while the main thread does not (the SGLang overlap scheduler's
 forward thread in an NCCL call while the main thread waits on it); helper threads (tqdm
-monitor, watchdogs, Inductor's pipe reader, queue feeders) are never chosen, and a
-process with only helper threads has no wait site.
+monitor, watchdogs, Inductor's pipe reader, queue feeders) are never chosen. A whole
+py-spy dump whose threads are all idle helpers is an idle loop (:data:`IDLE_PROCESS_RULE`);
+a fragment (no header, no pid) of helper threads has no wait site.
 
 :func:`apply_gpu_facts` (live) and :func:`classify_wchan` (no ptrace) add what a stack
 cannot say.
@@ -39,17 +50,23 @@ from diag.stacks.frames import is_address, normalise_path
 
 __all__ = [
     "HARD_SITES",
+    "IDLE_PROCESS_RULE",
+    "NATIVE_CALL_RULE",
     "RULES",
     "SiteRule",
     "WCHAN_RULES",
     "apply_gpu_facts",
+    "classified",
     "classify_frames",
     "classify_process",
     "classify_thread",
+    "classify_thread_rule",
     "classify_wchan",
-    "classified",
+    "in_native_call",
     "is_helper_thread",
     "is_main_thread",
+    "is_pass_through",
+    "is_serving_worker_stack",
     "pick_thread",
     "site_priority",
 ]
@@ -225,10 +242,12 @@ RULES: tuple[SiteRule, ...] = (
     SiteRule(
         "framework-comm-module",
         _NCCL,
-        file=r"(device_communicators/(custom_all_reduce|pynccl|cpu_communicator|"
+        file=r"(device_communicators/(custom_all_reduce(?!_utils)|pynccl|cpu_communicator|"
         r"quick_all_reduce|symm_mem|cuda_communicator|all2all|base_device_communicator|"
         r"pymscclpp|custom_all_reduce_ops)\w*\.py|parallel_utils/communication_op\.py|"
         r"distributed/communication_op\.py)$",
+        why="vLLM/SGLang device communicators (not custom_all_reduce_utils.py, whose P2P "
+        "probe waits on a child process)",
     ),
     SiteRule("pynccl-wrapper", _NCCL, file=r"pynccl\w*\.py$", name=r"^nccl|comm_window"),
     SiteRule(
@@ -312,7 +331,7 @@ RULES: tuple[SiteRule, ...] = (
         native=False,
         file=r"(flashinfer/(?!jit/|autotuner\.py$)|sgl_kernel/|vllm/_custom_ops\.py$|"
         r"deep_gemm/(?!jit/)|flash_attn/|vllm_flash_attn/|flash_mla/|sgl_kernel_npu/|"
-        r"aiter/(?!jit/)|triton_kernels/)",
+        r"aiter/(?!jit/)|triton_kernels/|triton/runtime/jit\.py$|torch/_tensor_str\.py$)",
         why="the innermost Python frame is a GPU-kernel wrapper: a thread stuck there is "
         "blocked in the CUDA runtime (a full launch queue or an implicit sync)",
     ),
@@ -345,19 +364,38 @@ RULES: tuple[SiteRule, ...] = (
     ),
     SiteRule("dynamo-aot-compile", _JIT, file=r"torch/_dynamo/", name=r"aot_compile"),
     SiteRule(
-        "aot-autograd-compile", _JIT, file=r"torch/_functorch/_aot_autograd/graph_compile\.py$"
+        "aot-autograd-compile",
+        _JIT,
+        file=r"torch/_functorch/(_aot_autograd/(?!runtime_wrappers|subclass_utils|utils\.py)|"
+        r"aot_autograd\.py$)",
+        why="AOTAutograd tracing and compiling a graph (not its runtime wrappers)",
+    ),
+    SiteRule(
+        "fx-symbolic-compile",
+        _JIT,
+        native=False,
+        file=r"torch/fx/experimental/(symbolic_shapes|proxy_tensor)\.py$|torch/fx/passes/|"
+        r"torch/_subclasses/fake_tensor\.py$|(^|/)sympy/",
+        why="shape reasoning and fake-tensor tracing: these run only while Dynamo/AOT "
+        "compile a graph",
     ),
     SiteRule(
         "vllm-compilation",
         _JIT,
-        file=r"vllm/compilation/(backends|compiler_interface|inductor_pass|pass_manager)\.py$",
+        file=r"vllm/compilation/(backends|compiler_interface|inductor_pass|pass_manager|"
+        r"vllm_inductor_pass|fix_functionalization|noop_elimination|sequence_parallelism|"
+        r"post_cleanup|\w*fusion\w*|passes/\w+)\.py$|"
+        r"srt/compilation/(backend|compiler_interface|inductor_pass|pass_manager|"
+        r"\w*fusion\w*|compile)\.py$",
+        why="vLLM's torch.compile backend and Inductor passes (vllm/compilation/, 0.6+); "
+        "SGLang's piecewise compile backend (sglang/srt/compilation/)",
     ),
     SiteRule("vllm-compile-wrapper", _JIT, file=r"vllm/compilation/wrapper\.py$", name=r"compile"),
     SiteRule(
         "triton-compile",
         _JIT,
         file=r"triton/(compiler/|backends/.*compiler\.py$|runtime/build\.py$|"
-        r"runtime/autotuner\.py$)",
+        r"runtime/autotuner\.py$|testing\.py$)",
     ),
     SiteRule(
         "kernel-jit",
@@ -389,6 +427,14 @@ RULES: tuple[SiteRule, ...] = (
     SiteRule("model-load-weights", _WEIGHTS, native=False, name=r"(^|\.)load_weights$"),
     SiteRule("torch-load", _WEIGHTS, file=r"torch/serialization\.py$"),
     SiteRule("hf-download", _WEIGHTS, file=r"huggingface_hub/|modelscope/hub/"),
+    SiteRule(
+        "weights-readers",
+        _WEIGHTS,
+        native=False,
+        file=r"(^|/)(fastsafetensors|runai_model_streamer|gguf|tensorizer|instanttensor)/",
+        why="other checkpoint readers vLLM/SGLang load with (fastsafetensors, Run:ai "
+        "streamer, GGUF, tensorizer)",
+    ),
     # --- IPC ---------------------------------------------------------------------------------
     SiteRule(
         "mp-connection",
@@ -739,15 +785,33 @@ def is_serving_worker_stack(frames: Sequence[StackFrame]) -> bool:
     return False
 
 
-def classify_thread_rule(thread: StackThread) -> tuple[str | None, SiteRule | None]:
+# Dump kinds that show a thread where it sits without saying whether it runs: a
+# faulthandler dump (a timeout's or a signal's) and pystack print every thread's Python
+# frames as they are; a thread of a hung worker whose innermost frame is framework Python
+# is in a native call there. (A Ctrl-C traceback is not: the interrupt lands between
+# bytecodes, after any native call returned.)
+_STATELESS_DUMPS = frozenset({"faulthandler", "pystack"})
+
+
+def in_native_call(thread: StackThread, mode: str | None = None) -> bool:
+    """The thread sits in a native call: py-spy shows it active without the GIL, or the
+    dump kind shows frames without a state (:data:`_STATELESS_DUMPS`)."""
+    if thread.idle is False and thread.owns_gil is False:
+        return True
+    return thread.idle is None and thread.owns_gil is None and mode in _STATELESS_DUMPS
+
+
+def classify_thread_rule(
+    thread: StackThread, mode: str | None = None
+) -> tuple[str | None, SiteRule | None]:
     """The wait site of one thread and the rule that decided it: the frames first
-    (:func:`classify_frames`), then its py-spy state (:data:`NATIVE_CALL_RULE`)."""
+    (:func:`classify_frames`), then its state (:data:`NATIVE_CALL_RULE`); ``mode`` is the
+    dump kind (``StackProcess.mode``)."""
     site, rule = classify_frames(thread.frames)
     if site is not None:
         return site, rule
-    in_native_call = thread.idle is False and thread.owns_gil is False
     if (
-        in_native_call
+        in_native_call(thread, mode)
         and thread.frames
         and not any(f.native for f in thread.frames)
         and is_serving_worker_stack(thread.frames)
@@ -756,8 +820,8 @@ def classify_thread_rule(thread: StackThread) -> tuple[str | None, SiteRule | No
     return None, None
 
 
-def classify_thread(thread: StackThread) -> str | None:
-    return classify_thread_rule(thread)[0]
+def classify_thread(thread: StackThread, mode: str | None = None) -> str | None:
+    return classify_thread_rule(thread, mode)[0]
 
 
 def is_main_thread(thread: StackThread, pid: int | None) -> bool:
@@ -797,12 +861,10 @@ def pick_thread(p: StackProcess) -> tuple[StackThread | None, str | None]:
     idle helper threads only is an idle loop with no thread that matters."""
     if not p.threads:
         return None, None
-    sites = [classify_thread(t) for t in p.threads]
-    candidates = [
-        i for i, t in enumerate(p.threads) if t.frames and not is_helper_thread(t)
-    ]
+    sites = [classify_thread(t, p.mode) for t in p.threads]
+    candidates = [i for i, t in enumerate(p.threads) if t.frames and not is_helper_thread(t)]
     if not candidates:
-        return None, (_IDLE if _all_idle_helpers(p) else None)
+        return None, (IDLE_PROCESS_RULE.site if _all_idle_helpers(p) else None)
     mains = [i for i in candidates if is_main_thread(p.threads[i], p.pid)]
 
     def key(i: int) -> tuple[int, int, int]:
@@ -893,9 +955,11 @@ def classify_wchan(wchan: str | None) -> str | None:
 
 
 def _check_table() -> None:
-    for rule in RULES:
+    for rule in (*RULES, NATIVE_CALL_RULE, IDLE_PROCESS_RULE):
         if rule.site not in STACK_SITES:
             raise ValueError(f"rule {rule.id}: unknown site {rule.site}")
+        if rule.unsymbolised and (rule.name is not None or rule.file is None):
+            raise ValueError(f"rule {rule.id}: an unsymbolised frame has only its library")
         for pattern in (rule.name, rule.file):
             if pattern is not None:
                 _compiled(pattern)
