@@ -18,6 +18,7 @@ from diag.commands import rules as rules_cmd
 from diag.commands import snapshot as snapshot_cmd
 from diag.commands import watch as watch_cmd
 from diag.errors import DiagError
+from diag.report.sanitize import markup_safe
 
 __all__ = ["COMMANDS", "app", "main"]
 
@@ -53,9 +54,12 @@ def main() -> None:
     try:
         app()  # standalone: usage errors print themselves and exit 2
     except DiagError as exc:
-        err.print(f"[bold red]diag: error:[/] {exc.message}", markup=True, soft_wrap=True)
+        # (the message may quote the input: shown through the sanitiser, markup escaped)
+        err.print(
+            f"[bold red]diag: error:[/] {markup_safe(exc.message)}", markup=True, soft_wrap=True
+        )
         if exc.help_text:
-            err.print(f"[dim]hint: {exc.help_text}[/]", soft_wrap=True)
+            err.print(f"[dim]hint: {markup_safe(exc.help_text)}[/]", soft_wrap=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err.print("diag: interrupted")

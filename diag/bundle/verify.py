@@ -4,6 +4,8 @@ Everything :func:`diag.bundle.read.read_bundle` checks (safe members, caps, sche
 version, sizes and sha256 of every member), plus: the members a bundle must have are
 there, every ``.json`` member parses, and every log excerpt's line index matches its
 excerpt. The result says what the bundle holds; any problem is a BundleError (exit 2).
+Every text of the report comes from the bundle, so it passes the terminal sanitiser
+(an escape sequence in a manifest field is shown, never run).
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from diag.bundle.read import DEFAULT_LIMITS, Limits, bundle_logs, read_bundle
 from diag.errors import BundleError
 from diag.limits import loads_json
+from diag.report.sanitize import visible
 
 __all__ = ["REQUIRED_MEMBERS", "VerifyReport", "verify_bundle"]
 
@@ -53,21 +57,33 @@ def verify_bundle(path: Path, *, limits: Limits = DEFAULT_LIMITS) -> VerifyRepor
     manifest = bundle.manifest
     entries = [e for e in manifest.get("logs", []) if isinstance(e, dict)]
     redactions = manifest.get("redactions", {})
+    summary = manifest.get("summary")
     return VerifyReport(
         path=path,
         schema=int(manifest["schema"]),
-        diag_version=str(manifest.get("diag_version", "?")),
-        created=str(manifest.get("created", "?")),
+        diag_version=visible(str(manifest.get("diag_version", "?"))),
+        created=visible(str(manifest.get("created", "?"))),
         members=len(bundle.members),
         bytes=sum(len(d) for d in bundle.members.values()),
-        logs=tuple(name for name, _data in logs),
-        cut_logs=tuple(str(e.get("member")) for e in entries if e.get("cut")),
+        logs=tuple(visible(name) for name, _data in logs),
+        cut_logs=tuple(visible(str(e.get("member"))) for e in entries if e.get("cut")),
         snapshot="snapshot.json" in bundle.members,
         analysis="analysis.json" in bundle.members,
-        summary=summary if isinstance(summary := manifest.get("summary"), dict) else {},
+        summary=_visible_tree(summary) if isinstance(summary, dict) else {},
         redactions={
-            str(k): int(v)
+            visible(str(k)): v
             for k, v in (redactions.items() if isinstance(redactions, dict) else ())
-            if isinstance(v, int)
+            if type(v) is int
         },
     )
+
+
+def _visible_tree(obj: Any) -> Any:
+    """Every string of a decoded JSON value (keys too) through the sanitiser."""
+    if isinstance(obj, str):
+        return visible(obj)
+    if isinstance(obj, dict):
+        return {visible(str(k)): _visible_tree(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_visible_tree(v) for v in obj]
+    return obj

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from diag.model import GpuSample, ProcessInfo, Snapshot, StackFrame, Unavailable
+from diag.report.sanitize import Sanitized
 
 __all__ = ["fmt_bytes", "frame_text", "render_snapshot", "top_frames"]
 
@@ -258,4 +259,4 @@ def render_snapshot(snap: Snapshot, *, max_group_frames: int = 8) -> list[Render
     out.extend(Text(f"note: {note}", style="dim") for note in snap.notes)
     if snap.elapsed_s is not None:
         out.append(Text(f"taken in {snap.elapsed_s:.2f} s on {snap.host}", style="dim"))
-    return out
+    return [Sanitized(part) for part in out]  # titles and frames are shown, not run

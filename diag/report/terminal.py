@@ -43,6 +43,7 @@ from diag.report.common import (
     time_span,
     weights_summary,
 )
+from diag.report.sanitize import Sanitized
 
 __all__ = [
     "MAX_EVIDENCE",
@@ -591,4 +592,4 @@ def render_terminal(analysis: Analysis) -> RenderableType:
         parts.append(t)
     for note in a.notes:
         parts.append(Text(f"note: {note}", style="dim"))
-    return Group(*parts)
+    return Sanitized(Group(*parts))  # escape sequences from the log are shown, not run
