@@ -70,6 +70,8 @@ class Parsed:
     wrapper_ts: dt.datetime | None = None
     repeated: int = 0
     unwrapped: tuple[str, ...] = ()  # the wrappers removed (diag.parse.unwrap kinds)
+    wrap_process: str | None = None  # process / pid a wrapper named (compose, journald)
+    wrap_pid: int | None = None
 
 
 PLACEHOLDER_YEAR = 2000  # a leap year, so that Feb 29 of a year-less stamp is valid
@@ -199,8 +201,9 @@ def _apply_wrap(w: Wrap, p: Parsed) -> None:
     if w.host is not None:
         p.host = w.host
     if w.pid is not None:
-        p.pid = w.pid
+        p.pid = p.wrap_pid = w.pid
     if w.process is not None:
+        p.wrap_process = w.process
         p.process = p.process or w.process
     if w.coords is not None and p.rank is None:
         rank = w.coords.rank()

@@ -81,7 +81,7 @@ _D = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
 _T = r"[0-9]{2}:[0-9]{2}:[0-9]{2}"
 _RFC3339 = re.compile(
     r"(?P<d>" + _D + r")T(?P<t>" + _T + r")(?:[.,](?P<f>[0-9]{1,12}))?"
-    r"(?:Z|[+-][0-9]{2}:?[0-9]{2})?[ \t]+"
+    r"(?:Z|[+-][0-9]{2}:?[0-9]{2})?[ \t]"  # one: the indentation after it is the line's
     r"(?:(?:stdout|stderr) [FP] |[0-9]{2}[OE]\+? )?"  # CRI log format / GitLab stream tag
 )
 _TORCHSERVE = re.compile(r"\[(?P<lvl>[A-Z]{3,8})\s*\] \S+ (?:MODEL_LOG - |MODEL_METRICS - )?")
@@ -95,7 +95,7 @@ _JOURNALD = re.compile(
 _JOURNALD_REST = re.compile(
     r"(?P<host>\S{1,253}) (?P<ident>[\w.@\-]{1,80})\[(?P<pid>[0-9]{1,9})\]: "
 )
-_BUILDKITE = re.compile(r"(?:\x1b?_?bk;t=[0-9]{1,20}\x07?)+\s*")
+_BUILDKITE = re.compile(r"(?:\x1b?_?bk;t=[0-9]{1,20}\x07?)+ ?")
 _GITLAB_SECTION = re.compile(
     r"section_(?:start|end):[0-9]{1,20}:[\w.\-]{1,200}(?:\[[^\]]{0,200}\])?"
 )
@@ -125,6 +125,7 @@ _RECORD_START = re.compile(
 _QUOTE = re.compile(r"(?:> ?)+")
 _NUM_GUTTER = re.compile(r"[ \t]{0,8}[0-9]{1,7}(?:[ \t]*[|│][ \t]?|\t)")
 _SRUN = re.compile(r" {0,3}(?P<r>[0-9]{1,5}): ")
+_NUMERIC = re.compile(r"[0-9.,:;%+\-eE \t|│]*")
 _SAMPLE_LINES = 60
 _SOURCE_SHARE = 0.6
 
@@ -383,7 +384,7 @@ def _looks_like_data(lines: list[str]) -> bool:
     """A table of numbers (``12 | 3.4``) is not a gutter: the text after the gutter must
     not be mostly digits too."""
     rest = [_NUM_GUTTER.sub("", ln, count=1) for ln in lines]
-    digity = sum(1 for r in rest if r[:1].isdigit() and "|" in r)
+    digity = sum(1 for r in rest if _NUMERIC.fullmatch(r))
     return digity * 2 > len(rest)
 
 

@@ -1,0 +1,219 @@
+"""The one coordinates parser: every rank tag form, with the line forms of FORMATS.md."""
+
+# ruff: noqa: E501  (real log lines are long)
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from diag.model import RankId
+from diag.parse.coords import (
+    Coords,
+    key_coords,
+    match_nccl_prefix,
+    match_proc_prefix,
+    match_torch_rank,
+    parse_name,
+    parse_tags,
+    rank_from_path,
+    rank_from_title,
+    rank_key,
+    rank_keys,
+    small_int,
+)
+from diag.parse.grammars import parse_line
+from diag.parse.records import SourceParser, assign_path_ranks, ranks_from_paths
+
+
+@pytest.mark.parametrize(
+    ("tags", "rank", "extra"),
+    [
+        ("TP3", RankId(tp=3), ()),
+        ("DP0 TP3 EP3", RankId(dp=0, tp=3, ep=3), ()),
+        ("PP1 TP0", RankId(pp=1, tp=0), ()),
+        ("TP2 PP0", RankId(pp=0, tp=2), ()),  # older versions put PP after TP
+        ("DP4 PP0 TP4", RankId(dp=4, pp=0, tp=4), ()),
+        ("PP1", RankId(pp=1), ()),
+        ("NP1 TP9", RankId(node="1", tp=9), ()),
+        # sglang scheduler.py: DP, PP, ATTN_CP, MOE_DP, TP, EP
+        ("DP0 PP1 ATTN_CP1 MOE_DP1 TP3 EP3", RankId(dp=0, pp=1, tp=3, ep=3),
+         (("ATTN_CP", 1), ("MOE_DP", 1))),
+        ("ATTN_DP1 TP3", RankId(tp=3), (("ATTN_DP", 1),)),  # not the DP rank
+        ("MOE_DP2 TP5 EP5", RankId(tp=5, ep=5), (("MOE_DP", 2),)),
+        ("CP1 TP2", RankId(tp=2), (("CP", 1),)),
+        ("PD0 TP1", RankId(tp=1), (("PD", 0),)),
+    ],
+)
+def test_sglang_tags(tags: str, rank: RankId, extra: tuple[tuple[str, int], ...]) -> None:
+    c = parse_tags(tags)
+    assert c is not None and c.rank() == rank and c.extra == extra
+    line = f"[2026-05-07 05:56:32 {tags}] Capture cuda graph begin."
+    p = parse_line(line)
+    assert p.grammar == "sglang" and p.rank == rank and p.message == "Capture cuda graph begin."
+
+
+def test_extras_alone_name_no_rank_and_attn_dp_is_never_dp() -> None:
+    c = parse_tags("ATTN_DP1 MOE_DP2")
+    assert c is not None and c.rank() is None and c.dp is None
+    assert parse_line("[2026-05-07 05:56:32 ATTN_DP1 TP3] x").rank == RankId(tp=3)
+
+
+@pytest.mark.parametrize(
+    ("title", "rank"),
+    [
+        ("sglang::scheduler_TP3", RankId(tp=3)),
+        ("sglang::scheduler_DP0_TP3_EP3", RankId(dp=0, tp=3, ep=3)),
+        ("sglang::scheduler_PP2_TP1", RankId(pp=2, tp=1)),
+        ("sglang::scheduler_DP0_PP1_ATTN_CP0_MOE_DP1_TP3_EP3", RankId(dp=0, pp=1, tp=3, ep=3)),
+        ("VLLM::Worker_TP0", RankId(tp=0)),
+        ("Worker_PP1_TP0", RankId(pp=1, tp=0)),
+        ("Worker_DP1_TP0_EP2", RankId(dp=1, tp=0, ep=2)),
+        ("VllmWorker rank=3", RankId(tp=3)),
+        ("[rank3]", RankId(tp=3)),
+        ("sglang::detokenizer", None),
+        ("VLLM::EngineCore", None),
+        ("EngineCore_DP1", None),  # a replica: its workers are the ranks
+        ("", None),
+    ],
+)
+def test_titles(title: str, rank: RankId | None) -> None:
+    assert rank_from_title(title) == rank
+
+
+def test_engine_core_is_a_replica_that_completes_its_workers() -> None:
+    c = parse_name("EngineCore_DP1")
+    assert c is not None and c.replica and c.dp == 1 and c.rank() is None
+    p = parse_line(
+        "(EngineCore_DP1 pid=2557) (VllmWorker rank=0 pid=4194) INFO 05-01 10:00:00 [gpu_worker.py:1] x"
+    )
+    assert p.rank == RankId(dp=1, tp=0) and p.pid == 4194 and p.message == "x"
+
+
+@pytest.mark.parametrize(
+    ("line", "name", "pid", "ip", "rank"),
+    [
+        ("(VllmWorker rank=3 pid=1090) ERROR 06-05 06:18:13 [multiproc_executor.py:470] x",
+         "VllmWorker", 1090, None, RankId(tp=3)),
+        ("(Worker_TP3 pid=1700) INFO 08-14 12:59:46 [gpu_model_runner.py:2592] x",
+         "Worker_TP3", 1700, None, RankId(tp=3)),
+        ("(Worker_PP1_TP0 pid=23220) ERROR 07-15 21:01:01 [multiproc_executor.py:1007] x",
+         "Worker_PP1_TP0", 23220, None, RankId(pp=1, tp=0)),
+        ("(EngineCore_DP1 pid=5839) INFO 03-10 16:19:26 [core.py:58] x",
+         "EngineCore_DP1", 5839, None, None),
+        ("(RayWorkerWrapper pid=67451, ip=10.1.0.7) ERROR 04-16 01:01:44 [worker_base.py:620] x",
+         "RayWorkerWrapper", 67451, "10.1.0.7", None),
+        ("(pid=10414) INFO 04-13 10:17:32 llm_engine.py:1] x", None, 10414, None, None),
+    ],
+)
+def test_process_prefixes(
+    line: str, name: str | None, pid: int, ip: str | None, rank: RankId | None
+) -> None:
+    pp = match_proc_prefix(line)
+    assert pp is not None and (pp.name, pp.pid, pp.ip) == (name, pid, ip)
+    assert (pp.coords.rank() if pp.coords else None) == rank
+    assert line[pp.end :].split(" ", 1)[0] in ("INFO", "ERROR")
+    p = parse_line(line)
+    assert p.pid == pid and p.message == "x" and p.rank == rank
+
+
+def test_pp_workers_are_not_labelled_tp() -> None:
+    p = parse_line("(Worker_PP1 pid=7) INFO 07-15 21:01:01 [gpu_worker.py:1] x")
+    assert p.rank == RankId(pp=1) and p.rank.label == "PP1"
+    p = parse_line("[2026-06-20 11:33:56 PP1] Scheduler hit an exception:")
+    assert p.rank == RankId(pp=1) and p.rank.tp is None
+
+
+def test_torch_and_nccl_prefixes() -> None:
+    assert match_torch_rank("[rank3]:[W1222 15:01:54.1 ProcessGroupNCCL.cpp:1] x") == (3, 8)
+    assert match_torch_rank("[rank]: x") is None
+    n = match_nccl_prefix("node-0:270:271 [3] NCCL INFO Bootstrap: Using eth0")
+    assert n is not None and (n.host, n.pid, n.tid, n.device) == ("node-0", 270, 271, 3)
+    assert match_nccl_prefix("no prefix here") is None
+
+
+@pytest.mark.parametrize(
+    ("path", "rank"),
+    [
+        ("rank2.log", RankId(tp=2)),
+        ("logs/tp3.log", RankId(tp=3)),
+        ("worker_3.log", RankId(tp=3)),
+        ("node1/rank0.log", RankId(node="1", tp=0)),
+        ("scheduler_DP0_TP3_EP3.log", RankId(dp=0, tp=3, ep=3)),
+        ("out/pp1_tp0.txt", RankId(pp=1, tp=0)),
+        ("server.log", None),
+        ("node2/server.log", None),
+        ("x/rank0/log.txt", None),  # a folder's rank-like name alone is too loose
+    ],
+)
+def test_rank_from_path(path: str, rank: RankId | None) -> None:
+    assert rank_from_path(path) == rank
+
+
+def test_per_rank_files_get_their_rank_and_a_lone_file_does_not() -> None:
+    assert ranks_from_paths(["dsv3-tp8.log"]) == {}
+    assert ranks_from_paths(["a/rank0.log", "a/rank0.txt"]) == {}  # not distinct
+    drafts = []
+    for name in ("logs/rank0.log", "logs/rank1.log"):
+        sp = SourceParser(name)
+        sp.feed(1, "INFO 03-10 16:19:26 [gpu_worker.py:1] Loading weights took 3.1 seconds")
+        sp.feed(2, "[2025-01-01 00:00:00 TP5] tagged line keeps its tag")
+        sp.feed(3, "INFO:     Uvicorn running on http://0.0.0.0:8000")
+        drafts += sp.drafts
+    note = assign_path_ranks(drafts, ["logs/rank0.log", "logs/rank1.log"])
+    assert note is not None
+    assert [d.rank for d in drafts] == [
+        RankId(tp=0), RankId(tp=5), None, RankId(tp=1), RankId(tp=5), None
+    ]
+    assert drafts[0].rank_reason is not None and "rank0.log" in drafts[0].rank_reason
+
+
+def test_rank_keys_cover_every_tag_form() -> None:
+    text = (
+        "[2025-01-01 00:00:00 DP0 ATTN_CP1 MOE_DP0 TP3 EP3] Decode batch, #running-req: 1\n"
+        "[2025-01-01 00:00:00.123 PD1 TP2] x\n"
+        "(VllmWorker rank=3 pid=12) INFO 03-10 16:19:26 [gpu_worker.py:1] x\n"
+        "[rank3]:[W1222 15:01:54.1 ProcessGroupNCCL.cpp:1] x\n"
+        "[2025-01-01 00:00:00] no rank\n"
+    )
+    keys = rank_keys(text)
+    assert keys == {
+        " DP0 ATTN_CP1 MOE_DP0 TP3 EP3] ", " PD1 TP2] ", "(VllmWorker rank=3 pid=12) ", "[rank3]:",
+    }
+    for k in keys:
+        assert k in text  # a literal substring: rfind finds the rank's last line
+    assert rank_key(text.splitlines()[0]) == " DP0 ATTN_CP1 MOE_DP0 TP3 EP3] "
+    assert rank_key("plain text with no prefix") is None
+    c = key_coords(" DP0 ATTN_CP1 MOE_DP0 TP3 EP3] ")
+    assert c is not None and c.rank() == RankId(dp=0, tp=3, ep=3)
+    assert key_coords("(VllmWorker rank=3 pid=12) ") == Coords(tp=3, global_rank=True)
+    assert key_coords("[rank3]:") == Coords(tp=3, global_rank=True)
+
+
+@pytest.mark.parametrize("digits", ["²", "٣", "1" * 10, "9" * 5000, "", "1a"])
+def test_ints_are_ascii_and_bounded(digits: str) -> None:
+    assert small_int(digits) is None
+    assert parse_tags(f"TP{digits}") is None
+    assert match_proc_prefix(f"(Worker_TP0 pid={digits}) x") is None or digits == ""
+    p = parse_line(f"[2025-01-01 00:00:00 TP{digits}] x")
+    assert p.rank is None
+    parse_line(f"(VllmWorker rank={digits} pid={digits}) INFO 03-10 16:19:26 [a.py:1] x")
+    parse_line(f"host:{digits}:{digits} [{digits}] NCCL INFO x")
+    parse_line(f"[rank{digits}]: x")
+    rank_from_path(f"rank{digits}.log")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_coords_never_raise(s: str) -> None:
+    parse_tags(s)
+    parse_name(s)
+    rank_from_title(s)
+    rank_from_path(s)
+    match_proc_prefix(s)
+    match_torch_rank(s)
+    match_nccl_prefix(s)
+    rank_key(s)
+    rank_keys(s)
+    key_coords(s)

@@ -1,0 +1,241 @@
+"""The one unwrapping layer: every wrapper form, once each, and the properties that make it
+safe to run on every line (idempotent, clean lines untouched, wrapped = clean records)."""
+
+# ruff: noqa: E501  (real log lines are long)
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from diag.model import RankId
+from diag.parse.grammars import parse_line
+from diag.parse.records import SourceParser, freeze
+from diag.parse.text import split_physical
+from diag.parse.unwrap import SourceUnwrapper, detect_gutters, split_glued, unwrap_line
+from diag.stacks.textdump import parse_stack_text
+
+SG = "[2025-06-23 15:06:10 TP6] Load weight begin. avail mem=78.81 GB"
+VL = "INFO 06-22 02:54:47 [gpu_worker.py:232] Available KV cache memory: 26.91 GiB"
+VW = "(VllmWorker rank=3 pid=1090) ERROR 06-05 06:18:13 [multiproc_executor.py:470] RuntimeError: CUDA error: out of memory"
+
+
+@pytest.mark.parametrize(
+    ("wrapped", "inner", "kind", "check"),
+    [
+        # GitHub Actions / kubectl --timestamps / docker -t
+        (f"2024-01-01T00:00:00.1234567Z {SG}", SG, "timestamp",
+         {"ts": dt.datetime(2024, 1, 1, 0, 0, 0, 123456)}),
+        (f"2025-05-16T13:12:16.645427617Z {VL}", VL, "timestamp", {}),
+        # the CRI log format (containerd / CRI-O files under /var/log/pods)
+        (f"2025-01-01T00:00:00.123456789Z stdout F {VL}", VL, "timestamp", {}),
+        (f"2025-01-01T00:00:00.123456789+00:00 stderr P {SG}", SG, "timestamp", {}),
+        # GitLab's timestamped job log: stream tag after the stamp
+        (f"2024-03-01T10:00:00.000000Z 01O {SG}", SG, "timestamp", {}),
+        ("bk;t=1785725275247 (Worker_TP0 pid=1519) INFO 08-14 12:59:46 [gpu_model_runner.py:2592] x",
+         "(Worker_TP0 pid=1519) INFO 08-14 12:59:46 [gpu_model_runner.py:2592] x", "buildkite", {}),
+        (f"\x1b_bk;t=1785725275247\x07{VL}", VL, "buildkite", {}),
+        ("section_start:1700000000:step_script", "", "gitlab", {}),
+        (f"##[group]{SG}", SG, "github-actions", {}),
+        (f"sglang-kimi-k2  | {SG}", SG, "compose", {"process": "sglang-kimi-k2"}),
+        (f"vllm-1  | {VW}", VW, "compose", {}),
+        ("авг 18 14:15:04 llm python3[28059]: (EngineCore pid=28059) INFO 08-18 14:15:04 [core.py:1] x",
+         "(EngineCore pid=28059) INFO 08-18 14:15:04 [core.py:1] x", "journald",
+         {"host": "llm", "pid": 28059}),
+        (f"2025-08-18T14:15:04+0300 gpu-node python3[28059]: {VL}", VL, "journald", {}),
+        (f"│ {VL} │", VL, "border", {}),
+        (f"2024-09-13T22:26:20,870 [INFO ] W-9000-model_1.0-stdout MODEL_LOG - {VW}", VW, "timestamp", {}),
+        (f"2024-04-13 10:17:32 | INFO | stdout | {VW}", VW, "fastchat", {}),
+        ('<font color="#2AA1B3"><b>(APIServer pid=128291)</b></font> INFO 03-10 16:19:26 [api_server.py:1] a &lt;b&gt;',
+         "(APIServer pid=128291) INFO 03-10 16:19:26 [api_server.py:1] a <b>", "html", {}),
+        ("2025-03-07 23:50:27,531 - __main__ - INFO - [2025-03-07 23:50:27 TP0] Init torch distributed begin.",
+         "[2025-03-07 23:50:27 TP0] Init torch distributed begin.", "python-logging", {}),
+        (f"[default3]:{SG}", SG, "torchrun", {"coords": RankId(tp=3)}),
+        (f"[launcher] {SG}", SG, "launcher", {}),
+        (f"[1,3]<stdout>: {VL}", VL, "mpirun", {"coords": RankId(tp=3)}),
+        # nested: a compose prefix around a container stamp
+        (f"svc-1  | 2025-05-16T13:12:16.645427617Z {VL}", VL, "compose", {}),
+    ],
+)
+def test_each_wrapper(wrapped: str, inner: str, kind: str, check: dict[str, object]) -> None:
+    text, w = unwrap_line(split_physical(wrapped)[0] if "\x1b" not in wrapped else wrapped)
+    assert text == inner
+    assert w is not None and kind in w.kinds
+    for k, v in check.items():
+        got = w.coords.rank() if k == "coords" and w.coords is not None else getattr(w, k)
+        assert got == v, k
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        SG, VL, VW,
+        "[2025-06-16 16:07:35] Load weight end. type=MistralForCausalLM, dtype=torch.bfloat16",
+        "Loading safetensors checkpoint shards:  50% Completed | 2/4 [02:56<02:57, 88.81s/it]",
+        "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|██████████| 2/2 [00:01<00:00,  1.9it/s]",
+        "node-0:270:270 [0] NCCL INFO Bootstrap: Using eth0:10.0.0.1<0>",
+        "[rank1]:[W423 08:47:07.223722142 ProcessGroupGloo.cpp:727] Warning: Unable to resolve hostname",
+        "I0820 02:41:20.446154 710 transfer_engine.cpp:422] Metrics reporting is disabled",
+        "2026-01-17 10:49:37 | warnings | 140592998728832 | WARNING : msg",
+        "2025-03-27 21:33:31,320 - INFO - flashinfer.jit: Prebuilt kernels not found",
+        "2024-04-13 10:17:27,901 INFO worker.py:1752 -- Started a local Ray instance.",
+        "INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)",
+        '  File "/usr/lib/python3.10/threading.py", line 324 in wait',
+        "Thread 0x7F5E8D9FF640 (active): \"MainThread\"",
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "Killed",
+        "[Gloo] Rank 0 is connected to 0 peer ranks. Expected number of connected peer ranks is : 0",
+        "x",
+        "",
+    ],
+)
+def test_clean_lines_pass_through_unchanged(line: str) -> None:
+    assert unwrap_line(line) == (line, None)
+    assert SourceUnwrapper([line] * 5).gutters == ()
+
+
+def test_source_gutters_need_most_lines() -> None:
+    quoted = [f"> {SG}", f"> {VL}", "> ", f"> > {VW}"]
+    assert detect_gutters(quoted) == ("quote",)
+    assert detect_gutters([SG, VL, f"> {VW}", SG, VL]) == ()  # one quoted line is a message
+    numbered = [f"  {i} | {x}" for i, x in enumerate([SG, VL, VW, SG], start=120)]
+    assert detect_gutters(numbered) == ("line-numbers",)
+    assert detect_gutters(["12 | 3.4", "13 | 5.6", "14 | 7.8"]) == ()  # a table of numbers
+    labelled = [f"{i % 2}: {SG}" for i in range(6)]
+    assert detect_gutters(labelled) == ("srun",)
+
+
+def test_srun_labels_give_a_rank() -> None:
+    sp = SourceParser("x")
+    for i, r in enumerate([0, 1, 0, 1], start=1):
+        sp.feed(i, f"{r}: INFO 06-22 02:54:47 [gpu_worker.py:232] Available KV cache memory: 26.91 GiB")
+    assert [d.rank for d in sp.drafts] == [RankId(tp=0), RankId(tp=1)] * 2
+    assert any("srun" in n for n in sp.unwrap_notes())
+
+
+@pytest.mark.parametrize(
+    ("glued", "parts"),
+    [
+        ("[2025-03-14 06:56:42 TP1] Load weight end. type=DeepseekV3ForCausalLM.[2025-03-14 06:56:46 TP0] Memory pool end.",
+         2),
+        # newlines turned into spaces (a paste outside a code block)
+        ("[2025-03-14 06:56:42 TP1] Load weight end. [2025-03-14 06:56:46 TP0] Memory pool end. avail mem=16.08 GB",
+         2),
+        ("INFO 03-14 06:56:47 [gpu_worker.py:1] a INFO 03-14 06:56:48 [gpu_worker.py:2] b", 2),
+        ("(VllmWorker rank=0 pid=1) INFO 03-14 06:56:47 [a.py:1] done.(VllmWorker rank=1 pid=2) INFO 03-14 06:56:47 [a.py:1] done.",
+         2),
+        # wrappers are not cuts
+        ("2025-03-07 23:50:27,531 - __main__ - INFO - [2025-03-07 23:50:27 TP0] Init torch distributed begin.", 1),
+        ("2025-05-16T13:12:16.645427617Z DEBUG 05-16 13:12:16 [core_client.py:425] x", 1),
+        ("svc  | [2025-12-02 18:40:16 TP0] Prefill batch, #new-seq: 1", 1),
+        ("the log said [2025-01-01 00:00:00 TP0] - quoted inside a message", 1),
+    ],
+)
+def test_lost_newlines(glued: str, parts: int) -> None:
+    got = split_glued(glued)
+    assert len(got) == parts
+    assert all(parse_line(p).grammar in ("sglang", "vllm", "pylog", "plain") for p in got)
+    if parts > 1:
+        assert {parse_line(p).grammar for p in got} <= {"sglang", "vllm"}
+
+
+def test_compose_prefixes_inside_a_pyspy_dump_and_no_header() -> None:
+    dump = (
+        'Thread 0x7F5E8D9FF640 (active+gil): "MainThread"\n'
+        "    synchronize (torch/cuda/__init__.py:985)\n"
+        "    event_loop_normal (sglang/srt/managers/scheduler.py:900)\n"
+        'Thread 0x7F5E8D9FF641 (idle): "Thread-1"\n'
+        "    wait (threading.py:324)\n"
+    )
+    for text in (dump, "".join(f"sglang-1  | {ln}\n" for ln in dump.splitlines()),
+                 "".join(f"> {ln}\n" for ln in dump.splitlines())):
+        (proc,) = parse_stack_text(text)
+        assert proc.pid is None  # the Process header is missing
+        assert [(t.name, t.idle, t.owns_gil) for t in proc.threads] == [
+            ("MainThread", False, True), ("Thread-1", True, False)
+        ]
+        assert proc.threads[0].frames[0].name == "synchronize"
+
+
+# ---------------------------------------------------------------------------
+# properties
+
+CLEAN_LOG = [
+    "[2025-06-23 15:06:10] server_args=ServerArgs(model_path='m', tp_size=2)",
+    "[2025-06-23 15:06:11 TP0] Init torch distributed begin.",
+    "[2025-06-23 15:06:11 TP1] Init torch distributed begin.",
+    "node-0:270:270 [0] NCCL INFO Bootstrap: Using eth0:10.0.0.1<0>",
+    "[2025-06-23 15:06:20 TP0] Load weight begin. avail mem=78.81 GB",
+    "Loading safetensors checkpoint shards:  50% Completed | 2/4 [02:56<02:57, 88.81s/it]",
+    "[2025-06-23 15:07:20 TP1] Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 4170, in run_scheduler_process',
+    "    scheduler = Scheduler(",
+    "RuntimeError: CUDA error: out of memory",
+    "(VllmWorker rank=1 pid=1090) INFO 06-05 06:18:13 [gpu_worker.py:1] Loading weights took 3.1 seconds",
+    "(VllmWorker rank=1 pid=1090) ERROR 06-05 06:18:14 [multiproc_executor.py:470] Traceback (most recent call last):",
+    '(VllmWorker rank=1 pid=1090) ERROR 06-05 06:18:14 [multiproc_executor.py:470]   File "/x/worker.py", line 1, in f',
+    "INFO 06-22 02:54:47 [gpu_worker.py:232] Available KV cache memory: 26.91 GiB",
+    "INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)",
+]
+
+WRAPPERS = [
+    lambda i, s: f"2024-01-01T00:00:{i % 60:02d}.1234567Z {s}",
+    lambda i, s: f"2025-01-01T00:00:{i % 60:02d}.123456789Z stdout F {s}",
+    lambda i, s: f"sglang-1  | {s}",
+    lambda i, s: f"> {s}",
+    lambda i, s: f"> > {s}",
+    lambda i, s: f"{i + 100:>6} | {s}",
+    lambda i, s: f"bk;t={1785725275247 + i} {s}",
+    lambda i, s: f"│ {s} │",
+    lambda i, s: f"авг 18 14:15:{i % 60:02d} llm python3[28059]: {s}",
+]
+
+
+def _records(lines: list[str]) -> list[tuple[object, ...]]:
+    sp = SourceParser("x")
+    for i, ln in enumerate(lines, start=1):
+        sp.feed(i, ln)
+    out = []
+    for d in sp.drafts:
+        r = freeze(d)
+        out.append((r.line, r.grammar, r.message, r.rank, r.level, r.continuation,
+                    r.ts if r.grammar in ("sglang", "vllm") else None))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.sampled_from(CLEAN_LOG), min_size=3, max_size=30),
+    st.sampled_from(range(len(WRAPPERS))),
+)
+def test_a_wrapped_log_parses_to_the_same_records(lines: list[str], which: int) -> None:
+    wrap = WRAPPERS[which]
+    wrapped = [wrap(i, ln) for i, ln in enumerate(lines)]
+    assert _records(wrapped) == _records(lines)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(CLEAN_LOG), min_size=1, max_size=30))
+def test_a_clean_log_passes_through_unchanged(lines: list[str]) -> None:
+    u = SourceUnwrapper(lines)
+    assert u.gutters == ()
+    for ln in lines:
+        assert u.unwrap(ln) == (ln, None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.text(max_size=200),
+        st.builds(lambda w, i, s: WRAPPERS[w](i, s), st.sampled_from(range(len(WRAPPERS))),
+                  st.integers(0, 10**6), st.sampled_from(CLEAN_LOG)),
+    )
+)
+def test_unwrap_is_idempotent_and_never_raises(s: str) -> None:
+    once, _ = unwrap_line(s)
+    assert unwrap_line(once)[0] == once
+    split_glued(s)
+    detect_gutters([s, s, s])
