@@ -41,7 +41,13 @@ __all__ = [
 LAST_GASP_FINDINGS = frozenset({"watchdog.timeout", "watchdog.engine_iteration", "nccl.timeout"})
 # Read from where the log ends: while the log is live its end is only "now".
 LOG_END_FINDINGS = frozenset({"startup.stalled", "startup.no_listen_port"})
-TERMINATION_LOG_MAX = 4096  # Kubernetes reads at most 4 KiB of /dev/termination-log
+TERMINATION_LOG_MAX = 4096
+# Serving lines (SGLang's batch lines, vLLM's throughput and spec-decode metrics, HTTP
+# access lines): once the server listens, one in BULK_SAMPLE is parsed.
+_BULK = re.compile(
+    r'Decode batch|Prefill batch|Avg prompt throughput|SpecDecoding metrics|HTTP/1\.[01]" 200'
+)
+BULK_SAMPLE = 64  # Kubernetes reads at most 4 KiB of /dev/termination-log
 
 _PORT_IN_URL = re.compile(r"https?://[^\s/:]+:(\d{2,5})\b")
 
@@ -174,6 +180,7 @@ class Watcher:
         self._findings: set[tuple[str, tuple[str, ...]]] = set()
         self._stalled: dict[str, Stall] = {}
         self._dirty = False
+        self._bulk = 0
         self._last_analysis = -1e9
         self._analysis_cost = 0.0
         self._last_host = -1e9
@@ -217,7 +224,9 @@ class Watcher:
             if first and self._initial_age and self.lines:
                 self._backdate(self._initial_age)
             first = False
-            every = min(10.0, max(1.0, 20 * self._analysis_cost))  # cheap while it is costly
+            # cheap while it is costly; a serving server's findings change slowly
+            every = (max(30.0, 20 * self._analysis_cost) if self.state == "ready"
+                     else min(10.0, max(1.0, 20 * self._analysis_cost)))
             if self._dirty and now - self._last_analysis >= every:
                 self._refresh(now)
             if now - self._last_host >= self.options.host_every_s:
@@ -240,13 +249,24 @@ class Watcher:
         if not lines:
             return
         before = len(self.parser.drafts)
+        serving = self.state == "ready"
+        fresh = False
         for line in lines:
             self.lines += 1
+            if serving and _BULK.search(line):
+                # a serving server's bulk: parse a sample (the figures the rules read
+                # from them stay current), count the rest
+                self._bulk += 1
+                if self._bulk % BULK_SAMPLE:
+                    continue
+            else:
+                fresh = True
             self.parser.feed(self.lines, line)
         for d in self.parser.drafts[before:]:
             key = d.rank.label if d.rank is not None else SERVER
             self.tracker.line(key, d.p.message, now)
-        self._dirty = True
+        if fresh or not serving:
+            self._dirty = True
 
     def _refresh(self, now: float) -> None:
         from diag.analyze import analyze_parsed

@@ -182,6 +182,8 @@ class Tracker:
               now: float, *, ended: bool = False) -> bool:
         """The analysis says where ``key`` is; True when that moved."""
         rp = self._get(key, now)
+        # the change came with a line that arrived at rp.last_line, not at this refresh
+        now = min(now, rp.last_line) if rp.last_line is not None else now
         moved = False
         if phase is not None and phase != rp.phase:
             rp.phase, rp.phase_since, rp.ended = phase, now, ended
