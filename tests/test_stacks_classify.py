@@ -6,6 +6,7 @@ import pytest
 
 from diag.model import STACK_SITES, StackFrame, StackProcess, StackThread
 from diag.stacks.classify import (
+    C10D_REPORT_RULE,
     NATIVE_CALL_RULE,
     RULES,
     apply_gpu_facts,
@@ -923,3 +924,11 @@ def test_unsymbolised_frames_count_only_in_gpu_libraries() -> None:
     # the serving-worker rule needs Python frames only: an unsymbolised frame is native
     t = StackThread(thread_id=1, name="MainThread", frames=libc, idle=False, owns_gil=False)
     assert classify_thread_rule(t) == (None, None)
+
+
+def test_a_c10d_failed_collective_report_is_a_collective_even_when_cut() -> None:
+    # torch's report lists the Python stack that issued the collective; a paste may lose
+    # its innermost frames (the collective itself): the report still names a collective
+    cut = _state_thread(WORKER_FORWARD, idle=None, gil=None)
+    assert classify_thread_rule(cut, "c10d") == ("stack.nccl_collective", C10D_REPORT_RULE)
+    assert classify_thread_rule(cut, "text") == (None, None)

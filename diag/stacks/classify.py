@@ -24,7 +24,8 @@ native-only?) -> site. A thread's frames are read innermost first:
    frames): it sits in a native call that released the GIL, and in a GPU serving worker
    (model forward, sampler, scheduler or worker loop) that is a CUDA sync
    (:data:`NATIVE_CALL_RULE`; a faulthandler or pystack dump, which has no state, is read
-   the same way).
+   the same way). A torch c10d report of a failed collective is that collective's stack
+   (:data:`C10D_REPORT_RULE`), even where its innermost frames were cut.
 
 The thread that matters (:func:`pick_thread`) is the main thread unless another
 non-helper thread waits at a hard site (:data:`HARD_SITES`: a collective, a store, the
@@ -49,6 +50,7 @@ from diag.model import STACK_SITES, StackFrame, StackProcess, StackThread
 from diag.stacks.frames import is_address, normalise_path
 
 __all__ = [
+    "C10D_REPORT_RULE",
     "HARD_SITES",
     "IDLE_PROCESS_RULE",
     "NATIVE_CALL_RULE",
@@ -445,9 +447,17 @@ RULES: tuple[SiteRule, ...] = (
         "framework-wait-peer",
         _IPC,
         native=False,
-        name=r"(^|\.)(get_response|_wait_for_response|wait_for_ready|wait_until_ready|"
-        r"wait_for_engine_startup|_wait_for_scheduler_ready|get_output|"
-        r"wait_for_.*_ready|recv_requests_from_\w+)$",
+        name=r"(^|\.)(get_response|_?wait_for_response|_?wait_for_ready|wait_until_ready|"
+        r"_?wait_for_engine_startup|_?wait_for_scheduler_ready|get_output|"
+        r"_?wait_for_\w*_ready|_?wait_for_\w*(startup|handshake|response|workers?)|"
+        r"_perform_handshakes?|startup_handshake|recv_requests_from_\w+)$",
+        why="a framework call waiting for a peer process to answer: vLLM's executor "
+        "get_response / _wait_for_response (v1/executor/multiproc_executor.py), "
+        "WorkerProc.wait_for_ready, MessageQueue.wait_until_ready, the front end's "
+        "wait_for_engine_startup (v1/engine/utils.py; MPClient._wait_for_engine_startup in "
+        "core_client.py of 0.7-0.8), EngineCoreProc._perform_handshake(s) / "
+        "startup_handshake (v1/engine/core.py), SyncMPClient.get_output; SGLang's "
+        "_wait_for_scheduler_ready (entrypoints/engine.py)",
     ),
     SiteRule("ray-get", _IPC, file=r"ray/_private/worker\.py$", name=r"(^|\.)(get|wait)$"),
     # --- idle loops -------------------------------------------------------------------------
@@ -465,15 +475,18 @@ RULES: tuple[SiteRule, ...] = (
         leaf=True,
         native=False,
         name=r"(^|\.)(worker_busy_loop|run_busy_loop|_run_worker_process|run_engine_loop|"
-        r"wait_for_new_input|run_startup_loop|recv_requests|event_loop|handle_loop|"
-        r"maybe_sleep)$",
+        r"wait_for_new_input|run_startup_loop|process_input_socket|recv_requests|event_loop|"
+        r"handle_loop|maybe_sleep|forward_thread_func_?)$",
         why="a serving loop waiting for its next input, with only a generic wait inside "
         "(zmq/queue/MessageQueue): vLLM's WorkerProc.worker_busy_loop and "
         "EngineCoreProc.run_busy_loop (v1/executor/multiproc_executor.py, "
         "v1/engine/core.py, 0.6-0.2x), the V0 multiproc worker's _run_worker_process and "
         "MQLLMEngine.run_engine_loop; SGLang's Scheduler.recv_requests, "
         "DetokenizerManager.event_loop, DataParallelController.event_loop, "
-        "TokenizerManager.handle_loop and IdleSleeper.maybe_sleep (--sleep-on-idle)",
+        "TokenizerManager.handle_loop, IdleSleeper.maybe_sleep (--sleep-on-idle) and the "
+        "overlap worker's forward_thread_func_ waiting on its input queue "
+        "(managers/tp_worker_overlap_thread.py); vLLM's DPCoordinatorProc."
+        "process_input_socket (v1/engine/coordinator.py)",
     ),
     SiteRule(
         "helper-process-loop",
@@ -635,14 +648,14 @@ _HELPER_NAME = re.compile(
     r"signal-callback|pt_\w+|"
     r"Thread-\d+ \((_watchdog_thread|_read_thread|_monitor_loop|_handle_workers|_handle_tasks|"
     r"_handle_results|_feed|monitor\w*|process_input_sockets|process_output_sockets|"
-    r"_serve|_check_alive|run_watchdog)\))$"
+    r"_serve|_check_alive|run_watchdog|watchdog_thread)\))$"
 )
 _HELPER_FRAME = re.compile(
     r"tqdm/_monitor\.py|utils/watchdog\.py|compile_worker/subproc_pool\.py:(\w+\.)?_read_thread|"
     r"multiprocessing/queues\.py:(\w+\.)?_feed|multiprocessing/pool\.py:(\w+\.)?_handle_|"
     r"(monitor_death_pipe|start_worker_monitor|_monitor_loop|process_input_sockets|"
-    r"process_output_sockets|_watchdog_thread|monitor_workers|monitor_engine_cores|"
-    r"_report_usage_worker)"
+    r"process_output_sockets|_?watchdog_thread|pyspy_dump_schedulers|monitor_workers|"
+    r"monitor_engine_cores|_report_usage_worker)"
 )
 
 # Pass-through frames: decorators and dispatch wrappers between a wait and the code that
@@ -744,6 +757,13 @@ NATIVE_CALL_RULE = SiteRule(
     "that is a CUDA sync (.item(), .tolist(), .cpu(), a launch behind a full queue) "
     "(shared/corpus/LABELS.md, Conventions)",
 )
+C10D_REPORT_RULE = SiteRule(
+    "c10d-failed-collective-report",
+    _NCCL,
+    why="torch c10d's report of a timed-out collective (`Stack trace of the failed "
+    "collective:` / `#N func from file:line`, ProcessGroupNCCL.cpp, torch 2.4+) is the "
+    "Python stack that issued that collective, whatever its visible frames",
+)
 IDLE_PROCESS_RULE = SiteRule(
     "idle-helpers-only",
     _IDLE,
@@ -810,6 +830,8 @@ def classify_thread_rule(
     site, rule = classify_frames(thread.frames)
     if site is not None:
         return site, rule
+    if mode == "c10d" and thread.frames:
+        return C10D_REPORT_RULE.site, C10D_REPORT_RULE
     if (
         in_native_call(thread, mode)
         and thread.frames
@@ -955,7 +977,7 @@ def classify_wchan(wchan: str | None) -> str | None:
 
 
 def _check_table() -> None:
-    for rule in (*RULES, NATIVE_CALL_RULE, IDLE_PROCESS_RULE):
+    for rule in (*RULES, NATIVE_CALL_RULE, C10D_REPORT_RULE, IDLE_PROCESS_RULE):
         if rule.site not in STACK_SITES:
             raise ValueError(f"rule {rule.id}: unknown site {rule.site}")
         if rule.unsymbolised and (rule.name is not None or rule.file is None):
