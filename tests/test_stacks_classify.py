@@ -181,6 +181,22 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         ),
     ),
     (
+        "dp-attention-collective",
+        "stack.nccl_collective",
+        (
+            "dp_reduce_scatter_tensor (layers/dp_attention.py:480)",
+            "LayerCommunicator.postprocess_layer (layers/communicator.py:300)",
+        ),
+    ),
+    (
+        "ep-all-to-all",
+        "stack.nccl_collective",
+        (
+            "Buffer.low_latency_dispatch (deep_ep/buffer.py:600)",
+            "DeepEPDispatcher.dispatch (layers/moe/token_dispatcher/deepep.py:500)",
+        ),
+    ),
+    (
         "sglang-pyobj",
         "stack.nccl_collective",
         (

@@ -259,6 +259,24 @@ RULES: tuple[SiteRule, ...] = (
         name=_FRAMEWORK_COLLECTIVE,
     ),
     SiteRule(
+        "dp-attention-collective",
+        _NCCL,
+        native=False,
+        file=r"(^|/)dp_attention\.py$",
+        name=r"(^|\.)_?(dp_gather\w*|dp_scatter\w*|dp_reduce_scatter\w*|"
+        r"attn_(tp|cp)_\w*(gather|scatter|reduce)\w*)$",
+        why="SGLang's DP-attention gathers/scatters (srt/layers/dp_attention.py, 0.4.4+): "
+        "collectives over the attention TP/DP groups",
+    ),
+    SiteRule(
+        "ep-all-to-all",
+        _NCCL,
+        native=False,
+        file=r"(^|/)(deep_ep|pplx_kernels|mori|uccl_ep)/",
+        why="expert-parallel all-to-all libraries (DeepEP, pplx-kernels, MORI): dispatch "
+        "and combine wait for every peer",
+    ),
+    SiteRule(
         "sglang-pyobj",
         _NCCL,
         name=r"(^|\.)(broadcast_pyobj|point_to_point_pyobj|"
@@ -647,14 +665,14 @@ _HELPER_NAME = re.compile(
     r"DeathPipeMonitor|MultiprocWorkerMonitor|MPClientEngineMonitor|QueueFeederThread|"
     r"signal-callback|pt_\w+|"
     r"Thread-\d+ \((_watchdog_thread|_read_thread|_monitor_loop|_handle_workers|_handle_tasks|"
-    r"_handle_results|_feed|monitor\w*|process_input_sockets|process_output_sockets|"
+    r"_handle_results|_feed|monitor\w*|process_input_sockets?|process_output_sockets?|"
     r"_serve|_check_alive|run_watchdog|watchdog_thread)\))$"
 )
 _HELPER_FRAME = re.compile(
     r"tqdm/_monitor\.py|utils/watchdog\.py|compile_worker/subproc_pool\.py:(\w+\.)?_read_thread|"
     r"multiprocessing/queues\.py:(\w+\.)?_feed|multiprocessing/pool\.py:(\w+\.)?_handle_|"
-    r"(monitor_death_pipe|start_worker_monitor|_monitor_loop|process_input_sockets|"
-    r"process_output_sockets|_?watchdog_thread|pyspy_dump_schedulers|monitor_workers|"
+    r"(monitor_death_pipe|start_worker_monitor|_monitor_loop|process_input_sockets?|"
+    r"process_output_sockets?|_?watchdog_thread|pyspy_dump_schedulers|monitor_workers|"
     r"monitor_engine_cores|_report_usage_worker)"
 )
 
