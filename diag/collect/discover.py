@@ -14,13 +14,13 @@ and ``rank_source`` says which.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from diag.collect.procfs import list_pids, read_cmdline, read_environ, read_stat
 from diag.errors import InputError
+from diag.limits import ascii_int
 from diag.model import RankId, Unavailable
 from diag.parse.coords import parse_name
 
@@ -118,20 +118,57 @@ def classify(title: str) -> tuple[str, str] | None:
     return None
 
 
+# Interpreter options that come before ``-m MODULE`` / the script (``python -u -X dev -m``)
+_PY_FLAGS = frozenset({"-u", "-O", "-OO", "-B", "-s", "-S", "-E", "-I", "-b", "-bb", "-q"})
+_PY_FLAGS_WITH_VALUE = frozenset({"-X", "-W"})
+_SGLANG_MODULES = ("sglang.launch_server", "sglang.srt.entrypoints")
+_VLLM_MODULES = ("vllm.entrypoints",)
+
+
+def _framework_of_entry(entry: str, rest: Sequence[str]) -> str | None:
+    """``entry`` is what the interpreter runs: a module (after ``-m``), a script, or the
+    frameworks' console script; ``rest`` the arguments after it."""
+    name = entry.rsplit("/", 1)[-1]
+    sub = rest[0] if rest else ""
+    if entry.startswith(_SGLANG_MODULES) or (name in ("sglang", "sglang.py") and sub == "serve"):
+        return "sglang"
+    if entry.endswith(("sglang/launch_server.py", "sglang/launch_server")):
+        return "sglang"
+    if entry.startswith(_VLLM_MODULES) or (name in ("vllm", "vllm.py") and sub == "serve"):
+        return "vllm"
+    if "/vllm/entrypoints/" in entry:
+        return "vllm"
+    return None
+
+
 def launcher_framework(cmdline: Sequence[str]) -> str | None:
-    """The framework a launcher command line starts, or None. Only a Python interpreter
-    or the frameworks' own entry points count (not a shell or an editor whose command
-    line merely mentions ``vllm serve``)."""
+    """The framework a launcher command line starts, or None. A server is a process that
+    *is* one: its program (``vllm serve``, ``sglang serve``) or the module or script its
+    Python interpreter runs (``python -m sglang.launch_server``) -- not a process whose
+    arguments merely mention one (an editor, ``grep``, a wrapper script's argument)."""
     if not cmdline:
         return None
     exe = cmdline[0].rsplit("/", 1)[-1]
-    if not (exe.startswith("python") or exe in ("vllm", "sglang")):
+    if exe in ("vllm", "sglang"):
+        return exe if len(cmdline) > 1 and cmdline[1] == "serve" else None
+    if not exe.startswith("python"):
         return None
-    joined = " ".join(cmdline)
-    if "sglang.launch_server" in joined or re.search(r"\bsglang\s+serve\b", joined):
-        return "sglang"
-    if re.search(r"\bvllm\s+serve\b", joined) or "vllm.entrypoints" in joined:
-        return "vllm"
+    i = 1
+    while i < len(cmdline) and i < 6:
+        arg = cmdline[i]
+        if arg in _PY_FLAGS_WITH_VALUE:
+            i += 2
+            continue
+        if arg in _PY_FLAGS:
+            i += 1
+            continue
+        if arg == "-m" and i + 1 < len(cmdline):
+            return _framework_of_entry(cmdline[i + 1], cmdline[i + 2 :])
+        if arg.startswith("-m") and len(arg) > 2:  # python -msglang.launch_server
+            return _framework_of_entry(arg[2:], cmdline[i + 1 :])
+        if arg.startswith("-"):
+            return None  # -c CODE and the like: a program that is not a server
+        return _framework_of_entry(arg, cmdline[i + 1 :])
     return None
 
 
@@ -144,8 +181,9 @@ def int_option(cmdline: Sequence[str], names: Sequence[str]) -> int | None:
                 value = cmdline[i + 1]
             elif arg.startswith(name + "="):
                 value = arg.split("=", 1)[1]
-        if value is not None and value.isdigit():
-            return int(value)
+        number = ascii_int(value, max_digits=9) if value is not None else None
+        if number is not None and number >= 0:  # (not `--port ²`, not 5000 digits)
+            return number
     return None
 
 
@@ -203,9 +241,9 @@ def _rank_from_env(pid: int, proc_root: Path) -> tuple[RankId | None, str | None
     if isinstance(env, Unavailable):
         return None, None
     for key in ("RANK", "LOCAL_RANK"):
-        value = env.get(key, "")
-        if value.isdigit():
-            return RankId(tp=int(value)), f"env:{key}"
+        number = ascii_int(env.get(key, ""), max_digits=6)
+        if number is not None and number >= 0:
+            return RankId(tp=number), f"env:{key}"
     return None, None
 
 

@@ -135,7 +135,7 @@ def list_pids(proc_root: Path) -> list[int]:
         names = os.listdir(proc_root)
     except OSError:
         return []
-    return sorted(int(n) for n in names if n.isdigit())
+    return sorted(int(n) for n in names if n.isascii() and n.isdigit())
 
 
 def _parse_stat(text: str) -> ProcStat | None:

@@ -25,7 +25,6 @@ ok, timeout, permission_denied, not_found, partial, no_pyspy or not_python.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -37,6 +36,7 @@ from pathlib import Path
 
 from diag.collect import stackapi
 from diag.collect.procfs import read_stat
+from diag.limits import MAX_PYSPY_OUTPUT_BYTES, loads_json
 from diag.model import StackProcess, StackThread
 from diag.runner import Runner
 
@@ -150,11 +150,17 @@ class _Dumper:
         self.pyspy = pyspy
         self.proc_root = proc_root
         self.deadline = deadline
+        # what a target in state D may spend on a pausing dump (the others keep the rest)
+        self.d_share = max(0.5, (deadline - time.monotonic()) / 4)
 
-    def once(self, target: DumpTarget, mode: str) -> tuple[DumpAttempt, StackProcess | None]:
+    def once(
+        self, target: DumpTarget, mode: str, *, share: float | None = None
+    ) -> tuple[DumpAttempt, StackProcess | None]:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0.05:
             return DumpAttempt(mode, "timeout", 0.0, "deadline passed before this dump"), None
+        if share is not None:
+            remaining = min(remaining, share)
         argv = [self.pyspy, "dump", "--json", "--pid", str(target.pid)]
         if mode == "native":
             argv.append("--native")
@@ -170,17 +176,24 @@ class _Dumper:
             return DumpAttempt(
                 mode, "timeout", elapsed, f"py-spy killed after {elapsed:.1f} s"
             ), None
+        if getattr(res, "truncated", False):
+            return DumpAttempt(
+                mode, "partial", elapsed,
+                f"py-spy output past {MAX_PYSPY_OUTPUT_BYTES >> 20} MiB: cut, py-spy killed",
+            ), None  # fmt: skip
         if res.returncode != 0:
             err = " ".join(res.stderr.split())[:400] or f"py-spy exited {res.returncode}"
             return DumpAttempt(mode, _classify_failure(res.stderr), elapsed, err), None
         try:
-            data = json.loads(res.stdout)
-        except json.JSONDecodeError as exc:
+            data = loads_json(res.stdout)
+        except ValueError as exc:
             return DumpAttempt(mode, "partial", elapsed, f"py-spy JSON unreadable: {exc}"), None
         try:
             stack = stackapi.parse(data, pid=target.pid, title=target.title, mode=mode)
-        except ValueError as exc:
-            return DumpAttempt(mode, "partial", elapsed, str(exc)), None
+        except (ValueError, TypeError, AttributeError, KeyError, RecursionError) as exc:
+            # (a py-spy on PATH is input too: a shape it never prints is a partial dump)
+            msg = f"py-spy JSON of an odd shape: {str(exc)[:200] or type(exc).__name__}"
+            return DumpAttempt(mode, "partial", elapsed, msg), None
         return DumpAttempt(mode, "ok", elapsed), stack
 
     def after(self, target: DumpTarget, was_stopped: bool) -> tuple[bool, bool]:
@@ -213,6 +226,10 @@ class _Dumper:
             work.attempts.append(DumpAttempt("-", "not_found", 0.0, "process gone (or pid reused)"))
             return work
         work.was_stopped = state in ("T", "t")
+        # in uninterruptible sleep (D: NFS, a GPU driver call) a pausing dump waits until
+        # the target leaves it: it gets a non-blocking dump first, and a pausing one only
+        # within its own share of the deadline
+        work.d_state = state == "D"
         self.python_tiers(work)
         return work
 
@@ -220,11 +237,17 @@ class _Dumper:
         target = work.target
         # A pausing dump can fail transiently (the target moved while py-spy read it):
         # Python-only is tried twice before falling back to --nonblocking.
-        tiers = ["nonblocking"] if work.was_stopped else ["python", "python", "nonblocking"]
+        if work.was_stopped:
+            tiers = ["nonblocking"]
+        elif work.d_state:
+            tiers = ["nonblocking", "python"]
+        else:
+            tiers = ["python", "python", "nonblocking"]
         for i, mode in enumerate(tiers):
-            if mode == "python" and i > 0 and work.outcome != "partial":
+            if mode == "python" and i > 0 and work.outcome != "partial" and not work.d_state:
                 continue  # retry Python-only only after a transient failure
-            attempt, stack = self.once(target, mode)
+            share = self.d_share if work.d_state and mode != "nonblocking" else None
+            attempt, stack = self.once(target, mode, share=share)
             work.attempts.append(attempt)
             if not self.check(work):
                 return
@@ -256,7 +279,7 @@ class _Dumper:
             work.outcome = "partial"
 
     def sample(self, work: _Work) -> None:
-        mode = "nonblocking" if work.was_stopped else "python"
+        mode = "nonblocking" if work.was_stopped or work.d_state else "python"
         attempt, stack = self.once(work.target, mode)
         if stack is not None:
             work.extra.append(stack)
@@ -278,6 +301,7 @@ class _Work:
     was_stopped: bool = False
     resumed: bool = False
     native_peer: int | None = None
+    d_state: bool = False
 
     def result(self, elapsed_s: float) -> DumpResult:
         first = self.native or self.python
@@ -312,7 +336,13 @@ class _Work:
 
 
 def _can_native(w: _Work) -> bool:
-    return w.target.native and w.python is not None and not w.was_stopped and w.outcome == "ok"
+    return (
+        w.target.native
+        and w.python is not None
+        and not w.was_stopped
+        and not w.d_state  # (a native dump pauses it: it would wait out the deadline)
+        and w.outcome == "ok"
+    )
 
 
 def _native_plan(works: Sequence[_Work], native_all: bool) -> dict[int, int | None]:

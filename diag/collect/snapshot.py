@@ -475,6 +475,14 @@ def _partial_reasons(dumps: Mapping[int, DumpResult]) -> list[str]:
             f"the deadline cut dumps of pid {', '.join(map(str, late))} short (their "
             "native frames or later samples are missing; raise --timeout)"
         )
+    gone = sorted(pid for pid, d in dumps.items() if d.outcome == "not_found")
+    if gone:
+        reasons.append(f"pid {', '.join(map(str, gone))} exited during the snapshot (no stack)")
+    odd = sorted(pid for pid, d in dumps.items() if d.outcome == "partial")
+    if odd:
+        reasons.append(
+            f"py-spy gave no usable stack for pid {', '.join(map(str, odd))} (see its error)"
+        )
     return reasons
 
 
