@@ -10,6 +10,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from diag.limits import MAX_EXPECTED_RANKS
 from diag.model import (
     Event,
     PhaseInterval,
@@ -241,6 +242,8 @@ def expected_ranks(
     pp_n = pp if isinstance(pp, int) and pp > 0 else 1
     dp_n = dp if isinstance(dp, int) and dp > 0 else 1
     if tp_n is None:
+        return ()
+    if tp_n * pp_n * dp_n > MAX_EXPECTED_RANKS:  # (hardening: a size from the log)
         return ()
     if framework == "vllm" and dp_n > 1:
         return tuple(

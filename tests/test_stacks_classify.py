@@ -181,6 +181,22 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         ),
     ),
     (
+        "kernel-lib-comm",
+        "stack.nccl_collective",
+        (
+            "trtllm_allreduce_fusion (flashinfer/comm/trtllm_ar.py:900)",
+            "FlashInferAllReduce.all_reduce (x.py:1)",
+        ),
+    ),
+    (
+        "custom-ops-allreduce",
+        "stack.nccl_collective",
+        (
+            "all_reduce (vllm/_custom_ops.py:1800)",
+            "CustomAllreduce.custom_all_reduce (x.py:1)",
+        ),
+    ),
+    (
         "dp-attention-collective",
         "stack.nccl_collective",
         (
@@ -426,6 +442,15 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
             "dequeue (vllm/distributed/device_communicators/shm_broadcast.py:779)",
             "worker_busy_loop (vllm/v1/executor/multiproc_executor.py:973)",
             "worker_main (vllm/v1/executor/multiproc_executor.py:879)",
+        ),
+    ),
+    (
+        "named-loop-wait",
+        "stack.idle_loop",
+        (
+            "poll (zmq/sugar/poll.py:106)",
+            "MessageQueueClient._main_loop (kvcache/mq.py:240)",
+            "Thread.run (threading.py:1012)",
         ),
     ),
     (

@@ -259,6 +259,23 @@ RULES: tuple[SiteRule, ...] = (
         name=_FRAMEWORK_COLLECTIVE,
     ),
     SiteRule(
+        "kernel-lib-comm",
+        _NCCL,
+        native=False,
+        file=r"flashinfer/comm/|(^|/)sgl_kernel/allreduce\.py$|(^|/)trtllm_ar\.py$",
+        why="the all-reduce kernels of FlashInfer (flashinfer/comm/: TRT-LLM and MNNVL "
+        "all-reduce, their workspaces) and sgl-kernel's custom all-reduce: peers meet there",
+    ),
+    SiteRule(
+        "custom-ops-allreduce",
+        _NCCL,
+        native=False,
+        file=r"(^|/)vllm/_custom_ops\.py$",
+        name=r"(^|\.)(all_reduce|qr_all_reduce|init_custom_ar|register_buffer|"
+        r"register_graph_buffers|\w*allreduce\w*)$",
+        why="vLLM's custom all-reduce ops (vllm/_custom_ops.py) spin until every peer arrives",
+    ),
+    SiteRule(
         "dp-attention-collective",
         _NCCL,
         native=False,
@@ -505,6 +522,16 @@ RULES: tuple[SiteRule, ...] = (
         "overlap worker's forward_thread_func_ waiting on its input queue "
         "(managers/tp_worker_overlap_thread.py); vLLM's DPCoordinatorProc."
         "process_input_socket (v1/engine/coordinator.py)",
+    ),
+    SiteRule(
+        "named-loop-wait",
+        _IDLE,
+        leaf=True,
+        native=False,
+        name=r"(^|\.)\w*([lL]oop|_forever)(_\w+)?$",
+        why="any function named as a loop (``*_loop``, ``serve_forever``) whose only "
+        "frames inside are a generic wait (queue, zmq, select, sleep, a lock): one idle "
+        "turn of a service loop; a loop doing work has other frames inside",
     ),
     SiteRule(
         "helper-process-loop",
