@@ -204,11 +204,12 @@ class SourceParser:
         msg = p.message
         # the prefix kind is part of the stream: torch's "[rank0]:" lines are not the
         # continuation of SGLang's "[... TP0]" lines
-        # a wrapper's process or pid (a compose service, journald's writer) is the same on
-        # every line of the source: it is not a stream of its own
+        # a wrapper's process or pid (a compose service, journald's writer) separates
+        # streams but does not make a line prefixed: its indented lines continue the record
+        # before them, as in the unwrapped log
         proc = p.process if p.process != p.wrap_process else None
         pid = p.pid if p.pid != p.wrap_pid else None
-        key = (proc, pid, p.logger_file, p.rank, p.rank_reason)
+        key = (p.process, p.pid, p.logger_file, p.rank, p.rank_reason)
         prefixed = p.grammar not in ("plain", "traceback", "faulthandler") or (
             p.rank is not None or pid is not None or proc is not None
         )

@@ -391,30 +391,41 @@ def _looks_like_data(lines: list[str]) -> bool:
 # ---------------------------------------------------------------------------
 # lost newlines
 
-_GLUED_ENTRY = re.compile(
-    # an SGLang stamp right after a non-space (or after a space that follows a word or a
-    # closing mark, never a wrapper's " - " / " | " / "]: ")
-    r"(?<=\S)(?=\[" + _D + r" " + _T + r"(?:" + TAGS_RE_SRC + r")?\] )"
-    r"|(?<=[\w.!'\"%] )(?=\[" + _D + r" " + _T + r"(?:" + TAGS_RE_SRC + r")?\] [A-Z])"
-    # a vLLM record: level, month-day, time and its bracketed logger location
-    r"|(?<=\S)(?=" + _LEVEL_WORDS + r" [0-9]{2}-[0-9]{2} " + _T + r" )"
-    r"|(?<=[\w.!'\"%] )(?=" + _LEVEL_WORDS + r" [0-9]{2}-[0-9]{2} " + _T
-    + r"(?:\.[0-9]+)? \[[\w./\-]+\.py:[0-9]+\] )"
-    # a vLLM process prefix followed by a level
-    r"|(?<=[^\s(])(?=\((?:[A-Za-z][\w\-]{0,80}\s*)?(?:rank=[0-9]{1,9}\s*)?pid=[0-9]{1,9}"
+# record starts (no look-behind, so the regex engine scans for their first characters)
+_ENTRY_START = re.compile(
+    r"(?P<sg>\[" + _D + r" " + _T + r"(?:" + TAGS_RE_SRC + r")?\] )"
+    r"|(?P<vl>" + _LEVEL_WORDS + r" [0-9]{2}-[0-9]{2} " + _T + r"(?:\.[0-9]+)? )"
+    r"|(?P<pp>\((?:[A-Za-z][\w\-]{0,80}\s*)?(?:rank=[0-9]{1,9}\s*)?pid=[0-9]{1,9}"
     r"(?:,\s*ip=[\w.:\-]{1,80})?\) " + _LEVEL_WORDS + r" [0-9]{2}-[0-9]{2} )"
 )
+# a cheap test that a second record start may be there at all
+_GLUE_HINT = re.compile(r"\[20[0-9]{2}-[0-9]{2}-[0-9]{2} |[OGRL] [01][0-9]-[0-3][0-9] [0-9]{2}:")
+_VLLM_FILE = re.compile(r"\[[\w./\-]{1,200}\.py:[0-9]{1,9}\] ")
+# after a space, only a word or a closing mark may end the record before (never a
+# wrapper's " - " / " | " / "]: " / ") ")
+_SENTENCE_END = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.!'\"%")
+
+
+def _is_cut(part: str, m: re.Match[str]) -> bool:
+    i = m.start()
+    prev = part[i - 1]
+    if not prev.isspace():
+        return m.lastgroup != "pp" or prev != "("
+    if m.lastgroup == "pp" or i < 2 or part[i - 2] not in _SENTENCE_END:
+        return False
+    end = m.end()
+    if m.lastgroup == "sg":
+        return part[end : end + 1].isupper()
+    return _VLLM_FILE.match(part, end) is not None
 
 
 def split_glued(part: str) -> list[str]:
     """A physical line holding several records (a paste that lost its newlines) -> the
     records. A line with one record is returned as ``[part]``; a wrapper's own stamp at
     the start of the line (``2025-..Z INFO ...``) is never a cut."""
-    if len(part) < 40 or (
-        "[20" not in part[1:] and " 0" not in part and " 1" not in part and "pid=" not in part
-    ):
+    if len(part) < 40 or _GLUE_HINT.search(part, 1) is None:
         return [part]
-    cuts = [m.start() for m in _GLUED_ENTRY.finditer(part)]
+    cuts = [m.start() for m in _ENTRY_START.finditer(part, 1) if _is_cut(part, m)]
     if not cuts:
         return [part]
     inner, w = unwrap_line(part)
