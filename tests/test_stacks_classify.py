@@ -799,6 +799,10 @@ def test_active_without_the_gil_outside_a_serving_worker_or_with_native_frames()
     # --native frames are shown: they decide (here nothing names them), not the state
     native = ("at::native::foo (libtorch_cpu.so)", *SCHEDULER_TOLIST)
     assert classify_thread_rule(_state_thread(native, idle=False, gil=False)) == (None, None)
+    # unsymbolised frames (a --native dump py-spy could not name) count as none
+    addresses = ("0x7f259f401d71 (libc.so.6)", *SCHEDULER_TOLIST)
+    got = classify_thread_rule(_state_thread(addresses, idle=False, gil=False))
+    assert got == ("stack.cuda_sync", NATIVE_CALL_RULE)
     # a frame rule decides before the state does
     queue_wait = ("Queue.get (queue.py:171)", *SCHEDULER_TOLIST)
     got = classify_thread_rule(_state_thread(queue_wait, idle=False, gil=False))
