@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from diag.model import RankId, Record, StackProcess
-from diag.stacks.classify import apply_gpu_facts
+from diag.stacks.classify import apply_gpu_facts, classify_frames
 from diag.stacks.merge import group_stacks, outlier_tp_ranks, outliers
 from diag.stacks.textdump import extract_stack_processes, parse_stack_text
 
@@ -246,6 +246,22 @@ def test_public_npu_scheduler_blocked_in_a_device_copy() -> None:
     assert failed.outcome == "not_found" and failed.samples == 2
     assert failed.error is not None and "Failed to get process executable name" in failed.error
     assert [g.members for g in group_stacks([proc, failed])] == [("TP0",)]
+
+
+def test_public_sglang_scheduler_in_a_kernel_op_behind_the_op_dispatcher() -> None:
+    """sglang#24588: the innermost frame is torch's generic OpOverload.__call__; the
+    sgl-kernel wrapper that called it names the wait (and py-spy shows the thread active
+    without the GIL, in a native call)."""
+    path = FIX / "public" / "sglang-eagle-extend-sgl-kernel-quant-active.txt"
+    (proc,) = parse_stack_text(path.read_text())
+    (thread,) = proc.threads
+    assert (thread.idle, thread.owns_gil) == (False, False)
+    assert thread.frames[0].name == "__call__" and thread.frames[1].filename.startswith(
+        "sgl_kernel"
+    )
+    assert proc.wait_site == "stack.cuda_sync" and proc.wait_thread == 2897
+    site, rule = classify_frames(thread.frames)  # the frames alone already say it
+    assert (site, rule and rule.id) == ("stack.cuda_sync", "gpu-kernel-leaf")
 
 
 # ---------------------------------------------------------------------------------------
