@@ -432,10 +432,31 @@ def _attribute(drafts: Sequence[Draft], framework: str, config: dict[str, object
 # ---------------------------------------------------------------------------
 
 
+def _note_layout(config: dict[str, object], notes: list[str]) -> None:
+    """(hardening) A parallel layout too large to list its ranks is said, not enumerated."""
+    from diag.limits import MAX_EXPECTED_RANKS
+
+    odd = config.get("implausible")
+    if isinstance(odd, dict) and odd:
+        sizes = ", ".join(f"{k} {v}" for k, v in odd.items())
+        notes.append(f"implausible parallel layout in the args line ({sizes}): ignored")
+        return
+    world = 1
+    for key in ("tp", "pp", "dp"):
+        v = config.get(key)
+        world *= v if isinstance(v, int) and v > 0 else 1
+    if world > MAX_EXPECTED_RANKS:
+        notes.append(
+            f"the args line implies {world} ranks: expected ranks are listed up to "
+            f"{MAX_EXPECTED_RANKS} only"
+        )
+
+
 def _finish(sources: Sequence[Source], col: _Collected, rules_dirs: Sequence[Path]) -> Analysis:
     drafts = col.drafts
     framework = _detect_framework(drafts)
     config, version = _config(drafts)
+    _note_layout(config, col.notes)
     version = version or _version(drafts, framework)
     _attribute(drafts, framework, config)
     records = [freeze(d) for d in drafts]

@@ -28,6 +28,7 @@ __all__ = [
     "MAX_RUN_STDERR_BYTES",
     "MAX_YAML_NODES",
     "RULE_REGEX_BUDGET_S",
+    "RULE_REGEX_TOTAL_S",
     "ascii_int",
     "loads_json",
 ]
@@ -54,6 +55,7 @@ MAX_PLAUSIBLE_WORLD = 65_536  # a parallel size past this is an implausible conf
 
 # -- rules --------------------------------------------------------------------------------
 RULE_REGEX_BUDGET_S = 5.0  # regex time per rule over a whole analysis
+RULE_REGEX_TOTAL_S = 20.0  # ... and of all rules together
 MAX_YAML_NODES = 200_000  # nodes a rule file may expand to (aliases counted expanded)
 
 # -- commands diag runs -------------------------------------------------------------------
@@ -78,7 +80,7 @@ def ascii_int(text: object, *, max_digits: int = MAX_INT_DIGITS) -> int | None:
     if not isinstance(text, str):
         return None
     s = text.strip()
-    if not s or len(s) > max_digits + 1 or not _ASCII_INT.fullmatch(s):
+    if not s or len(s.lstrip("+-")) > max_digits or not _ASCII_INT.fullmatch(s):
         return None
     return int(s)
 

@@ -4,7 +4,9 @@ SGLang: ``server_args=ServerArgs(k=v, ...)`` (older) and ``server_args={'k': v, 
 (0.5.x). vLLM: ``non-default args: {...}``, ``args: Namespace(...)`` and the engine
 config dump ``Initializing a V1 LLM engine (v0.32.0) with config: k=v, ...``.
 Keys are normalised to tp, pp, dp, ep, nnodes, node_rank, quantization, speculative,
-port, model (the raw keys are kept too).
+port, model (the raw keys are kept too). A parallel size past any real cluster (or a
+tp x pp x dp past :data:`diag.limits.MAX_PLAUSIBLE_WORLD`) is left out of the normalised
+keys and listed under ``implausible``: nothing downstream enumerates it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import ast
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from diag.limits import MAX_PLAUSIBLE_WORLD, ascii_int
 
 __all__ = ["detect_config_line", "normalise", "parse_config_message"]
 
@@ -190,13 +194,11 @@ def _first(raw: Mapping[str, object], names: tuple[str, ...]) -> object:
 
 
 def _int(v: object) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, str) and v.strip().isdigit():
-        return int(v.strip())
-    return None
+    """An int, or ASCII digits of a sane length (never ``int()`` on ``²`` or 5000 digits)."""
+    return ascii_int(v)
+
+
+_PARALLEL = ("tp", "pp", "dp", "ep", "nnodes")
 
 
 def normalise(raw: Mapping[str, object]) -> dict[str, Any]:
@@ -213,6 +215,20 @@ def normalise(raw: Mapping[str, object]) -> dict[str, Any]:
                 out[key] = iv
         else:
             out[key] = v
+    # A layout past any real cluster (tp_size=100000000) is reported, never enumerated.
+    implausible = {
+        k: out[k] for k in _PARALLEL if k in out and not 0 <= out[k] <= MAX_PLAUSIBLE_WORLD
+    }
+    world = 1
+    for k in ("tp", "pp", "dp"):
+        if k in out and k not in implausible:
+            world *= out[k]
+    if world > MAX_PLAUSIBLE_WORLD:
+        implausible.update({k: out[k] for k in ("tp", "pp", "dp") if k in out})
+    if implausible:
+        for k in implausible:
+            out.pop(k, None)
+        out["implausible"] = implausible
     spec: dict[str, object] = {}
     algo = _first(raw, _SPEC_ALGO)
     steps = _first(raw, _SPEC_STEPS)
@@ -224,7 +240,7 @@ def normalise(raw: Mapping[str, object]) -> dict[str, Any]:
         mm = re.search(r"method=['\"]?(\w+)", sc)
         if mm:
             algo = algo or mm.group(1)
-        mm = re.search(r"num_speculative_tokens['\"]?[=:]\s*(\d+)", sc)
+        mm = re.search(r"num_speculative_tokens['\"]?[=:]\s*([0-9]{1,9})\b", sc)
         if mm:
             steps = steps or int(mm.group(1))
     if algo not in (None, "None", ""):

@@ -13,11 +13,13 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import datetime as dt
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import regex
 
+from diag.limits import RULE_REGEX_BUDGET_S, RULE_REGEX_TOTAL_S
 from diag.model import SEVERITIES, Analysis, Event, Evidence, Finding, RankId, Record
 from diag.rules.checks import CHECKS, CheckContext, CheckOutcome, Hit
 from diag.rules.loader import Rule
@@ -118,6 +120,9 @@ def _scan(
     active = [r for r in rules if r.match is not None and r.applies_to(framework)]
     hits: dict[str, list[Hit]] = {r.id: [] for r in active}
     timeouts: dict[str, int] = {}
+    spent: dict[str, float] = {}  # regex seconds per rule over the whole input
+    total_spent = [0.0]  # ... and of all rules together
+    total_noted: list[bool] = []
     # needle -> positions of the rules that declare it; one pass of literal tests per
     # record picks the rules worth running (most records contain no needle at all)
     by_needle: dict[str, list[int]] = {}
@@ -158,15 +163,41 @@ def _scan(
                     continue
             if timeouts.get(rule.id, 0) >= _MAX_TIMEOUTS:
                 continue
+            if spent.get(rule.id, 0.0) > RULE_REGEX_BUDGET_S:
+                continue  # (its total regex time is spent: noted once below)
+            if total_spent[0] > RULE_REGEX_TOTAL_S:
+                if not total_noted:
+                    total_noted.append(True)
+                    notes.append(
+                        f"rule patterns used their {RULE_REGEX_TOTAL_S:.0f} s budget in all "
+                        f"(at {rec.source}:{rec.line}); later lines were not matched"
+                    )
+                break
             lines = text.split("\n") if rec.continuation else [text]
             for i, line in enumerate(lines):
                 if len(lines) > 1 and not any(n in line.lower() for n in rule.needles):
                     continue
                 if _is_code(line):
                     continue
+                began = time.perf_counter()
                 try:
                     m = spec.search(line)
                 except TimeoutError:
+                    m = None
+                    timed_out = True
+                else:
+                    timed_out = False
+                took = time.perf_counter() - began
+                total_spent[0] += took
+                used = spent.get(rule.id, 0.0) + took
+                spent[rule.id] = used
+                if used > RULE_REGEX_BUDGET_S:
+                    notes.append(
+                        f"rule {rule.id}: its patterns used their {RULE_REGEX_BUDGET_S:.0f} s "
+                        f"budget (at {rec.source}:{rec.line + i}); rule skipped for the rest"
+                    )
+                    break
+                if timed_out:
                     timeouts[rule.id] = timeouts.get(rule.id, 0) + 1
                     if timeouts[rule.id] == _MAX_TIMEOUTS:
                         notes.append(

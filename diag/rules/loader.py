@@ -23,6 +23,7 @@ import yaml
 from diag.errors import RuleError
 from diag.model import PHASES, Severity
 from diag.rules.schema import FILE_SCHEMA
+from diag.rules.yamlsafe import check_expansion
 
 if sys.version_info >= (3, 11):
     from importlib.resources.abc import Traversable
@@ -244,6 +245,7 @@ def _rule(data: Mapping[str, Any], path: str, known_checks: Iterable[str]) -> Ru
 
 
 def _parse_file(text: str, path: str, known_checks: Iterable[str]) -> list[Rule]:
+    check_expansion(text, path)  # (hardening: alias bombs refused, naming the file)
     try:
         data = yaml.load(text, Loader=_YAML_LOADER)
     except yaml.YAMLError as exc:
