@@ -24,7 +24,7 @@ from diag.parse.coords import (
     small_int,
 )
 from diag.parse.grammars import parse_line
-from diag.parse.records import SourceParser, assign_path_ranks, ranks_from_paths
+from diag.parse.records import SourceParser, apply_layout, assign_path_ranks, ranks_from_paths
 
 
 @pytest.mark.parametrize(
@@ -217,3 +217,20 @@ def test_coords_never_raise(s: str) -> None:
     rank_key(s)
     rank_keys(s)
     key_coords(s)
+
+
+def test_global_ranks_with_pipeline_parallelism_are_pp_times_tp() -> None:
+    sp = SourceParser("x")
+    sp.feed(1, "(VllmWorker rank=5 pid=12) INFO 06-05 06:18:13 [gpu_worker.py:1] Loading weights took 3.1 seconds")
+    sp.feed(2, "[rank2]:[W1222 15:01:54.1 ProcessGroupNCCL.cpp:1] Warning")
+    sp.feed(3, "(Worker_PP1_TP0 pid=13) INFO 06-05 06:18:13 [gpu_worker.py:1] tagged")
+    sp.feed(4, "(VllmWorker rank=9 pid=14) INFO 06-05 06:18:13 [gpu_worker.py:1] outside the layout")
+    drafts = sp.drafts
+    assert [d.rank for d in drafts] == [RankId(tp=5), RankId(tp=2), RankId(pp=1, tp=0), RankId(tp=9)]
+    assert apply_layout(drafts, 2, 1) is None  # no pipeline: a global rank is the TP rank
+    assert apply_layout(drafts, 4, 2) is not None
+    assert [d.rank for d in drafts] == [
+        RankId(pp=1, tp=1), RankId(pp=0, tp=2), RankId(pp=1, tp=0), RankId(tp=9)
+    ]
+    assert drafts[0].rank_reason == "tag"
+    assert drafts[1].rank_reason == "global rank 2 of tp=4 pp=2"

@@ -70,6 +70,7 @@ class Parsed:
     wrapper_ts: dt.datetime | None = None
     repeated: int = 0
     unwrapped: tuple[str, ...] = ()  # the wrappers removed (diag.parse.unwrap kinds)
+    global_rank: bool = False  # rank.tp is a global rank (torch [rankN], vLLM rank=N)
     wrap_process: str | None = None  # process / pid a wrapper named (compose, journald)
     wrap_pid: int | None = None
 
@@ -209,6 +210,7 @@ def _apply_wrap(w: Wrap, p: Parsed) -> None:
         rank = w.coords.rank()
         if rank is not None:
             p.rank = rank
+            p.global_rank = w.coords.global_rank
             kind = w.kinds[-1] if w.kinds else "launcher"
             p.rank_reason = f"{kind} prefix (global rank, read as TP)"
 
@@ -237,6 +239,7 @@ def _unwrap(line: str, p: Parsed) -> str:
                 rank = RankId(node=pp.ip, dp=rank.dp, pp=rank.pp, tp=rank.tp, ep=rank.ep)
             p.rank = rank
             p.rank_reason = "tag"
+            p.global_rank = coords is not None and coords.global_rank
         outer = coords
         line = line[pp.end :]
         pp = match_proc_prefix(line)
@@ -245,6 +248,7 @@ def _unwrap(line: str, p: Parsed) -> str:
         if p.rank is None:
             p.rank = RankId(tp=tr[0])
             p.rank_reason = "torch [rankN] prefix (global rank, read as TP)"
+            p.global_rank = True
         line = line[tr[1] :]
         if line[:1] in "<0123456789#" or "</" in line[:60] or "|" in line[:90]:
             line, w = unwrap_line(line)

@@ -25,8 +25,8 @@ from diag.parse.grammars import (
 from diag.parse.text import split_physical, strip_ansi
 from diag.parse.unwrap import SourceUnwrapper
 
-__all__ = ["Draft", "SourceParser", "assign_path_ranks", "freeze", "ranks_from_paths",
-           "resolve_years"]
+__all__ = ["Draft", "SourceParser", "apply_layout", "assign_path_ranks", "freeze",
+           "ranks_from_paths", "resolve_years"]
 
 MAX_CONTINUATION = 400  # continuation lines kept per record (the rest are counted)
 MAX_MESSAGE = 256_000  # characters of a message kept (multi-MB lines are cut)
@@ -374,6 +374,29 @@ def assign_path_ranks(drafts: Sequence[Draft], names: Sequence[str]) -> str | No
     if not n:
         return None
     return f"{n} lines given the rank their file name names ({len(ranks)} per-rank files)"
+
+
+def apply_layout(drafts: Sequence[Draft], tp: object, pp: object) -> str | None:
+    """Global ranks (torch ``[rank5]:``, vLLM ``(VllmWorker rank=5 ..)``, torchrun / srun
+    labels) were read as TP; with pipeline parallelism they are ``pp_rank * tp + tp_rank``
+    (the order of torch.distributed's world in vLLM's and SGLang's parallel state), so
+    rank 5 of tp=4 pp=2 is PP1 TP1, not TP5. Returns a note when a rank was re-read."""
+    if not (isinstance(tp, int) and isinstance(pp, int)) or tp < 1 or pp < 2:
+        return None
+    n = 0
+    for d in drafts:
+        r = d.rank
+        if not d.p.global_rank or r is None or r.tp is None or r.pp is not None:
+            continue
+        if d.rank is not d.p.rank or r.tp >= tp * pp:
+            continue  # attributed otherwise, or not a rank of this layout
+        d.rank = RankId(node=r.node, dp=r.dp, pp=r.tp // tp, tp=r.tp % tp, ep=r.ep)
+        if d.rank_reason != "tag":
+            d.rank_reason = f"global rank {r.tp} of tp={tp} pp={pp}"
+        n += 1
+    if not n:
+        return None
+    return f"global ranks of {n} lines read as PP x TP (tp={tp}, pp={pp})"
 
 
 def freeze(d: Draft) -> Record:
