@@ -35,6 +35,7 @@ VW = "(VllmWorker rank=3 pid=1090) ERROR 06-05 06:18:13 [multiproc_executor.py:4
         (f"2025-01-01T00:00:00.123456789+00:00 stderr P {SG}", SG, "timestamp", {}),
         # GitLab's timestamped job log: stream tag after the stamp
         (f"2024-03-01T10:00:00.000000Z 01O {SG}", SG, "timestamp", {}),
+        (f"[2024-01-01T00:00:05.123Z] {VW}", VW, "timestamp", {"ts": dt.datetime(2024, 1, 1, 0, 0, 5, 123000)}),
         ("bk;t=1785725275247 (Worker_TP0 pid=1519) INFO 08-14 12:59:46 [gpu_model_runner.py:2592] x",
          "(Worker_TP0 pid=1519) INFO 08-14 12:59:46 [gpu_model_runner.py:2592] x", "buildkite", {}),
         (f"\x1b_bk;t=1785725275247\x07{VL}", VL, "buildkite", {}),
@@ -191,6 +192,7 @@ WRAPPERS = [
     lambda i, s: f"bk;t={1785725275247 + i} {s}",
     lambda i, s: f"│ {s} │",
     lambda i, s: f"авг 18 14:15:{i % 60:02d} llm python3[28059]: {s}",
+    lambda i, s: f"[2024-01-01T00:00:{i % 60:02d}.123Z] {s}",
 ]
 
 

@@ -12,7 +12,8 @@ Per line (unambiguous; tried on every line, outermost first, cheap guards first)
   ``section_end:...`` markers and its ``00O+`` stream tag, GitHub Actions ``##[group]`` /
   ``##[endgroup]`` / ``##[error]`` markers;
 - RFC 3339 timestamps of GitHub Actions, kubectl ``--timestamps``, docker ``-t`` and the CRI
-  log format (``2025-01-01T00:00:00.123456789Z stdout F ``), TorchServe after them;
+  log format (``2025-01-01T00:00:00.123456789Z stdout F ``), TorchServe after them, and
+  Jenkins' bracketed ``[2024-01-01T00:00:00.123Z] ``;
 - FastChat ``2024-04-13 10:17:32 | INFO | stdout | ``; journald ``авг 18 14:15:04 host
   python3[28059]: `` (any month language, or after an ISO stamp);
 - docker compose service prefixes ``sglang-1  | `` (also inside py-spy dumps);
@@ -83,6 +84,11 @@ _RFC3339 = re.compile(
     r"(?P<d>" + _D + r")T(?P<t>" + _T + r")(?:[.,](?P<f>[0-9]{1,12}))?"
     r"(?:Z|[+-][0-9]{2}:?[0-9]{2})?[ \t]"  # one: the indentation after it is the line's
     r"(?:(?:stdout|stderr) [FP] |[0-9]{2}[OE]\+? )?"  # CRI log format / GitLab stream tag
+)
+# Jenkins' timestamper plugin: "[2024-01-01T00:00:00.123Z] "
+_JENKINS = re.compile(
+    r"\[(?P<d>" + _D + r")T(?P<t>" + _T + r")(?:[.,](?P<f>[0-9]{1,12}))?"
+    r"(?:Z|[+-][0-9]{2}:?[0-9]{2})?\] "
 )
 _TORCHSERVE = re.compile(r"\[(?P<lvl>[A-Z]{3,8})\s*\] \S+ (?:MODEL_LOG - |MODEL_METRICS - )?")
 _FASTCHAT = re.compile(
@@ -224,6 +230,14 @@ def unwrap_line(line: str) -> tuple[str, Wrap | None]:
                     line = line[m.end() :]
                     continue
         elif c0 == "[":
+            if line[11:12] == "T" and line[1:2].isdigit():
+                m = _JENKINS.match(line)
+                if m:
+                    w = w or Wrap()
+                    w.kinds.append("timestamp")
+                    w.ts = wrapper_dt(m.group("d"), m.group("t"), m.group("f"))
+                    line = line[m.end() :]
+                    continue
             if line[1:2].isdigit() and "<std" in line[:24]:
                 m = _MPI.match(line)
                 if m:
