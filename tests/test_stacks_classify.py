@@ -977,3 +977,39 @@ def test_a_c10d_failed_collective_report_is_a_collective_even_when_cut() -> None
     cut = _state_thread(WORKER_FORWARD, idle=None, gil=None)
     assert classify_thread_rule(cut, "c10d") == ("stack.nccl_collective", C10D_REPORT_RULE)
     assert classify_thread_rule(cut, "text") == (None, None)
+
+
+def test_a_main_thread_that_names_no_site_gives_way_to_a_waiting_thread() -> None:
+    busy_main = StackThread(
+        thread_id=1,
+        name="MainThread",
+        frames=frames("gc_object_counts (utils/common.py:4357)", "<module> (x.py:1)"),
+        idle=False,
+        owns_gil=True,
+    )
+    warmup = StackThread(
+        thread_id=2,
+        name="Thread-1 (_wait_and_warmup)",
+        frames=frames("SocketIO.readinto (socket.py:706)", "_wait_and_warmup (http_server.py:1)"),
+        idle=True,
+        owns_gil=False,
+    )
+    assert classify_process(StackProcess(pid=1, title=None, threads=(busy_main, warmup))) == (
+        "stack.ipc_wait",
+        2,
+    )
+    # a main thread that names a site, even an idle loop, stands
+    idle_main = replace_frames(
+        busy_main,
+        ("select (selectors.py:468)", "BaseEventLoop._run_once (asyncio/base_events.py:1898)"),
+    )
+    assert classify_process(StackProcess(pid=1, title=None, threads=(idle_main, warmup))) == (
+        "stack.idle_loop",
+        1,
+    )
+
+
+def replace_frames(t: StackThread, lines: tuple[str, ...]) -> StackThread:
+    return StackThread(
+        thread_id=t.thread_id, name=t.name, frames=frames(*lines), idle=t.idle, owns_gil=t.owns_gil
+    )

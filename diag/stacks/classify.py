@@ -30,7 +30,8 @@ native-only?) -> site. A thread's frames are read innermost first:
 The thread that matters (:func:`pick_thread`) is the main thread unless another
 non-helper thread waits at a hard site (:data:`HARD_SITES`: a collective, a store, the
 GPU, a compile, the disk) while the main thread does not (the SGLang overlap scheduler's
-forward thread in an NCCL call while the main thread waits on it); helper threads (tqdm
+forward thread in an NCCL call while the main thread waits on it), or the main thread's
+frames name no site while another thread's do; helper threads (tqdm
 monitor, watchdogs, Inductor's pipe reader, queue feeders) are never chosen. A whole
 py-spy dump whose threads are all idle helpers is an idle loop (:data:`IDLE_PROCESS_RULE`);
 a fragment (no header, no pid) of helper threads has no wait site.
@@ -944,9 +945,11 @@ def pick_thread(p: StackProcess) -> tuple[StackThread | None, str | None]:
         main = mains[0]
         best = max(candidates, key=key)
         # The main thread stands unless another thread is held by something outside the
-        # process (a hard site) while the main thread is not.
+        # process (a hard site) while the main thread is not, or the main thread's frames
+        # say nothing (busy in Python, or cut) while another thread waits somewhere.
         hard = site_priority(sites[best]) == 3 and site_priority(sites[main]) < 3
-        chosen = best if hard else main
+        silent = sites[main] is None and sites[best] is not None
+        chosen = best if hard or silent else main
     else:
         chosen = max(candidates, key=key)
     return p.threads[chosen], sites[chosen]
