@@ -283,6 +283,14 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         ("synchronize (torch/cuda/__init__.py:1162)", "worker (gpu_probe.py:51)"),
     ),
     (
+        "cuda-free-sync",
+        "stack.cuda_sync",
+        (
+            "empty_cache (torch/cuda/memory.py:222)",
+            "ModelRunner.profile_max_num_token (model_runner.py:900)",
+        ),
+    ),
+    (
         "gpu-kernel-leaf",
         "stack.cuda_sync",
         (

@@ -160,7 +160,8 @@ RULES: tuple[SiteRule, ...] = (
     SiteRule(
         "c10d-nccl-comm-init",
         _INIT,
-        name=r"ProcessGroupNCCL::(getNCCLComm|initNCCLComm|initializeNCCLComm)",
+        name=r"ProcessGroupNCCL::(getNCCLComm|initNCCLComm|initializeNCCLComm|"
+        r"broadcastUniqueNCCLID|eagerConnectSingleDevice|ProcessGroupNCCL\b)",
         native=True,
         why="ProcessGroupNCCL creating its communicator",
     ),
@@ -177,7 +178,8 @@ RULES: tuple[SiteRule, ...] = (
         _INIT,
         file=_C10D_PY,
         name=r"(^|\.)(init_process_group|_new_process_group_helper|new_group|"
-        r"_store_based_barrier|new_subgroups|_create_process_group_wrapper)$",
+        r"_new_group_with_tag|_store_based_barrier|new_subgroups\w*|split_group|"
+        r"_create_process_group_wrapper|init_device_mesh)$",
     ),
     SiteRule(
         "stateless-group-store",
@@ -359,8 +361,20 @@ RULES: tuple[SiteRule, ...] = (
     SiteRule(
         "torch-cuda-sync",
         _SYNC,
-        file=r"torch/(cuda|npu|xpu)/(__init__|streams)\.py$",
-        name=r"(^|\.)(synchronize|wait|query)$",
+        file=r"(torch/(cuda|npu|xpu|mps)|torch_npu/npu)/(__init__|streams|utils)\.py$",
+        name=r"(^|\.)(synchronize|wait|query|wait_event|wait_stream)$",
+        why="torch.cuda/xpu/npu synchronize and Stream/Event waits (torch_npu keeps them "
+        "in torch_npu/npu/utils.py and streams.py)",
+    ),
+    SiteRule(
+        "cuda-free-sync",
+        _SYNC,
+        leaf=True,
+        native=False,
+        file=r"(torch/(cuda|npu|xpu)|torch_npu/npu)/memory\.py$",
+        name=r"(^|\.)(empty_cache|mem_get_info|reset_peak_memory_stats|memory_stats)$",
+        why="the caching allocator releasing memory (cudaFree synchronises the device) or "
+        "asking the driver for free memory: the thread waits for the GPU",
     ),
     SiteRule(
         "gpu-kernel-leaf",
