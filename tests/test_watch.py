@@ -276,7 +276,9 @@ def test_watch_real_ranks_stall_after_weights_bundle_and_stop(tmp_path: Path) ->
     child = [sys.executable, str(MINI), "launcher", "--framework", "sglang", "--tp", "2",
              "--mode", "store", "--port", str(port), "--ready-dir", str(ready_dir)]
     t0 = time.monotonic()
-    code, events, err = _watch(tmp_path, child, "--stall-after", "4", "--exit-on-stall",
+    # 20 s: importing torch on a loaded 2-core machine takes seconds, and a rank that is
+    # importing logs nothing and reads nothing from disk (page cache) while it does
+    code, events, err = _watch(tmp_path, child, "--stall-after", "20", "--exit-on-stall",
                                timeout=240)
     assert code == EXIT_STALLED, ([e["event"] for e in events], err)
     stall = next(e for e in events if e["event"] == "stall")

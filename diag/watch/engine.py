@@ -40,7 +40,7 @@ __all__ = [
 # The server's own watchdog is about to kill it: write the bundle first.
 LAST_GASP_FINDINGS = frozenset({"watchdog.timeout", "watchdog.engine_iteration", "nccl.timeout"})
 # Read from where the log ends: while the log is live its end is only "now".
-LOG_END_FINDINGS = frozenset({"startup.stalled", "startup.no_listen_port"})
+LOG_END_FINDINGS = frozenset({"startup.stalled", "startup.no_listen_port", "startup.cut_excerpt"})
 TERMINATION_LOG_MAX = 4096
 # Serving lines (SGLang's batch lines, vLLM's throughput and spec-decode metrics, HTTP
 # access lines): once the server listens, one in BULK_SAMPLE is parsed.

@@ -162,12 +162,18 @@ class Tracker:
             rp.bars[shape] = count if prev is None else max(prev, count)
             if prev is None or count > prev:
                 what = f"bar {bar.group(0).rstrip('|')}"
+                shards = None
+                if bar.group(2) and "shard" in head.lower():
+                    shards = (int(bar.group(1)), int(bar.group(2)))
+                    self._shards(rp, shards, now)
                 if key == SERVER:
                     # a bar with no rank prefix (SGLang's shard and capture bars): whose it
                     # is cannot be told, so it counts for every rank
                     for other in self.ranks.values():
                         if other is not rp:
                             self._progress(other, now, what + " (no rank prefix)")
+                            if shards is not None:
+                                self._shards(other, shards, now)
                 return self._progress(rp, now, what)
             rp.heartbeats += 1
             return False
@@ -192,15 +198,18 @@ class Tracker:
             rp.ended = True
             moved = self._progress(rp, now, f"{phase} ended")
         if shards is not None and shards != rp.shards:
-            if rp.shard_first is None or shards[0] < rp.shard_first[1]:
-                rp.shard_first = (now, shards[0])
-            elif now > rp.shard_first[0] and shards[0] > rp.shard_first[1]:
-                rp.shard_rate = (shards[0] - rp.shard_first[1]) / (now - rp.shard_first[0])
             grew = rp.shards is None or shards[0] > rp.shards[0]
-            rp.shards = shards
+            self._shards(rp, shards, now)
             if grew:
                 moved = self._progress(rp, now, f"shards {shards[0]}/{shards[1]}") or moved
         return moved
+
+    def _shards(self, rp: RankProgress, shards: tuple[int, int], now: float) -> None:
+        if rp.shard_first is None or shards[0] < rp.shard_first[1]:
+            rp.shard_first = (now, shards[0])
+        elif now > rp.shard_first[0] and shards[0] > rp.shard_first[1]:
+            rp.shard_rate = (shards[0] - rp.shard_first[1]) / (now - rp.shard_first[0])
+        rp.shards = shards
 
     def host(self, key: str | None, what: str, now: float) -> None:
         """Progress seen on the host (disk reads, JIT cache writes): for one rank, or for
