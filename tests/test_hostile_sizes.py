@@ -141,3 +141,10 @@ def test_rule_regex_total_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     a = analyze([log], rules_dirs=[rules])
     assert any("rule custom.slow: its patterns used their" in n for n in a.notes)
     assert time.monotonic() - t0 < 60
+
+
+def test_rule_file_with_a_5000_digit_number(tmp_path: Path) -> None:
+    """Found by tests/fuzz/fuzz_rule_loader.py: the YAML loader's int() raised ValueError."""
+    (tmp_path / "big.yaml").write_text("id: x\nseverity: " + "9" * 5000 + "\n")
+    with pytest.raises(RuleError, match=r"big\.yaml: refused, it holds a number of more than"):
+        load_dir(tmp_path)

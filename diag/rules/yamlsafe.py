@@ -9,6 +9,7 @@ memoised per node and stopped at the bound. A file with no alias is not composed
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from diag.errors import RuleError
@@ -17,8 +18,14 @@ from diag.limits import MAX_YAML_NODES
 __all__ = ["check_expansion"]
 
 
+_LONG_DIGITS = re.compile(r"[0-9]{4300}")
+
+
 def check_expansion(text: str, path: str, *, max_nodes: int = MAX_YAML_NODES) -> None:
-    """Raise RuleError when ``text`` expands to more than ``max_nodes`` YAML nodes."""
+    """Raise RuleError when ``text`` expands to more than ``max_nodes`` YAML nodes, or
+    holds a number the YAML loader would hand to ``int()`` past Python's digit limit."""
+    if _LONG_DIGITS.search(text) is not None:
+        raise RuleError(f"{path}: refused, it holds a number of more than 4300 digits")
     if "*" not in text or "&" not in text:  # no alias, no anchor: the size is the text's
         return
     import yaml
