@@ -425,6 +425,18 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
             "_wait_for_scheduler_ready (engine.py:2025)",
         ),
     ),
+    (
+        "p2p-probe",
+        "stack.ipc_wait",
+        (
+            "Connection._recv (multiprocessing/connection.py:395)",
+            "gpu_p2p_access_check"
+            " (vllm/distributed/device_communicators/custom_all_reduce_utils.py:230)",
+            "CustomAllreduce.__init__"
+            " (vllm/distributed/device_communicators/custom_all_reduce.py:120)",
+            "ensure_model_parallel_initialized (vllm/distributed/parallel_state.py:1100)",
+        ),
+    ),
     ("ray-get", "stack.ipc_wait", ("get (ray/_private/worker.py:2700)",)),
     (
         "future-result",
@@ -932,6 +944,22 @@ def test_a_whole_dump_of_idle_helper_threads_is_an_idle_loop() -> None:
             ("main_loop (ray/_private/worker.py:900)", "<module> (default_worker.py:1)"),
         ),
         ("stack.ipc_wait", ("get (ray/_private/worker.py:2700)", "_run_workers (x.py:1)")),
+        # a multiprocessing pipe says "another process"; the caller says what for
+        (
+            "stack.idle_loop",
+            (
+                "Connection.recv_bytes (multiprocessing/connection.py:216)",
+                "Queue.get (multiprocessing/queues.py:103)",
+                "worker (multiprocessing/pool.py:114)",
+            ),
+        ),
+        (
+            "stack.jit_compile",
+            (
+                "Connection.recv (multiprocessing/connection.py:250)",
+                "SubprocPool.submit (torch/_inductor/compile_worker/subproc_pool.py:230)",
+            ),
+        ),
         # the P2P probe's child process: a subprocess wait, not a collective
         (
             "stack.ipc_wait",

@@ -491,7 +491,11 @@ RULES: tuple[SiteRule, ...] = (
     SiteRule(
         "mp-connection",
         _IPC,
+        strength="weak",
         file=r"multiprocessing/(connection|queues|managers|popen_\w+|reduction)\.py$",
+        why="a multiprocessing pipe, queue or child wait: another process, but what for is "
+        "said by the caller (a compile pool is a compile, an executor's wait_for_ready an "
+        "RPC, a pool worker between tasks an idle loop)",
     ),
     SiteRule(
         "framework-wait-peer",
@@ -508,6 +512,15 @@ RULES: tuple[SiteRule, ...] = (
         "core_client.py of 0.7-0.8), EngineCoreProc._perform_handshake(s) / "
         "startup_handshake (v1/engine/core.py), SyncMPClient.get_output; SGLang's "
         "_wait_for_scheduler_ready (entrypoints/engine.py)",
+    ),
+    SiteRule(
+        "p2p-probe",
+        _IPC,
+        native=False,
+        file=r"(^|/)custom_all_reduce_utils\.py$",
+        name=r"(^|\.)(gpu_p2p_access_check|can_actually_p2p|_can_p2p|producer|consumer)$",
+        why="vLLM's GPU P2P probe (device_communicators/custom_all_reduce_utils.py, "
+        "0.4-0.6) runs in child processes and waits for them over a pipe or subprocess",
     ),
     SiteRule("ray-get", _IPC, file=r"ray/_private/worker\.py$", name=r"(^|\.)(get|wait)$"),
     # --- idle loops -------------------------------------------------------------------------
@@ -553,11 +566,12 @@ RULES: tuple[SiteRule, ...] = (
         _IDLE,
         leaf=True,
         native=False,
-        file=r"(multiprocessing/(resource_tracker|forkserver)\.py$|(^|/)socketserver\.py$|"
-        r"ray/_private/(worker|workers/default_worker)\.py$)",
-        name=r"(^|\.)(main|serve_forever|main_loop|run_task_loop)$",
+        file=r"(multiprocessing/(resource_tracker|forkserver|pool)\.py$|(^|/)socketserver\.py$|"
+        r"concurrent/futures/process\.py$|ray/_private/(worker|workers/default_worker)\.py$)",
+        name=r"(^|\.)(main|serve_forever|main_loop|run_task_loop|worker|_process_worker)$",
         why="a helper process or actor waiting for work: multiprocessing's resource "
-        "tracker and fork server, a socketserver, an idle Ray worker's main_loop",
+        "tracker, fork server and pool workers, a process-pool worker, a socketserver, an "
+        "idle Ray worker's main_loop",
     ),
     SiteRule(
         "asyncio-loop",
