@@ -255,14 +255,18 @@ def test_watch_slow_but_steady_is_not_a_stall(tmp_path: Path) -> None:
 @pytest.mark.live
 def test_watch_heartbeats_are_a_stall(tmp_path: Path) -> None:
     t0 = time.monotonic()
+    term = tmp_path / "termination-log"
+    term.write_text("")  # Kubernetes creates it; the watcher only writes an existing one
     code, events, err = _watch(
         tmp_path, _child("heartbeat", free_port()), "--stall-after", "3",
-        "--exit-on-stall", "--no-snapshot",
+        "--exit-on-stall", "--no-snapshot", "--termination-log", str(term),
     )
     assert code == EXIT_STALLED, err
     stall = next(e for e in events if e["event"] == "stall")
     assert "TP0" in str(stall["ranks"]) and "weights_load" in str(stall["phases"])
     assert time.monotonic() - t0 < 60
+    verdict = term.read_text()
+    assert "TP0" in verdict and "weights_load" in verdict and len(verdict.encode()) <= 4096
 
 
 @pytest.mark.live

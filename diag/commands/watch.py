@@ -141,6 +141,10 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="One JSON object per event.")] = (
             False
         ),
+        termination_log: Annotated[
+            Path, typer.Option("--termination-log", hidden=True,
+                               help="Where the verdict goes (Kubernetes reads this path).")
+        ] = Path("/dev/termination-log"),
     ) -> None:
         """Follow a start-up (launch it, a log file, or stdin) and catch the stall itself:
         per-rank progress, snapshot + bundle when a rank stops."""
@@ -179,7 +183,7 @@ def register(app: typer.Typer) -> None:
         options = WatchOptions(
             budgets=budgets, out_dir=out, exit_on_stall=exit_on_stall,
             keep_running=keep_running, follow=follow, on_stall=on_stall, pid=pid, port=port,
-            snapshot=not no_snapshot,
+            snapshot=not no_snapshot, termination_log=termination_log,
         )
         tty = sys.stdout.isatty() and not as_json
         from diag.report.watch_view import event_json, event_line, live_renderable, summary_lines

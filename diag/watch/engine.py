@@ -187,6 +187,9 @@ class Watcher:
         self._io: dict[int, int] = {}
         self._jit_mtime: dict[Path, float] = {}
         self._gasp_done = False
+        self._notify_missing = False
+        self._last_notify = -1e9
+        self._last_verdict = ""
         self._terminate: int | None = None  # a signal the watcher received
         self._ready_noted = False
         self._jit_dirs = options.jit_dirs or _default_jit_dirs()
@@ -373,8 +376,30 @@ class Watcher:
                         break
         return up, port
 
+    def _notify(self, *assignments: str) -> None:
+        """systemd (``Type=notify``): through the ``systemd-notify`` binary, only when
+        systemd gave us a ``NOTIFY_SOCKET``."""
+        if "NOTIFY_SOCKET" not in os.environ:
+            return
+        from diag.runner import SubprocessRunner
+
+        runner = SubprocessRunner()
+        binary = runner.which("systemd-notify")
+        if binary is None:
+            if not self._notify_missing:
+                self._notify_missing = True
+                self.emit("note", "NOTIFY_SOCKET is set but systemd-notify is not on PATH")
+            return
+        runner.run([binary, f"--pid={os.getpid()}", *assignments], timeout=5)
+
     def _check(self, now: float) -> int | None:
         launched = self.launched
+        if (self.state == "starting" and "NOTIFY_SOCKET" in os.environ
+                and now - self._last_notify > 30.0):
+            # still progressing: ask for more time than the longest budget left
+            self._last_notify = now
+            extend = int(max(self.tracker.budgets.values(), default=600.0) * 1e6)
+            self._notify(f"EXTEND_TIMEOUT_USEC={extend}")
         if self._terminate is not None:
             return self._on_signal(self._terminate)
         if launched is not None and launched.returncode() is not None:
@@ -402,6 +427,7 @@ class Watcher:
                 where = f"port {port} accepts connections" if port else "no port known"
                 self.emit("ready", f"the server is listening ({where}) after "
                           f"{format_duration(took)}", port=port, elapsed_s=round(took, 1))
+                self._notify("READY=1", f"STATUS=listening after {format_duration(took)}")
                 if not self.options.follow:
                     return 0
             elif up and port is not None and not self._ready_noted:
@@ -434,6 +460,7 @@ class Watcher:
                   ranks=[s.key for s in stuck], phases=[s.phase for s in stuck],
                   silent_s=[round(s.silent_s, 1) for s in stuck])
         self._capture("stall", stuck)
+        self._notify(f"STATUS=stalled: {self._last_verdict[:200]}")
         if self.options.exit_on_stall:
             if self.launched is not None and not self.options.keep_running:
                 self.emit("note", "stopping the launched server (--exit-on-stall)")
@@ -479,6 +506,7 @@ class Watcher:
         self._dirty = True
         self._refresh(self.clock())
         verdict = self.verdict(stuck, snap)
+        self._last_verdict = verdict
         out = self.options.out_dir
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         target = out / f"diag-{why}-{stamp}.tar.gz"
