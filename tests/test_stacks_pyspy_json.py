@@ -93,3 +93,60 @@ def test_arbitrary_json_gives_a_process_or_a_value_error(data: object) -> None:
     except ValueError:
         return
     assert isinstance(p.threads, tuple)
+
+
+def _json_thread(tid: int, name: str, active: bool, gil: bool, *frames: tuple[str, str]) -> Any:
+    return {
+        "pid": 40,
+        "thread_id": tid,
+        "os_thread_id": tid,
+        "thread_name": name,
+        "active": active,
+        "owns_gil": gil,
+        "frames": [
+            {
+                "name": n,
+                "filename": f"/venv/lib/python3.12/site-packages/{f}",
+                "module": None,
+                "short_filename": f,
+                "line": 10,
+                "locals": None,
+            }
+            for n, f in frames
+        ],
+    }
+
+
+def test_json_thread_state_decides_where_frames_say_nothing() -> None:
+    """`active`/`owns_gil` of py-spy's JSON: an active thread without the GIL in a model
+    forward is in a native call (a CUDA sync); idle helpers alone are an idle loop."""
+    forward = _json_thread(
+        40,
+        "MainThread",
+        True,
+        False,
+        ("forward", "vllm/model_executor/models/llama.py"),
+        ("execute_model", "vllm/v1/worker/gpu_model_runner.py"),
+    )
+    p = parse_pyspy_json([forward], pid=None, title="VLLM::Worker_TP0", mode="python")
+    assert (p.threads[0].idle, p.threads[0].owns_gil) == (False, False)
+    assert (p.wait_site, p.wait_thread) == ("stack.cuda_sync", 40)
+    holding = _json_thread(
+        40,
+        "MainThread",
+        True,
+        True,
+        *[
+            (n, f)
+            for n, f in (
+                ("forward", "vllm/model_executor/models/llama.py"),
+                ("execute_model", "vllm/v1/worker/gpu_model_runner.py"),
+            )
+        ],
+    )
+    assert parse_pyspy_json([holding], pid=None, title=None, mode="python").wait_site is None
+    tqdm = _json_thread(
+        41, "tqdm_monitor", False, False, ("wait", "threading.py"), ("run", "tqdm/_monitor.py")
+    )
+    idle = parse_pyspy_json([tqdm], pid=None, title=None, mode="python")
+    assert (idle.pid, idle.wait_site, idle.wait_thread) == (40, "stack.idle_loop", None)
