@@ -148,3 +148,25 @@ def test_rule_file_with_a_5000_digit_number(tmp_path: Path) -> None:
     (tmp_path / "big.yaml").write_text("id: x\nseverity: " + "9" * 5000 + "\n")
     with pytest.raises(RuleError, match=r"big\.yaml: refused, it holds a number of more than"):
         load_dir(tmp_path)
+
+
+BIG = "9" * 5000
+OOM_LINE = "[2025-03-14 06:57:09 TP0] RuntimeError: CUDA out of memory. Tried to allocate 2 GiB\n"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        f'  File "/x/y.py", line {BIG}, in f',
+        f"Process {BIG}: python -m sglang.launch_server",
+        f'Thread {BIG} (idle): "MainThread"',
+        f"Pyspy dump for PID {BIG} (sglang::scheduler_TP0)",
+        f"#0 c10d::ProcessGroupNCCL::wait from /lib/libtorch.so:{BIG}",
+        "Loading safetensors checkpoint shards: 50% 1/2 [00:01<00:01, ..14it/s]",
+        f"Capturing batches: 50% {BIG}/{BIG} [00:01<00:01, 14.0it/s]",
+    ],
+)
+def test_digit_runs_and_garbled_bars_in_dumps(line: str) -> None:
+    """Found by benchmarks/hostile_table.py: these raised ValueError tracebacks."""
+    a = analyze_text(INIT + line + "\n" + OOM_LINE)
+    assert "cuda.oom" in {f.id for f in a.findings}

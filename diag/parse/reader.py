@@ -324,30 +324,40 @@ def _tar_sources(path: Path, mtime: dt.datetime | None) -> list[Source]:
         counted = _CountingRaw(cast(BinaryIO, raw_file))
         buffered = io.BufferedReader(counted, buffer_size=1 << 20)
         try:
+            # what the whole stream may expand to (decompression bombs)
+            budget = min(
+                limits.MAX_DECOMPRESSED_BYTES,
+                max(
+                    limits.DECOMPRESSED_FLOOR_BYTES,
+                    int(compressed_size * limits.MAX_DECOMPRESSION_RATIO),
+                ),
+            )
             with tarfile.open(fileobj=buffered, mode="r|*") as tf:
                 for m in tf:
                     entries += 1
-                    produced += 512 + m.size
                     if entries > limits.MAX_ARCHIVE_MEMBERS:
                         raise _ArchiveStop(
                             f"more than {limits.MAX_ARCHIVE_MEMBERS} members; the rest "
                             "are not read"
                         )
-                    if produced > limits.MAX_DECOMPRESSED_BYTES or (
-                        produced > limits.DECOMPRESSED_FLOOR_BYTES
-                        and produced / compressed_size > limits.MAX_DECOMPRESSION_RATIO
-                    ):
+                    produced += 512
+                    wanted = m.isfile() and _log_like(Path(m.name))
+                    if produced + (0 if wanted else m.size) > budget:
+                        # (a member that is skipped must still be decompressed to pass it)
                         raise _ArchiveStop(
-                            f"expands past its cap ({produced} bytes from "
-                            f"{compressed_size}); members after {m.name!r} are not read"
+                            f"expands past its cap ({produced + m.size} bytes from "
+                            f"{compressed_size}); members from {m.name!r} on are not read"
                         )
-                    if not m.isfile() or not _log_like(Path(m.name)):
+                    if not wanted:
+                        produced += m.size
                         continue
                     take = min(
                         m.size,
                         limits.MAX_ARCHIVE_MEMBER_BYTES,
                         limits.MAX_ARCHIVE_TOTAL_BYTES - written,
+                        budget - produced,
                     )
+                    produced += take
                     if take <= 0:
                         raise _ArchiveStop(
                             f"log members past {limits.MAX_ARCHIVE_TOTAL_BYTES >> 20} MiB "
@@ -369,6 +379,8 @@ def _tar_sources(path: Path, mtime: dt.datetime | None) -> list[Source]:
                     if take < m.size:
                         notes.append(f"{path}:{m.name}: input cut at {take} bytes (member cap)")
                     placed.append((m.name, start, length))
+                    if take < m.size:
+                        break  # the rest of this member would have to be decompressed
         except _ArchiveStop as stop:
             notes.append(f"{path}: {stop}")
         except (EOFError, tarfile.ReadError, zlib.error, lzma.LZMAError, OSError) as exc:

@@ -170,27 +170,39 @@ def parse_progress(rec: Record) -> list[Progress]:
     except TimeoutError:
         return []
     for m in matches:
-        rate = m.group("rate")
-        s_per_it: float | None = None
-        if rate != "?":
-            value = float(rate)
-            if m.group("unit") == "s/it":
-                s_per_it = value
-            elif value > 0:
-                s_per_it = 1.0 / value
-        out.append(
-            Progress(
-                source=rec.source,
-                line=rec.line,
-                label=(m.group("label") or "").strip(),
-                done=int(m.group("done")),
-                total=int(m.group("total")),
-                elapsed_s=_clock(m.group("elapsed")),
-                s_per_it=s_per_it,
-                rec=rec,
-            )
-        )
+        progress = _progress(m, rec)
+        if progress is not None:
+            out.append(progress)
     return out
+
+
+def _progress(m: regex.Match[str], rec: Record) -> Progress | None:
+    """One bar's update; None for a garbled one ("..14it/s" where two ranks wrote at
+    once, a count of 5000 digits): hardening, not a crash."""
+    rate = m.group("rate")
+    s_per_it: float | None = None
+    if rate != "?":
+        try:
+            value = float(rate)
+        except ValueError:
+            return None
+        if m.group("unit") == "s/it":
+            s_per_it = value
+        elif value > 0:
+            s_per_it = 1.0 / value
+    done, total = m.group("done"), m.group("total")
+    if len(done) > 18 or len(total) > 18:
+        return None
+    return Progress(
+        source=rec.source,
+        line=rec.line,
+        label=(m.group("label") or "").strip(),
+        done=int(done),
+        total=int(total),
+        elapsed_s=_clock(m.group("elapsed")),
+        s_per_it=s_per_it,
+        rec=rec,
+    )
 
 
 def _last_line(analysis: Analysis, records: Sequence[Record], source: str) -> int:

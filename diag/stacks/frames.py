@@ -81,7 +81,8 @@ def _split_where(where: str) -> tuple[str, int | None]:
     """``file:line`` -> (file, line); a bare library name -> (name, None)."""
     m = re.match(r"^(.*):(\d+)$", where)
     if m:
-        return m.group(1), int(m.group(2))
+        line = m.group(2)
+        return m.group(1), (int(line) if len(line) <= 18 else None)
     return where, None
 
 

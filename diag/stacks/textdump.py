@@ -235,7 +235,13 @@ def _failure_outcome(error: str) -> str:
 
 
 def _int_id(text: str) -> int:
-    return int(text, 16) if text.lower().startswith("0x") else int(text)
+    return int(text[:40], 16) if text.lower().startswith("0x") else _small(text)
+
+
+def _small(text: str) -> int:
+    """A pid, thread id or line number from a dump: a digit run past 18 digits (a hostile
+    or garbled dump) reads as 0 instead of reaching ``int()``'s 4300-digit limit."""
+    return int(text) if len(text) <= 18 else 0
 
 
 @dataclass(slots=True)
@@ -318,13 +324,13 @@ class _Channel:
         m = _WATCHDOG.search(text)
         if m:
             self.close()
-            self.pending = _Pending(int(m.group(1)), ln.rank)
+            self.pending = _Pending(_small(m.group(1)), ln.rank)
             return
         m = _WATCHDOG_FAILED.search(text)
         if m:
             # SGLang's watchdog could not dump this pid: record the failure, with its rank
             self.close()
-            pid = int(m.group(1) or m.group(2))
+            pid = _small(m.group(1) or m.group(2))
             failed = _Proc("text", ln.source, ln.line, pid, None, ln.rank, error=m.group(3))
             built = failed.build()
             if built is not None:
@@ -358,7 +364,7 @@ class _Channel:
             return True
         m = _PROCESS.match(stripped)
         if m:
-            self._open(ln, "text", int(m.group(1)), m.group(2).strip() or None)
+            self._open(ln, "text", _small(m.group(1)), m.group(2).strip() or None)
             return True
         proc = self.proc
         if proc is not None and proc.kind == "text" and not proc.threads:
@@ -394,7 +400,7 @@ class _Channel:
         m = _PYSTACK_HEADER.match(stripped)
         if m:
             proc = self.proc if self.proc is not None and self.proc.kind == "pystack" else None
-            tid = int(m.group(1))
+            tid = _small(m.group(1))
             if proc is None or any(t.tid == tid for t in proc.threads):
                 proc = self._open(ln, "pystack")
             self._new_thread(proc, tid, None, None, outer_first=True)
@@ -410,7 +416,7 @@ class _Channel:
         if m and self.thread is not None and self.proc is not None and self.proc.kind == "pystack":
             name = re.sub(r" \([^()]*\)$", "", m.group(4)) if m.group(1) == "C" else m.group(4)
             if name != "???":
-                line = int(m.group(3)) or None
+                line = _small(m.group(3)) or None
                 where = (
                     m.group(2) if m.group(1) == "Python" else m.group(4)[len(name) :].strip(" ()")
                 )
