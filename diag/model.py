@@ -18,11 +18,13 @@ __all__ = [
     "SEVERITIES",
     "STACK_SITES",
     "Analysis",
+    "Combined",
     "Evidence",
     "Event",
     "EventKind",
     "Finding",
     "GpuSample",
+    "LiveRank",
     "PhaseInterval",
     "ProcessInfo",
     "RankId",
@@ -411,6 +413,50 @@ class Analysis:
         candidates += [p.phase for p in self.global_phases]
         known = [p for p in candidates if p is not None]
         return max(known, key=phase_index, default=None)
+
+
+# ---------------------------------------------------------------------------
+# One view of a case: the log's analysis joined with a live snapshot of its server
+
+
+@dataclass(frozen=True, slots=True)
+class LiveRank:
+    """A rank (or process) of the server as the snapshot saw it, beside its log timeline."""
+
+    label: str  # rank label ("TP3") or the role for rank-less processes ("launcher")
+    pid: int
+    role: str
+    state: str | None
+    rss_bytes: int | None
+    cpu_percent: float | None
+    gpu_index: int | None
+    gpu_memory_bytes: int | None
+    gpu_util_percent: float | None
+    wait_site: str | None
+    top_frames: str
+    moving: bool | None  # stack changed between samples (slow, not stuck); None: unknown
+    outlier: bool  # an odd one out within its own server
+    in_log: bool  # the log has a timeline for this rank
+
+
+@dataclass(frozen=True, slots=True)
+class Combined:
+    """``diag analyze BUNDLE``: the log analysis and the snapshot of the same server.
+
+    ``analysis`` is already merged (snapshot findings joined, the silence measured to the
+    snapshot's time, stack groups from the snapshot when the log had none); the rest is
+    what only the snapshot knows. ``snapshot`` holds only the log's server."""
+
+    analysis: Analysis
+    snapshot: Snapshot | None = None
+    live: tuple[LiveRank, ...] = ()
+    verdict: str = ""
+    taken_at: dt.datetime | None = None  # the snapshot's time, on the log's clock
+    stall_s: float | None = None  # taken_at minus the log's last line
+    stall_proven: bool = False
+    log_finding_ids: tuple[str, ...] = ()  # findings the log alone gave
+    notes: tuple[str, ...] = ()  # how the two were joined (clock, server choice)
+    environment: Mapping[str, object] = field(default_factory=dict)  # a bundle's env.json
 
 
 def event_schema() -> dict[str, object]:

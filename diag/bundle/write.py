@@ -405,10 +405,48 @@ def _snapshot_dict(snapshot: Snapshot) -> Any:
     return snapshot_to_dict(snapshot)
 
 
-def _markdown(analysis: Analysis) -> str:
+def _markdown(analysis: Analysis, snapshot: Snapshot | None) -> str:
+    """report.md: the log analysis and the snapshot of its server, as one view."""
+    from diag.report.combined import combine
     from diag.report.markdown import render_markdown
 
-    return render_markdown(analysis)
+    return render_markdown(combine(analysis, snapshot))
+
+
+def _snapshot_stacks(snapshot: Snapshot) -> dict[str, str]:
+    """stacks/<pid>-<rank or role>.json (each process's dump as py-spy's JSON shape:
+    threads, frames innermost first) and .txt (as `py-spy dump` prints it)."""
+    from diag.report.json_out import thread_to_dict
+
+    out: dict[str, str] = {}
+    for p in snapshot.processes:
+        s = p.stack
+        if s is None:
+            continue
+        who = p.rank.label.replace(" ", "_") if p.rank is not None else p.role
+        threads = [thread_to_dict(t) for t in s.threads]
+        out[f"{p.pid}-{who}.json"] = json.dumps(
+            {
+                "pid": p.pid,
+                "title": p.title,
+                "outcome": s.outcome,
+                "mode": s.mode,
+                "error": s.error,
+                "threads": threads,
+            },
+            indent=1,
+        )
+        text = [f"Process {p.pid}: {p.title}", f"outcome: {s.outcome} ({s.mode or '-'})"]
+        for t in s.threads:
+            state = "idle" if t.idle else "active"
+            text.append(f'\nThread {t.thread_id} ({state}): "{t.name or ""}"')
+            for f in t.frames:
+                where = f" ({f.filename}:{f.line})" if f.line is not None else (
+                    f" ({f.filename})" if f.filename else ""
+                )
+                text.append(f"    {f.name}{where}")
+        out[f"{p.pid}-{who}.txt"] = "\n".join(text) + "\n"
+    return out
 
 
 def _summary(analysis: Analysis | None, redactor: Redactor) -> dict[str, object] | None:
@@ -581,12 +619,14 @@ def write_bundle(
 
     members: dict[str, bytes] = {}
     if analysis is not None:
-        members["report.md"] = redactor.text(_markdown(analysis)).encode(
+        members["report.md"] = redactor.text(_markdown(analysis, snapshot)).encode(
             "utf-8", "surrogateescape"
         )
         members["analysis.json"] = _dumps(redactor.value(_analysis_dict(analysis)))
     if snapshot_member is not None:
         members["snapshot.json"] = snapshot_member
+    if raw_stacks is None and snapshot is not None:
+        raw_stacks = _snapshot_stacks(snapshot)
     for name, text in sorted((raw_stacks or {}).items()):
         members[f"stacks/{_safe_member_name(redactor.text(name))}"] = _stack_member(
             redactor, text

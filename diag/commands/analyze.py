@@ -19,7 +19,7 @@ import importlib.resources
 import io
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -27,16 +27,18 @@ import typer
 from rich.console import Console
 
 from diag.errors import EXIT_CLEAN, EXIT_FINDINGS, InputError
-from diag.model import SEVERITIES, Analysis, Finding
+from diag.model import SEVERITIES, Analysis, Combined, Finding
 
 __all__ = [
     "EXAMPLE_RESOURCE",
+    "ColorMode",
     "FailOn",
     "Format",
     "exit_code_for",
     "expand_globs",
     "register",
     "render",
+    "use_color",
 ]
 
 EXAMPLE_RESOURCE = "example.log"
@@ -68,12 +70,42 @@ def exit_code_for(findings: Sequence[Finding], fail_on: str) -> int:
     return EXIT_FINDINGS if hit else EXIT_CLEAN
 
 
-def render(analysis: Analysis, fmt: Format, *, width: int | None = None) -> str:
-    """The analysis rendered as text in the chosen format (no colour for terminal)."""
-    if fmt is Format.json:
-        from diag.report.json_out import render_json
+class ColorMode(str, enum.Enum):
+    auto = "auto"
+    always = "always"
+    never = "never"
 
-        return render_json(analysis) + "\n"
+
+def use_color(mode: ColorMode, *, isatty: bool, env: Mapping[str, str] | None = None) -> bool:
+    """Colour or not: --color always/never decide; auto honours NO_COLOR (any value:
+    off) and FORCE_COLOR (a value other than 0/false: on), else colour on a terminal."""
+    if mode is ColorMode.always:
+        return True
+    if mode is ColorMode.never:
+        return False
+    env = os.environ if env is None else env
+    if env.get("NO_COLOR"):
+        return False
+    force = env.get("FORCE_COLOR")
+    if force is not None and force.strip().lower() not in ("0", "false", "no", ""):
+        return True
+    return isatty
+
+
+def render(
+    analysis: Analysis | Combined,
+    fmt: Format,
+    *,
+    width: int | None = None,
+    verbose: bool = True,
+    color: bool = False,
+    context: dict[tuple[str, int], list[tuple[int, str]]] | None = None,
+) -> str:
+    """The analysis (or a log and its snapshot) rendered as text in the chosen format."""
+    if fmt is Format.json:
+        from diag.report.combined_json import render_combined_json
+
+        return render_combined_json(analysis) + "\n"
     if fmt is Format.markdown:
         from diag.report.markdown import render_markdown
 
@@ -85,9 +117,14 @@ def render(analysis: Analysis, fmt: Format, *, width: int | None = None) -> str:
     from diag.report.terminal import render_terminal
 
     buf = io.StringIO()
-    Console(file=buf, width=width or PIPE_WIDTH, color_system=None, highlight=False).print(
-        render_terminal(analysis)
-    )
+    Console(
+        file=buf,
+        width=width or PIPE_WIDTH,
+        color_system="standard" if color else None,
+        force_terminal=color,
+        no_color=not color,
+        highlight=False,
+    ).print(render_terminal(analysis, verbose=verbose, context=context))
     return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
 
 
@@ -130,14 +167,15 @@ def _run_analysis(
     year: int | None,
     rules_dirs: Sequence[Path],
     progress: Callable[[int, int], None] | None,
-) -> Analysis:
-    from diag.analyze import analyze
+) -> Combined:
+    """Logs and bundles analysed; a bundle's snapshot joins the analysis."""
+    from diag.report.combined import load_case
 
     if example:
         resource = importlib.resources.files("diag.data").joinpath(EXAMPLE_RESOURCE)
         with importlib.resources.as_file(resource) as path:
-            return analyze([path], year=year, rules_dirs=rules_dirs, progress=progress)
-    return analyze(expand_globs(paths), year=year, rules_dirs=rules_dirs, progress=progress)
+            return load_case([path], year=year, rules_dirs=rules_dirs, progress=progress)
+    return load_case(expand_globs(paths), year=year, rules_dirs=rules_dirs, progress=progress)
 
 
 def expand_globs(paths: Sequence[str]) -> list[str]:
@@ -230,14 +268,77 @@ def analyze_command(
             "--width", help="Width of the terminal view (default: the terminal's).", min=40
         ),
     ] = None,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", "-v", help="Why, remedy and caveat of each finding; the quiet rules."
+        ),
+    ] = False,
+    rank: Annotated[
+        str | None,
+        typer.Option(
+            "--rank",
+            help="Look at one rank only (TP3, 'DP0 TP1'): its row, "
+            "its findings and evidence, its stack.",
+        ),
+    ] = None,
+    context: Annotated[
+        int | None,
+        typer.Option(
+            "--context", "-C", min=0, max=50, help="Show N log lines around each evidence line."
+        ),
+    ] = None,
+    color: Annotated[
+        ColorMode,
+        typer.Option(
+            "--color",
+            help="auto (NO_COLOR / FORCE_COLOR honoured), always, never.",
+            case_sensitive=False,
+        ),
+    ] = ColorMode.auto,
 ) -> None:
-    """Read multi-rank SGLang / vLLM logs: per-rank startup timeline and findings."""
+    """Read multi-rank SGLang / vLLM logs or a bundle: timeline, live snapshot, findings."""
+    _analyze_main(
+        paths,
+        example=example,
+        json_out=json_out,
+        fmt=fmt,
+        out=out,
+        year=year,
+        rules=rules,
+        fail_on=fail_on,
+        width=width,
+        verbose=verbose,
+        rank=rank,
+        context=context,
+        color=color,
+        default=Format.terminal,
+    )
+
+
+def _analyze_main(
+    paths: list[str] | None,
+    *,
+    example: bool,
+    json_out: bool,
+    fmt: Format | None,
+    out: Path | None,
+    year: int | None,
+    rules: list[Path] | None,
+    fail_on: FailOn,
+    width: int | None,
+    verbose: bool,
+    rank: str | None,
+    context: int | None,
+    color: ColorMode,
+    default: Format,
+) -> None:
     paths = list(paths or [])
     if json_out and fmt not in (None, Format.json):
         raise typer.BadParameter(
             "--json and --format disagree; pass one of them", param_hint="--json"
         )
-    chosen = Format.json if json_out else (fmt or Format.terminal)
+    chosen = Format.json if json_out else (fmt or default)
     if example and paths:
         raise typer.BadParameter("pass either --example or PATHS, not both", param_hint="--example")
     if not example and not paths:
@@ -250,20 +351,73 @@ def analyze_command(
         analysis = _run_analysis(
             paths, example=example, year=year, rules_dirs=list(rules or []), progress=progress
         )
-    code = exit_code_for(analysis.findings, fail_on.value)
+    code = exit_code_for(analysis.analysis.findings, fail_on.value)
+    if rank is not None:
+        from diag.report.combined import focus
+
+        analysis = focus(analysis, rank)
+    lines = None
+    if context:
+        from diag.report.combined import context_lines
+
+        lines = context_lines(analysis, context)
     if out is not None:
-        _write_out(out, render(analysis, chosen, width=width))
+        _write_out(out, render(analysis, chosen, width=width, verbose=verbose, context=lines))
         if sys.stderr.isatty():
             Console(stderr=True, highlight=False).print(f"wrote {chosen.value} report to {out}")
     elif chosen is Format.terminal and sys.stdout.isatty():
         from diag.report.terminal import render_terminal
 
-        Console(highlight=False, width=width).print(render_terminal(analysis))
+        on = use_color(color, isatty=True)
+        Console(
+            highlight=False, width=width, no_color=not on, color_system="auto" if on else None
+        ).print(render_terminal(analysis, verbose=verbose, context=lines))
     else:
-        _emit(render(analysis, chosen, width=width))
+        on = chosen is Format.terminal and use_color(color, isatty=False)
+        _emit(render(analysis, chosen, width=width, verbose=verbose, color=on, context=lines))
     if code:
         raise typer.Exit(code)
 
 
+def report_command(
+    paths: Annotated[
+        list[str] | None,
+        typer.Argument(help="A bundle (or logs) to report on.", show_default=False),
+    ] = None,
+    fmt: Annotated[
+        Format,
+        typer.Option(
+            "--format",
+            "-f",
+            help="markdown (default), terminal, json or perfetto.",
+            case_sensitive=False,
+        ),
+    ] = Format.markdown,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Write the report to this file.", dir_okay=False),
+    ] = None,
+    rank: Annotated[str | None, typer.Option("--rank", help="One rank only.")] = None,
+) -> None:
+    """The GitHub-ready report of a bundle (its log analysis and live snapshot together)."""
+    _analyze_main(
+        paths,
+        example=False,
+        json_out=False,
+        fmt=fmt,
+        out=out,
+        year=None,
+        rules=None,
+        fail_on=FailOn.none,
+        width=None,
+        verbose=True,
+        rank=rank,
+        context=None,
+        color=ColorMode.auto,
+        default=Format.markdown,
+    )
+
+
 def register(app: typer.Typer) -> None:
     app.command("analyze", no_args_is_help=False)(analyze_command)
+    app.command("report", no_args_is_help=True)(report_command)

@@ -7,11 +7,15 @@ blocks, stack groups, and the rules that were checked and did not fire.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import html
+import json
 import re
+from dataclasses import replace
 
-from diag.model import Analysis, Finding, PhaseInterval, RankTimeline
+from diag.model import Analysis, Combined, Finding, LiveRank, PhaseInterval, RankTimeline
+from diag.report.combined import as_combined
 from diag.report.common import (
     collapse_ranks,
     fmt_duration,
@@ -28,13 +32,14 @@ from diag.report.common import (
 )
 from diag.report.sanitize import visible
 
-__all__ = ["MERMAID_DATE_FORMAT", "mermaid_gantt", "render_markdown"]
+__all__ = ["GITHUB_LIMIT", "MERMAID_DATE_FORMAT", "mermaid_gantt", "render_markdown"]
 
 MERMAID_DATE_FORMAT = "YYYY-MM-DD HH:mm:ss"
 _PY_DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
 _SEVERITY_MARK = {"error": "🔴 error", "warning": "🟠 warning", "info": "🔵 info"}
 MAX_MERMAID_SECTIONS = 32
 MAX_EVIDENCE = 10
+GITHUB_LIMIT = 65_536  # characters in a GitHub issue or comment body
 
 
 def _cell(text: object) -> str:
@@ -95,17 +100,34 @@ def _rank_tasks(phases: tuple[PhaseInterval, ...], last_ts: dt.datetime | None) 
     return lines
 
 
-def mermaid_gantt(a: Analysis) -> str | None:
-    """The mermaid ``gantt`` source of the timeline, or None when the log has no times."""
+def mermaid_gantt(view: Analysis | Combined) -> str | None:
+    """The mermaid ``gantt`` source of the timeline, or None when the log has no times.
+
+    One row per rank (``displayMode: compact`` puts a section's tasks on one row), each
+    phase a task, and the silence after a rank's last line a ``crit`` task (red) to the
+    log's end, or to the live snapshot's time when one was taken later."""
+    v = as_combined(view)
+    a = v.analysis
     t0, t1 = time_span(a)
     if t0 is None or t1 is None:
         return None
+    end = t1
+    if v.taken_at is not None:
+        with contextlib.suppress(TypeError):
+            end = max(t1, v.taken_at.replace(microsecond=0))
     out = [
+        "---",
+        "displayMode: compact",
+        "config:",
+        "  gantt:",
+        "    displayMode: compact",
+        "---",
         "gantt",
-        "    title Startup timeline per rank",
+        "    title Startup timeline per rank" + (" (to the live snapshot)" if end > t1 else ""),
         f"    dateFormat {MERMAID_DATE_FORMAT}",
         "    axisFormat %H:%M:%S",
     ]
+    title_at = 7
     sections = 0
     if any(p.start is not None for p in a.global_phases):
         out.append("    section no rank")
@@ -114,16 +136,20 @@ def mermaid_gantt(a: Analysis) -> str | None:
     ranks = sorted(a.ranks, key=lambda r: r.rank.sort_key)
     for r in ranks:
         if sections >= MAX_MERMAID_SECTIONS:
-            out[1] = f"    title Startup timeline per rank (first {sections} of {len(ranks)})"
+            out[title_at] = (
+                f"    title Startup timeline per rank (first {sections} of {len(ranks)})"
+            )
             break
         tasks = _rank_tasks(r.phases, r.last_ts)
         if not tasks:
             continue
         out.append(f"    section {_section_name(r.rank.label)}")
         out.extend(tasks)
-        # the silence at the end, drawn to the end of the log (not to "now")
-        if r.last_ts is not None and r.silent_s is not None and r.silent_s >= 1 and t1 > r.last_ts:
-            out.append(_task("silent", "crit", r.last_ts, t1))
+        # the silence at the end, drawn to the end of the log or to the snapshot
+        if r.last_ts is not None and r.silent_s is not None and r.silent_s >= 1:
+            stop = min(end, r.last_ts + dt.timedelta(seconds=r.silent_s))
+            if stop > r.last_ts:
+                out.append(_task("silent", "crit", r.last_ts, stop))
         sections += 1
     if sections == 0:
         return None
@@ -181,7 +207,7 @@ def _rank_row(r: RankTimeline, straggler: bool) -> str:
     return f"| {_cell(label)} | {last} | {_cell(phases)} | {silent} |"
 
 
-def _finding(f: Finding, all_ranks: list[str]) -> list[str]:
+def _finding(f: Finding, all_ranks: list[str], max_evidence: int = MAX_EVIDENCE) -> list[str]:
     ranks = collapse_ranks(f.ranks, all_ranks)
     summary = (
         f"<b>{_SEVERITY_MARK.get(f.severity, f.severity)}</b> "
@@ -196,7 +222,7 @@ def _finding(f: Finding, all_ranks: list[str]) -> list[str]:
         lines += [_md_text(f.message or f.summary), ""]
     if f.evidence:
         total = max(f.evidence_total, len(f.evidence))
-        shown = f.evidence[:MAX_EVIDENCE]
+        shown = f.evidence[:max_evidence]
         lines.append(f"Evidence ({len(shown)} of {total}):")
         lines.append("")
         body = "\n".join(
@@ -206,7 +232,7 @@ def _finding(f: Finding, all_ranks: list[str]) -> list[str]:
                     f"{e.source.rsplit('/', 1)[-1]}:{e.line}",
                     e.rank or "",
                     fmt_time(e.ts) if e.ts is not None else "",
-                    e.text.splitlines()[0] if e.text else "",
+                    e.text.splitlines()[0][:400] if e.text else "",
                 )
                 if x
             )
@@ -222,33 +248,160 @@ def _finding(f: Finding, all_ranks: list[str]) -> list[str]:
     return lines
 
 
-def render_markdown(analysis: Analysis) -> str:
-    """The whole report as GitHub-flavoured Markdown."""
-    a = analysis
+def _live_table(v: Combined) -> list[str]:
+    from diag.report.snapshot_view import fmt_bytes
+
+    timelines = {r.rank.label: r for r in v.analysis.ranks}
+    lines = [
+        "| rank | last phase | silent | state | RSS | CPU | GPU | wait site | top frames |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    live = {r.label for r in v.live}
+
+    def row(r: LiveRank) -> str:
+        rt = timelines.get(r.label)
+        state = (r.state or "?") + (
+            " stuck" if r.moving is False else " moving" if r.moving else ""
+        )
+        gpu = "-"
+        if r.gpu_index is not None:
+            gpu = str(r.gpu_index)
+            if r.gpu_memory_bytes:
+                gpu += f" {fmt_bytes(r.gpu_memory_bytes)}"
+            if r.gpu_util_percent is not None:
+                gpu += f" {r.gpu_util_percent:.0f}%"
+        label = f"**{r.label}** ⚠ odd one out" if r.outlier else r.label
+        return (
+            f"| {_cell(label)} | {_code(rt.last_phase) if rt and rt.last_phase else '-'} | "
+            f"{fmt_duration(rt.silent_s) if rt and rt.silent_s else '-'} | {_cell(state)} | "
+            f"{fmt_bytes(r.rss_bytes) if r.rss_bytes else '-'} | "
+            f"{f'{r.cpu_percent:.0f}%' if r.cpu_percent is not None else '?'} | {_cell(gpu)} | "
+            f"{_code(r.wait_site) if r.wait_site else '-'} | "
+            f"{_cell(_code(r.top_frames)) if r.top_frames else ''} |"
+        )
+
+    lines.extend(row(r) for r in v.live)
+    lines.extend(
+        f"| {_cell(label)} | {_code(rt.last_phase) if rt.last_phase else '-'} | "
+        f"{fmt_duration(rt.silent_s) if rt.silent_s else '-'} | **no process** | | | | | |"
+        for label, rt in timelines.items()
+        if label not in live
+    )
+    return lines
+
+
+def _stack_groups(a: Analysis, max_frames: int) -> list[str]:
+    out: list[str] = []
+    for g in a.stack_groups:
+        members = ", ".join(map(member_label, g.members))
+        n = len(g.members)
+        out += [
+            "<details>",
+            f"<summary><code>{html.escape(g.wait_site or 'unclassified')}</code>: "
+            f"{html.escape(members)} ({n} member{'s' if n != 1 else ''})</summary>",
+            "",
+        ]
+        frames = [f for f in g.frames if not (f.native and f.name.startswith("0x"))]
+        if frames:
+            body = "\n".join(frame_label(fr)[:200] for fr in frames[:max_frames])
+            if len(frames) > max_frames:
+                body += f"\n... {len(frames) - max_frames} more frames"
+            out += [_fence(body), ""]
+        out += ["</details>", ""]
+    if not a.stack_groups:
+        for p in a.stack_processes:
+            who = p.rank.label if p.rank is not None else (p.title or "")
+            out.append(
+                f"- pid {p.pid if p.pid is not None else '?'} {who}: "
+                f"`{p.wait_site or 'unclassified'}` ({p.outcome})"
+            )
+        out.append("")
+    return out
+
+
+def _environment(v: Combined) -> list[str]:
+    """The args line and versions, collapsed (redacted before they got here)."""
+    a = v.analysis
+    body: dict[str, object] = {}
+    if a.version:
+        body["version"] = a.version
+    if a.config:
+        body["config"] = {k: a.config[k] for k in sorted(a.config)}
+    env = v.environment
+    if env:
+        for key in ("python", "os", "gpus", "driver", "cuda", "packages", "server_packages"):
+            if key in env:
+                body[key] = env[key]
+    if v.snapshot is not None:
+        body["snapshot_host"] = v.snapshot.host
+    if not body:
+        return []
+    text = json.dumps(body, indent=1, default=str, ensure_ascii=False)
+    if len(text) > 12000:
+        text = text[:12000] + "\n... (cut)"
+    return [
+        "<details>",
+        "<summary>Environment (args line, versions)</summary>",
+        "",
+        _fence(text, "json"),
+        "",
+        "</details>",
+        "",
+    ]
+
+
+def _headline(v: Combined) -> str:
+    a = v.analysis
     last = a.last_phase or "no phase"
-    out = [f"## diag analyze: {a.framework} startup reached `{last}`", "", _summary(a), ""]
+    if v.stall_proven:
+        return f"## diag: {a.framework} startup stalled at `{last}` (proven by a live snapshot)"
+    return f"## diag analyze: {a.framework} startup reached `{last}`"
+
+
+def _summary_line(v: Combined) -> str:
+    text = _summary(v.analysis)
+    if v.stall_proven and v.stall_s is not None:
+        text += f" · **silent {fmt_duration(v.stall_s)}** at the snapshot"
+    elif v.snapshot is not None:
+        text += " · live snapshot joined"
+    return text
+
+
+def _sections(
+    v: Combined, *, evidence: int, frames: int, details: bool = True, max_findings: int = 1000
+) -> list[tuple[str, list[str]]]:
+    """The report as named sections, in order (the size cap drops some by name)."""
+    a = v.analysis
+    out: list[tuple[str, list[str]]] = []
+    head = [_headline(v), "", _summary_line(v), ""]
+    if v.verdict:
+        head += [f"> **Verdict (live snapshot):** {_md_text(v.verdict)}", ""]
     t0, t1 = time_span(a)
     if t0 is not None and t1 is not None:
-        out += [
+        head += [
             f"Log: {fmt_time(t0, date=True)} → {fmt_time(t1, date=True)} "
             f"({fmt_duration((t1 - t0).total_seconds())}), {a.records} records, "
             f"sources: {', '.join(_code(s) for s in a.sources) or '-'}",
             "",
         ]
+    if v.snapshot is not None:
+        when = fmt_time(v.taken_at or v.snapshot.taken_at, date=True)
+        head += [f"Snapshot: {when} on `{v.snapshot.host}`", ""]
     weights = weights_summary(a)
     if weights:
-        out += [f"Weights: {weights}", ""]
+        head += [f"Weights: {weights}", ""]
     if a.stragglers:
-        out += [f"**Behind the others:** {', '.join(r.label for r in a.stragglers)}", ""]
+        head += [f"**Behind the others:** {', '.join(r.label for r in a.stragglers)}", ""]
     if a.missing_ranks:
-        out += [f"**Missing ranks:** {', '.join(r.label for r in a.missing_ranks)}", ""]
-    gantt = mermaid_gantt(a)
+        head += [f"**Missing ranks:** {', '.join(r.label for r in a.missing_ranks)}", ""]
+    out.append(("head", head))
+    gantt = mermaid_gantt(v)
     if gantt:
-        out += ["### Timeline", "", "```mermaid", gantt, "```", ""]
+        out.append(("timeline", ["### Timeline", "", "```mermaid", gantt, "```", ""]))
     stats = [s for s in phase_stats(a) if s.start is not None or s.median_s is not None]
     if stats:
-        out += ["| phase | ranks | start | end | duration (median, range) | slowest |"]
-        out += ["| --- | --- | --- | --- | --- | --- |"]
+        table = ["| phase | ranks | start | end | duration (median, range) | slowest |"]
+        table += ["| --- | --- | --- | --- | --- | --- |"]
         for st in stats:
             if st.median_s is None:
                 duration = "-"
@@ -260,50 +413,110 @@ def render_markdown(analysis: Analysis) -> str:
             else:
                 duration = fmt_duration(st.median_s)
             end = fmt_time(st.end) + (f" ({st.open_ranks} still in it)" if st.open_ranks else "")
-            out.append(
+            table.append(
                 f"| `{_cell(st.phase)}` | {st.ranks or 'no rank'} | {fmt_time(st.start)} | "
                 f"{end} | {duration} | {_cell(st.slowest or '')} |"
             )
-        out.append("")
-    if a.ranks or a.missing_ranks:
-        out += _rank_table(a) + [""]
-    out.append("### Findings")
-    out.append("")
+        out.append(("phases", [*table, ""]))
+    if v.live:
+        out.append(("live", ["### Ranks, live", "", *_live_table(v), ""]))
+    elif a.ranks or a.missing_ranks:
+        out.append(("ranks", [*_rank_table(a), ""]))
     findings = sorted_findings(a.findings)
-    all_ranks = [r.rank.label for r in a.ranks]
+    all_ranks = [r.rank.label for r in a.ranks] or [r.label for r in v.live if r.role != "other"]
+    body = ["### Findings", ""]
     if not findings:
-        out += ["No findings.", ""]
-    for f in findings:
-        out += _finding(f, all_ranks) + [""]
+        body += ["No findings.", ""]
+    for f in findings[:max_findings]:
+        shown = f if details else replace(f, why="", remedy="", caveat="", references=())
+        body += _finding(shown, all_ranks, evidence) + [""]
+    if len(findings) > max_findings:
+        body += [f"… {len(findings) - max_findings} more findings (`analysis.json`)", ""]
+    out.append(("findings", body))
     if a.stack_groups or a.stack_processes:
-        out += ["### Stacks", ""]
-        for g in a.stack_groups:
-            out.append(
-                f"- `{g.wait_site or 'unclassified'}`: {', '.join(map(member_label, g.members))} "
-                f"({len(g.members)} member{'s' if len(g.members) != 1 else ''})"
-            )
-            if g.frames:
-                out += ["", _fence("\n".join(frame_label(fr) for fr in g.frames[:12])), ""]
-        if not a.stack_groups:
-            for p in a.stack_processes:
-                who = p.rank.label if p.rank is not None else (p.title or "")
-                out.append(
-                    f"- pid {p.pid if p.pid is not None else '?'} {who}: "
-                    f"`{p.wait_site or 'unclassified'}` ({p.outcome})"
-                )
-        out.append("")
+        out.append(("stacks", ["### Stack groups", "", *_stack_groups(a, frames)]))
+    env = _environment(v)
+    if env:
+        out.append(("environment", env))
     quiet = not_fired(a)
     if quiet:
-        out += [
-            "<details>",
-            f"<summary>Checked and did not fire ({len(quiet)} rules)</summary>",
-            "",
-            ", ".join(f"`{r}`" for r in quiet),
-            "",
-            "</details>",
-            "",
-        ]
-    if a.notes:
-        out += ["Notes:", ""] + [f"- {_md_text(n)}" for n in a.notes] + [""]
-    out.append("_Generated by `diag analyze --format markdown`._")
-    return visible("\n".join(out) + "\n")  # escape sequences from the log are shown, not run
+        out.append(
+            (
+                "quiet",
+                [
+                    "<details>",
+                    f"<summary>Checked and did not fire ({len(quiet)} rules)</summary>",
+                    "",
+                    ", ".join(f"`{r}`" for r in quiet),
+                    "",
+                    "</details>",
+                    "",
+                ],
+            )
+        )
+    notes = [*a.notes]
+    if notes:
+        out.append(("notes", ["Notes:", "", *(f"- {_md_text(n)}" for n in notes[:40]), ""]))
+    return out
+
+
+# the order in which the size cap gives things up (each a smaller step than the last)
+_SHRINK: tuple[tuple[str, int, int], ...] = (
+    ("", 10, 40),  # (section dropped, evidence per finding, frames per group)
+    ("", 5, 16),
+    ("notes", 5, 16),
+    ("quiet", 3, 8),
+    ("environment", 3, 8),
+    ("phases", 2, 6),
+    ("stacks", 1, 0),
+    ("details", 1, 0),  # why / remedy / caveat of each finding
+    ("findings_tail", 1, 0),  # findings past the first 20
+)
+
+
+def render_markdown(analysis: Analysis | Combined, *, limit: int = GITHUB_LIMIT) -> str:
+    """The whole report as GitHub-flavoured Markdown, under ``limit`` characters (an
+    issue body holds 65,536): evidence and frames are cut first, then whole sections;
+    what was left out is said at the end."""
+    v = as_combined(analysis)
+    dropped: list[str] = []
+    text = ""
+    for section, evidence, frames in _SHRINK:
+        if section:
+            dropped.append(section)
+        sections = _sections(
+            v,
+            evidence=evidence,
+            frames=frames,
+            details="details" not in dropped,
+            max_findings=20 if "findings_tail" in dropped else 1000,
+        )
+        parts = [lines for name, lines in sections if name not in dropped]
+        cut = []
+        if (evidence, frames) != _SHRINK[0][1:]:
+            cut.append(f"evidence past {evidence} lines per finding")
+            cut.append(f"frames past {frames} per stack group" if frames else "stack frames")
+        cut += [_DROPPED_NAMES[d] for d in dropped]
+        footer = ["_Generated by `diag`._"]
+        if cut:
+            footer = [
+                f"_Left out to fit GitHub's {limit:,}-character limit: {', '.join(cut)}. "
+                "The full report: `diag analyze BUNDLE -v`, or `analysis.json` in the bundle._",
+                "",
+                *footer,
+            ]
+        text = visible("\n".join([line for lines in parts for line in lines] + footer) + "\n")
+        if len(text) <= limit:
+            return text
+    return text[: limit - 80] + "\n\n_(cut at GitHub's size limit)_\n"
+
+
+_DROPPED_NAMES = {
+    "notes": "the notes",
+    "quiet": "the list of rules that did not fire",
+    "environment": "the environment",
+    "phases": "the phase table",
+    "stacks": "the stack groups",
+    "details": "why / remedy / caveat of each finding",
+    "findings_tail": "findings past the first 20",
+}

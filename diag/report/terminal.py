@@ -14,13 +14,16 @@ from collections.abc import Iterable
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.padding import Padding
+from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 from diag.model import (
     PHASES,
     Analysis,
+    Combined,
     Finding,
+    LiveRank,
     PhaseInterval,
     RankTimeline,
     StackFrame,
@@ -28,6 +31,7 @@ from diag.model import (
     StackProcess,
     phase_index,
 )
+from diag.report.combined import as_combined
 from diag.report.common import (
     collapse_ranks,
     fmt_duration,
@@ -48,9 +52,11 @@ from diag.report.sanitize import Sanitized
 __all__ = [
     "MAX_EVIDENCE",
     "MAX_GANTT_ROWS",
+    "PHASE_LETTERS",
     "PHASE_STYLES",
     "SEVERITY_STYLES",
     "GanttChart",
+    "LiveTable",
     "render_terminal",
 ]
 
@@ -67,6 +73,20 @@ PHASE_STYLES: dict[str, str] = {
     "listening": "bright_blue",
     "serving": "bright_white",
 }
+# without colour each phase is drawn with its letter (a pipe, `less`, NO_COLOR)
+PHASE_LETTERS: dict[str, str] = {
+    "launch": "L",
+    "platform": "P",
+    "dist_init": "D",
+    "model_config": "M",
+    "weights_load": "W",
+    "kv_cache": "K",
+    "compile": "C",
+    "cuda_graph": "G",
+    "warmup": "U",
+    "listening": "H",
+    "serving": "S",
+}
 SEVERITY_STYLES: dict[str, str] = {
     "error": "bold white on red",
     "warning": "bold black on yellow",
@@ -79,10 +99,24 @@ MAX_GANTT_ROWS = 64
 MAX_EVIDENCE = 3
 MAX_MESSAGE_LINES = 3
 SILENCE_ALERT_S = 60.0  # silence at the end worth colouring red (before `listening`)
+SHORT_EVIDENCE = 2  # evidence lines per finding in the short (default) view
+# (source, line) of an evidence line -> the log lines around it, as (number, text)
+ContextLines = dict[tuple[str, int], list[tuple[int, str]]]
 
 
 def _style(phase: str) -> str:
     return PHASE_STYLES.get(phase, "white")
+
+
+def _plain(console: Console) -> bool:
+    """No colour on this console: phases are told apart by letters."""
+    return console.no_color or console.color_system is None
+
+
+def _char(phase: str, plain: bool) -> str:
+    if not plain:
+        return PHASE_CHAR
+    return PHASE_LETTERS.get(phase, (phase[:1] or "?").lower())
 
 
 def _listening_reached(phase: str | None) -> bool:
@@ -93,7 +127,7 @@ def _listening_reached(phase: str | None) -> bool:
 # header
 
 
-def _header(a: Analysis) -> RenderableType:
+def _header(a: Analysis, verbose: bool = True) -> RenderableType:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
@@ -126,8 +160,10 @@ def _header(a: Analysis) -> RenderableType:
     span.append(f"   {a.records} records", style="dim")
     if a.undecodable_bytes:
         span.append(f", {a.undecodable_bytes} undecodable bytes replaced", style="yellow")
+    if a.sources and not verbose and len(a.sources) <= 2:  # the short view: one row
+        span.append("   " + ", ".join(_short_source(x) for x in a.sources), style="dim")
     grid.add_row("log", span)
-    if a.sources:
+    if a.sources and (verbose or len(a.sources) > 2):
         shown = ", ".join(a.sources[:3])
         if len(a.sources) > 3:
             shown += f" (+{len(a.sources) - 3} more)"
@@ -168,6 +204,7 @@ class GanttChart:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         a = self.analysis
+        plain = _plain(console)
         rows = self._rows()
         if not rows:
             yield Text("No rank logged a recognised startup phase.", style="dim")
@@ -205,7 +242,7 @@ class GanttChart:
             line = Text()
             line.append(f"{label[:label_w]:<{label_w}} ", style=style)
             if timed and t0 is not None and t1 is not None:
-                line.append_text(self._bar(rank, phases, t0, span_s, axis_w))
+                line.append_text(self._bar(rank, phases, t0, span_s, axis_w, plain))
                 if zone_w:
                     line.append_text(self._zone(rank, t1, zone_w))
             else:
@@ -237,7 +274,7 @@ class GanttChart:
             if zone_w:
                 axis.append(" " + f"+{fmt_duration(beyond)}"[:zone_w], style="red")
             yield axis
-        yield self._legend()
+        yield self._legend(plain)
 
     def _bar(
         self,
@@ -246,6 +283,7 @@ class GanttChart:
         t0: dt.datetime,
         span_s: float,
         width: int,
+        plain: bool = False,
     ) -> Text:
         cells: list[str | None] = [None] * width
         covered = [False] * width
@@ -277,7 +315,7 @@ class GanttChart:
         runs: list[tuple[str, str]] = []  # (char, style), merged into runs below
         for i, phase in enumerate(cells):
             if phase is not None:
-                runs.append((PHASE_CHAR, _style(phase)))
+                runs.append((_char(phase, plain), _style(phase)))
             elif covered[i]:
                 runs.append((GAP_CHAR, "dim"))
             elif rank is not None and first is not None and i >= silent_from:
@@ -318,14 +356,14 @@ class GanttChart:
         text.truncate(width, overflow="ellipsis", pad=True)
         return text
 
-    def _legend(self) -> Text:
+    def _legend(self, plain: bool = False) -> Text:
         seen: set[str] = set()
         for r in self.analysis.ranks:
             seen.update(p.phase for p in r.phases)
         seen.update(p.phase for p in self.analysis.global_phases)
         legend = Text()
         for phase in [p for p in PHASES if p in seen] + sorted(seen - set(PHASES)):
-            legend.append(PHASE_CHAR, style=_style(phase))
+            legend.append(_char(phase, plain), style=_style(phase))
             legend.append(f" {phase}  ")
         legend.append(GAP_CHAR, style="dim")
         legend.append(" no phase  ")
@@ -409,7 +447,14 @@ def _ranks_summary(a: Analysis) -> RenderableType | None:
     return Group(*lines) if lines else None
 
 
-def _finding_view(f: Finding, all_ranks: list[str]) -> RenderableType:
+def _finding_view(
+    f: Finding,
+    all_ranks: list[str],
+    *,
+    verbose: bool = True,
+    max_evidence: int = MAX_EVIDENCE,
+    context: ContextLines | None = None,
+) -> RenderableType:
     head = Text()
     head.append(f" {f.severity.upper()} ", style=SEVERITY_STYLES.get(f.severity, "bold"))
     head.append(f" {f.id}", style="bold")
@@ -427,10 +472,19 @@ def _finding_view(f: Finding, all_ranks: list[str]) -> RenderableType:
                 style="dim italic",
             )
         )
-    message = _clip(f.message or f.summary)
+    message = _clip(f.message or f.summary, MAX_MESSAGE_LINES if verbose else 2)
     if message:
         body.append(Text(message))
-    for ev in f.evidence[:MAX_EVIDENCE]:
+    for ev in f.evidence[:max_evidence]:
+        around = context.get((ev.source, ev.line)) if context is not None else None
+        if around:
+            for number, text in around:
+                if number == ev.line:
+                    continue
+                near = Text(f"  {_short_source(ev.source)}:{number}  {text}", style="dim")
+                near.no_wrap = True
+                near.overflow = "ellipsis"
+                body.append(near)
         line = Text()
         line.append(f"{_short_source(ev.source)}:{ev.line}", style="dim")
         if ev.rank:
@@ -442,9 +496,11 @@ def _finding_view(f: Finding, all_ranks: list[str]) -> RenderableType:
         line.overflow = "ellipsis"
         body.append(line)
     total = max(f.evidence_total, len(f.evidence))
-    hidden = total - min(len(f.evidence), MAX_EVIDENCE)
+    hidden = total - min(len(f.evidence), max_evidence)
     if hidden > 0:
         body.append(Text(f"… {hidden} more", style="dim"))
+    if not verbose:
+        return Group(head, Padding(Group(*body), (0, 0, 0, 4), expand=False))
     for label, value in (("why", f.why), ("remedy", f.remedy), ("caveat", f.caveat)):
         if value:
             t = Text()
@@ -452,7 +508,11 @@ def _finding_view(f: Finding, all_ranks: list[str]) -> RenderableType:
             t.append(" ".join(value.split()))
             body.append(t)
     if f.references:
-        body.append(Text("see " + " ".join(f.references), style="dim"))
+        for ref in f.references:  # one per line, never folded: a URL stays clickable
+            link = Text("see " + ref, style="dim")
+            link.no_wrap = True
+            link.overflow = "ignore"
+            body.append(link)
     return Group(head, Padding(Group(*body), (0, 0, 0, 4), expand=False))
 
 
@@ -554,11 +614,147 @@ def _phase_table(a: Analysis) -> RenderableType | None:
     return table
 
 
-def render_terminal(analysis: Analysis) -> RenderableType:
-    """The whole terminal report of one analysis, as one rich renderable."""
-    a = analysis
-    parts: list[RenderableType] = [_header(a), Text(""), GanttChart(a)]
-    table = _phase_table(a)
+def _fmt_bytes(n: int | None) -> str:
+    from diag.report.snapshot_view import fmt_bytes
+
+    return fmt_bytes(n) if n else "-"
+
+
+# live-table columns in the order they are dropped when the console is narrow (last
+# first): the table stays a table at 80 columns, cells are never wrapped
+_LIVE_COLUMNS: tuple[tuple[str, int], ...] = (
+    ("rank", 0),
+    ("state", 0),
+    ("wait site", 0),
+    ("last phase", 1),
+    ("silent", 1),
+    ("RSS", 2),
+    ("CPU", 3),
+    ("GPU", 4),
+    ("pid", 5),
+    ("top frames", 6),
+)
+
+
+class LiveTable:
+    """Each rank of the log beside its process in the snapshot: last phase, silence,
+    state, RSS, CPU, GPU (index, memory, utilization), wait site, top frames. Columns
+    are dropped from the right (top frames first) to fit the console."""
+
+    def __init__(self, view: Combined) -> None:
+        self.view = view
+
+    def _cells(self, row: LiveRank | None, rt: RankTimeline | None, label: str) -> dict[str, Text]:
+        odd = row is not None and row.outlier
+        cells = {"rank": Text(label + (" *" if odd else ""), style="bold magenta" if odd else "")}
+        cells["last phase"] = Text(
+            (rt.last_phase or "-") if rt else "-", style=_style(rt.last_phase or "") if rt else ""
+        )
+        silent = rt.silent_s if rt is not None else None
+        cells["silent"] = Text(
+            fmt_duration(silent) if silent else "-",
+            style="bold red" if rt is not None and _alert(rt) else "",
+        )
+        if row is None:
+            cells["state"] = Text("no process", style="bold red")
+            for key in ("RSS", "CPU", "GPU", "pid", "wait site", "top frames"):
+                cells[key] = Text("")
+            return cells
+        state = row.state or "?"
+        if row.moving is False:
+            state += " stuck"
+        elif row.moving:
+            state += " moving"
+        cells["state"] = Text(state, style="bold red" if row.state in ("T", "D", "Z") else "")
+        cells["RSS"] = Text(_fmt_bytes(row.rss_bytes))
+        cells["CPU"] = Text(f"{row.cpu_percent:.0f}%" if row.cpu_percent is not None else "?")
+        gpu = "-"
+        if row.gpu_index is not None:
+            gpu = f"{row.gpu_index}"
+            if row.gpu_memory_bytes:
+                gpu += f" {_fmt_bytes(row.gpu_memory_bytes)}"
+            if row.gpu_util_percent is not None:
+                gpu += f" {row.gpu_util_percent:.0f}%"
+        cells["GPU"] = Text(gpu)
+        cells["pid"] = Text(str(row.pid))
+        cells["wait site"] = Text(row.wait_site or "-", style="magenta" if row.wait_site else "")
+        cells["top frames"] = Text(row.top_frames, style="dim")
+        return cells
+
+    def rows(self) -> list[dict[str, Text]]:
+        v = self.view
+        timelines = {r.rank.label: r for r in v.analysis.ranks}
+        live = {r.label: r for r in v.live}
+        out = []
+        seen: set[str] = set()
+        for r in v.live:
+            if r.label in seen:
+                continue
+            seen.add(r.label)
+            out.append(self._cells(r, timelines.get(r.label), r.label))
+        if v.snapshot is not None:
+            for label, rt in timelines.items():
+                if label not in live:
+                    out.append(self._cells(None, rt, label))
+        return out
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        rows = self.rows()
+        if not rows:
+            return
+        width = options.max_width
+        names = [name for name, _ in _LIVE_COLUMNS]
+        for level in range(6, -1, -1):
+            names = [name for name, drop in _LIVE_COLUMNS if drop <= level]
+            need = sum(max(len(name), *(len(r[name].plain) for r in rows)) + 2 for name in names)
+            if need <= width or level == 0:
+                break
+        v = self.view
+        title = Text("Live", style="bold")
+        snap = v.snapshot
+        if snap is not None:
+            when = fmt_time(v.taken_at or snap.taken_at)
+            title.append(f"  snapshot at {when} on {snap.host}", style="dim")
+            if v.stall_s is not None and v.stall_s >= 1:
+                title.append(f", {fmt_duration(v.stall_s)} after the log's last line", style="dim")
+        yield title
+        table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, 2, 0, 0))
+        for name in names:
+            last = name == names[-1] and name == "top frames"
+            table.add_column(
+                name, no_wrap=True, overflow="ellipsis" if last else "crop", max_width=None
+            )
+        for r in rows:
+            table.add_row(*(r[name] for name in names))
+        yield table
+        if "top frames" not in names:
+            yield Text(
+                "(narrow console: some columns left out; --width 160 shows them)", style="dim"
+            )
+
+
+def _verdict_view(v: Combined) -> RenderableType:
+    text = Text(v.verdict)
+    return Panel(text, title="verdict (live snapshot)", title_align="left", expand=True)
+
+
+def render_terminal(
+    analysis: Analysis | Combined,
+    *,
+    verbose: bool = True,
+    context: ContextLines | None = None,
+) -> RenderableType:
+    """The whole terminal report of one analysis (or of a log and its snapshot), as one
+    rich renderable. ``verbose=False`` is the short view: no why/remedy/caveat, two
+    evidence lines per finding, the quiet rules counted, not listed."""
+    view = as_combined(analysis)
+    a = view.analysis
+    parts: list[RenderableType] = [_header(a, verbose)]
+    if view.verdict:
+        parts += [_verdict_view(view)]
+    if a.ranks or a.global_phases or view.snapshot is None:
+        parts += [Text(""), GanttChart(a)]
+    table = _phase_table(a) if verbose or view.snapshot is None else None
     if table is not None:
         parts += [Text(""), table]
     weights = weights_summary(a)
@@ -566,6 +762,8 @@ def render_terminal(analysis: Analysis) -> RenderableType:
         line = Text("Weights: ", style="bold")
         line.append(weights)
         parts.append(line)
+    if view.live or view.snapshot is not None:
+        parts += [Text(""), LiveTable(view)]
     summary = _ranks_summary(a)
     if summary is not None:
         parts += [Text(""), summary]
@@ -580,16 +778,54 @@ def render_terminal(analysis: Analysis) -> RenderableType:
         head.append("  " + ", ".join(f"{n} {s}" for s, n in counts.items() if n), style="dim")
         parts.append(head)
         for f in findings:
-            parts.append(_finding_view(f, all_ranks))
+            parts.append(
+                _finding_view(
+                    f,
+                    all_ranks,
+                    verbose=verbose,
+                    max_evidence=MAX_EVIDENCE if verbose else SHORT_EVIDENCE,
+                    context=context,
+                )
+            )
     else:
         parts.append(Text("No findings.", style="bold green" if a.rules_checked else "dim"))
     if a.stack_groups or a.stack_processes:
-        parts += [Text(""), _stacks_view(a.stack_groups, a.stack_processes)]
+        if verbose or not view.live:
+            parts += [Text(""), _stacks_view(a.stack_groups, a.stack_processes)]
+        else:
+            parts += [Text(""), _groups_line(a.stack_groups)]
     quiet = not_fired(a)
-    if quiet:
+    if quiet and verbose:
         t = Text("\nChecked and did not fire: ", style="bold")
         t.append(", ".join(quiet), style="dim")
         parts.append(t)
-    for note in a.notes:
+    elif quiet:
+        parts.append(
+            Text(
+                f"{len(quiet)} more rules checked and did not fire; -v lists them, with "
+                "why, remedy and caveat of each finding",
+                style="dim",
+            )
+        )
+    for note in a.notes if verbose else a.notes[:2]:
         parts.append(Text(f"note: {note}", style="dim"))
+    if not verbose and len(a.notes) > 2:
+        parts.append(Text(f"({len(a.notes) - 2} more notes with -v)", style="dim"))
     return Sanitized(Group(*parts))  # escape sequences from the log are shown, not run
+
+
+def _groups_line(groups: tuple[StackGroup, ...]) -> RenderableType:
+    """The stack groups in one line each (the short view; -v shows their frames)."""
+    lines: list[RenderableType] = [Text("Stack groups", style="bold")]
+    for g in groups:
+        t = Text("  ")
+        t.append(g.wait_site or "unclassified", style="bold magenta")
+        t.append(f"  {len(g.members)}: ")
+        t.append(collapse_ranks([member_label(m) for m in g.members], []), style="cyan")
+        top = next((f for f in g.frames if not f.native), g.frames[0] if g.frames else None)
+        if top is not None:
+            t.append(f"  at {frame_label(top)}", style="dim")
+        t.no_wrap = True
+        t.overflow = "ellipsis"
+        lines.append(t)
+    return Group(*lines)

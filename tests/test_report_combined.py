@@ -1,0 +1,188 @@
+"""`diag analyze BUNDLE`: the log analysis and the bundle's snapshot as one view.
+
+The inputs are a real capture (fixtures/gpu/h200x2/cpu-w8): the log of an 8-rank mini
+server that really hung in a TCPStore wait on an H200 host, and the snapshot `diag
+snapshot --json` took of its live processes 10 s after the log's last line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from diag import cli
+from diag.analyze import analyze
+from diag.bundle.write import write_bundle
+from diag.model import Snapshot
+from diag.report.combined import combine, focus
+from diag.report.combined_json import combined_to_dict
+from diag.report.markdown import render_markdown
+from diag.report.snapshot_read import snapshot_from_dict
+
+ROOT = Path(__file__).resolve().parent.parent
+CAPTURE = ROOT / "fixtures" / "gpu" / "h200x2" / "cpu-w8"
+LOG = CAPTURE / "server.log"
+
+
+def _snapshot() -> Snapshot:
+    return snapshot_from_dict(json.loads((CAPTURE / "snapshot-json.json").read_text()))
+
+
+def run(args: list[str], capsys: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["diag", *args])
+    code: Any = 0
+    try:
+        cli.main()
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return int(code or 0), out, err
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    tmp = tmp_path_factory.mktemp("bundles")
+    snap = _snapshot()
+    with_log = tmp / "log-and-snapshot.tar.gz"
+    write_bundle(with_log, logs=[LOG], analysis=analyze([LOG]), snapshot=snap)
+    alone = tmp / "snapshot-only.tar.gz"  # what `diag snapshot --out` writes
+    write_bundle(alone, snapshot=snap)
+    return with_log, alone
+
+
+def test_snapshot_round_trips_through_its_json() -> None:
+    snap = _snapshot()
+    from diag.report.snapshot_json import snapshot_to_dict
+
+    again = snapshot_from_dict(snapshot_to_dict(snap))
+    assert again.processes == snap.processes
+    assert again.groups == snap.groups
+    assert [f.id for f in again.findings] == ["startup.cpu_side_hang", "startup.no_listen_port"]
+
+
+def test_the_snapshot_proves_the_stall_the_log_alone_cannot() -> None:
+    log_only = analyze([LOG])
+    assert [f.id for f in log_only.findings] == ["startup.cut_excerpt"]
+    view = combine(log_only, _snapshot())
+    ids = [f.id for f in view.analysis.findings]
+    assert ids[0] == "startup.stalled" and "startup.cut_excerpt" not in ids
+    assert {"startup.cpu_side_hang", "startup.no_listen_port"} <= set(ids)
+    stalled = view.analysis.findings[0]
+    assert "18:19:00, 10 s after the log's last line (18:18:50)" in stalled.message
+    assert "stuck (same frames in every sample)" in stalled.message
+    assert stalled.evidence[0].line == 65  # the log's last line is the evidence
+    assert view.stall_proven and view.stall_s == pytest.approx(10.03, abs=0.01)
+    # every rank's silence now runs to the snapshot
+    assert {round(r.silent_s or 0) for r in view.analysis.ranks} == {10}
+    # the live table: one row per rank, its wait site, state, RSS, GPU
+    tp3 = next(r for r in view.live if r.label == "TP3")
+    assert (tp3.pid, tp3.wait_site, tp3.state, tp3.moving) == (1713, "stack.dist_init", "S", False)
+    assert tp3.gpu_index == 1 and tp3.rss_bytes and tp3.rss_bytes > 2 << 30
+    assert view.analysis.stack_groups[0].members == tuple(f"TP{i}" for i in range(8))
+    assert "startup.no_listen_port" in view.analysis.rules_checked
+
+
+def test_analyze_opens_both_bundles_and_names_the_wait_sites(
+    bundles: tuple[Path, Path], capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with_log, alone = bundles
+    code, out, err = run(["analyze", str(with_log)], capsys, monkeypatch)
+    assert code == 0, err
+    assert "Stalled: the log's last line is 10 s older than the snapshot." in out
+    tp5 = next(x for x in out.splitlines() if x.startswith("TP5 ") and "stack.dist_init" in x)
+    assert "S stuck" in tp5 and "kv_cache" in tp5
+    assert " ERROR  startup.stalled" in out and "startup.cut_excerpt" not in out
+    code, out, err = run(["analyze", str(alone)], capsys, monkeypatch)
+    assert code == 0, err  # was: "not a log (binary data)"
+    assert "All 8 ranks wait at stack.dist_init" in out
+    assert sum("stack.dist_init" in x for x in out.splitlines() if x.startswith("TP")) == 8
+
+
+def test_bundle_holds_raw_stacks_and_a_report_from_the_combined_view(
+    bundles: tuple[Path, Path],
+) -> None:
+    with_log, _ = bundles
+    with tarfile.open(with_log) as tar:
+        names = tar.getnames()
+        report = tar.extractfile("report.md").read().decode()  # type: ignore[union-attr]
+        stack = json.loads(tar.extractfile("stacks/1710-TP0.json").read())  # type: ignore[union-attr]
+    assert "stacks/1713-TP3.txt" in names and "stacks/1708-launcher.json" in names
+    assert stack["threads"][0]["frames"][2]["name"] == "c10d::TCPStore::doWait"
+    assert report.startswith("## diag: sglang startup stalled at `kv_cache` (proven by a live")
+    assert "| TP3 | `kv_cache` | 10 s | S stuck |" in report
+    assert "<summary><code>stack.dist_init</code>: TP0, TP1, TP2" in report
+    assert "    silent :crit, 2026-11-30 18:18:50, 10s" in report
+
+
+def test_markdown_stays_under_the_github_limit_and_says_what_it_left_out() -> None:
+    view = combine(analyze([LOG]), _snapshot())
+    f = view.analysis.findings[0]
+    ev = dataclasses.replace(f.evidence[0], text="x" * 300)
+    big = tuple(
+        dataclasses.replace(f, id=f"custom.f{i}", evidence=(ev,) * 20, evidence_total=20)
+        for i in range(60)
+    )
+    view = dataclasses.replace(view, analysis=dataclasses.replace(view.analysis, findings=big))
+    md = render_markdown(view, limit=20_000)
+    assert len(md) <= 20_000
+    assert "Left out to fit GitHub's 20,000-character limit: evidence past" in md
+    assert render_markdown(combine(analyze([LOG]), _snapshot())).count("Left out") == 0
+
+
+def test_one_rank_and_the_json_of_the_combined_view() -> None:
+    view = combine(analyze([LOG]), _snapshot())
+    one = focus(view, "tp3")
+    assert [r.rank.label for r in one.analysis.ranks] == ["TP3"]
+    assert [r.label for r in one.live] == ["TP3"]
+    data = combined_to_dict(view)
+    assert data["live"]["stall_proven"] is True
+    assert data["live"]["snapshot_finding_ids"] == [
+        "startup.cpu_side_hang",
+        "startup.no_listen_port",
+    ]
+    assert len([p for p in data["live"]["processes"] if p["wait_site"] == "stack.dist_init"]) == 8
+
+
+def test_json_redacts_secrets_from_the_args_line(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = LOG.read_text().replace(
+        "server_args=ServerArgs(model_path='diag-mini',",
+        "server_args=ServerArgs(model_path='diag-mini', api_key='sk-live-12345678abcdef',",
+    )
+    assert "api_key" in text
+    log = tmp_path / "server.log"
+    log.write_text(text)
+    code, out, err = run(["analyze", str(log), "--json"], capsys, monkeypatch)
+    assert code == 0, err
+    assert "sk-live-12345678abcdef" not in out
+    assert '"api_key": "<redacted:field>"' in out
+    json.loads(out)  # still the JSON contract
+
+
+def test_two_servers_on_the_host_each_view_is_its_own() -> None:
+    snap = _snapshot()
+    # a second server on the host: the same processes under other pids, port and server
+    other = tuple(
+        dataclasses.replace(p, pid=p.pid + 1000, server=1, state="T" if p.rank else p.state)
+        for p in snap.processes
+    )
+    second = dict(snap.servers[0], port=31000, launcher_pid=2708, outlier_tp_ranks=[3])
+    both = dataclasses.replace(
+        snap,
+        processes=snap.processes + other,
+        servers=(snap.servers[0], second),
+        outlier_tp_ranks=(3,),
+    )
+    view = combine(analyze([LOG]), both)  # the log's args line says port 30000
+    assert {r.pid for r in view.live} == {p.pid for p in snap.processes}
+    assert not any(r.outlier for r in view.live)  # the other server's odd rank is not starred
+    assert "launcher pid 1708" in view.verdict and "2708" not in view.verdict
+    assert all(len(f.ranks) == len(set(f.ranks)) for f in view.analysis.findings)
+    assert "1 other server(s) on the host left out of this view" in " ".join(view.analysis.notes)
