@@ -23,7 +23,7 @@ from diag.parse.grammars import (
     parse_line,
 )
 from diag.parse.text import split_physical, strip_ansi
-from diag.parse.unwrap import SourceUnwrapper
+from diag.parse.unwrap import SourceUnwrapper, unwrap_line
 
 __all__ = ["Draft", "SourceParser", "apply_layout", "assign_path_ranks", "freeze",
            "ranks_from_paths", "resolve_years"]
@@ -152,19 +152,6 @@ class SourceParser:
         self._feed(lineno, physical, force)
 
     def _feed(self, lineno: int, physical: str, force: bool) -> None:
-        if len(self._drafts) >= REPEAT_CAP_AFTER and not force:
-            if physical[:1] in (" ", "\t"):
-                if self._skipping:
-                    self._repeats += 1
-                    return
-            else:
-                kind = _DIGITS.sub("", physical[:160])
-                seen = self._kinds.get(kind, 0) + 1
-                self._kinds[kind] = seen
-                self._skipping = seen > REPEAT_KEEP
-                if self._skipping:
-                    self._repeats += 1
-                    return
         if len(physical) > MAX_PHYSICAL:
             cut = len(physical) - MAX_PHYSICAL
             if "\r" in physical[-MAX_PHYSICAL:]:
@@ -176,9 +163,32 @@ class SourceParser:
         gutter: Coords | None = None
         if self.unwrapper.gutters:
             text, gutter = self.unwrapper.strip_gutters(text)
+        if len(self._drafts) >= REPEAT_CAP_AFTER and not force and self._capped(text):
+            return
         for piece in split_physical(text):
             if piece:
                 self._piece(lineno, piece, gutter)
+
+    def _capped(self, text: str) -> bool:
+        """The repeat cap: True for a line only counted."""
+        inner = text
+        if self.unwrapper.counts and text[:1] not in (" ", "\t"):
+            inner = unwrap_line(text)[0]  # a per-line wrapper hides the indentation
+        if not inner or inner.isspace():
+            return True  # a wrapped blank line: nothing, as a blank line is
+        if inner[:1] in (" ", "\t"):
+            if self._skipping:
+                self._repeats += 1
+                return True
+            return False
+        kind = _DIGITS.sub("", inner[:160])
+        seen = self._kinds.get(kind, 0) + 1
+        self._kinds[kind] = seen
+        self._skipping = seen > REPEAT_KEEP
+        if self._skipping:
+            self._repeats += 1
+            return True
+        return False
 
     def feed_many(self, lines: Iterable[tuple[int, str]]) -> None:
         for lineno, text in lines:
