@@ -14,6 +14,7 @@ from rich.console import Console
 
 from diag.commands import analyze as analyze_cmd
 from diag.commands import bundle as bundle_cmd
+from diag.commands import diff as diff_cmd
 from diag.commands import rules as rules_cmd
 from diag.commands import snapshot as snapshot_cmd
 from diag.commands import watch as watch_cmd
@@ -30,7 +31,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-COMMANDS = (analyze_cmd, snapshot_cmd, bundle_cmd, rules_cmd, watch_cmd)
+COMMANDS = (analyze_cmd, snapshot_cmd, bundle_cmd, rules_cmd, watch_cmd, diff_cmd)
 for _command in COMMANDS:
     _command.register(app)
 
