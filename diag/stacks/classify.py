@@ -860,13 +860,16 @@ _SERVING_NAME = re.compile(
     r"_dummy_run|_dummy_sampler_run|profile_run|determine_available_memory|"
     r"determine_num_available_blocks|compile_or_warm_up_model|capture_model|"
     r"_initialize_kv_caches|initialize_kv_cache|worker_busy_loop|start_worker_execution_loop|"
-    r"_preprocess|_prepare_inputs|_bookkeeping_sync|_sample|verify)$"
+    r"_preprocess|_prepare_inputs|_bookkeeping_sync|_sample|verify|worker_main|"
+    r"propose|load_model|init_device)$"
 )
 _SERVING_FILE = re.compile(
     r"(^|/)(model_runner|gpu_model_runner|model_runner_base|tp_worker|tp_worker_overlap_thread|"
     r"gpu_worker|cuda_graph_runner|eagle_worker\w*|logits_processor|sampling_batch_info|"
-    r"forward_batch_info)\.py$|(^|/)(model_executor/models|srt/models|v1/sample|"
-    r"v1/worker|srt/layers|model_executor/layers)/"
+    r"forward_batch_info|eagle_info)\.py$|"
+    r"(^|/)(model_executor/models|srt/models|v1/sample|v1/worker|srt/layers|model_executor/layers|"
+    r"v1/spec_decode|spec_decode|v1/attention|attention/backends|srt/speculative|speculative|"
+    r"srt/mem_cache|srt/model_executor|srt/managers|penaltylib)/"
 )
 
 
