@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from diag.model import STACK_SITES, StackFrame, StackProcess, StackThread
 from diag.stacks.classify import (
@@ -1049,3 +1051,27 @@ def replace_frames(t: StackThread, lines: tuple[str, ...]) -> StackThread:
     return StackThread(
         thread_id=t.thread_id, name=t.name, frames=frames(*lines), idle=t.idle, owns_gil=t.owns_gil
     )
+
+
+PASS_THROUGH_LINES = (
+    "OpOverload.__call__ (torch/_ops.py:875)",
+    "Module._call_impl (torch/nn/modules/module.py:1747)",
+    "decorate_context (torch/utils/_contextlib.py:120)",
+    "_exception_logger.<locals>.wrapper (torch/distributed/c10d_logger.py:83)",
+    "sync_wrapper (vllm/tracing/otel.py:178)",
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from(EXAMPLES),
+    st.lists(st.tuples(st.integers(0, 12), st.sampled_from(PASS_THROUGH_LINES)), max_size=4),
+)
+def test_pass_through_frames_never_change_a_site(
+    example: tuple[str, str, tuple[str, ...]], inserts: list[tuple[int, str]]
+) -> None:
+    _, site, lines = example
+    stack = list(lines)
+    for pos, line in inserts:
+        stack.insert(min(pos, len(stack)), line)
+    assert classify_frames(frames(*stack))[0] == site
