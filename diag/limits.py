@@ -35,8 +35,8 @@ __all__ = [
 
 # -- compressed inputs (.gz/.bz2/.xz/.zst logs, members of .zip/.tar archives) ----------
 MAX_DECOMPRESSED_BYTES = 4 << 30  # per compressed input
-MAX_DECOMPRESSION_RATIO = 200.0  # decompressed / compressed, checked past the floor
-DECOMPRESSED_FLOOR_BYTES = 64 << 20
+MAX_DECOMPRESSION_RATIO = 50.0  # decompressed / compressed, checked past the floor (logs: 5-30)
+DECOMPRESSED_FLOOR_BYTES = 32 << 20
 MAX_ARCHIVE_MEMBERS = 10_000
 MAX_ARCHIVE_MEMBER_BYTES = 512 << 20
 MAX_ARCHIVE_TOTAL_BYTES = 1 << 30
