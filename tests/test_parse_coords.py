@@ -234,3 +234,19 @@ def test_global_ranks_with_pipeline_parallelism_are_pp_times_tp() -> None:
     ]
     assert drafts[0].rank_reason == "tag"
     assert drafts[1].rank_reason == "global rank 2 of tp=4 pp=2"
+
+
+def test_the_portable_key_pattern_finds_the_same_keys_in_polars() -> None:
+    import polars as pl
+
+    from diag.parse.coords import RANK_KEY_PORTABLE
+
+    lines = [
+        "[2025-01-01 00:00:00 DP0 ATTN_CP1 MOE_DP0 TP3 EP3] Decode batch, #running-req: 1",
+        "(VllmWorker rank=3 pid=12) INFO 03-10 16:19:26 [gpu_worker.py:1] x",
+        "[rank3]:[W1222 15:01:54.1 ProcessGroupNCCL.cpp:1] x",
+        "[2025-01-01 00:00:00] no rank",
+    ]
+    got = pl.Series(lines).str.extract(RANK_KEY_PORTABLE, 1).to_list()
+    want = [rank_key(ln) for ln in lines]
+    assert [g.rstrip() if g else g for g in got] == [w.rstrip() if w else w for w in want]

@@ -55,6 +55,7 @@ from diag.bundle.env import collect_env
 from diag.bundle.read import FORMAT, MANIFEST, SCHEMA_VERSION
 from diag.errors import BundleError, DiagError, InputError
 from diag.model import Analysis, Snapshot
+from diag.parse.coords import RANK_KEY_PORTABLE
 from diag.redact import Redactor
 from diag.runner import Runner, SubprocessRunner
 
@@ -273,13 +274,10 @@ def _learn_hosts(path: Path, redactor: Redactor) -> None:
             redactor.learn_hosts(line.decode("utf-8", "surrogateescape"))
 
 
-# What tags a line with its rank or process (SGLang ``TP3]``, ``DP0 TP1 EP1]``; vLLM
-# ``(Worker_TP0``, ``(VllmWorker rank=1``, ``pid=123)``; torch ``[rank2]``): an exact
-# identity is not needed, only lines grouped per rank to keep each one's last lines.
-_RANK_TAG = (
-    r"((?:DP\d+ )?(?:PP\d+ )?TP\d+(?: EP\d+)?\]|Worker_(?:DP\d+_)?(?:PP\d+_)?TP\d+"
-    r"|VllmWorker(?:Process)? (?:rank=\d+|pid=\d+)|\[rank\d+\]|pid=\d+\))"
-)
+# What tags a line with its rank or process (SGLang ``TP3]``, ``DP0 ATTN_CP1 TP1 EP1]``;
+# vLLM ``(Worker_TP0 pid=1)``, ``(VllmWorker rank=1 pid=2)``; torch ``[rank2]:``): the one
+# rank-key form of diag.parse.coords, in the syntax polars' regex engine reads.
+_RANK_TAG = RANK_KEY_PORTABLE
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from diag.model import RankId
 
 __all__ = [
     "KEY_RE",
+    "RANK_KEY_PORTABLE",
     "TAG_NAME",
     "TAGS_RE_SRC",
     "Coords",
@@ -352,6 +353,15 @@ KEY_RE = re.compile(
     r"(?:,\s*ip=[\w.:\-]{1,80})?\)"
     r"(?:(?:\x1b|\^\[)?\[[0-9;]*m)? )"  # vLLM colours the prefix: the code is part of the key
     r"|(\[rank[0-9]{1,9}\]:)"
+)
+# The same keys for regex engines without look-around (polars / the Rust regex crate):
+# one capture group, the key; SGLang's tags are not anchored at the time before them.
+_TAG_PORTABLE = r"(?:[A-Z]{2,6}_)?[A-Z]{2,6}[0-9]{1,9}"
+RANK_KEY_PORTABLE = (
+    r"((?: " + _TAG_PORTABLE + r")+\] "
+    r"|\((?:[A-Za-z][A-Za-z0-9_\-]{0,80}\s*)?(?:rank=[0-9]{1,9}\s*)?pid=[0-9]{1,9}"
+    r"(?:,\s*ip=[A-Za-z0-9_.:\-]{1,80})?\)"
+    r"|\[rank[0-9]{1,9}\]:)"
 )
 _KEY_HINT = re.compile(r":\d\d[.,\d]* [A-Z]|pid=|\[rank")
 
