@@ -243,3 +243,16 @@ def test_pyspy_real_on_a_real_target_still_works(target: subprocess.Popen[bytes]
         pytest.skip("py-spy is not installed")
     result, _ = _dump(exe, target.pid, timeout_s=10)
     assert result.outcome in ("ok", "permission_denied")
+
+
+def test_target_exiting_mid_dump_makes_the_snapshot_partial(
+    tmp_path: Path, target: subprocess.Popen[bytes]
+) -> None:
+    """A target that exits while py-spy reads it: the snapshot is partial (exit 3), not 0."""
+    from diag.collect.snapshot import _partial_reasons
+
+    exe = _fake_pyspy(tmp_path, "os.kill(pid, 9)\ntime.sleep(0.2)\nsys.exit(1)\n")
+    result, _elapsed = _dump(exe, target.pid)
+    assert result.outcome == "not_found"
+    reasons = _partial_reasons({target.pid: result})
+    assert any("exited during the snapshot" in r for r in reasons)

@@ -135,6 +135,8 @@ def _alive_same(pid: int, starttime: int | None, proc_root: Path) -> tuple[bool,
         return False, None
     if starttime is not None and st.starttime_ticks != starttime:
         return False, None  # the pid was reused by another process
+    if st.state in ("Z", "X"):
+        return False, None  # it exited (a zombie its parent has not reaped yet)
     return True, st.state
 
 
