@@ -285,6 +285,14 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         ("synchronize (torch/cuda/__init__.py:1162)", "worker (gpu_probe.py:51)"),
     ),
     (
+        "accelerator-sync-py",
+        "stack.cuda_sync",
+        (
+            "wait_device_ops (torch_xla/core/xla_model.py:1100)",
+            "TPUModelRunner.execute_model (vllm/v1/worker/tpu_model_runner.py:900)",
+        ),
+    ),
+    (
         "cuda-free-sync",
         "stack.cuda_sync",
         (

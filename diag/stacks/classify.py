@@ -367,6 +367,16 @@ RULES: tuple[SiteRule, ...] = (
         "in torch_npu/npu/utils.py and streams.py)",
     ),
     SiteRule(
+        "accelerator-sync-py",
+        _SYNC,
+        native=False,
+        file=r"(^|/)(torch_xla|jax|jaxlib|habana_frameworks/torch)/",
+        name=r"(^|\.)(mark_step|wait_device_ops|synchronize|block_until_ready|device_get|"
+        r"_xla_sync\w*|sync)$",
+        why="device syncs of the other accelerators vLLM/SGLang run on: TPU (torch_xla "
+        "mark_step / wait_device_ops, JAX block_until_ready) and Gaudi (habana_frameworks)",
+    ),
+    SiteRule(
         "cuda-free-sync",
         _SYNC,
         leaf=True,
