@@ -3,6 +3,10 @@
 The catalogue is data (``diag/data/phases.yaml``); this module loads it, checks it, and
 matches records against it. Each entry names the sglang/vllm source file and version its
 message comes from.
+
+Loading is cheap after the first run: the checked entries (with their required literals)
+are cached by the file's content hash (:mod:`diag.cache`), so a run reads no YAML, and
+each regex is compiled the first time a line gets past its literals.
 """
 
 from __future__ import annotations
@@ -13,8 +17,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
+from diag import cache
 from diag.errors import DiagError
 from diag.model import PHASES, Event, EventKind, Record
 from diag.parse.literals import required_literals
@@ -33,18 +36,33 @@ _FRAMEWORKS = ("sglang", "vllm", "any")
 _KEYS = {"id", "phase", "kind", "regex", "framework", "source", "version", "where"}
 
 
+_COMPILED: dict[str, re.Pattern[str]] = {}
+
+
+def _compiled(pattern: str) -> re.Pattern[str]:
+    rx = _COMPILED.get(pattern)
+    if rx is None:
+        rx = _COMPILED[pattern] = re.compile(pattern)
+    return rx
+
+
 @dataclass(frozen=True, slots=True)
 class PhaseEntry:
     id: str
     phase: str
     kind: EventKind
-    regex: re.Pattern[str]
+    pattern: str
     framework: str
     source: str
     version: str
     where: str = "message"  # message | text (plus continuation lines) | raw (the whole line)
     # one of these is in every match (a cheap test before the regex); () when unknown
     literals: tuple[str, ...] = ()
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        """The compiled pattern (compiled on first use)."""
+        return _compiled(self.pattern)
 
     def could_match(self, haystack: str) -> bool:
         return not self.literals or any(lit in haystack for lit in self.literals)
@@ -53,15 +71,32 @@ class PhaseEntry:
 @dataclass(frozen=True, slots=True)
 class Catalogue:
     entries: tuple[PhaseEntry, ...]
-    # one alternation of every message-scoped pattern: a quick "can anything match?"
-    any_message: re.Pattern[str]
-    any_text: re.Pattern[str] | None
+    # one alternation of every message-scoped pattern (and of the others): a quick "can
+    # anything match?", compiled on first use
+    any_message_pattern: str
+    any_text_pattern: str | None
+
+    @property
+    def any_message(self) -> re.Pattern[str]:
+        return _compiled(self.any_message_pattern)
+
+    @property
+    def any_text(self) -> re.Pattern[str] | None:
+        return _compiled(self.any_text_pattern) if self.any_text_pattern else None
 
     def match(self, record: Record) -> Event | None:
         return match_record(self, record)
 
+    def matches_message(self, msg: str) -> bool:
+        """Does a message-scoped entry match ``msg``?"""
+        return any(
+            e.where == "message" and e.could_match(msg) and e.regex.search(msg) is not None
+            for e in self.entries
+        )
 
-def _entry(raw: dict[str, Any], where_from: str) -> PhaseEntry:
+
+def _check_entry(raw: dict[str, Any], where_from: str) -> dict[str, Any]:
+    """The entry checked, as plain data (with its required literals)."""
     unknown = set(raw) - _KEYS
     missing = {"id", "phase", "kind", "regex", "framework", "source", "version"} - set(raw)
     ident = raw.get("id", "?")
@@ -79,38 +114,64 @@ def _entry(raw: dict[str, Any], where_from: str) -> PhaseEntry:
     where = raw.get("where", "message")
     if where not in ("message", "text", "raw"):
         raise DiagError(f"{where_from}: phase entry {ident}: bad where {where!r}")
+    pattern = str(raw["regex"])
     try:
-        rx = re.compile(str(raw["regex"]))
+        re.compile(pattern)
     except re.error as exc:
         raise DiagError(f"{where_from}: phase entry {ident}: bad regex: {exc}") from exc
-    return PhaseEntry(
-        literals=tuple(sorted(required_literals(rx.pattern) or ())),
-        id=str(ident),
-        phase=str(raw["phase"]),
-        kind=raw["kind"],
-        regex=rx,
-        framework=str(raw["framework"]),
-        source=str(raw["source"]),
-        version=str(raw["version"]),
-        where=where,
+    return {
+        "id": str(ident),
+        "phase": str(raw["phase"]),
+        "kind": str(raw["kind"]),
+        "pattern": pattern,
+        "framework": str(raw["framework"]),
+        "source": str(raw["source"]),
+        "version": str(raw["version"]),
+        "where": where,
+        "literals": sorted(required_literals(pattern) or ()),
+    }
+
+
+def _build(checked: list[dict[str, Any]]) -> Catalogue:
+    entries = tuple(
+        PhaseEntry(
+            id=c["id"],
+            phase=c["phase"],
+            kind=c["kind"],
+            pattern=c["pattern"],
+            framework=c["framework"],
+            source=c["source"],
+            version=c["version"],
+            where=c["where"],
+            literals=tuple(c["literals"]),
+        )
+        for c in checked
     )
+    msg = [_anon(e.pattern) for e in entries if e.where == "message"]
+    txt = [_anon(e.pattern) for e in entries if e.where != "message"]
+    return Catalogue(
+        entries=entries,
+        any_message_pattern="|".join(f"(?:{p})" for p in msg),
+        any_text_pattern="|".join(f"(?:{p})" for p in txt) if txt else None,
+    )
+
+
+def _check_catalogue(text: str, where_from: str) -> list[dict[str, Any]]:
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    data = yaml.load(text, Loader=loader)
+    if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
+        raise DiagError(f"{where_from}: expected a mapping with an 'entries' list")
+    checked = [_check_entry(e, where_from) for e in data["entries"]]
+    ids = [c["id"] for c in checked]
+    if len(set(ids)) != len(ids):
+        raise DiagError(f"{where_from}: duplicate entry ids")
+    return checked
 
 
 def parse_catalogue(text: str, where_from: str = "phases.yaml") -> Catalogue:
-    data = yaml.safe_load(text)
-    if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
-        raise DiagError(f"{where_from}: expected a mapping with an 'entries' list")
-    entries = tuple(_entry(e, where_from) for e in data["entries"])
-    ids = [e.id for e in entries]
-    if len(set(ids)) != len(ids):
-        raise DiagError(f"{where_from}: duplicate entry ids")
-    msg = [_anon(e.regex.pattern) for e in entries if e.where == "message"]
-    txt = [_anon(e.regex.pattern) for e in entries if e.where != "message"]
-    return Catalogue(
-        entries=entries,
-        any_message=re.compile("|".join(f"(?:{p})" for p in msg)),
-        any_text=re.compile("|".join(f"(?:{p})" for p in txt)) if txt else None,
-    )
+    return _build(_check_catalogue(text, where_from))
 
 
 def _anon(pattern: str) -> str:
@@ -120,9 +181,18 @@ def _anon(pattern: str) -> str:
 
 @lru_cache(maxsize=1)
 def load_catalogue() -> Catalogue:
-    """The built-in catalogue (cached)."""
+    """The built-in catalogue (kept for the process; its checked form is cached on disk)."""
     text = resources.files("diag.data").joinpath("phases.yaml").read_text(encoding="utf-8")
-    return parse_catalogue(text)
+    key = cache.content_key([text])
+    hit = cache.load("phases", key)
+    if isinstance(hit, list):
+        try:
+            return _build(hit)
+        except (KeyError, TypeError, ValueError):
+            pass  # an entry of another shape: parse the file again
+    checked = _check_catalogue(text, "phases.yaml")
+    cache.store("phases", key, checked)
+    return _build(checked)
 
 
 def _fields(m: re.Match[str]) -> dict[str, str | float]:
@@ -140,26 +210,27 @@ def _fields(m: re.Match[str]) -> dict[str, str | float]:
 def match_record(cat: Catalogue, record: Record) -> Event | None:
     """The event a record marks, or None. Message-scoped entries win over text-scoped ones."""
     msg = record.message
-    if cat.any_message.search(msg):
+    # each entry's literals gate its regex (cheaper than one alternation of them all,
+    # which would have to be compiled in every run)
+    for e in cat.entries:
+        if e.where != "message" or not e.could_match(msg):
+            continue
+        m = e.regex.search(msg)
+        if m:
+            return _event(record, e, m)
+    if cat.any_text_pattern is not None:
+        text = raw = ""
         for e in cat.entries:
-            if e.where != "message" or not e.could_match(msg):
+            if e.where == "message":
                 continue
-            m = e.regex.search(msg)
+            if not text:
+                text, raw = record.text, record.raw or msg
+            hay = text if e.where == "text" else raw
+            if not e.could_match(hay):
+                continue
+            m = e.regex.search(hay)
             if m:
                 return _event(record, e, m)
-    if cat.any_text is not None:
-        text = record.text
-        raw = record.raw or msg
-        if cat.any_text.search(text) or cat.any_text.search(raw):
-            for e in cat.entries:
-                if e.where == "message":
-                    continue
-                hay = text if e.where == "text" else raw
-                if not e.could_match(hay):
-                    continue
-                m = e.regex.search(hay)
-                if m:
-                    return _event(record, e, m)
     return None
 
 

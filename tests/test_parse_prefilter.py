@@ -11,9 +11,12 @@ import pytest
 
 import diag.parse.reader
 import diag.rules
-from diag.analyze import analyze
+from diag.analyze import _literals, analyze
+from diag.errors import InputError
 from diag.model import Analysis, Record
-from diag.parse.prefilter import BULK_ENTRIES, candidate_literals, required_literals
+from diag.parse.pipeline import read_sources
+from diag.parse.prefilter import BULK_ENTRIES, required_literals
+from diag.parse.reader import resolve_inputs
 from diag.phases import load_catalogue
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,7 +135,7 @@ def test_injected_lines_keep_their_line_numbers(big_log: Path) -> None:
 
 
 def test_every_catalogue_entry_has_required_literals() -> None:
-    lits = candidate_literals()
+    lits = _literals(())
     for e in load_catalogue().entries:
         if e.id in BULK_ENTRIES:
             continue
@@ -233,3 +236,73 @@ def test_coloured_vllm_worker_last_line_is_found_in_the_bulk(tmp_path: Path) -> 
     (t,) = fast.ranks
     assert t.last_ts is not None and (t.last_ts.minute, t.last_ts.second) == (7, 30)
     assert _summary(fast) == _summary(full)
+
+
+# ---------------------------------------------------------------------------
+# "the prefilter equals the full line-by-line parse": every corpus case, every benchmark
+# mix (small), and the serving figures
+
+
+def _findings(a: Analysis) -> list[object]:
+    return [
+        (f.id, f.severity, f.message, f.ranks, [(e.source, e.line) for e in f.evidence],
+         f.evidence_total)
+        for f in a.findings
+    ]
+
+
+def _same(paths: Sequence[Path], *, years: bool = True) -> None:
+    try:
+        full = analyze(list(paths), prefilter=False)
+    except InputError as exc:  # not a log: the prefilter says so too
+        with pytest.raises(InputError) as fast_exc:
+            analyze(list(paths), prefilter=True)
+        assert str(fast_exc.value) == str(exc)
+        return
+    fast = analyze(list(paths), prefilter=True)
+    if years:
+        assert _summary(fast) == _summary(full)
+        assert _findings(fast) == _findings(full)
+    else:
+        # year-less stamps whose year walk differs: the same lines say the same things
+        assert [f[0] for f in _findings(fast)] == [f[0] for f in _findings(full)]
+    assert fast.records == full.records
+    lits = _literals(())
+    figs = [
+        read_sources(resolve_inputs(list(paths)), year=None, literals=lits, prefilter=pf)
+        for pf in (False, True)
+    ]
+    assert figs[0].serving.as_dict() == figs[1].serving.as_dict()
+    assert figs[0].repeats == figs[1].repeats
+
+
+_CASES = sorted((ROOT / "fixtures" / "real").glob("*/*/log.txt"))
+
+
+@pytest.mark.parametrize("log", _CASES, ids=[p.parent.name for p in _CASES])
+def test_prefilter_equals_full_parse_on_corpus(log: Path) -> None:
+    _same([log])
+
+
+def _mixes() -> dict[str, object]:
+    spec = importlib.util.spec_from_file_location("mixes", ROOT / "benchmarks" / "mixes.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.MIXES  # type: ignore[no-any-return]
+
+
+_MIX_NAMES = sorted(_mixes())
+
+
+@pytest.mark.parametrize("name", _MIX_NAMES)
+def test_prefilter_equals_full_parse_on_benchmark_mixes(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # small chunks: several per file, as a 1 GiB input has
+    monkeypatch.setattr(diag.parse.reader, "CHUNK_BYTES", 512 << 10)
+    out = tmp_path / ("mix" if name == "folder8" else "mix.log")
+    _mixes()[name][1](out, 3 << 20, 1)  # type: ignore[index]
+    # "real" repeats unrelated logs: year-less stamps jump back months at every seam, and
+    # the year walk (resolve_years) then depends on which lines are records
+    _same([out], years=name != "real")

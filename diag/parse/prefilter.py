@@ -1,45 +1,40 @@
-"""The streaming prefilter: only lines that can matter become Python records.
+"""The streaming prefilter: which lines of a chunk can matter, decided per line in
+compiled code.
 
-Per chunk of a large input (8 MiB, cut at a line end):
+:class:`Matcher` is built once per run from the candidate literals (:func:`candidate_literals`:
+the phase catalogue's required literals, warning and error words, stack-dump and traceback
+markers, config-line markers, and the rules' needles that the caller passes in). Per chunk
+(8 MiB, cut at a line end) one Hyperscan pass over the bytes (case-insensitive literals,
+plus three byte patterns: a newline followed by indentation, a carriage return inside a
+line, a torch frame ``#0 ...`` at a line start) reports where candidates are; numpy maps
+those offsets to line numbers. Only the candidate lines, and each rank's first serving
+line and last line (:class:`SourceScan`), are decoded and handed to Python. Without the
+``hyperscan`` package the same candidate set comes from polars (``str.contains_any`` on
+the chunk's lines; its automaton is rebuilt per chunk).
 
-1. One multi-literal pass in Rust (polars ``str.extract_all`` over the whole chunk, which
-   the regex crate runs with Teddy / Aho-Corasick) says which *required literals* occur.
-   The literals come from the phase catalogue (each entry's regex is reduced to literals
-   every match must contain), warning/error words, stack-dump and traceback markers,
-   carriage returns, indented (continuation) lines, and the rule needles of
-   ``diag.rules.needles()`` in their usual capitalisations.
-2. Each literal that occurs is located with ``str.find`` (memmem speed); the lines around
-   those positions are the candidates, plus the line before an indented one (the head
-   its continuation attaches to).
-3. The bulk (serving batch lines, NCCL INFO chatter, HTTP access lines) is not parsed; its
-   first and last line per rank and per kind in each chunk are, and so is each rank's last
-   line in the chunk: enough for serving begin/end, the last timestamp of every rank and
-   the silence at the end of the log.
+Bulk lines (serving batch lines, vLLM's throughput and spec-decode metrics, HTTP access
+lines, NCCL INFO chatter) are no candidates: their figures are columns
+(:mod:`diag.parse.serving`), and their first and last line per rank feed the timeline.
 
-Line numbers stay exact (newlines are counted between candidates).
+Line numbers stay exact (newlines are counted in compiled code).
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
+from typing import Any
 
-from diag.parse import reader
 from diag.parse.coords import rank_keys
 from diag.parse.literals import required_literals
-from diag.parse.reader import Source, iter_chunks
-from diag.parse.records import SourceParser
-from diag.parse.text import decode
 
 __all__ = [
     "BULK_ENTRIES",
     "BulkStats",
+    "Matcher",
+    "SourceScan",
     "candidate_literals",
     "required_literals",
-    "scan_source",
 ]
 
 # Catalogue entries whose lines are bulk: handled by first/last per chunk, never each.
@@ -57,7 +52,7 @@ _GLOBAL_BULK = (
     "NCCL INFO",
 )
 
-_EXTRA_LITERALS = (
+EXTRA_LITERALS = (
     # levels (SGLang/vLLM/uvicorn/glog/NCCL) and error words
     "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL", "Warning", "Error", "Exception",
     "Killed", "killed", "Timeout", "timeout", "Timed out", "timed out", "OOM",
@@ -65,20 +60,19 @@ _EXTRA_LITERALS = (
     "terminate called", "what():", "[W", "[E", "[F", "Interrupt",
     # torch's per-rank prefix on tracebacks and dumps: "[rank0]:   File ..."
     "[rank",
-    # torch's failed-collective report and C++ backtraces: "#0 all_reduce from ...",
-    # "frame #0: c10::Error::Error(...)"
-    "#0 ", "frame #",
+    # C++ backtraces: "frame #0: c10::Error::Error(...)"
+    "frame #",
     # stack dumps and faulthandler
     "Process ", "Thread 0x", "(idle)", "(active)", "(gil)", "Pyspy ", "py-spy",
     "Fatal Python error", "most recent call",
     "Python v",
     # args and config lines
     "server_args=", "non-default args", "args: Namespace", "with config:",
-    # progress bars and their tqdm updates (a line's CRLF end is no reason: see _lines)
+    # progress bars and their tqdm updates
     "%|", "% Completed",
-    # continuation lines: a newline followed by indentation
-    "\n ", "\n\t",
 )
+# Candidates whose line before is one too (a worker prefix printed before its bar)
+_WITH_LINE_BEFORE = ("%|", "% completed")
 
 
 @dataclass(slots=True)
@@ -100,163 +94,196 @@ def _variants(needle: str) -> set[str]:
 
 
 def _minimal(lits: Iterable[str]) -> list[str]:
-    """Drop literals that contain a shorter one of the set (the shorter finds them)."""
+    """Lower-cased, without the literals that contain a shorter one of the set."""
     out: list[str] = []
-    for lit in sorted(set(lits), key=len):
+    for lit in sorted({x.lower() for x in lits}, key=lambda s: (len(s), s)):
         if not any(o in lit for o in out):
             out.append(lit)
     return out
 
 
-@lru_cache(maxsize=8)
-def candidate_literals(extra_rule_dirs: tuple[Path, ...] = ()) -> tuple[str, ...]:
-    """Every literal whose presence makes a line a candidate (the needles of the rules in
-    ``extra_rule_dirs`` too)."""
-    from diag.phases import load_catalogue
-
-    lits: set[str] = set(_EXTRA_LITERALS)
-    for e in load_catalogue().entries:
-        if e.id in BULK_ENTRIES:
-            continue
-        req = required_literals(e.regex.pattern)
-        if req is None:
-            raise ValueError(f"phase entry {e.id}: regex has no required literal")
-        lits |= req
-    lits |= set(_rule_needles(extra_rule_dirs))
+def candidate_literals(
+    needles: Iterable[str], phase_literals: Iterable[str] = ()
+) -> tuple[str, ...]:
+    """The lower-cased literals whose presence (any case) makes a line a candidate:
+    :data:`EXTRA_LITERALS`, the phase catalogue's (``phase_literals``: every non-bulk
+    entry's required literals) and the rule ``needles`` given."""
+    lits: set[str] = set(EXTRA_LITERALS) | set(phase_literals)
+    for n in needles:
+        if len(n) >= 3:
+            lits |= _variants(n)
     return tuple(_minimal(lits))
 
 
-def _rule_needles(extra_dirs: tuple[Path, ...] = ()) -> list[str]:
-    from diag.rules import needles
-
-    out: set[str] = set()
-    for n in needles(list(extra_dirs)) if extra_dirs else needles():
-        if isinstance(n, str) and len(n) >= 3:
-            out |= _variants(n)
-    return sorted(out)
+# ---------------------------------------------------------------------------
+# the matcher
 
 
-_SAMPLE = 8 << 10
-BLOCK_BYTES = 64 << 10
-# Line kinds that make up the bulk of a serving log; a block holding only these is skipped.
-_BULK_MARKERS = (
-    b" batch. #",  # SGLang "Prefill batch. #new-seq" and "Decode batch. #running-req"
-    b" batch, #",  # the same in 0.4.6+
-    b"Avg prompt throughput",
-    b'" 200 OK',
-    b"NCCL INFO",
-)
+@dataclass(frozen=True, slots=True)
+class Lines:
+    """A chunk's lines (offsets relative to the chunk) and which of them are candidates."""
+
+    starts: Any  # numpy int64: start of each line
+    ends: Any  # numpy int64: end of each line (its newline, or the chunk's end)
+    candidates: Any  # numpy int64: sorted indices of candidate lines
+
+    def __len__(self) -> int:
+        return len(self.starts)
 
 
-def _keys_in(text: str) -> set[str]:
-    # the one rank-key function (SGLang tags of any kind, vLLM/Ray prefixes, [rankN]:)
-    return rank_keys(text)
+_CONT, _CR, _FRAME = (b"\\n[ \\t]", b"\\r[^\\n]", b"\\n#[0-9]")
 
 
-def _blocks(data: bytes, lo: int, hi: int) -> list[tuple[int, int]]:
-    """(start, end) of ~64 KiB pieces of ``data[lo:hi]`` that end at a newline."""
-    out: list[tuple[int, int]] = []
-    n = hi
-    i = lo
-    while i < n:
-        j = data.find(b"\n", min(i + BLOCK_BYTES, n - 1), n)
-        j = n if j < 0 else j + 1
-        out.append((i, j))
-        i = j
-    return out
+class Matcher:
+    """Candidate lines of chunks of bytes; the automaton is built once (here)."""
 
+    def __init__(self, literals: Sequence[str]) -> None:
+        import numpy as np
 
-class _Scanner:
-    """Per-source prefilter state."""
+        self._np = np
+        self.literals = tuple(literals)
+        self._before = {i for i, lit in enumerate(self.literals) if lit in _WITH_LINE_BEFORE}
+        self._hs: Any = None
+        hyperscan: Any
+        try:
+            import hyperscan
+        except ImportError:  # pragma: no cover - hyperscan ships wheels for x86-64 and arm64
+            hyperscan = None
+        if hyperscan is not None:
+            exprs = [_hs_escape(lit) for lit in self.literals] + [_CONT, _CR, _FRAME]
+            n = len(self.literals)
+            flags = [hyperscan.HS_FLAG_CASELESS] * n + [0, 0, 0]
+            db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+            db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs),
+                       flags=flags)
+            self._hs = db
+        self.engine = "hyperscan" if self._hs is not None else "polars"
 
-    def __init__(
-        self, sp: SourceParser, stats: BulkStats, rule_dirs: tuple[Path, ...] = ()
-    ) -> None:
-        self.sp = sp
-        self.stats = stats
-        self.lits = sorted({x.lower() for x in candidate_literals(rule_dirs)})
-        self.first_found: set[bytes] = set()  # bulk literals (per key) already located once
-        self.markers: tuple[bytes, ...] = ()  # bulk kinds that dominate this chunk
-        # chunks left to look for the first serving line of ranks that have none yet
-        self.keyed_budget: int | None = None
-        self.nul = 0  # NUL bytes seen in the parsed parts
-        self.absent: dict[str, int] = {}  # rank key -> chunks in a row it was not found in
+    def lines(self, chunk: bytes) -> Lines:
+        """The lines of ``chunk`` (whole lines; the last may lack its newline)."""
+        np = self._np
+        arr = np.frombuffer(chunk, dtype=np.uint8)
+        nl = np.flatnonzero(arr == 10)
+        size = len(chunk)
+        ends = nl if len(nl) and nl[-1] == size - 1 else np.append(nl, size)
+        starts = np.empty(len(ends), dtype=np.int64)
+        if len(ends):
+            starts[0] = 0
+            starts[1:] = ends[:-1] + 1
+        if self._hs is not None:
+            cands = self._hyperscan(chunk, nl, len(ends))
+        else:
+            cands = self._polars(chunk, len(ends))
+        # a line starting the chunk is not preceded by a newline: test it here
+        if size and (chunk[:1] in (b" ", b"\t") or (chunk[:1] == b"#" and chunk[1:2].isdigit())):
+            cands = np.union1d(cands, np.array([0], dtype=np.int64))
+        return Lines(starts=starts, ends=ends, candidates=cands)
 
-    def _decode(self, raw: bytes) -> str:
-        text, bad = decode(raw)
-        self.sp.undecodable += bad
-        if "\x00" in text:
-            self.nul += text.count("\x00")
-        return text
+    def _hyperscan(self, chunk: bytes, nl: Any, n_lines: int) -> Any:
+        np = self._np
+        n = len(self.literals)
+        before = self._before
+        at: list[int] = []  # offsets inside candidate lines
+        prev: list[int] = []  # ... whose line before is a candidate too
 
-    def _pick_markers(self, data: bytes, lo: int) -> None:
-        sample = data[lo : lo + 4 * BLOCK_BYTES]
-        counts = [(sample.count(m), m) for m in _BULK_MARKERS]
-        self.markers = tuple(m for c, m in sorted(counts, reverse=True)[:3] if c > 0)
+        def on_match(ident: int, _frm: int, to: int, _flags: int, _ctx: object) -> None:
+            if ident < n:
+                at.append(to - 1)
+                if ident in before:
+                    prev.append(to - 1)
+            elif ident == n:  # newline + indentation: this line and the one before
+                prev.append(to - 1)
+            else:
+                at.append(to - 1)
 
-    def chunk(self, data: bytes, base: int, lo: int = 0, hi: int | None = None) -> int:
-        """Feed the candidate lines of ``data[lo:hi]``; returns its number of lines."""
+        self._hs.scan(chunk, match_event_handler=on_match)
+        idx = np.searchsorted(nl, np.array(at + prev, dtype=np.int64), side="left")
+        if prev:
+            before_idx = np.searchsorted(nl, np.array(prev, dtype=np.int64), side="left") - 1
+            idx = np.concatenate([idx, before_idx[before_idx >= 0]])
+        out = np.unique(idx)
+        return out[out < n_lines]
+
+    def _polars(self, chunk: bytes, n_lines: int) -> Any:
         import polars as pl
 
-        sp = self.sp
+        from diag.parse.text import decode
+
+        np = self._np
+        text, _ = decode(chunk)
+        if text.endswith("\n"):
+            text = text[:-1]
+        s = pl.Series([text]).str.split("\n").explode()
+        lits = list(self.literals)
+        before = [lit for lit in self.literals if lit in _WITH_LINE_BEFORE]
+        hit = s.str.contains_any(lits, ascii_case_insensitive=True)
+        hit = hit | s.str.contains(r"\r[^\n]") | s.str.contains(r"^#[0-9]")
+        cont = s.str.contains(r"^[ \t]")
+        bar = s.str.contains_any(before, ascii_case_insensitive=True)
+        prev = (cont | bar).shift(-1, fill_value=False)
+        mask = hit | cont | prev
+        out = np.flatnonzero(mask.to_numpy())
+        return out[out < n_lines].astype(np.int64)
+
+
+def _hs_escape(lit: str) -> bytes:
+    out = bytearray()
+    for b in lit.encode("utf-8"):
+        c = chr(b)
+        out += (c if c.isalnum() and b < 128 else f"\\x{b:02x}").encode()
+    return bytes(out)
+
+
+# ---------------------------------------------------------------------------
+# per source: the lines that feed the timeline
+
+
+class SourceScan:
+    """Per-source prefilter state: rank keys seen, first serving lines found."""
+
+    def __init__(self, stats: BulkStats) -> None:
+        self.stats = stats
+        self.first_found: set[bytes] = set()  # bulk literals (per key) already located once
+        # chunks left to look for the first serving line of ranks that have none yet
+        self.keyed_budget: int | None = None
+        self.absent: dict[str, int] = {}  # rank key -> chunks in a row it was not found in
+
+    def timeline_lines(
+        self, chunk: bytes, lines: Lines, candidate_text: Iterable[str], dropped: set[int]
+    ) -> list[int]:
+        """Indices of the lines (not candidates already) that the timeline needs: each
+        rank's last line in the chunk (its last one the repeat cap did not drop:
+        ``dropped`` holds the dropped candidates), the first serving line of each rank and
+        kind, and the chunk's last line."""
+        np = self._np()
         keys = self.stats.keys
-        hi = len(data) if hi is None else hi
-        blocks = _blocks(data, lo, hi)
-        self._pick_markers(data, lo)
-        # 1. blocks made only of bulk lines (serving batch lines, access lines) are not
-        #    parsed: counting the markers is cheaper than a multi-literal scan
-        block_lines: list[int] = []
-        todo: list[int] = []
-        for bi, (a, b) in enumerate(blocks):
-            n = data.count(b"\n", a, b) + (0 if data[b - 1 : b] == b"\n" else 1)
-            block_lines.append(n)
-            bulk = 0
-            for m in self.markers:
-                bulk += data.count(m, a, b)
-                if bulk >= n:
-                    break
-            if bulk < n:
-                todo.append(bi)
-        picked: dict[int, str] = {}  # line number -> line
-        todo_text: list[str] = []
-        block_line0: list[int] = []
-        acc = base
-        for n in block_lines:
-            block_line0.append(acc)
-            acc += n
-        n_lines = acc - base
-        if todo:
-            texts = [self._decode(data[blocks[bi][0] : blocks[bi][1]]) for bi in todo]
-            todo_text = texts
-            mask = pl.Series(texts).str.contains_any(self.lits, ascii_case_insensitive=True)
-            for bi, text, hit in zip(todo, texts, mask.to_list(), strict=True):
-                if hit:
-                    self._lines(text, block_line0[bi], picked)
-        # 2. rank keys: sampled from the chunk's ends and from the candidates. A key seen
-        #    here is searched for in this chunk; one not seen for two chunks no longer is
-        #    (a rank that went quiet, or one that never logs serving lines) until it shows
-        #    up in a sample or a candidate again.
+        size = len(chunk)
         seen_now: set[str] = set()
-        if hi - lo > 2 * _SAMPLE:
-            seen_now |= _keys_in(self._decode(data[lo : lo + _SAMPLE]))
-            seen_now |= _keys_in(self._decode(data[hi - _SAMPLE : hi]))
+        sample = 8 << 10
+        if size > 2 * sample:
+            seen_now |= rank_keys(chunk[:sample].decode("utf-8", "replace"))
+            seen_now |= rank_keys(chunk[size - sample :].decode("utf-8", "replace"))
         else:
-            seen_now |= _keys_in(self._decode(data[lo:hi]))
-        if picked:
-            seen_now |= _keys_in("\n".join(picked.values()))
+            seen_now |= rank_keys(chunk.decode("utf-8", "replace"))
+        seen_now |= rank_keys("\n".join(candidate_text))
         keys |= seen_now
         for key in seen_now:
             self.absent[key] = 0
-        # 3. first and last lines of the bulk: each rank's last line in the chunk, the first
-        #    serving line of each rank and kind, and the chunk's last line
-        extra: set[int] = set()
+        pos: set[int] = set()
         for key in keys:
             if self.absent.get(key, 0) >= 2:
                 continue
             bkey = key.encode()
-            i = data.rfind(bkey, lo, hi)
-            if i >= 0:
-                extra.add(i)
+            i = chunk.rfind(bkey)
+            tries = 0
+            while i >= 0 and tries < 64:
+                li = int(np.searchsorted(lines.ends, i, side="left"))
+                if li not in dropped:
+                    break
+                i = chunk.rfind(bkey, 0, int(lines.starts[li]))
+                tries += 1
+            if i >= 0 and tries < 64:
+                pos.add(i)
                 self.absent[key] = 0
             else:
                 self.absent[key] = self.absent.get(key, 0) + 1
@@ -265,96 +292,34 @@ class _Scanner:
                     probe = bkey + lit.encode()
                     if probe in self.first_found:
                         continue
-                    i = data.find(probe, lo, hi)
-                    if i >= 0:
-                        extra.add(i)
+                    j = chunk.find(probe)
+                    if j >= 0:
+                        pos.add(j)
                         self.first_found.add(probe)
         for lit in _GLOBAL_BULK:
             blit = lit.encode()
             if blit in self.first_found:
                 continue
-            if any(m in blit or blit in m for m in self.markers):
-                i = data.find(blit, lo, hi)  # a bulk kind of this chunk: found early
-            else:
-                # not a bulk kind here: it can only be in the blocks that were scanned
-                i = -1
-                for bi, text in zip(todo, todo_text, strict=False):
-                    j = text.find(lit)
-                    if j >= 0:
-                        i = blocks[bi][0] + len(text[:j].encode())
-                        break
-            if i >= 0:
-                extra.add(i)
+            j = chunk.find(blit)
+            if j >= 0:
+                pos.add(j)
                 self.first_found.add(blit)
         if self.keyed_budget is not None:
             self.keyed_budget -= 1
         elif any(lit.encode() in self.first_found for lit in _KEYED_BULK):
             self.keyed_budget = 2
-        last = hi - 1
-        while last >= lo and data[last] in (10, 13):
+        last = size - 1
+        while last >= 0 and chunk[last] in (10, 13):
             last -= 1
-        if last >= lo:
-            extra.add(last)
-        starts = [a for a, _ in blocks]
-        forced: set[int] = set()
-        for pos in extra:
-            start = max(lo, data.rfind(b"\n", lo, pos) + 1)
-            bi = bisect.bisect_right(starts, start) - 1
-            num = block_line0[bi] + data.count(b"\n", starts[bi], start) + 1
-            forced.add(num)
-            if num not in picked:
-                end = data.find(b"\n", start, hi)
-                picked[num] = self._decode(data[start : hi if end < 0 else end])
-        for num in sorted(picked):
-            sp.feed(num, picked[num], force=num in forced)
-        self.stats.candidates += len(picked)
-        self.stats.lines += n_lines
-        self.stats.bulk_lines += n_lines - len(picked)
-        return n_lines
+        if last >= 0:
+            pos.add(last)
+        if not pos:
+            return []
+        idx = np.searchsorted(lines.ends, np.array(sorted(pos), dtype=np.int64), side="left")
+        return sorted({int(i) for i in idx if int(i) < len(lines)})
 
-    def _lines(self, text: str, line0: int, picked: dict[int, str]) -> None:
-        import polars as pl
+    @staticmethod
+    def _np() -> Any:
+        import numpy as np
 
-        lines = text.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        lm = pl.Series(lines).str.contains_any(self.lits, ascii_case_insensitive=True)
-        for k, (line, m) in enumerate(zip(lines, lm.to_list(), strict=True)):
-            if not m and line[:1] == "#" and line[1:2].isdigit() and " from " in line:
-                m = True  # a frame of torch's failed-collective report
-            elif not m and line.startswith("frame #"):
-                m = True  # a C++ backtrace frame
-            if m or ("\r" in line and "\r" in line.rstrip("\r")):
-                picked[line0 + k + 1] = line
-                if k > 0 and ("% Completed" in line or "%|" in line):
-                    picked[line0 + k] = lines[k - 1]  # a worker prefix printed before its bar
-            elif line[:1] in (" ", "\t") and line.strip():
-                picked[line0 + k + 1] = line
-                if k > 0:
-                    picked[line0 + k] = lines[k - 1]
-
-
-def scan_source(
-    src: Source,
-    sp: SourceParser,
-    notes: list[str],
-    *,
-    progress: Callable[[int, int], None] | None = None,
-    done_before: int = 0,
-    total: int = 0,
-    rule_dirs: Sequence[Path] = (),
-) -> BulkStats:
-    """Stream one source through the prefilter into ``sp``; returns the bulk statistics.
-
-    ``rule_dirs``: folders of extra rules, whose needles also make lines candidates."""
-    stats = BulkStats()
-    scanner = _Scanner(sp, stats, tuple(Path(d) for d in rule_dirs))
-    base = 0  # lines before this chunk
-    for buf, lo, hi, consumed in iter_chunks(src, notes, chunk_bytes=reader.CHUNK_BYTES):
-        base += scanner.chunk(buf, base, lo, hi)
-        if progress is not None:
-            done = done_before + consumed
-            progress(min(done, total) if total else done, total)  # total 0: size unknown
-    if scanner.nul:
-        notes.append(f"{src.name}: {scanner.nul} NUL bytes dropped")
-    return stats
+        return np

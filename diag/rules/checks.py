@@ -503,7 +503,7 @@ def _spec_text(summary: specdec.SpecSummary) -> str:
         parts.append(f"mean acceptance length {summary.mean_len:.2f} tokens/step")
     if summary.rate is not None:
         parts.append(f"draft acceptance rate {summary.rate * 100:.1f}%")
-    n = len(summary.reports)
+    n = summary.count
     text = ", ".join(parts) + f" over {n} report{'s' if n != 1 else ''}"
     times = [r.ts for r in summary.reports if r.ts is not None]
     if len(times) > 1 and max(times) > min(times):

@@ -4,6 +4,11 @@ Built-in rules ship inside the wheel as ``diag/rule_library`` (hatch force-inclu
 repository's top-level ``rules/`` folder); an editable install falls back to that folder.
 Users add folders with ``--rules DIR``. Every problem is a :class:`RuleError` that names
 the file.
+
+A folder's checked rule data (YAML parsed, schema checked, regexes compiled once, each
+pattern's gate literals) is cached by the content hash of its files (:mod:`diag.cache`):
+a later run with the same files reads no YAML, imports no schema validator, and compiles
+each regex the first time a line gets past its gate.
 """
 
 from __future__ import annotations
@@ -16,10 +21,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import regex
-import yaml
 
+from diag import cache
 from diag.errors import RuleError
 from diag.model import PHASES, Severity
 from diag.rules.schema import FILE_SCHEMA
@@ -41,13 +45,26 @@ __all__ = [
     "load_rules",
 ]
 
-# libyaml's safe loader when PyYAML was built with it (10x faster), else the pure one
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
 # Per search; a pattern that takes longer on one line is abandoned for that line.
 REGEX_TIMEOUT_S = 0.05
 
 _LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "FATAL"})
+
+
+class LazyRegex:
+    """A `regex` pattern compiled on first use (the source was checked when cached)."""
+
+    __slots__ = ("_rx", "flags", "pattern")
+
+    def __init__(self, pattern: str, flags: int) -> None:
+        self.pattern = pattern
+        self.flags = flags
+        self._rx: Any = None
+
+    def search(self, text: str, *args: Any, **kw: Any) -> Any:
+        if self._rx is None:
+            self._rx = regex.compile(self.pattern, self.flags)
+        return self._rx.search(text, *args, **kw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,15 +180,20 @@ class Rule:
         }
 
 
-def _compile(expr: str, *, ignore_case: bool, where: str) -> Any:
-    flags = regex.IGNORECASE if ignore_case else 0
+def _compile(expr: str, *, ignore_case: bool, where: str, lazy: bool = False) -> Any:
+    flags = (regex.IGNORECASE if ignore_case else 0) | regex.VERSION1
+    if lazy:
+        return LazyRegex(expr, flags)
     try:
-        return regex.compile(expr, flags | regex.VERSION1)
+        return regex.compile(expr, flags)
     except regex.error as exc:
         raise RuleError(f"{where}: bad regex {expr!r}: {exc}") from exc
 
 
-def _match_spec(data: Mapping[str, Any], where: str) -> MatchSpec:
+def _match_spec(
+    data: Mapping[str, Any], where: str, lazy: bool = False,
+    gates: Sequence[Sequence[str] | None] | None = None,
+) -> MatchSpec:
     ignore_case = bool(data.get("ignore_case", True))
     levels = frozenset(str(v).upper() for v in data.get("levels", ()))
     if levels - _LEVELS:
@@ -179,12 +201,17 @@ def _match_spec(data: Mapping[str, Any], where: str) -> MatchSpec:
     phases = frozenset(data.get("phases", ()))
     if phases - set(PHASES):
         raise RuleError(f"{where}: unknown phase(s) {sorted(phases - set(PHASES))}")
+    if gates is None:
+        gates = [_gate(p, ignore_case) for p in data["patterns"]]
     return MatchSpec(
-        patterns=tuple(_compile(p, ignore_case=ignore_case, where=where) for p in data["patterns"]),
-        exclude=tuple(
-            _compile(p, ignore_case=ignore_case, where=where) for p in data.get("exclude", ())
+        patterns=tuple(
+            _compile(p, ignore_case=ignore_case, where=where, lazy=lazy) for p in data["patterns"]
         ),
-        gates=tuple(_gate(p, ignore_case) for p in data["patterns"]),
+        exclude=tuple(
+            _compile(p, ignore_case=ignore_case, where=where, lazy=lazy)
+            for p in data.get("exclude", ())
+        ),
+        gates=tuple(None if g is None else tuple(g) for g in gates),
         levels=levels,
         phases=phases,
         frameworks=frozenset(data.get("frameworks", ())),
@@ -201,10 +228,13 @@ def _templates(value: object) -> tuple[str, ...]:
     return ()
 
 
-def _rule(data: Mapping[str, Any], path: str, known_checks: Iterable[str]) -> Rule:
+def _rule(
+    data: Mapping[str, Any], path: str, known_checks: Iterable[str], *, lazy: bool = False
+) -> Rule:
     rid = data["id"]
     where = f"{path} (rule {rid})"
-    match = _match_spec(data["match"], where) if "match" in data else None
+    gates = data.get("__gates__")
+    match = _match_spec(data["match"], where, lazy, gates) if "match" in data else None
     needles = tuple(str(n) for n in data.get("needles", ()))
     if match is not None and not needles:
         raise RuleError(f"{where}: a rule with `match` needs `needles`")
@@ -240,14 +270,23 @@ def _rule(data: Mapping[str, Any], path: str, known_checks: Iterable[str]) -> Ru
             todo_match=tuple(ex.get("todo_match", ())),
             todo_no_match=tuple(ex.get("todo_no_match", ())),
         ),
-        raw=dict(data),
+        raw={k: v for k, v in data.items() if k != "__gates__"},
     )
 
 
 def _parse_file(text: str, path: str, known_checks: Iterable[str]) -> list[Rule]:
+    return [_rule(item, path, known_checks) for item in _checked_items(text, path)]
+
+
+def _checked_items(text: str, path: str) -> list[dict[str, Any]]:
+    """The rule mappings of one file, parsed and checked against the schema."""
+    import jsonschema
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's when built with it
     check_expansion(text, path)  # (hardening: alias bombs refused, naming the file)
     try:
-        data = yaml.load(text, Loader=_YAML_LOADER)
+        data = yaml.load(text, Loader=loader)
     except yaml.YAMLError as exc:
         raise RuleError(f"{path}: not valid YAML: {exc}".replace("\n", " ")) from exc
     validator = jsonschema.Draft202012Validator(FILE_SCHEMA)
@@ -264,11 +303,11 @@ def _parse_file(text: str, path: str, known_checks: Iterable[str]) -> list[Rule]
             raise RuleError(f"{path}: {_describe(errors[0])}")
         sub = list(jsonschema.Draft202012Validator(RULE_SCHEMA).iter_errors(data))
         raise RuleError(f"{path}: {_describe(sub[0] if sub else errors[0])}")
-    items = data.get("rules", [data])
-    return [_rule(item, path, known_checks) for item in items]
+    items: list[dict[str, Any]] = data.get("rules", [data])
+    return items
 
 
-def _describe(err: jsonschema.ValidationError) -> str:
+def _describe(err: Any) -> str:  # a jsonschema.ValidationError
     where = ".".join(str(p) for p in err.absolute_path)
     msg = err.message
     if len(msg) > 200:
@@ -293,14 +332,33 @@ def load_dir(folder: Path | Traversable, *, label: str | None = None) -> list[Ru
 
     if isinstance(folder, Path) and not folder.is_dir():
         raise RuleError(f"{folder}: not a folder of rule files")
-    rules: list[Rule] = []
+    known = [*CHECKS, *SNAPSHOT_CHECKS]
+    files: list[tuple[str, str]] = []
     for entry in _rule_files(folder):
         path = f"{label}/{entry.name}" if label else str(entry)
         try:
-            text = entry.read_text(encoding="utf-8")
+            files.append((path, entry.read_text(encoding="utf-8")))
         except (OSError, UnicodeDecodeError) as exc:
             raise RuleError(f"{path}: cannot read: {exc}") from exc
-        rules.extend(_parse_file(text, path, [*CHECKS, *SNAPSHOT_CHECKS]))
+    key = cache.content_key(
+        [x for pair in files for x in pair], regex.__version__, *sorted(known)
+    )
+    name = "rules-" + cache.content_key([str(folder)])[:16]
+    hit = cache.load(name, key)
+    if isinstance(hit, list):
+        try:
+            return [_rule(item, path, known, lazy=True) for path, item in hit]
+        except (KeyError, TypeError, ValueError, RuleError):
+            pass  # an entry of another shape: parse the files again
+    rules: list[Rule] = []
+    checked: list[tuple[str, dict[str, Any]]] = []
+    for path, text in files:
+        for item in _checked_items(text, path):
+            rule = _rule(item, path, known)  # compiles every regex: a bad one is an error here
+            rules.append(rule)
+            gates = list(rule.match.gates) if rule.match is not None else None
+            checked.append((path, {**item, "__gates__": gates}))
+    cache.store(name, key, checked)
     return rules
 
 

@@ -18,17 +18,18 @@ break-even is ``L = 1 + k * c``. ``c = 0.4`` reproduces the 0.66x the story meas
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-import regex
-
 from diag.model import RankId, Record
+from diag.parse.serving import SPEC_MARKERS, ServingFigures, SpecLine, scan_chunk
 
 __all__ = [
     "DEFAULT_DRAFT_COST",
+    "RecordList",
     "SpecReport",
     "SpecSummary",
+    "figures_of",
     "parse_spec_line",
     "speedup",
     "summarize",
@@ -36,37 +37,33 @@ __all__ = [
 
 DEFAULT_DRAFT_COST = 0.4
 
-_NUM = r"(\d+(?:\.\d+)?)"
-_RATE = regex.compile(r"(?:Avg )?Draft acceptance rate: " + _NUM + r"(%?)")
-_MEAN_LEN = regex.compile(r"Mean acceptance length: " + _NUM)
-_PER_POS = regex.compile(r"Per-position acceptance rate: ((?:\d+(?:\.\d+)?(?:, )?)+)")
-_SG_LEN = regex.compile(r"accept len: " + _NUM)
-_SG_RATE = regex.compile(r"accept rate: " + _NUM)
-_ACCEPTED = regex.compile(r"Accepted: (\d+) tokens, Drafted: (\d+) tokens")
-_V0_STEPS = regex.compile(r"Number of speculative tokens: (\d+)")
-_V0_COUNTS = regex.compile(r"Number of accepted tokens: (\d+), Number of draft tokens: (\d+)")
-_MARKERS = ("speculative metrics", "specdecoding metrics", "accept len:")
+
+class RecordList(list[Record]):
+    """The analysis's records, with the serving figures of the whole input (the columns
+    :mod:`diag.parse.serving` read from every line, whichever lines became records)."""
+
+    __slots__ = ("serving",)
+
+    def __init__(self, records: Iterable[Record], serving: ServingFigures | None) -> None:
+        super().__init__(records)
+        self.serving = serving
 
 
 @dataclass(frozen=True, slots=True)
 class SpecReport:
-    """One line of acceptance figures (any of the forms above)."""
+    """One line of acceptance figures (any of the forms above), kept as evidence."""
 
     source: str
     line: int
     text: str
     ts: dt.datetime | None
     rank: RankId | None
-    rate: float | None  # accepted / drafted, 0..1
-    mean_len: float | None  # tokens per step, bonus token included
-    positions: int | None  # draft steps, where the line lists per-position rates
-    accepted: int | None = None
-    drafted: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class SpecSummary:
-    reports: tuple[SpecReport, ...]
+    reports: tuple[SpecReport, ...]  # evidence: the first two reports and the last
+    count: int  # report lines in the whole input
     mean_len: float | None
     rate: float | None
     steps: int | None
@@ -79,50 +76,52 @@ class SpecSummary:
         return self.speedup is not None and self.speedup < 1.0
 
 
-def parse_spec_line(rec: Record) -> SpecReport | None:
-    text = rec.message[:4096]  # a metrics line is short; a huge one is something else
-    low = text.lower()
-    if not any(m in low for m in _MARKERS):
+@dataclass(frozen=True, slots=True)
+class LineFigures:
+    """The acceptance figures of one line."""
+
+    rate: float | None  # accepted / drafted, 0..1
+    mean_len: float | None  # tokens per step, bonus token included
+    positions: int | None  # draft steps, where the line lists per-position rates
+
+
+def parse_spec_line(rec: Record) -> LineFigures | None:
+    """The figures of one spec-decoding report line (None for any other line); the same
+    reading as the whole-input columns."""
+    text = rec.message[:4096]
+    if not any(m in text for m in SPEC_MARKERS):
         return None
-    rate: float | None = None
-    mean_len: float | None = None
-    positions: int | None = None
-    accepted = drafted = None
-    if "accept len:" in low:
-        m = _SG_LEN.search(text)
-        mean_len = float(m.group(1)) if m else None
-        r = _SG_RATE.search(text)
-        rate = float(r.group(1)) if r else None
-    else:
-        r = _RATE.search(text)
-        if r:
-            value = float(r.group(1))
-            rate = value / 100.0 if r.group(2) == "%" else value
-        m = _MEAN_LEN.search(text)
-        mean_len = float(m.group(1)) if m else None
-        p = _PER_POS.search(text)
-        if p:
-            positions = len([v for v in p.group(1).split(",") if v.strip()])
-        s = _V0_STEPS.search(text)
-        if s:
-            positions = int(s.group(1))
-        a = _ACCEPTED.search(text) or _V0_COUNTS.search(text)
-        if a:
-            accepted, drafted = int(a.group(1)), int(a.group(2))
-    if rate is None and mean_len is None:
+    fig = ServingFigures()
+    scan_chunk(fig, text, rec.source, rec.line - 1)
+    if fig.accept_rate.n == 0 and fig.accept_len.n == 0:
         return None
-    return SpecReport(
-        source=rec.source,
-        line=rec.line,
-        text=text.strip(),
-        ts=rec.ts,
-        rank=rec.rank,
-        rate=rate,
-        mean_len=mean_len,
-        positions=positions,
-        accepted=accepted,
-        drafted=drafted,
-    )
+    return LineFigures(fig.accept_rate.mean, fig.accept_len.mean, fig.positions)
+
+
+def figures_of(records: Sequence[Record]) -> ServingFigures:
+    """The serving figures: the whole input's when the records carry them (the analyser's
+    :class:`RecordList`), else read from the records themselves."""
+    fig = getattr(records, "serving", None)
+    if isinstance(fig, ServingFigures) and fig.spec_reports:
+        return fig
+    own = ServingFigures()
+    for rec in records:
+        text = rec.message[:4096]  # a metrics line is short; a huge one is something else
+        if any(m in text for m in SPEC_MARKERS):
+            scan_chunk(own, text, rec.source, rec.line - 1)
+    return own
+
+
+def _report(line: SpecLine, records: Sequence[Record]) -> SpecReport:
+    """The evidence line with its time and rank (from its record, else parsed here)."""
+    for rec in records:
+        if rec.line == line.line and rec.source == line.source:
+            return SpecReport(rec.source, rec.line, rec.message.strip(), rec.ts, rec.rank)
+    from diag.parse.grammars import parse_line
+    from diag.parse.text import strip_ansi
+
+    p = parse_line(strip_ansi(line.text))
+    return SpecReport(line.source, line.line, p.message.strip(), p.ts, p.rank)
 
 
 def speedup(mean_len: float, steps: int, draft_cost: float = DEFAULT_DRAFT_COST) -> float:
@@ -150,31 +149,25 @@ def _config_steps(config: Mapping[str, object]) -> int | None:
 
 
 def summarize(
-    records: Iterable[Record],
+    records: Sequence[Record],
     config: Mapping[str, object],
     *,
     draft_cost: float = DEFAULT_DRAFT_COST,
 ) -> SpecSummary | None:
     """Mean acceptance over every report in the log, and the estimated speed-up."""
-    reports = [r for r in (parse_spec_line(rec) for rec in records) if r is not None]
-    if not reports:
+    fig = figures_of(records)
+    if not fig.spec_reports or (fig.accept_len.n == 0 and fig.accept_rate.n == 0):
         return None
-    accepted = sum(r.accepted for r in reports if r.accepted is not None)
-    drafted = sum(r.drafted for r in reports if r.drafted is not None)
-    rates = [r.rate for r in reports if r.rate is not None]
-    if drafted > 0:
-        rate: float | None = accepted / drafted
+    if fig.drafted > 0:
+        rate: float | None = fig.accepted / fig.drafted
     else:
-        rate = sum(rates) / len(rates) if rates else None
-    lens = [r.mean_len for r in reports if r.mean_len is not None]
+        rate = fig.accept_rate.mean
     steps = _config_steps(config)
     steps_source = "config"
-    if steps is None:
-        positions = [r.positions for r in reports if r.positions]
-        if positions:
-            steps = max(positions)
-            steps_source = "per-position rates"
-    mean_len = sum(lens) / len(lens) if lens else None
+    if steps is None and fig.positions:
+        steps = fig.positions
+        steps_source = "per-position rates"
+    mean_len = fig.accept_len.mean
     if mean_len is None and rate is not None and steps is not None:
         mean_len = 1.0 + steps * rate
         steps_source += "; length from rate"
@@ -185,8 +178,16 @@ def summarize(
             steps = est
             steps_source = "length/rate"
     ratio = speedup(mean_len, steps, draft_cost) if mean_len and steps else None
+    lines = list(fig.first)
+    if fig.last is not None and all(fig.last.line != x.line or fig.last.source != x.source
+                                    for x in lines):
+        lines.append(fig.last)
+    # the records that are evidence, looked up once
+    wanted = {(x.source, x.line) for x in lines}
+    found = [r for r in records if (r.source, r.line) in wanted]
     return SpecSummary(
-        reports=tuple(reports),
+        reports=tuple(_report(x, found) for x in lines),
+        count=fig.spec_reports,
         mean_len=mean_len,
         rate=rate,
         steps=steps,

@@ -1,0 +1,227 @@
+"""What the records as a whole say: framework, version, config, and who wrote each line.
+
+Run on the record drafts once reading is done (:func:`diag.parse.pipeline.read_sources`):
+
+- :func:`detect_framework`: SGLang or vLLM, by votes (line formats, process prefixes,
+  names, catalogue messages only one of them prints);
+- :func:`config_of`: the merged launch config from the args lines (``server_args=...``,
+  ``non-default args: {...}``, ``Namespace(...)``), read with :mod:`ast`, never eval;
+- :func:`version_of`: the framework version a line names;
+- :func:`attribute`: a rank for rank-less lines where the log says which one (a pid's own
+  ``rank=N`` line, vLLM V0's worker order, single-rank layouts), always with the reason;
+- :func:`any_log_word`: does a log without any known line format still hold a log line?
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from diag.model import RankId
+from diag.parse.config import detect_config_line, normalise, parse_config_message
+from diag.parse.records import Draft
+
+if TYPE_CHECKING:
+    from diag.phases import Catalogue
+
+__all__ = ["any_log_word", "attribute", "config_of", "detect_framework", "version_of"]
+
+
+def _catalogue() -> Catalogue:
+    from diag.phases import load_catalogue
+
+    return load_catalogue()
+
+
+# Lines that say "a process ran and stopped" even with no log format around them.
+_LOG_LINE = re.compile(
+    r"^(?:[\w.]+(?:Error|Exception|Interrupt|Exit)(?:: |$)|Killed$|Aborted(?: \(core dumped\))?$|"
+    r"Segmentation fault|terminate called after throwing|Fatal Python error: |"
+    r'File "[^"]+", line \d+,? in \S+$)'  # a traceback or faulthandler frame
+)
+
+
+def any_log_word(drafts: Sequence[Draft]) -> bool:
+    """Plain lines only: is any of them a log line all the same (an exception's last line,
+    the shell's "Killed", a message of the phase catalogue)?"""
+    cat = _catalogue()
+    for d in drafts[:20000]:
+        msg = d.p.message.strip()
+        if _LOG_LINE.match(msg) or cat.matches_message(msg):
+            return True
+        if any(_LOG_LINE.match(c.strip()) for c in d.continuation[-3:]):
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------------
+# attribution
+
+
+_WORLD_RANK = re.compile(r"world_size=(\d+) rank=(\d+) local_rank=\d+")
+
+
+def detect_framework(drafts: Sequence[Draft]) -> str:
+    """Votes: SGLang's line format and names, vLLM's process prefixes and names, and
+    messages of the phase catalogue that only one of the two prints. vLLM-format lines
+    count for vLLM, a little (SGLang logs carry some from the vLLM code it imports)."""
+    cat = _catalogue()
+    own = [e for e in cat.entries if e.framework != "any" and e.where == "message"]
+    sg = vl = 0
+    for d in drafts:
+        g = d.p.grammar
+        msg = d.p.message
+        if g == "sglang":
+            sg += 3
+        elif g == "vllm":
+            vl += 1
+        if d.p.process and d.p.process.startswith(
+            ("VllmWorker", "Worker", "EngineCore", "APIServer", "RayWorker")
+        ):
+            vl += 3
+        low = msg[:400].lower()
+        if "sglang" in low or "server_args=" in low or "sgl_kernel" in low:
+            sg += 2
+        if "vllm" in low or "llm engine" in low or "enginecore" in low:
+            vl += 1
+        for e in own:
+            if e.could_match(msg) and e.regex.search(msg):
+                if e.framework == "sglang":
+                    sg += 2
+                else:
+                    vl += 2
+                break
+        for c in d.continuation[:50]:
+            if "/sglang/" in c:
+                sg += 1
+            elif "/vllm/" in c:
+                vl += 1
+    if sg == 0 and vl == 0:
+        return "unknown"
+    return "sglang" if sg >= vl else "vllm"
+
+
+def config_of(drafts: Sequence[Draft]) -> tuple[dict[str, object], str | None]:
+    merged: dict[str, object] = {}
+    version: str | None = None
+    raw_all: dict[str, object] = {}
+    for i, d in enumerate(drafts):
+        msg = d.p.message
+        if not detect_config_line(msg):
+            continue
+        text = msg
+        if d.continuation:
+            text = msg + " " + " ".join(c.strip() for c in d.continuation)
+        raw, v = parse_config_message(text)
+        if not raw and "LLM engine" not in msg:
+            # a paste that hard-wrapped the args line: join the plain lines after it
+            wrapped = [text]
+            for nxt in drafts[i + 1 : i + 400]:
+                if nxt.p.grammar != "plain" or nxt.line - d.line > 400:
+                    break
+                wrapped.append(nxt.raw)
+            raw, v = parse_config_message("".join(wrapped))
+        if v and not version:
+            version = v
+        for k, val in raw.items():
+            raw_all.setdefault(k, val)
+    if raw_all:
+        merged = normalise(raw_all)
+        merged["raw"] = raw_all
+    return merged, version
+
+
+_VERSION_RE = (
+    re.compile(r"vLLM API server version (\d+\.\d+\.\d+\S*)"),
+    re.compile(r"LLM engine \(v(\d+\.\d+[^)]*)\)"),
+    re.compile(r"\bsglang[=:]{1,2}v?(\d+\.\d+\.\d+(?:\.post\d+)?)"),
+)
+
+
+def version_of(drafts: Sequence[Draft], framework: str) -> str | None:
+    for d in drafts:
+        for rx in _VERSION_RE:
+            m = rx.search(d.p.message)
+            if m and (framework != "sglang" or "sglang" in rx.pattern):
+                return m.group(1)
+    return None
+
+
+def attribute(drafts: Sequence[Draft], framework: str, config: dict[str, object]) -> None:
+    """Give rank-less lines a rank where the log says which one, always with the reason."""
+    # 1. vLLM workers without rank in their prefix: the pid's own "rank=N" line. Pids
+    #    are per source (one file per node: pids of two hosts may collide)
+    pid_rank: dict[tuple[str, int], tuple[RankId, str]] = {}
+    for d in drafts:
+        if d.p.pid is None:
+            continue
+        m = _WORLD_RANK.search(d.p.message)
+        if m and (d.rank is None or d.rank_reason != "tag"):
+            reason = f"pid {d.p.pid} logged world_size={m.group(1)} rank={m.group(2)}"
+            rank = RankId(node=d.p.host, tp=int(m.group(2)))
+            pid_rank.setdefault((d.source, d.p.pid), (rank, reason))
+    # ... and a process whose other lines name its rank (NCCL lines of a tagged worker)
+    tagged_pids: dict[tuple[str, int], set[RankId]] = defaultdict(set)
+    for d in drafts:
+        if d.p.pid is not None and d.rank is not None and d.rank_reason == "tag":
+            tagged_pids[(d.source, d.p.pid)].add(d.rank)
+    for key, ranks in tagged_pids.items():
+        if len(ranks) == 1 and key not in pid_rank:
+            (rank,) = ranks
+            pid_rank[key] = (rank, f"pid {key[1]} is {rank.label} (its other lines are tagged)")
+    if pid_rank:
+        for d in drafts:
+            if d.rank is None and d.p.pid is not None and (d.source, d.p.pid) in pid_rank:
+                d.rank, d.rank_reason = pid_rank[(d.source, d.p.pid)]
+    tagged = any(d.rank is not None and d.rank_reason == "tag" for d in drafts)
+    procs = {d.p.process for d in drafts if d.p.process}
+    # 2. vLLM V0 multiprocessing workers: rank by pid order (with the driver as TP0)
+    v0 = framework == "vllm" and any(
+        p in ("VllmWorkerProcess", "RayWorkerWrapper", "RayWorkerVllm") for p in procs
+    )
+    v1 = any(
+        p.startswith(("EngineCore", "APIServer", "VllmWorker", "Worker"))
+        and p != "VllmWorkerProcess"
+        for p in procs
+    )
+    if v0 and not v1:
+        worker_pids = sorted(
+            {d.p.pid for d in drafts if d.p.process == "VllmWorkerProcess" and d.p.pid}
+        )
+        ranked = {pid for _, pid in pid_rank}
+        for i, pid in enumerate(worker_pids, start=1):
+            if pid in ranked:
+                continue
+            reason = (
+                "VllmWorkerProcess pid order (vLLM V0 starts workers in rank order; "
+                "the driver is TP0)"
+            )
+            for d in drafts:
+                if d.p.pid == pid and d.rank is None:
+                    d.rank, d.rank_reason = RankId(tp=i), reason
+        for d in drafts:
+            if d.rank is None and d.p.process is None and d.p.grammar == "vllm":
+                d.rank = RankId(tp=0)
+                d.rank_reason = "vLLM V0 driver (lines with no process prefix) is TP0"
+        return
+    # 3. single-rank layouts: every line belongs to the one rank
+    world = 1
+    for k in ("tp", "pp", "dp"):
+        v = config.get(k)
+        if isinstance(v, int) and v > 0:
+            world *= v
+    if config and world == 1 and not tagged and not pid_rank:
+        reason = "single-rank layout (tp=pp=dp=1): every line belongs to TP0"
+        for d in drafts:
+            if d.rank is None and d.p.grammar not in ("uvicorn",) and d.p.process not in (
+                "APIServer",
+            ):
+                d.rank, d.rank_reason = RankId(tp=0), reason
+        return
+    for d in drafts:
+        if d.rank is None and d.p.grammar == "progress":
+            d.rank_reason = "unattributed: progress bar has no rank prefix"
+
+

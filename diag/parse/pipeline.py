@@ -1,0 +1,330 @@
+"""The one read path: bytes -> lines -> candidates -> record drafts (+ serving columns).
+
+:func:`read_sources` is what the analyser calls, once. Per source, the bytes come in
+chunks of whole lines (:func:`diag.parse.reader.iter_chunks`, 8 MiB); each chunk then
+goes one of two ways, with the same result:
+
+- **line by line** (inputs under :data:`PREFILTER_MIN_BYTES`): every line is parsed;
+- **prefilter** (larger inputs): one compiled pass (:class:`diag.parse.prefilter.Matcher`)
+  says which lines are candidates, and only those, plus each rank's first serving line
+  and last line, are parsed.
+
+On both paths:
+
+- the serving figures (:mod:`diag.parse.serving`) are read from the whole text of every
+  chunk, so spec-decode and throughput findings do not depend on the path;
+- one repeat cap (:class:`RepeatCap`) spans all inputs: past the first
+  :data:`REPEAT_CAP_AFTER` lines of the input, a candidate line whose kind (its first 160
+  characters without digits) was parsed :data:`REPEAT_KEEP` times is only counted, and so
+  are the indented lines after it. Only candidate lines are capped (the bulk is never
+  parsed on the prefilter path), so on the line-by-line path the matcher is run on the
+  chunks past the first :data:`REPEAT_CAP_AFTER` lines too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from diag.errors import InputError
+from diag.parse import reader
+from diag.parse.reader import UTF16_BOMS, Source, iter_chunks
+from diag.parse.records import Draft, SourceParser, resolve_years
+from diag.parse.serving import ServingFigures, scan_chunk, spec_positions
+from diag.parse.text import decode
+
+__all__ = [
+    "PREFILTER_MIN_BYTES",
+    "REPEAT_CAP_AFTER",
+    "REPEAT_KEEP",
+    "Collected",
+    "RepeatCap",
+    "read_sources",
+]
+
+# Inputs at least this large stream through the prefilter; smaller ones are read line by line.
+PREFILTER_MIN_BYTES = 1 << 20
+REPEAT_CAP_AFTER = 20_000  # lines of the whole input before repeated kinds are capped
+REPEAT_KEEP = 200  # candidate lines of one kind parsed once capped (the rest only counted)
+# The prefilter parses a source's first and last lines whatever they hold (banners, the
+# args line, the last words before a hang): the checks that read the log's tail see the
+# same records on both paths.
+HEAD_LINES = 100
+TAIL_LINES = 200
+_DIGITS = re.compile(r"[0-9]+")
+
+ProgressFn = Callable[[int, int], None]
+
+
+@dataclass(slots=True)
+class Collected:
+    """What reading all sources gathered."""
+
+    drafts: list[Draft] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    undecodable: int = 0
+    nul_bytes: int = 0
+    lines: int = 0
+    serving: ServingFigures = field(default_factory=ServingFigures)
+    repeats: int = 0
+    candidates: int = 0  # lines the prefilter handed to the parser
+    engine: str = "lines"  # how lines were chosen: lines | hyperscan | polars
+
+
+class RepeatCap:
+    """The repeat cap over every source of one run (see the module docstring)."""
+
+    __slots__ = ("kinds", "skipping")
+
+    def __init__(self) -> None:
+        self.kinds: dict[str, int] = {}
+        self.skipping = False
+
+    def admit(self, gline: int, text: str) -> bool:
+        """Is candidate line number ``gline`` of the whole input (1-based) parsed?"""
+        if gline <= REPEAT_CAP_AFTER or not text or text.isspace():
+            return True
+        if text[:1] in (" ", "\t"):
+            return not self.skipping
+        kind = _DIGITS.sub("", text[:160])
+        seen = self.kinds.get(kind, 0) + 1
+        self.kinds[kind] = seen
+        self.skipping = seen > REPEAT_KEEP
+        return not self.skipping
+
+
+class _Run:
+    """State of one read over all sources."""
+
+    def __init__(
+        self, literals: Sequence[str] | Callable[[], Sequence[str]], col: Collected
+    ) -> None:
+        self.literals = literals
+        self.col = col
+        self.cap = RepeatCap()
+        self.glines = 0  # lines of earlier chunks (all sources)
+        self._matcher: object | None = None
+
+    @property
+    def _np(self):  # type: ignore[no-untyped-def]
+        import numpy as np
+
+        return np
+
+    @property
+    def matcher(self):  # type: ignore[no-untyped-def]  # -> prefilter.Matcher
+        from diag.parse.prefilter import Matcher
+
+        if self._matcher is None:
+            lits = self.literals() if callable(self.literals) else self.literals
+            self._matcher = Matcher(lits)
+            self.col.engine = self._matcher.engine
+        return self._matcher
+
+    # -- line by line --------------------------------------------------------------
+
+    def full_chunk(self, name: str, sp: SourceParser, chunk: bytes, lineno: int) -> tuple[int, int]:
+        """Feed every line of ``chunk``; returns (lines, lines capped)."""
+        text, bad = decode(chunk)
+        self.col.undecodable += bad
+        self.col.nul_bytes += chunk.count(b"\x00")
+        scan_chunk(self.col.serving, text, name, lineno)
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        capped = 0
+        cands: set[int] = set()
+        if self.glines + len(lines) > REPEAT_CAP_AFTER:
+            cands = {int(i) for i in self.matcher.lines(chunk).candidates}
+        g0 = self.glines
+        for i, line in enumerate(lines):
+            if i in cands and not self.cap.admit(g0 + i + 1, line):
+                capped += 1
+                continue
+            sp.feed(lineno + i + 1, line, force=True)
+        self.glines += len(lines)
+        return len(lines), capped
+
+    # -- prefilter -----------------------------------------------------------------
+
+    def pf_chunk(
+        self, name: str, sp: SourceParser, scan: object, chunk: bytes, lineno: int,
+        tail_from: int | None,
+    ) -> tuple[int, int]:
+        """Feed the candidate and timeline lines of ``chunk`` (and those of the source's
+        head and, from line index ``tail_from`` on, its tail); returns (lines, capped)."""
+        from diag.parse.prefilter import SourceScan
+
+        assert isinstance(scan, SourceScan)
+        text, bad = decode(chunk)
+        self.col.undecodable += bad
+        self.col.nul_bytes += chunk.count(b"\x00")
+        scan_chunk(self.col.serving, text, name, lineno)
+        lines = self.matcher.lines(chunk)
+        starts, ends = lines.starts, lines.ends
+        keep: dict[int, str] = {}
+        dropped: set[int] = set()
+        g0 = self.glines
+        cap = self.cap
+        for i in lines.candidates.tolist():
+            line = decode(chunk[starts[i] : ends[i]])[0]
+            if cap.admit(g0 + i + 1, line):
+                keep[i] = line
+            else:
+                dropped.add(i)
+        more = scan.timeline_lines(chunk, lines, keep.values(), dropped)
+        spec = spec_positions(chunk)
+        if spec:
+            more += [int(i) for i in self._np.searchsorted(ends, spec, side="left")]
+        n = len(lines)
+        more += range(min(n, max(0, HEAD_LINES - lineno)))
+        if tail_from is not None:
+            more += range(max(0, tail_from), n)
+        for i in more:
+            if i not in keep and i not in dropped:
+                keep[i] = decode(chunk[starts[i] : ends[i]])[0]
+        for i in sorted(keep):
+            sp.feed(lineno + i + 1, keep[i], force=True)
+        self.col.candidates += len(keep)
+        self.glines += n
+        return n, len(dropped)
+
+
+class _SourceRead:
+    """Reading one source: its chunks go through the prefilter or line by line."""
+
+    def __init__(self, run: _Run, name: str, sp: SourceParser, scan: object | None) -> None:
+        self.run, self.name, self.sp, self.scan = run, name, sp, scan
+        self.lineno = 0
+        self.repeats = 0
+        self.primed = False
+
+    def step(self, chunk: bytes, n_lines: int, after: int | None) -> None:
+        """Parse one chunk; ``after``: lines after it in the source (None: many)."""
+        if self.scan is not None:
+            if not self.primed:
+                self.sp.prime(decode(chunk[: 64 << 10])[0].split("\n")[:60])
+                self.primed = True
+            tail = None
+            if after is not None and after < TAIL_LINES:
+                tail = n_lines - (TAIL_LINES - after)
+            n, capped = self.run.pf_chunk(self.name, self.sp, self.scan, chunk, self.lineno,
+                                          tail)
+        else:
+            n, capped = self.run.full_chunk(self.name, self.sp, chunk, self.lineno)
+        self.lineno += n
+        self.repeats += capped
+
+
+def read_sources(
+    sources: Sequence[Source],
+    *,
+    year: int | None,
+    literals: Sequence[str] | Callable[[], Sequence[str]],
+    progress: ProgressFn | None = None,
+    prefilter: bool | None = None,
+) -> Collected:
+    """Read every source into record drafts, notes and the serving figures.
+
+    ``literals``: the candidate literals (:func:`diag.parse.prefilter.candidate_literals`),
+    or a function that returns them (called only when the matcher is needed).
+    ``prefilter`` forces (True) or forbids (False) the prefilter; by default it is used
+    for inputs of at least :data:`PREFILTER_MIN_BYTES` (a compressed one counted at ten
+    times its size, one of unknown size as large). Raises :class:`InputError` for empty
+    input, or input with no recognisable log line."""
+    from diag.parse.prefilter import BulkStats, SourceScan
+
+    total = sum(s.size or 0 for s in sources)
+    expanded = sum(
+        PREFILTER_MIN_BYTES if s.size is None else s.size * (10 if s.compressed else 1)
+        for s in sources
+    )
+    use_pf = prefilter if prefilter is not None else expanded >= PREFILTER_MIN_BYTES
+    col = Collected()
+    run = _Run(literals, col)
+    done_before = 0
+    binary: list[str] = []
+    for src in sources:
+        if _looks_binary(src):
+            binary.append(src.name)
+            col.notes.append(f"{src.name}: skipped: binary data, not a log")
+            done_before += src.size or 0
+            if progress is not None:
+                progress(done_before, total)
+            continue
+        sp = SourceParser(src.name)
+        scan = SourceScan(BulkStats()) if use_pf else None
+        pending: list[tuple[bytes, int, int]] = []  # chunk, its lines, position
+        reading = _SourceRead(run, src.name, sp, scan)
+        for buf, lo, hi, consumed in iter_chunks(src, col.notes, chunk_bytes=reader.CHUNK_BYTES):
+            chunk = buf[lo:hi] if (lo, hi) != (0, len(buf)) else buf
+            pending.append((chunk, _count_lines(chunk), consumed))
+            # a chunk is parsed once TAIL_LINES lines follow it (it holds no tail line)
+            while len(pending) > 1 and sum(p[1] for p in pending[1:]) >= TAIL_LINES:
+                c, n_lines, pos = pending.pop(0)
+                reading.step(c, n_lines, None)
+                if progress is not None:
+                    done = done_before + pos
+                    progress(min(done, total) if total else done, total)  # 0: size unknown
+        while pending:
+            c, n_lines, pos = pending.pop(0)
+            reading.step(c, n_lines, sum(p[1] for p in pending))
+            if progress is not None:
+                done = done_before + pos
+                progress(min(done, total) if total else done, total)
+        col.lines += reading.lineno
+        repeats = reading.repeats
+        done_before += src.size or 0
+        if repeats:
+            col.repeats += repeats
+            col.notes.append(
+                f"{src.name}: {repeats} lines repeating a kind of line already seen "
+                f"{REPEAT_KEEP} times were counted, not parsed"
+            )
+        if sp.unknown_lines and sp.known_lines:
+            first, last = sp.first_unknown, sp.last_unknown
+            col.notes.append(
+                f"{sp.unknown_lines} lines of {src.name} (lines {first}-{last}) "
+                "matched no known log format"
+            )
+        col.notes.extend(sp.unwrap_notes())
+        note = resolve_years(sp.drafts, year=year, ref=src.mtime)
+        if note:
+            col.notes.append(f"{src.name}: {note}")
+        col.drafts.extend(sp.drafts)
+    if col.undecodable:
+        col.notes.append(f"{col.undecodable} bytes of invalid UTF-8 replaced")
+    if col.nul_bytes:
+        col.notes.append(f"{col.nul_bytes} NUL bytes dropped")
+    if binary and not col.drafts:
+        raise InputError(f"{', '.join(binary)}: not a log (binary data)")
+    if total == 0 and not col.drafts:
+        raise InputError("input is empty")
+    if not col.drafts:
+        raise InputError(f"{', '.join(s.name for s in sources)}: input is empty")
+    return col
+
+
+def _count_lines(chunk: bytes) -> int:
+    """Lines in a chunk of whole lines (the last may lack its newline)."""
+    if not chunk:
+        return 0
+    return chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+
+
+_CONTROL = frozenset(chr(c) for c in range(32)) - {"\t", "\n", "\r", "\x1b", "\x0c"}
+
+
+def _looks_binary(src: Source) -> bool:
+    """More than 10% of the first 64 KiB is control characters or invalid UTF-8."""
+    try:
+        with (src.sniff or src.open)() as stream:
+            head = stream.read(1 << 16)
+    except (OSError, EOFError, ValueError):
+        return False  # the reader reports damage with a note
+    if not head or head[:2] in UTF16_BOMS:
+        return False
+    text, bad = decode(head)
+    odd = bad + sum(1 for c in text if c in _CONTROL)
+    return odd * 10 > len(head)
