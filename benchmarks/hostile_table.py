@@ -32,7 +32,7 @@ import tempfile
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["main"]
@@ -61,12 +61,6 @@ class Case:
     run: Callable[[Path], Outcome]
     check: Callable[[Outcome], bool]
     limit_s: float = 120.0
-
-
-@dataclass
-class Row:
-    cls: str
-    cases: list[tuple[Case, Outcome, bool]] = field(default_factory=list)
 
 
 def _measure(
@@ -645,70 +639,70 @@ def _fuzz_rows(folder: Path) -> list[str]:
     return out
 
 
+def _table(results: list[dict[str, object]]) -> list[str]:
+    lines = [
+        "| class | inputs / faults tried | result | worst time | worst peak RSS | worst case |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    classes = list(dict.fromkeys(str(r["class"]) for r in results))
+    for cls in classes:
+        rows = [r for r in results if r["class"] == cls]
+        n = len(rows)
+        passed = sum(1 for r in rows if r["ok"])
+        slow = max(rows, key=lambda r: float(str(r["wall_s"])))
+        fat = max(rows, key=lambda r: float(str(r["rss_mb"])))
+        failed = [str(r["case"]) for r in rows if not r["ok"]]
+        result = f"{passed}/{n} handled" + (f" (not: {'; '.join(failed)})" if failed else "")
+        worst = str(slow["case"]) if slow is fat else f"{slow['case']} / {fat['case']}"
+        lines.append(
+            f"| {cls} | {n} | {result} | {float(str(slow['wall_s'])):.1f} s "
+            f"| {float(str(fat['rss_mb'])):.0f} MB | {worst} |"
+        )
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--fuzz-logs", type=Path)
-    ap.add_argument("--json", type=Path)
+    ap.add_argument("--json", type=Path, help="write the measurements here")
+    ap.add_argument("--reuse", type=Path, help="print the table from an earlier --json")
     ap.add_argument("--prepare", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.prepare is not None:
         cases(args.prepare, args.quick)  # builds the inputs (the big ones here, not below)
         return
-    rows: dict[str, Row] = {}
-    with tempfile.TemporaryDirectory(prefix="diag-hostile-") as td:
-        tmp = Path(td)
-        # the inputs are built by a child: a child's peak RSS starts from its parent's
-        # (Linux keeps the high-water mark across fork and exec), so this one stays small
-        prep = [PY, __file__, "--prepare", td] + (["--quick"] if args.quick else [])
-        subprocess.run(prep, check=True)
-        for case in cases(tmp, args.quick):
-            outcome = case.run(tmp)
-            ok = case.check(outcome) and outcome.wall_s <= case.limit_s
-            rows.setdefault(case.cls, Row(case.cls)).cases.append((case, outcome, ok))
-            mark = "ok " if ok else "FAIL"
-            print(
-                f"{mark} {outcome.wall_s:6.1f} s {outcome.rss_mb:7.0f} MB  {case.cls}: {case.name}"
-                + ("" if ok else f"  rc={outcome.rc} {outcome.err.strip()[-300:]!r}"),
-                file=sys.stderr,
-            )
-    lines = [
-        "| class | inputs / faults tried | result | worst time | worst peak RSS | worst case |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for row in rows.values():
-        n = len(row.cases)
-        passed = sum(1 for _c, _o, ok in row.cases if ok)
-        slow = max(row.cases, key=lambda t: t[1].wall_s)
-        fat = max(row.cases, key=lambda t: t[1].rss_mb)
-        failed = [c.name for c, _o, ok in row.cases if not ok]
-        result = f"{passed}/{n} handled" + (f" (not: {'; '.join(failed)})" if failed else "")
-        worst = slow[0].name if slow is fat else f"{slow[0].name} / {fat[0].name}"
-        lines.append(
-            f"| {row.cls} | {n} | {result} | {slow[1].wall_s:.1f} s "
-            f"| {fat[1].rss_mb:.0f} MB | {worst} |"
-        )
+    results = json.loads(args.reuse.read_text()) if args.reuse is not None else _run(args.quick)
+    lines = _table(results)
     if args.fuzz_logs is not None:
         lines += _fuzz_rows(args.fuzz_logs)
     print("\n".join(lines))
     if args.json is not None:
-        args.json.write_text(
-            json.dumps(
-                [
-                    {
-                        "class": c.cls,
-                        "case": c.name,
-                        "ok": ok,
-                        "wall_s": round(o.wall_s, 2),
-                        "rss_mb": round(o.rss_mb),
-                        "rc": o.rc,
-                    }
-                    for r in rows.values()
-                    for c, o, ok in r.cases
-                ],
-                indent=1,
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+def _run(quick: bool) -> list[dict[str, object]]:
+    results: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory(prefix="diag-hostile-") as td:
+        tmp = Path(td)
+        # the inputs are built by a child: a child's peak RSS starts from its parent's
+        # (Linux keeps the high-water mark across fork and exec), so this one stays small
+        prep = [PY, __file__, "--prepare", td] + (["--quick"] if quick else [])
+        subprocess.run(prep, check=True)
+        for case in cases(tmp, quick):
+            o = case.run(tmp)
+            ok = case.check(o) and o.wall_s <= case.limit_s
+            results.append(
+                {"class": case.cls, "case": case.name, "ok": ok, "wall_s": round(o.wall_s, 2),
+                 "rss_mb": round(o.rss_mb), "rc": o.rc}
+            )  # fmt: skip
+            mark = "ok " if ok else "FAIL"
+            print(
+                f"{mark} {o.wall_s:6.1f} s {o.rss_mb:7.0f} MB  {case.cls}: {case.name}"
+                + ("" if ok else f"  rc={o.rc} {o.err.strip()[-300:]!r}"),
+                file=sys.stderr,
             )
-        )
+    return results
 
 
 if __name__ == "__main__":
