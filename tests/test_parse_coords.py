@@ -250,3 +250,14 @@ def test_the_portable_key_pattern_finds_the_same_keys_in_polars() -> None:
     got = pl.Series(lines).str.extract(RANK_KEY_PORTABLE, 1).to_list()
     want = [rank_key(ln) for ln in lines]
     assert [g.rstrip() if g else g for g in got] == [w.rstrip() if w else w for w in want]
+
+
+def test_vllm_engine_cores_are_the_ranks_when_tp_is_one() -> None:
+    sp = SourceParser("x")
+    sp.feed(1, "(EngineCore_DP1 pid=5839) INFO 03-10 16:19:26 [gpu_model_runner.py:1] Model loading took 15.2 GiB")
+    sp.feed(2, "(APIServer pid=1) INFO 03-10 16:19:26 [api_server.py:1] vLLM API server version 0.9.1")
+    drafts = sp.drafts
+    assert [d.rank for d in drafts] == [None, None]
+    assert apply_layout(drafts, 2, 1, 2) is None  # tp=2: the workers are the ranks
+    assert apply_layout(drafts, 1, 1, 2) is not None
+    assert [d.rank for d in drafts] == [RankId(dp=1, tp=0), None]

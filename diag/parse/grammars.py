@@ -71,6 +71,7 @@ class Parsed:
     repeated: int = 0
     unwrapped: tuple[str, ...] = ()  # the wrappers removed (diag.parse.unwrap kinds)
     global_rank: bool = False  # rank.tp is a global rank (torch [rankN], vLLM rank=N)
+    replica: int | None = None  # vLLM EngineCore_DPn: the DP replica the line's process serves
     wrap_process: str | None = None  # process / pid a wrapper named (compose, journald)
     wrap_pid: int | None = None
 
@@ -240,6 +241,8 @@ def _unwrap(line: str, p: Parsed) -> str:
             p.rank = rank
             p.rank_reason = "tag"
             p.global_rank = coords is not None and coords.global_rank
+        if coords is not None and coords.replica:
+            p.replica = coords.dp
         outer = coords
         line = line[pp.end :]
         pp = match_proc_prefix(line)

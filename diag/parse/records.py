@@ -386,27 +386,48 @@ def assign_path_ranks(drafts: Sequence[Draft], names: Sequence[str]) -> str | No
     return f"{n} lines given the rank their file name names ({len(ranks)} per-rank files)"
 
 
-def apply_layout(drafts: Sequence[Draft], tp: object, pp: object) -> str | None:
-    """Global ranks (torch ``[rank5]:``, vLLM ``(VllmWorker rank=5 ..)``, torchrun / srun
-    labels) were read as TP; with pipeline parallelism they are ``pp_rank * tp + tp_rank``
-    (the order of torch.distributed's world in vLLM's and SGLang's parallel state), so
-    rank 5 of tp=4 pp=2 is PP1 TP1, not TP5. Returns a note when a rank was re-read."""
-    if not (isinstance(tp, int) and isinstance(pp, int)) or tp < 1 or pp < 2:
-        return None
-    n = 0
-    for d in drafts:
-        r = d.rank
-        if not d.p.global_rank or r is None or r.tp is None or r.pp is not None:
-            continue
-        if d.rank is not d.p.rank or r.tp >= tp * pp:
-            continue  # attributed otherwise, or not a rank of this layout
-        d.rank = RankId(node=r.node, dp=r.dp, pp=r.tp // tp, tp=r.tp % tp, ep=r.ep)
-        if d.rank_reason != "tag":
-            d.rank_reason = f"global rank {r.tp} of tp={tp} pp={pp}"
-        n += 1
-    if not n:
-        return None
-    return f"global ranks of {n} lines read as PP x TP (tp={tp}, pp={pp})"
+def apply_layout(
+    drafts: Sequence[Draft], tp: object, pp: object, dp: object = None
+) -> str | None:
+    """Rank coordinates that need the layout to be read right.
+
+    - Global ranks (torch ``[rank5]:``, vLLM ``(VllmWorker rank=5 ..)``, torchrun / srun
+      labels) were read as TP; with pipeline parallelism they are ``pp_rank * tp + tp_rank``
+      (the order of torch.distributed's world in vLLM's and SGLang's parallel state), so
+      rank 5 of tp=4 pp=2 is PP1 TP1, not TP5.
+    - vLLM with dp > 1 and tp = pp = 1: each ``(EngineCore_DPn pid=..)`` process runs its
+      model itself (no worker processes), so its lines are rank DPn TP0.
+
+    Returns a note when a rank was re-read."""
+    notes: list[str] = []
+    tp_n = tp if isinstance(tp, int) and tp > 0 else None
+    pp_n = pp if isinstance(pp, int) and pp > 0 else 1
+    dp_n = dp if isinstance(dp, int) and dp > 0 else 1
+    if tp_n is not None and pp_n > 1:
+        n = 0
+        for d in drafts:
+            r = d.rank
+            if not d.p.global_rank or r is None or r.tp is None or r.pp is not None:
+                continue
+            if d.rank is not d.p.rank or r.tp >= tp_n * pp_n:
+                continue  # attributed otherwise, or not a rank of this layout
+            d.rank = RankId(node=r.node, dp=r.dp, pp=r.tp // tp_n, tp=r.tp % tp_n, ep=r.ep)
+            if d.rank_reason != "tag":
+                d.rank_reason = f"global rank {r.tp} of tp={tp_n} pp={pp_n}"
+            n += 1
+        if n:
+            notes.append(f"global ranks of {n} lines read as PP x TP (tp={tp_n}, pp={pp_n})")
+    if tp_n == 1 and pp_n == 1 and dp_n > 1:
+        n = 0
+        for d in drafts:
+            rep = d.p.replica
+            if d.rank is None and rep is not None and rep < dp_n:
+                d.rank = RankId(dp=rep, tp=0)
+                d.rank_reason = f"{d.p.process} runs the model itself (tp=pp=1): DP{rep} TP0"
+                n += 1
+        if n:
+            notes.append(f"{n} lines of vLLM engine cores read as their DP rank (tp=pp=1)")
+    return "; ".join(notes) or None
 
 
 def freeze(d: Draft) -> Record:
