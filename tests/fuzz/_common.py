@@ -11,6 +11,7 @@ random driver with the same generators.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import random
 import sys
@@ -77,6 +78,8 @@ class Gen:
 
 def instrumented() -> contextlib.AbstractContextManager[object]:
     """Import diag's modules under atheris' coverage instrumentation (when available)."""
+    if os.environ.get("DIAG_FUZZ_INSTRUMENT") == "0":  # mutation only: more executions
+        return contextlib.nullcontext()
     try:
         import atheris
     except ImportError:
@@ -105,26 +108,44 @@ def drive(name: str, one_input: Callable[[bytes], None], seconds: float) -> None
         argv = [
             sys.argv[0], str(work), str(corpus),
             f"-max_total_time={int(seconds)}", "-rss_limit_mb=2048", "-timeout=30",
+            f"-runs={int(os.environ.get('DIAG_FUZZ_RUNS', '-1'))}",
             "-print_final_stats=1", f"-artifact_prefix={work}/",
         ]  # fmt: skip
         atheris.Setup(argv, one_input)
         atheris.Fuzz()
         return
     rng = random.Random(12)
-    pool = seeds(name) or [b""]
+    work = Path(os.environ.get("DIAG_FUZZ_WORK", f"/tmp/diag-fuzz-{name}"))
+    work.mkdir(parents=True, exist_ok=True)
+    # the seeds, and the corpus a coverage-guided run left in the work folder
+    pool = seeds(name) + [
+        p.read_bytes() for p in sorted(work.glob("*")) if p.is_file() and len(p.name) == 40
+    ]
+    pool = pool or [b""]
+    runs = int(os.environ.get("DIAG_FUZZ_RUNS", "-1"))
     end = time.monotonic() + seconds
     n = 0
-    while time.monotonic() < end:
+    while time.monotonic() < end and (runs < 0 or n < runs):
         base = bytearray(rng.choice(pool))
         for _ in range(rng.randrange(1, 8)):
-            op = rng.randrange(3)
+            op = rng.randrange(4)
             at = rng.randrange(len(base) + 1)
             if op == 0:
                 base[at:at] = os.urandom(rng.randrange(1, 16))
             elif op == 1 and base:
                 del base[at : at + rng.randrange(1, 32)]
+            elif op == 2 and base:
+                base[at : at + 1] = bytes([rng.randrange(256)])
             else:
-                base[at:at] = rng.choice(DIGITS + CONTROLS + NESTS).encode("utf-8", "surrogatepass")
-        one_input(bytes(base))
+                token = rng.choice(DIGITS + CONTROLS + NESTS)
+                base[at:at] = token.encode("utf-8")
+        data = bytes(base)
+        try:
+            one_input(data)
+        except Exception:
+            crash = work / f"crash-{hashlib.sha1(data).hexdigest()}"
+            crash.write_bytes(data)
+            print(f"fallback driver: crash after {n} executions; input in {crash}")
+            raise
         n += 1
     print(f"fallback driver: {n} executions in {seconds:.0f} s, 0 crashes")
