@@ -124,7 +124,7 @@ def render(
         force_terminal=color,
         no_color=not color,
         highlight=False,
-    ).print(render_terminal(analysis, verbose=verbose, context=context))
+    ).print(render_terminal(analysis, verbose=verbose, context=context), crop=False)
     return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rich.console import RenderableType
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -122,7 +122,54 @@ def _state(p: ProcessInfo) -> Text:
     return Text(label, style=style)
 
 
-def _process_table(snap: Snapshot, server: int | None, procs: Sequence[ProcessInfo]) -> Table:
+# columns in the order a narrow console gives them up (top frames first): at 80 columns
+# the table stays a table, its cells are never wrapped
+_DROP_ORDER = ("top frames", "util", "GPU", "CPU", "RSS", "role")
+
+
+class _FitTable:
+    """A process table that drops columns, not wraps cells, to fit the console."""
+
+    def __init__(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[Text]]) -> None:
+        self.title, self.columns, self.rows = title, list(columns), [list(r) for r in rows]
+
+    def _natural(self, c: str) -> int:
+        cells = [len(r[self.columns.index(c)].plain) for r in self.rows]
+        return max(len(c), *cells) if cells else len(c)
+
+    def _table(self, keep: Sequence[str], width: int) -> Table:
+        table = Table(title=self.title, title_justify="left", expand=False, show_lines=False)
+        fixed = 1 + sum(self._natural(c) + 3 for c in keep if c != "top frames")
+        for col in keep:
+            if col == "top frames":  # what is left, cut with an ellipsis
+                table.add_column(
+                    col, no_wrap=True, overflow="ellipsis", max_width=max(10, width - fixed - 3)
+                )
+            else:
+                table.add_column(col, no_wrap=True, min_width=self._natural(col))
+        index = [self.columns.index(c) for c in keep]
+        for row in self.rows:
+            table.add_row(*(row[i] for i in index))
+        return table
+
+    def _need(self, keep: Sequence[str]) -> int:
+        width = 1
+        for c in keep:
+            cells = [len(r[self.columns.index(c)].plain) for r in self.rows]
+            natural = max(len(c), *cells) if cells else len(c)
+            width += (min(natural, 24) if c == "top frames" else natural) + 3
+        return width
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        keep = list(self.columns)
+        for drop in _DROP_ORDER:  # (top frames may be cut to 24 cells, the rest is whole)
+            if self._need(keep) <= options.max_width:
+                break
+            keep.remove(drop)
+        yield self._table(keep, options.max_width)
+
+
+def _process_table(snap: Snapshot, server: int | None, procs: Sequence[ProcessInfo]) -> _FitTable:
     title = "processes"
     if server is not None and server < len(snap.servers):
         s = snap.servers[server]
@@ -136,8 +183,7 @@ def _process_table(snap: Snapshot, server: int | None, procs: Sequence[ProcessIn
                 f"{s.get('framework')} server · launcher {s.get('launcher_pid')} · "
                 f"port {s.get('port')} {listening}"
             )
-    table = Table(title=title, title_justify="left", expand=False, show_lines=False)
-    for col in (
+    columns = (
         "role",
         "rank",
         "pid",
@@ -148,9 +194,16 @@ def _process_table(snap: Snapshot, server: int | None, procs: Sequence[ProcessIn
         "util",
         "wait site",
         "top frames",
-    ):
-        table.add_column(col, overflow="fold", no_wrap=col in ("pid", "state", "RSS", "CPU"))
-    outliers = set(snap.outlier_tp_ranks)
+    )
+    rows: list[list[Text]] = []
+    # the odd ones out of this server (each server's ranks are compared with each other
+    # only), not of the host
+    own = (
+        snap.servers[server].get("outlier_tp_ranks")
+        if server is not None and server < len(snap.servers)
+        else None
+    )
+    outliers = set(own) if isinstance(own, (list, tuple)) else set(snap.outlier_tp_ranks)
     for p in sorted(
         procs,
         key=lambda p: (
@@ -172,19 +225,21 @@ def _process_table(snap: Snapshot, server: int | None, procs: Sequence[ProcessIn
             gpu = f"{p.gpu_index}"
             if p.gpu_memory_bytes:
                 gpu += f" {fmt_bytes(p.gpu_memory_bytes)}"
-        table.add_row(  # Text, not str: frame names hold brackets rich would read as markup
-            Text(p.role),
-            Text(rank + (" *" if odd else ""), style="bold magenta" if odd else ""),
-            Text(str(p.pid)),
-            _state(p),
-            Text(fmt_bytes(p.rss_bytes)),
-            Text(cpu),
-            Text(gpu),
-            Text(_gpu_util(p, snap.gpus)),
-            Text(site or "-"),
-            Text(top_frames(p)),
+        rows.append(
+            [  # Text, not str: frame names hold brackets rich would read as markup
+                Text(p.role),
+                Text(rank + (" *" if odd else ""), style="bold magenta" if odd else ""),
+                Text(str(p.pid)),
+                _state(p),
+                Text(fmt_bytes(p.rss_bytes)),
+                Text(cpu),
+                Text(gpu),
+                Text(_gpu_util(p, snap.gpus)),
+                Text(site or "-"),
+                Text(top_frames(p)),
+            ]
         )
-    return table
+    return _FitTable(title, columns, rows)
 
 
 def render_snapshot(snap: Snapshot, *, max_group_frames: int = 8) -> list[RenderableType]:
@@ -242,6 +297,9 @@ def render_snapshot(snap: Snapshot, *, max_group_frames: int = 8) -> list[Render
                     title_align="left",
                 )
             )
+        elif kind in ("file_lock", "store_connections"):
+            title = "file lock" if kind == "file_lock" else "store connections"
+            out.append(Panel(Text(str(ev.get("text", ""))[:2000]), title=title, title_align="left"))
     if snap.findings:
         table = Table(title="findings", title_justify="left")
         for col in ("severity", "id", "ranks", "title"):

@@ -463,6 +463,8 @@ def _finding_view(
     ranks = collapse_ranks(f.ranks, all_ranks)
     if ranks:
         head.append(f"  [{ranks}]", style="cyan")
+    head.no_wrap = True  # one line per finding; a long rank list ends in an ellipsis
+    head.overflow = "ellipsis"
     body: list[RenderableType] = []
     if f.role == "cascade":
         body.append(
@@ -507,13 +509,13 @@ def _finding_view(
             t.append(f"{label}: ", style="bold")
             t.append(" ".join(value.split()))
             body.append(t)
-    if f.references:
-        for ref in f.references:  # one per line, never folded: a URL stays clickable
-            link = Text("see " + ref, style="dim")
-            link.no_wrap = True
-            link.overflow = "ignore"
-            body.append(link)
-    return Group(head, Padding(Group(*body), (0, 0, 0, 4), expand=False))
+    links = []
+    for ref in f.references:  # one per line, never folded or cut: a URL stays clickable
+        link = Text("    see " + ref, style="dim")  # (outside the padding, which crops)
+        link.no_wrap = True
+        link.overflow = "ignore"
+        links.append(link)
+    return Group(head, Padding(Group(*body), (0, 0, 0, 4), expand=False), *links)
 
 
 def _clip(message: str, limit: int = MAX_MESSAGE_LINES) -> str:
