@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -261,3 +263,18 @@ def test_vllm_engine_cores_are_the_ranks_when_tp_is_one() -> None:
     assert apply_layout(drafts, 2, 1, 2) is None  # tp=2: the workers are the ranks
     assert apply_layout(drafts, 1, 1, 2) is not None
     assert [d.rank for d in drafts] == [RankId(dp=1, tp=0), None]
+
+
+def test_a_folder_of_per_rank_files_is_read_per_rank(tmp_path: Path) -> None:
+    from diag.analyze import analyze
+
+    (tmp_path / "rank0.log").write_text(
+        "INFO 03-10 16:19:26 [gpu_worker.py:1] Loading weights took 3.1 seconds\n"
+        "INFO 03-10 16:19:30 [gpu_worker.py:2] Available KV cache memory: 26.91 GiB\n"
+    )
+    (tmp_path / "rank1.log").write_text(
+        "INFO 03-10 16:19:26 [gpu_worker.py:1] Loading weights took 3.1 seconds\n"
+    )
+    a = analyze([tmp_path])
+    assert {r.rank for r in a.ranks} == {RankId(tp=0), RankId(tp=1)}
+    assert any("per-rank files" in n for n in a.notes)

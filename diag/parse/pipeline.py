@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from diag.errors import InputError
 from diag.parse import reader
 from diag.parse.reader import UTF16_BOMS, Source, iter_chunks
-from diag.parse.records import Draft, SourceParser, resolve_years
+from diag.parse.records import Draft, SourceParser, assign_path_ranks, resolve_years
 from diag.parse.serving import ServingFigures, scan_chunk, spec_positions
 from diag.parse.text import decode
 
@@ -293,6 +293,10 @@ def read_sources(
         if note:
             col.notes.append(f"{src.name}: {note}")
         col.drafts.extend(sp.drafts)
+    # per-rank files (rank0.log, rank1.log ...): rank-less lines get their file's rank
+    note = assign_path_ranks(col.drafts, [s.name for s in sources if s.name not in binary])
+    if note:
+        col.notes.append(note)
     if col.undecodable:
         col.notes.append(f"{col.undecodable} bytes of invalid UTF-8 replaced")
     if col.nul_bytes:
