@@ -241,3 +241,24 @@ def test_unwrap_is_idempotent_and_never_raises(s: str) -> None:
     assert unwrap_line(once)[0] == once
     split_glued(s)
     detect_gutters([s, s, s])
+
+
+def test_dump_banners_and_id_less_thread_headers() -> None:
+    text = (
+        "===== py-spy dump --pid 12\n"
+        "Process 12: sglang::scheduler_TP0\n"
+        "Python v3.10.12 (/usr/bin/python3.10)\n"
+        "\n"
+        'Thread (idle) "MainThread"\n'
+        "    wait (threading.py:324)\n"
+        "----- pid 13 (vllm) -----\n"
+        "Process 13: VLLM::Worker_TP1\n"
+        'Thread (active): "MainThread"\n'
+        "    synchronize (torch/cuda/__init__.py:985)\n"
+        "################# user@host #################\n"
+    )
+    procs = parse_stack_text(text)
+    assert [(p.pid, p.rank) for p in procs] == [(12, RankId(tp=0)), (13, RankId(tp=1))]
+    assert [(t.thread_id, t.name, t.idle) for p in procs for t in p.threads] == [
+        (None, "MainThread", True), (None, "MainThread", False)
+    ]

@@ -64,8 +64,17 @@ _PYSPY_ERROR = re.compile(r"^Error: (.+)$")
 _C10D_HEADER = re.compile(r"Stack trace of the failed collective:")
 _C10D_FRAME = re.compile(r"^#(\d+) (.+?) from (.+):(\d+)$")
 _PYSPY_CAUSE = re.compile(r"^\d+: (.+)$")
-_IGNORED = re.compile(r"^(Parent Process \d+:|Python v\d[\w.+]*\b|py-spy \d|Error: |Caused by:)")
-_PYSPY_THREAD = re.compile(r'^Thread (0x[0-9a-fA-F]+|\d+) \(([a-z+]+)\)(?:: "(.*)")?:?$')
+_IGNORED = re.compile(
+    r"^(Parent Process \d+:|Python v\d[\w.+]*\b|py-spy \d|Error: |Caused by:)"
+    # banners people put between dumps: `----- pid 1 (vllm) -----`, `===== py-spy dump
+    # --pid 12`, `####### user@host #######` (they neither end nor split a dump)
+    r"|^(?:-{3,}|={3,}|#{3,}|\*{3,})(?:\s.*)?$"
+)
+# py-spy's thread header; reporters re-typing it drop the id: `Thread (idle) "MainThread"`
+_PYSPY_THREAD = re.compile(
+    r'^Thread (?:(0x[0-9a-fA-F]+|\d+) )?\(((?:idle|active|gil)(?:\+[a-z]+)*)\):?'
+    r'(?: "(.*)")?:?$'
+)
 # Python >= 3.14 adds the OS thread name: `Thread 0x7f.. [pt_nccl_watchdg] (most ...):`
 _FH_THREAD = re.compile(
     r"^(Current thread|Thread) (0x[0-9a-fA-F]+|\d+)(?: [\[<](.*)[\]>])? "
@@ -384,7 +393,8 @@ class _Channel:
             proc = self.proc if self.proc is not None and self.proc.kind == "text" else None
             if proc is None:
                 proc = self._open(ln, "text")
-            self._new_thread(proc, _int_id(m.group(1)), m.group(3), m.group(2))
+            tid = _int_id(m.group(1)) if m.group(1) else None
+            self._new_thread(proc, tid, m.group(3), m.group(2))
             return True
         m = _FH_THREAD.match(stripped)
         if m or _FH_STACK.match(stripped):
