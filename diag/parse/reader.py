@@ -636,6 +636,12 @@ class _NulSkip(io.RawIOBase):
             buf[: len(data)] = data
             return len(data)
 
+    def read(self, size: int = -1) -> bytes:
+        # past the leading NULs: hand the inner stream's bytes through (no copies)
+        if self._started:
+            return self._inner.read(size)
+        return super().read(size) or b""
+
     def close(self) -> None:
         if not self.closed:
             self._inner.close()
