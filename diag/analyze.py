@@ -36,6 +36,7 @@ from diag.parse.attribute import version_of as _version
 from diag.parse.pipeline import PREFILTER_MIN_BYTES, Collected, read_sources
 from diag.parse.reader import Source, resolve_inputs
 from diag.parse.records import SourceParser, freeze
+from diag.frames import frame_events
 from diag.phases import load_catalogue
 from diag.rules.specdec import RecordList
 from diag.timeline import (
@@ -43,6 +44,7 @@ from diag.timeline import (
     build_timelines,
     expected_ranks,
     missing_ranks,
+    reached_phase,
     stragglers,
 )
 
@@ -189,6 +191,10 @@ def _finish(sources: Sequence[Source], col: Collected, rules_dirs: Sequence[Path
         ev = cat.match(r)
         if ev is not None:
             events.append(ev)
+    frames = frame_events(records)
+    if frames:
+        order = {s: i for i, s in enumerate(dict.fromkeys(r.source for r in records))}
+        events = sorted(events + frames, key=lambda e: (order.get(e.source, 0), e.line))
     notes = list(col.notes)
     if not events and records:
         # The server ran (it logged) but no line marks a phase: it got as far as launch.
@@ -228,6 +234,7 @@ def _finish(sources: Sequence[Source], col: Collected, rules_dirs: Sequence[Path
         global_phases=global_phases,
         notes=tuple(notes),
         undecodable_bytes=col.undecodable,
+        reached=reached_phase(events),
     )
     return _post(analysis, records, rules_dirs)
 

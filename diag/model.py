@@ -219,9 +219,14 @@ class RankTimeline:
     shards: ShardProgress | None = None
     line_count: int = 0
     inferred: bool = False  # the rank was never tagged in the log, only inferred
+    # the phase reached in the order the events happened (diag.timeline.reached_phase);
+    # None: the furthest phase in vocabulary order
+    reached: str | None = None
 
     @property
     def last_phase(self) -> str | None:
+        if self.reached is not None:
+            return self.reached
         best = max(self.phases, key=lambda p: phase_index(p.phase), default=None)
         return best.phase if best else None
 
@@ -405,10 +410,13 @@ class Analysis:
     rules_checked: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     undecodable_bytes: int = 0
+    reached: str | None = None  # the phase reached in event order (diag.timeline)
 
     @property
     def last_phase(self) -> str | None:
         """The furthest phase any rank (or any rank-less line) reached."""
+        if self.reached is not None:
+            return self.reached
         candidates = [r.last_phase for r in self.ranks]
         candidates += [p.phase for p in self.global_phases]
         known = [p for p in candidates if p is not None]

@@ -21,11 +21,16 @@ from diag.model import (
 )
 
 __all__ = [
+    "SWAPS",
     "RankStats",
+    "advance",
+    "behind_in_phase",
     "build_intervals",
     "build_timelines",
     "expected_ranks",
     "missing_ranks",
+    "ordered",
+    "reached_phase",
     "shard_progress",
     "stragglers",
     "with_server_phases",
@@ -44,6 +49,60 @@ class RankStats:
 
 def _order_key(e: Event) -> tuple[int, dt.datetime, str, int]:
     return (0 if e.ts is not None else 1, e.ts or dt.datetime.min, e.source, e.line)
+
+
+# Phases the frameworks run out of vocabulary order (LABELS.md lists phases in the order
+# most versions run them): vLLM's API server resolves the model config before its workers
+# initialise torch.distributed (vllm/entrypoints/openai/api_server.py, then
+# vllm/v1/executor/multiproc_executor.py), so the workers' dist init is where a V1 start
+# that stops there got to. (vLLM V1 also runs torch.compile inside the memory profile
+# that sizes the KV cache, but the corpus labels, by LABELS.md's order, take compile as
+# the further phase when both are shown: that pair is not swapped.)
+SWAPS: frozenset[tuple[str, str]] = frozenset({("model_config", "dist_init")})
+
+
+def advance(current: str | None, phase: str, seen: Iterable[str] = ()) -> str | None:
+    """The phase reached after an event of ``phase`` when ``current`` was reached before.
+
+    Forward in vocabulary order always; backward only for a known reordering of
+    :data:`SWAPS` while nothing beyond ``current`` has been seen (``seen``: the phases of
+    the events so far)."""
+    if current is None or phase_index(phase) > phase_index(current):
+        return phase
+    if (current, phase) in SWAPS:
+        top = max((phase_index(p) for p in seen), default=-1)
+        if top <= phase_index(current):
+            return phase
+    return current
+
+
+def ordered(events: Iterable[Event]) -> list[Event]:
+    """Events in the order they happened: file order within a source; sources merged by
+    time (an event with no timestamp takes the time of the event before it in its file)."""
+    per: dict[str, list[Event]] = defaultdict(list)
+    for e in events:
+        per[e.source].append(e)
+    if len(per) <= 1:
+        return sorted((e for evs in per.values() for e in evs), key=lambda e: e.line)
+    keyed: list[tuple[dt.datetime, int, int, Event]] = []
+    for si, (_src, evs) in enumerate(per.items()):
+        last = dt.datetime.min
+        for e in sorted(evs, key=lambda e: e.line):
+            if e.ts is not None:
+                last = e.ts.replace(tzinfo=None)
+            keyed.append((last, si, e.line, e))
+    keyed.sort(key=lambda k: k[:3])
+    return [k[3] for k in keyed]
+
+
+def reached_phase(events: Iterable[Event]) -> str | None:
+    """The phase reached, following the order of events (:func:`advance`)."""
+    current: str | None = None
+    seen: set[str] = set()
+    for e in ordered(events):
+        current = advance(current, e.phase, seen)
+        seen.add(e.phase)
+    return current
 
 
 def build_intervals(events: Sequence[Event]) -> tuple[PhaseInterval, ...]:
@@ -143,10 +202,16 @@ def build_timelines(
         silent = None
         if log_end is not None and last_ts is not None:
             silent = max(0.0, (log_end - last_ts).total_seconds())
+        phases = with_server_phases(build_intervals(evs), glob_intervals)
+        reached = reached_phase(evs)
+        for p in phases:
+            if p.scope == "server" and phase_index(p.phase) > phase_index(reached):
+                reached = p.phase
         out.append(
             RankTimeline(
                 rank=rank,
-                phases=with_server_phases(build_intervals(evs), glob_intervals),
+                phases=phases,
+                reached=reached,
                 last_ts=last_ts,
                 silent_s=silent,
                 shards=shard_progress(e for e in evs if e.phase == "weights_load"),
@@ -183,6 +248,9 @@ def with_server_phases(
 
 BEHIND_MIN_S = 120.0  # a rank behind in phase must also have been quiet this long
 QUIET_MIN_S = 300.0  # a rank in the same phase counts as stuck when quiet this much longer
+# a rank that never logged the end of the phase its peers ended: its last line came at
+# least this long before the last of their end lines
+IN_PHASE_MIN_S = 20.0
 
 
 def stragglers(
@@ -218,9 +286,35 @@ def stragglers(
         if idx < majority and not spread:
             if quiet is None or quiet >= BEHIND_MIN_S:
                 out.append(t.rank)
-        elif quiet is not None and quiet >= QUIET_MIN_S and idx <= majority:
+        elif (quiet is not None and quiet >= QUIET_MIN_S and idx <= majority) or (
+            idx == majority and behind_in_phase(t, known)
+        ):
             out.append(t.rank)
     return tuple(out)
+
+
+def _interval(t: RankTimeline, phase: str | None) -> PhaseInterval | None:
+    ivs = [p for p in t.phases if p.phase == phase and p.scope == "rank"]
+    return ivs[-1] if ivs else None
+
+
+def behind_in_phase(t: RankTimeline, timelines: Sequence[RankTimeline]) -> bool:
+    """The rank is inside its last phase, which most of the ranks in that phase ended with
+    an end marker (seven ranks logged "Capture cuda graph end", this one did not), and its
+    last line came at least :data:`IN_PHASE_MIN_S` before the last of their end lines.
+    Without timestamps nothing is claimed (an excerpt cut between the ranks' end lines
+    looks the same)."""
+    own = _interval(t, t.last_phase)
+    if own is None or own.ended or t.last_ts is None:
+        return False
+    peers = [o for o in timelines if o.rank != t.rank and o.last_phase == t.last_phase]
+    ended = [iv for o in peers if (iv := _interval(o, t.last_phase)) is not None and iv.ended]
+    if not ended or len(ended) * 2 < len(peers) + 1:
+        return False
+    ends = [iv.end for iv in ended if iv.end is not None]
+    if not ends:
+        return False
+    return (max(ends) - t.last_ts).total_seconds() >= IN_PHASE_MIN_S
 
 
 def _finished(t: RankTimeline) -> bool:

@@ -325,17 +325,95 @@ def test_stalled_with_a_later_reference_time_names_the_silence() -> None:
     out = apply_rules(analysis(ranks=ranks, log_end=log_end), [])
     (f,) = [f for f in out.findings if f.id == "startup.stalled"]
     assert "every rank (8) finished weights_load at 22:35:55" in f.message
-    assert "0 lines from any rank for 3 h 12 min" in f.message
+    assert "0 lines from any rank or process for 3 h 12 min" in f.message
     assert "no port was opened" in f.message
     assert "startup.no_listen_port" in ids(out)
 
 
-def test_stalled_when_the_log_just_ends_says_so() -> None:
+def test_a_log_cut_after_a_step_ended_is_not_a_stall() -> None:
+    """LABELS.md: a log that ends right after a step finished is a cut excerpt: where it
+    ends is reported (info), neither a stall nor a port that never opened."""
     ranks = tuple(timeline(tp, "weights_load", end_s=55) for tp in range(2))
-    out = apply_rules(analysis(ranks=ranks, log_end=T0 + dt.timedelta(seconds=55)), [])
+    end = rec(120, "Load weight end. type=LlamaForCausalLM, avail mem=20.87 GB", tp=1, s=55)
+    out = apply_rules(analysis(ranks=ranks, log_end=T0 + dt.timedelta(seconds=55)), [end])
+    assert "startup.stalled" not in ids(out) and "startup.no_listen_port" not in ids(out)
+    (f,) = [f for f in out.findings if f.id == "startup.cut_excerpt"]
+    assert f.severity == "info"
+    assert "the log ends after" in f.message and "Load weight end" in f.message
+    assert "not proven stalled" in f.message and "later timestamp" in f.message
+
+
+@pytest.mark.parametrize(
+    ("lines", "why"),
+    [
+        # the last line begins a step that never ends
+        (("Capture cuda graph begin. This can take up to several minutes.",), "starts a step"),
+        (("flashinfer.jit: Loading JIT ops: batch_prefill_with_kv_cache_dtype_q_bf16",),
+         "starts a step"),
+        (("Connecting to 10.0.0.2:29500",), "starts a step"),
+        # a wait message that repeats with nothing between
+        (
+            (
+                "No available shared memory broadcast block found in 60 seconds.",
+                "No available shared memory broadcast block found in 60 seconds.",
+            ),
+            "2 times with no progress between",
+        ),
+        # a bar that does not move
+        (("Capturing batches (avail_mem=7.08 GB):   0%|          | 0/17 [00:00<?, ?it/s]",),
+         "0%"),
+        (
+            (
+                "Loading checkpoint shards:  47% Completed | 8/17 [00:45<00:52, 5.8s/it]",
+                "Loading checkpoint shards:  47% Completed | 8/17 [02:45<00:52, 5.8s/it]",
+            ),
+            "frozen",
+        ),
+    ],
+)
+def test_a_stall_needs_a_reason_and_says_which(lines: tuple[str, ...], why: str) -> None:
+    ranks = tuple(timeline(tp, "weights_load", end_s=55, ended=False) for tp in range(2))
+    recs = [rec(200 + i, text, tp=0, s=55) for i, text in enumerate(lines)]
+    out = apply_rules(analysis(ranks=ranks, log_end=T0 + dt.timedelta(seconds=55)), recs)
     (f,) = [f for f in out.findings if f.id == "startup.stalled"]
-    assert "the log ends 0 s after that line" in f.message
-    assert "no later timestamp" in f.message
+    assert why in f.message
+    assert {e.line for e in f.evidence} & {200, 200 + len(lines) - 1}  # the reason's line
+    assert "startup.cut_excerpt" not in ids(out)
+
+
+def test_an_advancing_bar_or_a_lone_wait_is_no_stall() -> None:
+    ranks = tuple(timeline(tp, "weights_load", end_s=55, ended=False) for tp in range(2))
+    end = T0 + dt.timedelta(seconds=55)
+    for text in (
+        "Loading safetensors checkpoint shards:  26% Completed | 22/85 [09:23<29:54, 28.49s/it]",
+        "No available shared memory broadcast block found in 60 seconds.",
+        "Uncatalogued INFO line after the last marker",
+    ):
+        out = apply_rules(analysis(ranks=ranks, log_end=end), [rec(200, text, tp=0, s=55)])
+        assert "startup.stalled" not in ids(out), text
+        assert "startup.cut_excerpt" in ids(out), text
+
+
+def test_silence_is_measured_from_the_last_line_of_any_kind() -> None:
+    """An uncatalogued line 10 min after the last phase marker is activity, not silence;
+    wait lines after it are not."""
+    ranks = tuple(timeline(tp, "weights_load", end_s=55, ended=False) for tp in range(2))
+    late = rec(300, "Using default MoE kernel config", tp=0, s=655)
+    end = T0 + dt.timedelta(seconds=655)
+    assert "startup.stalled" not in ids(apply_rules(analysis(ranks=ranks, log_end=end), [late]))
+    waits = [
+        rec(
+            301 + i,
+            "No available shared memory broadcast block found in 60 seconds.",
+            s=715 + 60 * i,
+        )
+        for i in range(3)
+    ]
+    end = T0 + dt.timedelta(seconds=835)
+    out = apply_rules(analysis(ranks=ranks, log_end=end), [late, *waits])
+    (f,) = [f for f in out.findings if f.id == "startup.stalled"]
+    assert "for 3 min" in f.message
+    assert 300 in {e.line for e in f.evidence}
 
 
 def test_no_stall_claim_when_an_error_explains_or_progress_continues() -> None:
@@ -371,7 +449,8 @@ def test_no_stall_claim_without_any_startup_line() -> None:
 
 def test_dist_init_stall_is_an_init_hang() -> None:
     ranks = tuple(timeline(tp, "dist_init", end_s=10, ended=False) for tp in range(2))
-    out = apply_rules(analysis(ranks=ranks, log_end=T0 + dt.timedelta(seconds=10)), [])
+    begin = rec(40, "Init torch distributed begin.", tp=1, s=10)
+    out = apply_rules(analysis(ranks=ranks, log_end=T0 + dt.timedelta(seconds=10)), [begin])
     assert {"dist.init_hang", "startup.stalled", "startup.no_listen_port"} <= set(ids(out))
 
 

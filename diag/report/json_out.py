@@ -8,11 +8,12 @@ Events and raw records are not part of the contract (they can be millions of row
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import math
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import regex
 
@@ -212,7 +213,7 @@ def _timeline_to_dict(r: RankTimeline) -> dict[str, Any]:
 
 
 def _timeline_from_dict(d: Mapping[str, Any]) -> RankTimeline:
-    return RankTimeline(
+    out = RankTimeline(
         rank=_rank_from_dict(d),
         phases=tuple(_phase_from_dict(p) for p in d.get("phases", ())),
         last_ts=_from_iso(d.get("last_ts")),
@@ -221,6 +222,18 @@ def _timeline_from_dict(d: Mapping[str, Any]) -> RankTimeline:
         line_count=int(d.get("line_count", 0)),
         inferred=bool(d.get("inferred", False)),
     )
+    return _with_reached(out, d.get("last_phase"))
+
+
+_T = TypeVar("_T", RankTimeline, Analysis)
+
+
+def _with_reached(obj: _T, last_phase: object) -> _T:
+    """The object with the phase reached that was written (it follows the order of events,
+    which the stored phases alone may not give back)."""
+    if isinstance(last_phase, str) and obj.last_phase != last_phase:
+        return dataclasses.replace(obj, reached=last_phase)
+    return obj
 
 
 def _evidence_to_dict(e: Evidence) -> dict[str, Any]:
@@ -430,7 +443,7 @@ def analysis_from_dict(d: Mapping[str, Any]) -> Analysis:
             help_text="Read it with the diag version that wrote it (see its diag_version key).",
         )
     try:
-        return Analysis(
+        out = Analysis(
             sources=tuple(d.get("sources", ())),
             framework=str(d.get("framework", "unknown")),
             version=d.get("version"),
@@ -451,6 +464,7 @@ def analysis_from_dict(d: Mapping[str, Any]) -> Analysis:
             notes=tuple(d.get("notes", ())),
             undecodable_bytes=int(d.get("undecodable_bytes", 0)),
         )
+        return _with_reached(out, d.get("last_phase"))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InputError(f"analysis JSON: malformed ({type(exc).__name__}: {exc})") from exc
 

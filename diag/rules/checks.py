@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import regex
 
+from diag.frames import FRAME
 from diag.model import (
     Analysis,
     Evidence,
@@ -27,6 +28,7 @@ from diag.model import (
     phase_index,
 )
 from diag.rules import specdec
+from diag.timeline import behind_in_phase
 
 __all__ = [
     "CHECKS",
@@ -122,7 +124,7 @@ def _hms(ts: dt.datetime | None) -> str:
 # progress bars (tqdm) and the end of the log
 
 _BAR = regex.compile(
-    r"(?P<label>[A-Za-z][^|:\n]{0,80}?)?:?\s*(?:\d{1,3}%\s*(?:Completed\s*)?\|[^|\n]*\|?\s*)?"
+    r"(?P<label>[A-Za-z][^|:\n]{0,80}?)?:?\s*(?:\d{1,3}%\s*(?:Completed\s*)?\|[^|\n]*?\|?\s*)?"
     r"(?P<done>\d+)/(?P<total>\d+)\s*\[(?P<elapsed>[\d:]+)<(?P<left>[^,\]]*),\s*"
     r"(?P<rate>[\d.]+|\?)\s*(?P<unit>s/it|it/s)"
 )
@@ -211,36 +213,83 @@ def _last_line(analysis: Analysis, records: Sequence[Record], source: str) -> in
     return max(lines, default=0)
 
 
-def _ends_in_progress(analysis: Analysis, records: Sequence[Record]) -> Progress | None:
-    """The progress bar the log ends on, when it was still advancing (done > 0)."""
-    progress = [p for rec in records for p in parse_progress(rec)]
-    if not progress:
-        return None
-    last_source = records[-1].source if records else progress[-1].source
-    bars = [p for p in progress if p.source == last_source]
-    if not bars:
-        return None
-    last = max(bars, key=lambda p: p.line)
-    if last.line < _last_line(analysis, records, last_source):
-        return None
-    return last if last.done > 0 else None
-
-
 def _error_explains(fired: Mapping[str, Finding]) -> list[Finding]:
     return [f for f in fired.values() if f.severity == "error" and f.id not in NOT_AN_EXPLANATION]
 
 
 # ---------------------------------------------------------------------------
-# startup stalls
+# startup stalls: a claim needs a reason (shared/corpus/LABELS.md, "startup.stalled needs
+# a reason to believe the startup stopped")
+
+# Wait and heartbeat messages: a process saying it still waits. Repeated with nothing else
+# between, they are evidence of a stop; they are not progress, so silence is measured
+# from the last line that is not one of them.
+_WAITS = regex.compile(
+    r"No available shared memory broadcast block found in \d+ seconds?"  # vllm shm_broadcast.py
+    r"|Waiting for \d+ local, \d+ remote core engine proc\(s\) to start"  # vllm/v1/engine/utils.py
+    r"|Waiting for (?:creating a )?placement group"  # vllm/executor/ray_utils.py
+    r"|Waiting in store based barrier to initialize process group"  # torch distributed_c10d.py
+    r"|Waiting for output from MQLLMEngine"  # vllm/engine/multiprocessing/client.py (0.6)
+    r"|Please wait for (?:sglang|vllm) server to become ready"  # clients polling the port
+    r"|[Ww]aiting for (?:the )?(?:server|engine|workers?|model|all (?:ranks|workers))"
+    r"\b[^.]{0,80}(?:to (?:start|be ready|become ready|come up)|ready)"
+    r"|^(?:Still )?[Ww]aiting (?:for|on) .{0,120}(?:\.\.\.|seconds?|elapsed|\(\d+/\d+\))\s*$"
+    r"|Connection refused.{0,40}[Rr]etry"
+)
+# A line that starts a step that ends with another line (the step never ended when the
+# log stops on it). Catalogue events of kind "begin" count too.
+_STEP_START = regex.compile(
+    r"^(?:Connecting to |Trying to connect to )"
+    r"|flashinfer\.jit: Loading JIT ops|JIT[- ]compil"
+    r"|\b[Cc]ompiling (?!a graph for \w+ shape takes)"
+    r"|Start compiling function|Building (?:CUDA )?extension|ninja: "
+    r"|- Init START\b"  # NCCL ncclCommInitRank... Init START
+    r"|generating GPU P2P access cache in"  # vllm custom_all_reduce_utils.py
+    r"|world_size=\d+ rank=\d+ local_rank=\d+ distributed_init_method="  # vllm parallel_state.py
+    r"|Loading nccl from library|(?:vLLM|sglang) is using nccl=="  # pynccl.py, before comm init
+    r"|(?:Capture (?:cuda|npu) graph|Load weight|Init torch distributed|Init parallel) begin"
+    r"|Starting to load model |Memory profiling|Capturing (?:CUDA graphs|batches)"
+    r"|Entering DeepGEMM JIT Pre-Compile|Running FlashInfer autotune|DeepGEMM warmup"
+)
+_INTERRUPT = regex.compile(r"^\s*(?:\S+\s+)?KeyboardInterrupt\b|^\s*\^C\s*$")
+
+
+def _is_wait(rec: Record) -> bool:
+    text = rec.message[:2000]
+    try:
+        return _WAITS.search(text, timeout=0.05) is not None
+    except TimeoutError:
+        return False
+
+
+def _is_trace(rec: Record) -> bool:
+    """Traceback material: a traceback record, a frame line, a traceback header."""
+    if rec.grammar == "traceback":
+        return True
+    msg = rec.message.lstrip()
+    return msg.startswith(("Traceback (most recent", 'File "')) or FRAME.search(msg) is not None
+
+
+def _is_step_start(rec: Record) -> bool:
+    text = rec.message[:2000]
+    try:
+        return _STEP_START.search(text, timeout=0.05) is not None
+    except TimeoutError:
+        return False
 
 
 @dataclass(frozen=True, slots=True)
 class StallFacts:
     phase: str | None  # furthest phase any rank reached
     by_phase: Mapping[str, tuple[RankTimeline, ...]]
-    last_ts: dt.datetime | None  # last timestamp of any rank line
+    last_ts: dt.datetime | None  # last timestamp of any line that is not a wait
     gap_s: float | None  # log end minus last_ts (silence while the log went on)
     hits: tuple[Hit, ...]
+    # why the startup is believed stopped; None: nothing shows it (a cut excerpt)
+    reason: str | None = None
+    reason_hits: tuple[Hit, ...] = ()
+    ends_after: str = ""  # what the log's last line is (for the cut-excerpt note)
+    ends_hit: Hit | None = None  # that line
 
 
 def _rank_hit(analysis: Analysis, rank: RankTimeline, records: Sequence[Record]) -> Hit | None:
@@ -274,32 +323,187 @@ def _engine_ready(ranks: Sequence[RankTimeline]) -> bool:
     return True
 
 
+def _meaningful(rec: Record) -> bool:
+    msg = rec.message.strip()
+    return bool(msg) and bool(msg.strip("^~-=|*#. "))
+
+
+def _tail_of(records: Sequence[Record]) -> list[Record]:
+    """The records of the source that ends the input, in file order, blank lines left out."""
+    if not records:
+        return []
+    last_source = records[-1].source
+    return [r for r in records if r.source == last_source and _meaningful(r)]
+
+
+def _bar_state(bars: Sequence[Progress]) -> str:
+    """'advancing', 'zero' (the last update is at 0), 'frozen' (the last updates repeat one
+    count while the clock runs) or 'done' (100%)."""
+    last = bars[-1]
+    if last.total > 0 and last.done >= last.total:
+        return "done"
+    if last.done == 0:
+        return "zero"
+    same = [p for p in bars if p.label == last.label and p.total == last.total]
+    if len(same) >= 2:
+        prev = same[-2]
+        if (
+            prev.done == last.done
+            and prev.elapsed_s is not None
+            and last.elapsed_s is not None
+            and last.elapsed_s - prev.elapsed_s >= 30
+        ):
+            return "frozen"
+    return "advancing"
+
+
+def _stall_reason(
+    analysis: Analysis, records: Sequence[Record], min_gap: float
+) -> tuple[str | None, tuple[Hit, ...], str, dt.datetime | None, float | None]:
+    """(reason, its lines, what the log ends after, last activity time, silence)."""
+    tail = _tail_of(records)
+    events_at = {(e.source, e.line): e for e in analysis.events}
+    # 1. silence, from the last line with a timestamp that is not a wait, to the log end
+    active = [r for r in records if r.ts is not None and not _is_wait(r)]
+    last_active = max(active, key=lambda r: r.ts or dt.datetime.min, default=None)
+    last_ts = last_active.ts if last_active is not None else None
+    if last_ts is None and not any(r.ts is not None for r in records):
+        # no line of the input has a time (a timeline given without its lines)
+        last_ts = max((r.last_ts for r in analysis.ranks if r.last_ts is not None), default=None)
+    gap: float | None = None
+    if last_ts is not None and analysis.log_end is not None:
+        gap = max(0.0, (analysis.log_end - last_ts).total_seconds())
+    if last_ts is not None and gap is not None and gap >= min_gap:
+        later = [r for r in records if r.ts is not None and r.ts == analysis.log_end]
+        return (
+            f"then 0 lines from any rank or process for {fmt_duration(gap)} while the log went "
+            f"on to {_hms(analysis.log_end)}",
+            tuple(Hit.of(r) for r in (last_active, *later[-1:]) if r is not None),
+            "",
+            last_ts,
+            gap,
+        )
+    if not tail:
+        return None, (), "", last_ts, gap
+    # 2. interrupted by hand while it waited
+    for r in tail[-12:]:
+        if any(_INTERRUPT.match(x) for x in (r.message, *r.continuation[-3:])) and (
+            phase_index(analysis.last_phase) < phase_index("listening")
+        ):
+            return (
+                "then the run was interrupted by hand (KeyboardInterrupt) with no progress "
+                "logged since",
+                (Hit.of(r),),
+                "",
+                last_ts,
+                gap,
+            )
+    # 3. a wait message repeating at the end with nothing else between
+    waits: list[Record] = []
+    for r in reversed(tail):
+        if _is_wait(r):
+            waits.append(r)
+        elif parse_progress(r) or r.message.strip():
+            break
+    if len(waits) >= 2:
+        waits.reverse()
+        return (
+            f"then only a wait message, {len(waits)} times with no progress between "
+            f"({waits[-1].message.strip()[:120]})",
+            tuple(Hit.of(r) for r in (waits[0], waits[-1])),
+            "",
+            last_ts,
+            gap,
+        )
+    # 4. the last line starts a step that never ends (or a bar that does not move); a
+    #    traceback that names no exception (cut, or a dump on Ctrl-C) is not that line
+    last = next((r for r in reversed(tail) if not _is_wait(r) and not _is_trace(r)), tail[-1])
+    bars = [p for r in tail for p in parse_progress(r)]
+    if bars and bars[-1].line == last.line:
+        state = _bar_state(bars)
+        bar = bars[-1]
+        what = f"{bar.label or 'a progress bar'} at {bar.done}/{bar.total}"
+        if state == "zero":
+            return (f"the log ends on {what} (0%: the step started and never advanced)",
+                    (Hit.of(last),), what, last_ts, gap)
+        if state == "frozen":
+            return (f"the log ends on {what}, frozen (the count stopped while its clock ran)",
+                    (Hit.of(last),), what, last_ts, gap)
+        return None, (), f"a progress bar that was still advancing ({what})", last_ts, gap
+    ev = events_at.get((last.source, last.line))
+    text = last.message.strip()[:160]
+    short = text if len(text) <= 80 else text[:77] + "..."
+    if (ev is not None and ev.kind == "begin") or _is_step_start(last):
+        return (
+            f"the log ends on a line that starts a step which never ends ({text})",
+            (Hit.of(last),),
+            text,
+            last_ts,
+            gap,
+        )
+    # every rank's last line starts a step (the last line of the file is another's)
+    rank_last: dict[RankId, Record] = {}
+    for r in tail:
+        if r.rank is not None:
+            rank_last[r.rank] = r
+    if len(rank_last) >= 2 and all(
+        _is_step_start(r)
+        or ((e := events_at.get((r.source, r.line))) is not None and e.kind == "begin")
+        for r in rank_last.values()
+    ):
+        first = next(iter(rank_last.values()))
+        return (
+            f"each rank's last line starts a step which never ends ({first.message.strip()[:120]})",
+            tuple(Hit.of(r) for r in rank_last.values()),
+            text,
+            last_ts,
+            gap,
+        )
+    if ev is not None and ev.kind == "end":
+        ends = f"the end of a step ({short})"
+    elif ev is not None and ev.phase == "warmup":
+        ends = f"the engine's ready summary ({short})"
+    elif ev is not None:
+        ends = f"a {ev.phase} line ({short})"
+    else:
+        ends = f"a line no step marker covers ({short})"
+    return None, (), ends, last_ts, gap
+
+
 def stall_facts(
-    analysis: Analysis, records: Sequence[Record], fired: Mapping[str, Finding]
+    analysis: Analysis,
+    records: Sequence[Record],
+    fired: Mapping[str, Finding],
+    min_gap: float = 60.0,
 ) -> StallFacts | None:
-    """The log stops before `listening` with no error to explain it; None otherwise."""
+    """The log stops before `listening` with no error to explain it; None otherwise. The
+    facts say whether anything shows the startup stopped (``reason``) or the excerpt may
+    just have been cut there."""
     last = analysis.last_phase
     if last is not None and phase_index(last) >= phase_index("listening"):
         return None
     if _error_explains(fired):
         return None
-    if not any(not e.pattern.startswith("fallback.") for e in analysis.events):
+    if not any(not e.pattern.startswith(("fallback.", "frames.")) for e in analysis.events):
         return None  # no startup line at all (a bare stack dump, a traceback): no claim
-    if _ends_in_progress(analysis, records) is not None:
-        return None
     ranks = tuple(r for r in analysis.ranks if r.line_count > 0 or r.phases)
-    if _engine_ready(ranks):
-        return None
     by_phase: dict[str, list[RankTimeline]] = {}
     for r in ranks:
         by_phase.setdefault(r.last_phase or "launch", []).append(r)
-    times = [r.last_ts for r in ranks if r.last_ts is not None]
-    if not times:
-        times = [e.ts for e in analysis.events if e.ts is not None]
-    last_ts = max(times, default=None)
-    gap: float | None = None
-    if last_ts is not None and analysis.log_end is not None:
-        gap = max(0.0, (analysis.log_end - last_ts).total_seconds())
+    reason, reason_hits, ends_after, last_ts, gap = _stall_reason(analysis, records, min_gap)
+    tail = _tail_of(records)
+    ends_hit = None
+    if tail:
+        body = [r for r in tail if not _is_trace(r)] or tail
+        ends_hit = Hit.of(body[-1])
+    if _engine_ready(ranks) and reason is not None and gap is None:
+        reason = None
+    if _engine_ready(ranks) and not ends_after:
+        ends_after = "every rank finished CUDA-graph capture"
+    if last_ts is None:
+        times = [r.last_ts for r in ranks if r.last_ts is not None]
+        times = times or [e.ts for e in analysis.events if e.ts is not None]
+        last_ts = max(times, default=None)
     hits: list[Hit] = []
     for r in sorted(ranks, key=lambda r: r.rank.sort_key):
         h = _rank_hit(analysis, r, records)
@@ -316,6 +520,10 @@ def stall_facts(
         last_ts=last_ts,
         gap_s=gap,
         hits=tuple(hits),
+        reason=reason,
+        reason_hits=reason_hits,
+        ends_after=ends_after,
+        ends_hit=ends_hit,
     )
 
 
@@ -346,29 +554,35 @@ def _ranks_phrase(facts: StallFacts) -> str:
 
 
 def _check_stalled(ctx: CheckContext) -> CheckOutcome | None:
-    facts = stall_facts(ctx.analysis, ctx.records, ctx.fired)
-    if facts is None:
+    facts = stall_facts(ctx.analysis, ctx.records, ctx.fired, ctx.param("min_gap_s", 60.0))
+    if facts is None or facts.reason is None:
         return None
-    min_gap = ctx.param("min_gap_s", 60.0)
     head = _ranks_phrase(facts)
     when = f" at {_hms(facts.last_ts)}" if facts.last_ts else ""
-    if facts.gap_s is not None and facts.gap_s >= min_gap:
-        tail = (
-            f", then 0 lines from any rank for {fmt_duration(facts.gap_s)} while the log "
-            f"went on to {_hms(ctx.analysis.log_end)}"
-        )
-    elif facts.gap_s is not None:
-        tail = (
-            f"; the log ends {fmt_duration(facts.gap_s)} after that line (no later "
-            "timestamp shows how long it stayed silent)"
-        )
-    else:
-        tail = "; the log ends there (no timestamps to measure the silence)"
     message = (
-        f"{head}{when}{tail}; no rank reached listening, no port was opened, "
+        f"{head}{when}; {facts.reason}; no rank reached listening, no port was opened, "
         "and no error explains the stop"
     )
-    return CheckOutcome(message=message, hits=facts.hits)
+    return CheckOutcome(message=message, hits=facts.reason_hits + facts.hits)
+
+
+def _check_cut_excerpt(ctx: CheckContext) -> CheckOutcome | None:
+    """The log ends before `listening` but nothing shows a stop: say where it ends."""
+    facts = stall_facts(ctx.analysis, ctx.records, ctx.fired, ctx.param("min_gap_s", 60.0))
+    if facts is None or facts.reason is not None:
+        return None
+    when = f" at {_hms(facts.last_ts)}" if facts.last_ts else ""
+    after = facts.ends_after or "its last line"
+    message = (
+        f"the log ends after {after}{when} ({_ranks_phrase(facts)}); not proven stalled: "
+        "a later timestamp from any process, a wait message repeating with no progress, "
+        "or a live `diag snapshot` would show whether startup went on"
+    )
+    return CheckOutcome(
+        message=message,
+        hits=(facts.ends_hit,) if facts.ends_hit is not None else facts.hits[-1:],
+        ranks=tuple(t.rank.label for t in ctx.analysis.ranks),
+    )
 
 
 def _check_dist_init_hang(ctx: CheckContext) -> CheckOutcome | None:
@@ -378,7 +592,7 @@ def _check_dist_init_hang(ctx: CheckContext) -> CheckOutcome | None:
             message=f"distributed init timed out: {first.text[:300]}", hits=ctx.hits
         )
     facts = stall_facts(ctx.analysis, ctx.records, ctx.fired)
-    if facts is None or facts.phase != "dist_init":
+    if facts is None or facts.phase != "dist_init" or facts.reason is None:
         return None
     nccl = [
         Hit.of(r) for r in ctx.records if "nccl" in r.message.lower() or "world_size=" in r.message
@@ -386,10 +600,10 @@ def _check_dist_init_hang(ctx: CheckContext) -> CheckOutcome | None:
     return CheckOutcome(
         message=(
             f"{_ranks_phrase(facts)} (distributed init) and got no further"
-            f"{' by ' + _hms(facts.last_ts) if facts.last_ts else ''}: the process group "
-            "or NCCL communicator setup never completed"
+            f"{' by ' + _hms(facts.last_ts) if facts.last_ts else ''} ({facts.reason}): the "
+            "process group or NCCL communicator setup never completed"
         ),
-        hits=facts.hits + tuple(nccl),
+        hits=facts.reason_hits + facts.hits + tuple(nccl),
     )
 
 
@@ -428,18 +642,69 @@ def _check_no_listen_port(ctx: CheckContext) -> CheckOutcome | None:
     )
 
 
+# the innermost frame of a process that was waiting, not failing (a dump on Ctrl-C)
+_WAIT_FRAME = regex.compile(
+    r"in (?:run_until_complete|run_forever|_run_once|select|poll|wait|wait_for|"
+    r"_wait_for_tstate_lock|"
+    r"acquire|sleep|recv|recv_multipart|get|join|accept|serve_forever|_bootstrap_inner)\s*$"
+    r"|uvloop/loop\.pyx"
+)
+
+
+def _cut_traceback(tail: Sequence[Record]) -> tuple[Record, Record] | None:
+    """The traceback the log ends inside, with no exception line: (its first record, its
+    last record); None when the log does not end in a traceback or it shows a wait."""
+    if not tail:
+        return None
+    last = tail[-1]
+    if not _is_trace(last) and not last.message.startswith((" ", "\t")):
+        return None
+    start: Record | None = None
+    for r in reversed(tail[-400:]):
+        if "Traceback (most recent call last)" in r.message:
+            start = r
+            break
+        if not (_is_trace(r) or r.message.startswith((" ", "\t")) or not r.message.strip("^~ ")):
+            return None
+    if start is None:
+        return None
+    frames = [
+        x for r in tail if start.line <= r.line <= last.line
+        for x in (r.message, *r.continuation) if FRAME.search(x)
+    ]
+    if not frames or _WAIT_FRAME.search(frames[-1].rstrip()):
+        return None
+    if last.continuation:
+        body = [x for x in last.continuation if x.strip()]
+        if body and not (FRAME.search(body[-1]) or body[-1].startswith((" ", "\t"))):
+            return None  # the traceback ends on its exception line (not cut)
+    return start, last
+
+
 def _check_error_ends_log(ctx: CheckContext) -> CheckOutcome | None:
-    """The log's last line is an ERROR line and nothing else explains it: the run
-    ended in an error whose traceback the excerpt cut off."""
+    """The log's last line is an ERROR line, or it ends inside a traceback before the
+    exception line, and nothing else explains it: the run ended in an error whose
+    traceback (or exception) the excerpt cut off."""
     if _error_explains(ctx.fired) or not ctx.records:
         return None
+    tail = _tail_of(ctx.records)
+    cut = _cut_traceback(tail)
+    if cut is not None:
+        start, last = cut
+        frames = [x.strip() for x in (last.message, *last.continuation) if FRAME.search(x)]
+        where = frames[-1] if frames else last.message.strip()
+        return CheckOutcome(
+            message=(
+                "the log ends inside a traceback before its exception line (cut off); "
+                f"the innermost frame shown: {where[:200]}"
+            ),
+            hits=(Hit.of(start),),
+        )
     if phase_index(ctx.analysis.last_phase) >= phase_index("serving"):
         return None  # a serving log's last ERROR (an aborted request) is not a crash
-    last = max(ctx.records, key=lambda r: r.line)
-    source_last = [r for r in ctx.records if r.source == last.source]
-    last = max(source_last, key=lambda r: r.line)
-    if last.line < _last_line(ctx.analysis, ctx.records, last.source):
+    if not tail:
         return None
+    last = tail[-1]
     level = (last.level or "").upper()
     if level not in ("ERROR", "CRITICAL", "FATAL"):
         raw = last.raw or last.message
@@ -599,7 +864,18 @@ def _check_straggler(ctx: CheckContext) -> CheckOutcome | None:
     others_quiet = [r.silent_s for r in ahead if r.silent_s is not None]
     parts = []
     for r in behind:
-        part = f"{r.rank.label} last reached {r.last_phase}"
+        if r.last_phase == ahead_phase and behind_in_phase(r, ctx.analysis.ranks):
+            done = sum(
+                1 for o in ahead
+                if o.last_phase == ahead_phase
+                and any(p.phase == ahead_phase and p.ended for p in o.phases)
+            )
+            part = (
+                f"{r.rank.label} never logged the end of {r.last_phase}, which "
+                f"{done} other rank{'s' if done != 1 else ''} ended"
+            )
+        else:
+            part = f"{r.rank.label} last reached {r.last_phase}"
         if r.silent_s is not None and others_quiet:
             lead = r.silent_s - min(others_quiet)
             if lead >= 1:
@@ -660,5 +936,6 @@ CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
     "error_ends_log": _check_error_ends_log,
     "dist_init_hang": _check_dist_init_hang,
     "stalled": _check_stalled,
+    "cut_excerpt": _check_cut_excerpt,
     "no_listen_port": _check_no_listen_port,
 }

@@ -1,0 +1,230 @@
+"""Traceback frames -> phase events: the step a crash (or a dump) shows was running.
+
+A Python traceback lists the calls that were in progress when it was raised, outermost
+first; faulthandler dumps list them innermost first. The frames map to startup phases as
+shared/corpus/LABELS.md states ("last_phase is what the visible text proves was
+reached ... also a traceback's frames"):
+
+- ``init_process_group``, ``rendezvous``, ``TCPStore``, ``init_distributed_environment``,
+  ``initialize_model_parallel`` (and a collective: a failing collective proves at least
+  dist_init) -> dist_init
+- ``get_model``, ``load_model``, ``initialize_model``, ``load_weights``, ``weight_loader``,
+  quantization-scheme and attention-backend selection while the model is built -> weights_load
+- ``profile_run``, ``determine_available_memory``, ``determine_num_available_blocks``,
+  ``_initialize_kv_caches``, ``init_memory_pool`` -> kv_cache
+- ``torch._dynamo`` / Inductor / vLLM's compilation backend -> compile
+- ``capture_model``, ``CudaGraphRunner.capture`` -> cuda_graph
+- ``init_device`` / ``set_device`` -> launch (a worker that fails while starting its
+  device has reached no further, unless another line says so)
+- the schedulers' and engine cores' serving loops -> serving, but only in a stack with no
+  startup frame (vLLM V0's ``profile_run`` runs ``execute_model``)
+
+Each traceback (or dump thread) gives at most one event: the phase its frames reach,
+walked from the outermost call inwards (:func:`diag.timeline.advance`), at the line of
+the frame that decided it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from diag.model import Event, RankId, Record, phase_index
+
+__all__ = ["FRAME", "frame_events", "frame_phase"]
+
+# `File "path", line N, in func` (traceback) or `File "path", line N in func` (faulthandler)
+FRAME = re.compile(
+    r'File "(?P<path>[^"]{1,400})", line (?P<lineno>\d+)(?P<comma>,?) in (?P<func>[\w<>.]+)'
+)
+
+_DIST_FUNCS = frozenset(
+    {
+        "init_process_group", "rendezvous", "_create_c10d_store", "_tcp_rendezvous_handler",
+        "_env_rendezvous_handler", "_store_based_barrier", "init_distributed_environment",
+        "initialize_model_parallel", "ensure_model_parallel_initialized",
+        "init_torch_distributed", "init_world_group", "init_model_parallel_group",
+        "new_group", "_new_group_with_tag", "_new_process_group_helper",
+        "init_distributed", "gpu_p2p_access_check", "can_actually_p2p",
+        "init_worker_distributed_environment", "_init_distributed_environment",
+    }
+)
+# collectives (torch.distributed, vLLM/SGLang communicators): at least dist_init
+_COLLECTIVES = frozenset(
+    {
+        "all_reduce", "all_gather", "all_gather_into_tensor", "broadcast", "barrier",
+        "reduce_scatter", "reduce_scatter_tensor", "broadcast_object_list",
+        "all_gather_object", "gather_object", "monitored_barrier", "send", "recv",
+        "broadcast_tensor_dict", "_all_reduce_out_place", "custom_all_reduce",
+    }
+)
+_WEIGHT_FUNCS = frozenset(
+    {
+        "get_model", "load_model", "initialize_model", "_initialize_model", "load_weights",
+        "weight_loader", "load_weights_and_postprocess", "safetensors_weights_iterator",
+        "pt_weights_iterator", "download_weights_from_hf", "_prepare_weights",
+        "load_model_weights", "_get_weights_iterator",
+        # quantization scheme / attention backend chosen while the model is built
+        "get_quant_method", "get_scheme", "_get_scheme_from_parts", "get_quant_config",
+        "get_attn_backend", "_cached_get_attn_backend", "which_attn_to_use",
+        "get_attn_backend_cls", "_get_quantization_config", "verify_quantization",
+        "_verify_quantization",
+    }
+)
+_KV_FUNCS = frozenset(
+    {
+        "profile_run", "determine_available_memory", "determine_num_available_blocks",
+        "_initialize_kv_caches", "initialize_kv_cache", "init_memory_pool",
+        "profile_max_num_token", "initialize_cache", "_init_cache_engine",
+        "init_cache_engine", "get_kv_cache_config", "check_enough_kv_cache_memory",
+        "get_kv_cache_configs", "initialize_from_config", "raise_if_cache_size_invalid",
+    }
+)
+_GRAPH_FUNCS = frozenset(
+    {"capture_model", "init_cuda_graphs", "capture_one_batch_size", "init_device_graphs"}
+)
+_LAUNCH_FUNCS = frozenset({"init_device", "set_device", "_lazy_init", "init_worker"})
+_SERVING_FUNCS = frozenset(
+    {
+        "event_loop_normal", "event_loop_overlap", "event_loop_pp",
+        "event_loop_normal_disagg_decode",
+        "event_loop_overlap_disagg_decode", "event_loop_normal_disagg_prefill",
+        "event_loop_overlap_disagg_prefill", "run_busy_loop", "step_async", "run_engine_loop",
+        "engine_step", "process_batch_result", "run_batch", "execute_model_async",
+    }
+)
+_STARTUP = ("launch", "dist_init", "weights_load", "kv_cache", "compile", "cuda_graph")
+
+
+def frame_phase(path: str, func: str) -> str | None:
+    """The phase one frame shows was running, or None."""
+    p = path.replace("\\", "/")
+    name = func.rsplit(".", 1)[-1]
+    if "/torch/_dynamo/" in p or "/torch/_inductor/" in p or "/vllm/compilation/" in p:
+        return "compile"
+    if p.endswith("/torch/cuda/graphs.py") or (
+        p.endswith("cuda_graph_runner.py") and name in ("capture", "__init__")
+    ):
+        return "cuda_graph"
+    if name in _GRAPH_FUNCS:
+        return "cuda_graph"
+    if name in _KV_FUNCS:
+        return "kv_cache"
+    if name in _WEIGHT_FUNCS:
+        return "weights_load"
+    if name in _DIST_FUNCS or "TCPStore" in func or p.endswith("/rendezvous.py"):
+        return "dist_init"
+    if name in _COLLECTIVES and (
+        "/torch/distributed/" in p or "/distributed/" in p or "communicator" in p
+    ):
+        return "dist_init"
+    if p.endswith("/pynccl.py") and name == "__init__":
+        return "dist_init"
+    if name in _LAUNCH_FUNCS:
+        return "launch"
+    if name in _SERVING_FUNCS:
+        return "serving"
+    if "/disaggregation/" in p and name == "transfer_worker":
+        return "serving"  # SGLang's KV transfer threads run for live requests
+    return None
+
+
+@dataclass(slots=True)
+class _Stack:
+    source: str
+    rank: RankId | None
+    ts: object
+    first_line: int
+    # (line, path, func) in the order printed
+    frames: list[tuple[int, str, str]]
+    innermost_first: bool
+    rec: Record
+    # the source line printed under the last frame (the call it was making)
+    code: tuple[int, str] | None = None
+
+
+def _lines(rec: Record) -> Iterator[tuple[int, str]]:
+    yield rec.line, rec.message
+    for i, c in enumerate(rec.continuation, start=1):
+        yield rec.line + i, c
+
+
+_CALL = re.compile(r"^\s*(?:[\w.\[\]()]+\s*=\s*)?(?:await\s+)?(?:[\w.]+\.)?(\w+)\(")
+_TB_START = re.compile(r"Traceback \(most recent call last\)|\(most recent call first\)")
+
+
+def _stacks(records: Sequence[Record]) -> Iterator[_Stack]:
+    """Tracebacks and dump threads: frames grouped per (source, rank, pid), a new group at
+    each "Traceback (most recent call last)" / "Thread ... (most recent call first)"."""
+    open_: dict[tuple[str, RankId | None, int | None], _Stack] = {}
+    for rec in records:
+        key = (rec.source, rec.rank, rec.pid)
+        for line, text in _lines(rec):
+            if "File \"" not in text:
+                if _TB_START.search(text):
+                    st = open_.pop(key, None)
+                    if st is not None and st.frames:
+                        yield st
+                    continue
+                st = open_.get(key)
+                if st is not None and st.frames and st.frames[-1][0] == line - 1:
+                    st.code = (line, text)
+                continue
+            m = FRAME.search(text)
+            if m is None:
+                continue
+            st = open_.get(key)
+            if st is None:
+                st = _Stack(rec.source, rec.rank, rec.ts, line, [], m.group("comma") == "", rec)
+                open_[key] = st
+            st.frames.append((line, m.group("path"), m.group("func")))
+    for st in open_.values():
+        if st.frames:
+            yield st
+
+
+def frame_events(records: Sequence[Record]) -> list[Event]:
+    """One phase event per traceback or dump thread whose frames map to a phase."""
+    from diag.timeline import advance
+
+    out: list[Event] = []
+    for st in _stacks(records):
+        frames = list(reversed(st.frames)) if st.innermost_first else list(st.frames)
+        if st.code is not None and not st.innermost_first and st.code[0] == st.frames[-1][0] + 1:
+            # the call the innermost frame was making: `init_worker_distributed_environment(`
+            call = _CALL.search(st.code[1])
+            if call is not None:
+                frames.append((st.code[0], st.frames[-1][1], call.group(1)))
+        mapped = [
+            (line, func, ph) for line, path, func in frames if (ph := frame_phase(path, func))
+        ]
+        if not mapped:
+            continue
+        if any(ph in _STARTUP for _, _, ph in mapped):
+            mapped = [m for m in mapped if m[2] != "serving"]
+        phase: str | None = None
+        where = mapped[0]
+        for m in mapped:
+            nxt = advance(phase, m[2], seen=())
+            if nxt != phase:
+                phase, where = nxt, m
+        if phase is None:
+            continue
+        line, func, _ = where
+        rec = st.rec
+        out.append(
+            Event(
+                source=st.source,
+                line=line,
+                ts=rec.ts,
+                rank=st.rank,
+                phase=phase,
+                kind="mark",
+                pattern=f"frames.{func}",
+                message=f"traceback frame in {func} (phase {phase})",
+                fields={"frame": func},
+            )
+        )
+    out.sort(key=lambda e: (e.source, e.line, phase_index(e.phase)))
+    return out
