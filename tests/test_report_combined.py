@@ -117,7 +117,11 @@ def test_bundle_holds_raw_stacks_and_a_report_from_the_combined_view(
     assert report.startswith("## diag: sglang startup stalled at `kv_cache` (proven by a live")
     assert "| TP3 | `kv_cache` | 10 s | S stuck |" in report
     assert "<summary><code>stack.dist_init</code>: TP0, TP1, TP2" in report
-    assert "    silent :crit, 2026-11-30 18:18:50, 10s" in report
+    # the silence to the snapshot (18:19:00), after the last phase as drawn (1 s long)
+    assert (
+        "    kv_cache :done, 2026-11-30 18:18:50, 1s\n    silent :crit, 2026-11-30 18:18:51, 9s"
+        in report
+    )
 
 
 def test_markdown_stays_under_the_github_limit_and_says_what_it_left_out() -> None:

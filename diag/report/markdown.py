@@ -84,20 +84,34 @@ def _section_name(label: str) -> str:
     return label.replace(":", " ").replace("#", " ").replace(";", " ")
 
 
-def _task(name: str, tag: str | None, start: dt.datetime, end: dt.datetime | None) -> str:
+def _task(
+    name: str, tag: str | None, start: dt.datetime, end: dt.datetime | None
+) -> tuple[str, dt.datetime]:
+    """One task line, and where it ends as drawn (at least 1 s long: mermaid's unit)."""
     seconds = max(1, round((end - start).total_seconds())) if end is not None else 1
     tags = f"{tag}, " if tag else ""
-    return f"    {_task_name(name)} :{tags}{start.strftime(_PY_DATE_FORMAT)}, {seconds}s"
+    line = f"    {_task_name(name)} :{tags}{start.strftime(_PY_DATE_FORMAT)}, {seconds}s"
+    return line, start + dt.timedelta(seconds=seconds)
 
 
-def _rank_tasks(phases: tuple[PhaseInterval, ...], last_ts: dt.datetime | None) -> list[str]:
+def _rank_tasks(
+    phases: tuple[PhaseInterval, ...], last_ts: dt.datetime | None
+) -> tuple[list[str], dt.datetime | None]:
+    """A rank's phases as tasks that never overlap as drawn (a phase shorter than its
+    second is drawn 1 s long and the next one starts after it), so that compact mode
+    keeps the rank on one row; and where the last one ends."""
     lines = []
+    cursor: dt.datetime | None = None
     timed = [(p.start, p) for p in phases if p.start is not None]
     timed.sort(key=lambda t: t[0])
     for start, p in timed:
+        start = start.replace(microsecond=0)
+        if cursor is not None and start < cursor:
+            start = cursor
         end = p.end or last_ts
-        lines.append(_task(p.phase, "done" if p.ended else "active", start, end))
-    return lines
+        line, cursor = _task(p.phase, "done" if p.ended else "active", start, end)
+        lines.append(line)
+    return lines, cursor
 
 
 def mermaid_gantt(view: Analysis | Combined) -> str | None:
@@ -131,7 +145,7 @@ def mermaid_gantt(view: Analysis | Combined) -> str | None:
     sections = 0
     if any(p.start is not None for p in a.global_phases):
         out.append("    section no rank")
-        out.extend(_rank_tasks(a.global_phases, None))
+        out.extend(_rank_tasks(a.global_phases, None)[0])
         sections += 1
     ranks = sorted(a.ranks, key=lambda r: r.rank.sort_key)
     for r in ranks:
@@ -140,7 +154,7 @@ def mermaid_gantt(view: Analysis | Combined) -> str | None:
                 f"    title Startup timeline per rank (first {sections} of {len(ranks)})"
             )
             break
-        tasks = _rank_tasks(r.phases, r.last_ts)
+        tasks, drawn_to = _rank_tasks(r.phases, r.last_ts)
         if not tasks:
             continue
         out.append(f"    section {_section_name(r.rank.label)}")
@@ -148,8 +162,9 @@ def mermaid_gantt(view: Analysis | Combined) -> str | None:
         # the silence at the end, drawn to the end of the log or to the snapshot
         if r.last_ts is not None and r.silent_s is not None and r.silent_s >= 1:
             stop = min(end, r.last_ts + dt.timedelta(seconds=r.silent_s))
-            if stop > r.last_ts:
-                out.append(_task("silent", "crit", r.last_ts, stop))
+            begin = max(r.last_ts.replace(microsecond=0), drawn_to or r.last_ts)
+            if stop > begin:
+                out.append(_task("silent", "crit", begin, stop)[0])
         sections += 1
     if sections == 0:
         return None
