@@ -412,8 +412,10 @@ _ENTRY_START = re.compile(
     r"|(?P<pp>\((?:[A-Za-z][\w\-]{0,80}\s*)?(?:rank=[0-9]{1,9}\s*)?pid=[0-9]{1,9}"
     r"(?:,\s*ip=[\w.:\-]{1,80})?\) " + _LEVEL_WORDS + r" [0-9]{2}-[0-9]{2} )"
 )
-# a cheap test that a second record start may be there at all
+# a cheap test that a second record start may be there at all, looked for past the first
+# record's own prefix (a stamp, a level and time, a process prefix: 26-40 characters)
 _GLUE_HINT = re.compile(r"\[20[0-9]{2}-[0-9]{2}-[0-9]{2} |[OGRL] [01][0-9]-[0-3][0-9] [0-9]{2}:")
+_GLUE_FROM = 24
 _VLLM_FILE = re.compile(r"\[[\w./\-]{1,200}\.py:[0-9]{1,9}\] ")
 # after a space, only a word or a closing mark may end the record before (never a
 # wrapper's " - " / " | " / "]: " / ") ")
@@ -437,7 +439,7 @@ def split_glued(part: str) -> list[str]:
     """A physical line holding several records (a paste that lost its newlines) -> the
     records. A line with one record is returned as ``[part]``; a wrapper's own stamp at
     the start of the line (``2025-..Z INFO ...``) is never a cut."""
-    if len(part) < 40 or _GLUE_HINT.search(part, 1) is None:
+    if len(part) < 40 or _GLUE_HINT.search(part, _GLUE_FROM) is None:
         return [part]
     cuts = [m.start() for m in _ENTRY_START.finditer(part, 1) if _is_cut(part, m)]
     if not cuts:
