@@ -326,3 +326,47 @@ def test_a_dump_never_runs_on_into_the_next_file() -> None:
     a, b = extract_stack_processes([*tail_of_a, *head_of_b])
     assert (a.source, a.wait_site) == ("a.txt", "stack.nccl_collective")
     assert (b.source, b.wait_site) == ("b.txt", "stack.ipc_wait")
+
+
+def test_torch_report_frames_without_their_header_are_a_c10d_report() -> None:
+    """torch's `#N f from file:line` frames, the `Stack trace of the failed collective:`
+    header cut off (and here the innermost frames too): still torch's report of a
+    collective, innermost first."""
+    text = (
+        "#56 forward from /w/sglang/python/sglang/srt/models/deepseek_v2.py:2083\n"
+        "#57 _call_impl from /usr/lib/python3/dist-packages/torch/nn/modules/module.py:1784\n"
+        "#58 forward_extend from /w/sglang/python/sglang/srt/model_executor/model_runner.py:1698\n"
+        "#59 run_batch from /w/sglang/python/sglang/srt/managers/scheduler.py:1801\n"
+    )
+    (proc,) = parse_stack_text(text)
+    assert proc.mode == "c10d" and proc.pid is None
+    assert [f.name for f in proc.threads[0].frames] == [
+        "forward",
+        "_call_impl",
+        "forward_extend",
+        "run_batch",
+    ]
+    assert proc.threads[0].frames[0].line == 2083
+    assert proc.wait_site == "stack.nccl_collective"
+
+
+def test_gdb_py_bt_is_read_innermost_first() -> None:
+    text = (
+        "Traceback (most recent call first):\n"
+        "  <built-in method masked_select of type object at remote 0x7557b515be80>\n"
+        '  File "/x/site-packages/torch/_tensor_str.py", line 145, in __init__\n'
+        "    nonzero_finite_vals = torch.masked_select(\n"
+        '  File "/x/site-packages/torch/_tensor_str.py", line ?, in _str_intern\n'
+        "    (failed to get frame line number)\n"
+        '  File "/vllm/v1/worker/gpu_model_runner.py", line 952, in execute_model\n'
+        '    print("hidden_states", hidden_states)\n'
+    )
+    (proc,) = parse_stack_text(text)
+    frames = proc.threads[0].frames
+    assert proc.mode == "faulthandler"
+    assert [f.name for f in frames] == ["__init__", "_str_intern", "execute_model"]
+    assert (frames[0].line, frames[1].line) == (145, None)
+    # printing a GPU tensor copies it to the host: the kernel leaf names a CUDA sync
+    assert proc.wait_site == "stack.cuda_sync"
+    # a Python traceback (most recent call LAST) is still an error, not a dump
+    assert parse_stack_text(text.replace("call first", "call last")) == []

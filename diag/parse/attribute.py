@@ -39,7 +39,8 @@ def _catalogue() -> Catalogue:
 _LOG_LINE = re.compile(
     r"^(?:[\w.]+(?:Error|Exception|Interrupt|Exit)(?:: |$)|Killed$|Aborted(?: \(core dumped\))?$|"
     r"Segmentation fault|terminate called after throwing|Fatal Python error: |"
-    r'File "[^"]+", line \d+,? in \S+$)'  # a traceback or faulthandler frame
+    r'File "[^"]+", line \d+,? in \S+$|'  # a traceback or faulthandler frame
+    r"#\d+ \S+ from \S+:\d+$)"  # a frame of torch's failed-collective report
 )
 
 

@@ -72,7 +72,7 @@ _IGNORED = re.compile(
 )
 # py-spy's thread header; reporters re-typing it drop the id: `Thread (idle) "MainThread"`
 _PYSPY_THREAD = re.compile(
-    r'^Thread (?:(0x[0-9a-fA-F]+|\d+) )?\(((?:idle|active|gil)(?:\+[a-z]+)*)\):?'
+    r"^Thread (?:(0x[0-9a-fA-F]+|\d+) )?\(((?:idle|active|gil)(?:\+[a-z]+)*)\):?"
     r'(?: "(.*)")?:?$'
 )
 # Python >= 3.14 adds the OS thread name: `Thread 0x7f.. [pt_nccl_watchdg] (most ...):`
@@ -84,6 +84,10 @@ _FH_STACK = re.compile(r"^Stack \(most recent call first\):$")
 _FH_C_STACK = re.compile(r"^Current thread's C stack trace|^<.*C stack trace")
 _FH_FRAME = re.compile(r'^\s*File "(.*)", line (\d+|\?\?\?) in (.+?)\s*$')
 _TB_HEADER = re.compile(r"^Traceback \(most recent call last\):$")
+# gdb's `py-bt`: `Traceback (most recent call first):` then `  File "x.py", line 145, in f`
+# (innermost first; `line ?` where gdb could not read it), `<built-in method ...>` lines
+_PYBT_HEADER = re.compile(r"^Traceback \(most recent call first\):$")
+_PYBT_FRAME = re.compile(r'^\s*File "(.*)", line (\d+|\?+), in (.+?)\s*$')
 _TB_FRAME = re.compile(r'^\s*File "(.*)", line (\d+), in (.+?)\s*$')
 _PYSTACK_HEADER = re.compile(
     r"^Traceback for thread (\d+)(?: \(([^)]*)\))?.*\(most recent call last\):$"
@@ -148,7 +152,8 @@ def _split_prefixes(text: str) -> tuple[str, str, RankId | None, str | None]:
 # A line can start or continue a dump only if it is indented, is a lone "[" or contains
 # one of these; while no dump is open, other lines are skipped unparsed (one search).
 _CANDIDATE = re.compile(
-    r'Thread |Process \d|File "|Traceback|Pyspy |Stack \(|Stack trace|KeyboardInterrupt'
+    r'Thread |Process \d|File "|Traceback|Pyspy |Stack \(|Stack trace|KeyboardInterrupt|'
+    r"^#\d+ \S.* from \S"
 )
 
 
@@ -273,6 +278,7 @@ class _Channel:
         self.tb: _Proc | None = None
         self.json: list[str] | None = None
         self.json_at: _Line | None = None
+        self.pybt = False  # the open thread is gdb py-bt's (innermost first)
 
     @property
     def in_c10d(self) -> bool:
@@ -294,6 +300,7 @@ class _Channel:
         self.thread = None
         self.locals = False
         self.foreign = 0
+        self.pybt = False
 
     def _open(
         self, ln: _Line, kind: str, pid: int | None = None, title: str | None = None
@@ -367,6 +374,10 @@ class _Channel:
             self._new_thread(self._open(ln, "c10d"), None, None, None)
             return True
         m = _C10D_FRAME.match(stripped)
+        if m and not self.in_c10d and self.proc is None and self.tb is None:
+            # torch's `#N f from file:line` frames whose header was cut off: only torch's
+            # failed-collective report (ProcessGroupNCCL) prints this shape
+            self._new_thread(self._open(ln, "c10d"), None, None, None)
         if m and self.in_c10d and self.thread is not None:
             where = f"{m.group(3)}:{m.group(4)}"
             self.thread.frames.append(make_frame(m.group(2), where))
@@ -415,6 +426,10 @@ class _Channel:
                 proc = self._open(ln, "pystack")
             self._new_thread(proc, tid, None, None, outer_first=True)
             return True
+        if _PYBT_HEADER.match(stripped):
+            self._new_thread(self._open(ln, "faulthandler"), None, None, None)
+            self.pybt = True
+            return True
         if _TB_HEADER.match(stripped):
             self.tb = _Proc("traceback", ln.source, ln.line, None, ln.title, ln.rank)
             self.tb.threads.append(_Thread(None, None, None, outer_first=True))
@@ -422,6 +437,13 @@ class _Channel:
         return False
 
     def _feed_frame(self, ln: _Line, text: str, stripped: str) -> bool:
+        if self.pybt and self.thread is not None and self.proc is not None:
+            m = _PYBT_FRAME.match(text)
+            if m:
+                lineno = m.group(2)
+                where = f"{m.group(1)}:{lineno}" if lineno.isdigit() else m.group(1)
+                self.thread.frames.append(make_frame(m.group(3), where))
+                return True
         m = _PYSTACK_FRAME.match(text)
         if m and self.thread is not None and self.proc is not None and self.proc.kind == "pystack":
             name = re.sub(r" \([^()]*\)$", "", m.group(4)) if m.group(1) == "C" else m.group(4)
