@@ -156,8 +156,8 @@ _GLOG = re.compile(
 _UVICORN = re.compile(r"^" + _LVL + r":\s+(?P<msg>.*)$", re.S | re.A)
 _TQDM = re.compile(r"\d+%\|| \d+% Completed \| \d+/\d+|^\s*\d+%\s*\|.*\| *\d+/\d+", re.A)
 _PYSPY = re.compile(
-    r"^(?:Process \d+: |Python v\d|Thread 0x[0-9A-Fa-f]+ \((?:idle|active|gil)|"
-    r"Thread \d+ \((?:idle|active)|Pyspy (?:dump for PID|failed to dump))", re.A)
+    r"^(?:Process \d+: |Python v\d|Thread (?:0x[0-9A-Fa-f]+ |\d+ )?\((?:idle|active|gil)|"
+    r"Pyspy (?:dump for PID|failed to dump))", re.A)
 _FAULTHANDLER = re.compile(
     r"^(?:Fatal Python error: |Thread 0x[0-9a-fA-F]+ \(most recent call first\)|"
     r"Current thread 0x[0-9a-fA-F]+ \(most recent call first\)|Extension modules: )", re.A)
