@@ -444,6 +444,8 @@ class Redactor:
         value = match.group("val")
         if not is_secret_name(name) or _is_mask(value) or "authorization" in name.lower():
             return match.group(0)  # (Authorization headers have their own pattern)
+        if name.endswith(("Error", "Exception", "Warning")):
+            return match.group(0)  # an exception and its message (KeyError: 'lm_head.weight')
         if value[:1] in ("[", "(") and len(value) >= 2:  # a list of secrets: mask each item
             inner = value[1:-1].strip()
             if not inner or inner in _NOT_SECRET_VALUES:

@@ -317,3 +317,9 @@ def test_wrapped_token_in_one_text() -> None:
     tok = S["log_hf_wrapped"]
     out = Redactor().text(f"use {tok[:15]}\n{tok[15:]} now")
     assert tok[:15] not in out and tok[15:] not in out and out.endswith(" now")
+
+
+def test_exception_names_are_not_secret_fields() -> None:
+    line = "> [2025-11-06T02:10:00.702Z] KeyError: 'lm_head.weight'"
+    assert Redactor().text(line) == line
+    assert "<redacted" in Redactor().text("api_key: 'abcDEF123'")
