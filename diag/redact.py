@@ -463,6 +463,8 @@ class Redactor:
             return match.group(0)
         if not quote and ":" in match.group("op") and _NUMBER.fullmatch(inner):
             return match.group(0)  # a count in a log line ("#new-token: 6"), not a secret
+        if not quote and "(" in inner:
+            return match.group(0)  # code in a traceback (next_token_ids = batch.sample(...))
         kind = "env" if _ENV_NAME.match(name) and "=" in match.group("op") else "field"
         q = match.group("q")
         return f"{q}{name}{q}{match.group('op')}{quote}{self._hit(kind)}{quote}"
