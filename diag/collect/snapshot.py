@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from diag.collect import collective, stackapi
+from diag.collect import collective, peers, stackapi
 from diag.collect.discover import (
     TP_OPTIONS,
     Discovery,
@@ -736,6 +736,15 @@ def take_snapshot(
 
     evidence: list[dict[str, object]] = []
     notes = list(disc.notes)
+    # who a waiting rank waits for, from /proc: lock holders, ranks missing from a store
+    evidence += peers.lock_waits(processes, proc_root)
+    for index, srv in enumerate(servers):
+        tp = srv.get("tp_size")
+        evidence += peers.store_connections(
+            [p for p in processes if p.server == index and p.role in RANK_ROLES],
+            proc_root,
+            expected=tp if isinstance(tp, int) and 0 < tp <= 4096 else None,
+        )
     if options.ras and found:
         ras_listening = collective.RAS_PORT in listening.values() or any(
             not isinstance(f.listening_ports, Unavailable)

@@ -278,7 +278,45 @@ def _disk_wait(ctx: SnapshotContext) -> CheckOutcome | None:
     return _state(ctx, "D", "in uninterruptible I/O (state D: storage or driver wait)")
 
 
+def _evidence(ctx: SnapshotContext, kind: str) -> list[Mapping[str, object]]:
+    return [ev for ev in ctx.snapshot.collective_evidence if ev.get("kind") == kind]
+
+
+def _lock_holder(ctx: SnapshotContext) -> CheckOutcome | None:
+    """Ranks blocked on a file lock, with who holds it (``/proc/locks``)."""
+    waits = _evidence(ctx, "file_lock")
+    if not waits:
+        return None
+    by_pid = {p.pid: p for p in ctx.snapshot.processes}
+    ranks = tuple(str(w["waiter_rank"]) for w in waits if w.get("waiter_rank"))
+    texts = [str(w.get("text", "")) for w in waits]
+    hits = []
+    for w in waits[:5]:
+        pid = w.get("waiter")
+        hits.append(ctx.hit(by_pid.get(pid) if isinstance(pid, int) else None,
+                            str(w.get("text", ""))))
+    more = f" (and {len(texts) - 3} more)" if len(texts) > 3 else ""
+    return CheckOutcome(message="; ".join(texts[:3]) + more, hits=tuple(hits), ranks=ranks)
+
+
+def _store_missing(ctx: SnapshotContext) -> CheckOutcome | None:
+    """Ranks that never connected to the store the others rendezvous on."""
+    found = [ev for ev in _evidence(ctx, "store_connections") if ev.get("not_connected")
+             or (isinstance(ev.get("expected"), int) and isinstance(ev.get("connected"), list)
+                 and len(ev["connected"]) < ev["expected"])]  # type: ignore[arg-type,operator]
+    if not found:
+        return None
+    missing = [str(r) for ev in found for r in ev.get("not_connected") or ()]  # type: ignore[attr-defined]
+    return CheckOutcome(
+        message="; ".join(str(ev.get("text", "")) for ev in found[:3]),
+        hits=tuple(ctx.hit(None, str(ev.get("text", ""))) for ev in found[:5]),
+        ranks=tuple(dict.fromkeys(missing)),
+    )
+
+
 SNAPSHOT_CHECKS: dict[str, Callable[[SnapshotContext], CheckOutcome | None]] = {
+    "snapshot_lock_holder": _lock_holder,
+    "snapshot_store_missing": _store_missing,
     "snapshot_no_listen_port": _no_port,
     "snapshot_cpu_side_hang": _cpu_side_hang,
     "snapshot_rank_outlier": _outlier,

@@ -12,6 +12,8 @@ listens on its HTTP port only once every rank reported healthy.
 Hang modes (what each rank does after init_process_group):
 - ``collective``: every rank enters all_reduce except the last, which never joins;
 - ``store``: every rank waits in a TCPStore get of a key nobody sets;
+- ``store_missing``: every rank but the last joins a second TCPStore and waits there; the
+  last never connects to it (busy elsewhere), so the store's master waits for it;
 - ``compile``: the last rank blocks on a compile-cache FileLock the launcher holds while
   the others wait in all_reduce for it;
 - ``ipc``: the ranks (and vLLM's engine core) wait on each other over
@@ -38,7 +40,7 @@ from pathlib import Path
 
 __all__ = ["MODES", "main"]
 
-MODES = ("collective", "store", "compile", "ipc", "healthy")
+MODES = ("collective", "store", "store_missing", "compile", "ipc", "healthy")
 HERE = Path(__file__).resolve()
 
 
@@ -136,6 +138,18 @@ def rank_main(args: argparse.Namespace) -> None:
         )
         _ready(ready_dir, f"rank{r}", {"pid": os.getpid()})
         store.get("weights_ready")  # nobody ever sets it
+    elif mode == "store_missing":
+        _ready(ready_dir, f"rank{r}", {"pid": os.getpid()})
+        if r == last:
+            handle_first_request(3600)
+        store = dist.TCPStore(
+            "127.0.0.1",
+            args.store_port,
+            n,
+            is_master=(r == 0),
+            timeout=datetime.timedelta(hours=1),
+        )
+        store.get("weights_ready")
     elif mode == "compile":
         _log(fw, tag, "Compiling kernels (cache lock) ...", "compile_utils.py:1")
         _ready(ready_dir, f"rank{r}", {"pid": os.getpid()})

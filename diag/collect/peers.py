@@ -1,0 +1,359 @@
+"""Who a waiting rank waits for, from /proc alone (no ptrace, nothing written anywhere).
+
+- **File locks** (``/proc/locks``): a process blocked in ``flock``/``fcntl`` shows as a
+  ``->`` entry after the lock it waits for; the holder is the entry of the same device and
+  inode that is not blocked. The path comes from the waiter's open file descriptors.
+- **Store connections** (``/proc/PID/net/tcp*`` and each process's socket inodes): a
+  TCPStore (the rendezvous of ``init_process_group``, or a store of the framework's own)
+  is a port some rank listens on and every rank opens a client connection to. Before the
+  first NCCL communicator exists this is the one place that says which rank never came.
+
+Both return plain dicts (``Snapshot.collective_evidence`` entries: ``kind``, what was
+found, and a one-line ``text``), or nothing when there is nothing to say.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from diag.model import ProcessInfo
+
+__all__ = ["LockEntry", "lock_waits", "parse_locks", "store_connections"]
+
+_MAX_LOCK_LINES = 100_000  # a host with more locks than this is not read further
+_MAX_FDS = 65_536
+
+
+@dataclass(frozen=True, slots=True)
+class LockEntry:
+    ident: str
+    kind: str  # FLOCK | POSIX | OFDLCK | LEASE
+    mode: str  # READ | WRITE
+    pid: int | None
+    dev: str  # "fd:01" (major:minor, hex as the kernel prints it)
+    inode: int
+    blocked: bool  # a "->" entry: waiting for the lock listed before it
+
+
+def _int(text: str, limit: int = 12) -> int | None:
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= limit else None
+
+
+def parse_locks(text: str) -> list[LockEntry]:
+    """``/proc/locks`` lines: ``1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234 0 EOF`` and, for
+    a waiter, ``1: -> FLOCK  ADVISORY  WRITE 4243 fd:01:1234 0 EOF``."""
+    out: list[LockEntry] = []
+    for line in text.splitlines()[:_MAX_LOCK_LINES]:
+        cols = line.split()
+        if len(cols) < 5 or not cols[0].endswith(":"):
+            continue
+        blocked = cols[1] == "->"
+        rest = cols[2:] if blocked else cols[1:]
+        if len(rest) < 5:
+            continue
+        kind, mode = rest[0], rest[2]
+        pid = _int(rest[3])
+        where = rest[4].split(":")
+        if len(where) != 3:
+            continue
+        inode = _int(where[2], 20)
+        if inode is None:
+            continue
+        out.append(LockEntry(cols[0].rstrip(":"), kind, mode, pid, f"{where[0]}:{where[1]}",
+                             inode, blocked))
+    return out
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return None
+
+
+def _fd_path_for_inode(pid: int, inode: int, proc_root: Path) -> str | None:
+    fd_dir = proc_root / str(pid) / "fd"
+    try:
+        names = os.listdir(fd_dir)[:_MAX_FDS]
+    except OSError:
+        return None
+    for name in names:
+        path = _link_if_inode(fd_dir / name, inode)
+        if path is not None:
+            return path
+    return None
+
+
+def _link_if_inode(fd: Path, inode: int) -> str | None:
+    try:
+        return os.readlink(fd) if os.stat(fd).st_ino == inode else None
+    except OSError:
+        return None
+
+
+def _title(pid: int, proc_root: Path, known: Mapping[int, ProcessInfo]) -> str:
+    if pid in known:
+        p = known[pid]
+        return p.rank.label if p.rank is not None else f"{p.role} {p.title}"[:80]
+    cmd = _read(proc_root / str(pid) / "cmdline")
+    if cmd:
+        return cmd.replace("\0", " ").strip()[:80]
+    return "?"
+
+
+def _fd_inodes(pid: int, proc_root: Path) -> dict[tuple[str, int], str]:
+    """(dev as /proc/locks prints it, inode) -> path of every regular file ``pid`` holds open."""
+    fd_dir = proc_root / str(pid) / "fd"
+    try:
+        names = os.listdir(fd_dir)[:_MAX_FDS]
+    except OSError:
+        return {}
+    out: dict[tuple[str, int], str] = {}
+    for name in names:
+        got = _fd_key(fd_dir / name)
+        if got is not None:
+            out[got[0]] = got[1]
+    return out
+
+
+def _fd_key(fd: Path) -> tuple[tuple[str, int], str] | None:
+    try:
+        st = os.stat(fd)
+        target = os.readlink(fd)
+    except OSError:
+        return None
+    if not target.startswith("/"):
+        return None  # sockets, pipes, anon inodes
+    return (f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}", st.st_ino), target
+
+
+def _waits_in_lock(p: ProcessInfo) -> bool:
+    """The stack shows a lock acquisition (py-filelock polls flock with LOCK_NB and sleeps,
+    so the kernel never lists it as blocked)."""
+    if p.stack is None:
+        return False
+    for t in p.stack.threads:
+        for f in t.frames[:12]:
+            name, fn = f.name.lower(), f.filename.lower()
+            if "filelock" in fn or "flock" in name or "lockf" in name or (
+                "acquire" in name and "lock" in fn
+            ):
+                return True
+    return False
+
+
+def lock_waits(
+    processes: Sequence[ProcessInfo], proc_root: Path = Path("/proc")
+) -> list[dict[str, object]]:
+    """One entry per process of the snapshot that waits for a file lock another process
+    holds: blocked in the kernel (a ``->`` entry of /proc/locks), or holding the locked
+    file open while its stack is acquiring a lock (py-filelock's polling). The entry names
+    the lock's path and its holder (pid, and what it is: a rank, the launcher, another
+    program)."""
+    text = _read(proc_root / "locks")
+    if not text:
+        return []
+    entries = parse_locks(text)
+    mine = {p.pid: p for p in processes}
+    held: dict[tuple[str, int], set[int]] = {}
+    for h in entries:
+        if not h.blocked and h.pid is not None:
+            held.setdefault((h.dev, h.inode), set()).add(h.pid)
+    waits: dict[int, tuple[tuple[str, int], str, str | None]] = {}
+    for e in entries:
+        if e.blocked and e.pid in mine:
+            waits[e.pid] = ((e.dev, e.inode), e.kind,
+                            _fd_path_for_inode(e.pid, e.inode, proc_root))
+    for p in processes:
+        if p.pid in waits or not held or not _waits_in_lock(p):
+            continue
+        for key, fd_path in _fd_inodes(p.pid, proc_root).items():
+            lockers = held.get(key, set())
+            if lockers and p.pid not in lockers:
+                waits[p.pid] = (key, "FLOCK", fd_path)
+                break
+    out: list[dict[str, object]] = []
+    # py-filelock closes its fd after each failed try: a process whose stack is acquiring a
+    # lock but holds no locked file open gets the lock files other processes hold, as
+    # candidates (said as such: the kernel does not tell which one it polls for)
+    for p in processes:
+        if p.pid in waits or not _waits_in_lock(p):
+            continue
+        cands = []
+        for key, pids in held.items():
+            others = sorted(pids - {p.pid})
+            if not others or p.pid in pids:
+                continue
+            path = _fd_path_for_inode(others[0], key[1], proc_root)
+            if path and "lock" in path.rsplit("/", 1)[-1].lower():
+                cands.append((path, others))
+        if not cands:
+            continue
+        cands.sort()
+        name = p.rank.label if p.rank is not None else f"pid {p.pid}"
+        listed = "; ".join(
+            f"{path} held by "
+            + ", ".join(f"pid {h} ({_title(h, proc_root, mine)})" for h in hs)
+            for path, hs in cands[:5]
+        )
+        one = len(cands) == 1
+        out.append({
+            "kind": "file_lock",
+            "waiter": p.pid,
+            "waiter_rank": p.rank.label if p.rank is not None else None,
+            "lock": "FLOCK",
+            "path": cands[0][0] if one else None,
+            "holders": cands[0][1] if one else sorted({h for _, hs in cands for h in hs}),
+            "holder_in_server": [h for _, hs in cands for h in hs if h in mine],
+            "certain": False,
+            "text": (
+                f"{name} is acquiring a file lock (polling: the kernel does not say which "
+                f"file); {'the one lock file' if one else 'lock files'} other processes "
+                f"hold: {listed}"
+            ),
+        })
+    for pid, (key, kind, path) in sorted(waits.items()):
+        holders = sorted(held.get(key, set()) - {pid})
+        waiter = mine[pid]
+        who = [f"pid {h} ({_title(h, proc_root, mine)})" for h in holders]
+        name = waiter.rank.label if waiter.rank is not None else f"pid {waiter.pid}"
+        out.append({
+            "kind": "file_lock",
+            "waiter": pid,
+            "waiter_rank": waiter.rank.label if waiter.rank is not None else None,
+            "lock": kind,
+            "path": path,
+            "inode": key[1],
+            "holders": holders,
+            "holder_in_server": [h for h in holders if h in mine],
+            "text": (
+                f"{name} waits for a {kind} lock on {path or f'inode {key[1]}'} held by "
+                + (", ".join(who) if who else "no process this host shows (another container?)")
+            ),
+        })
+    return out
+
+
+def _tcp_table(pid: int, proc_root: Path) -> list[tuple[int, int, int, str]]:
+    """(local port, remote port, inode, state hex) of the TCP sockets in the network
+    namespace of ``pid``."""
+    rows: list[tuple[int, int, int, str]] = []
+    for name in ("tcp", "tcp6"):
+        text = _read(proc_root / str(pid) / "net" / name)
+        if not text:
+            continue
+        for line in text.splitlines()[1:]:
+            cols = line.split()
+            if len(cols) < 10:
+                continue
+            try:
+                lport = int(cols[1].rsplit(":", 1)[1], 16)
+                rport = int(cols[2].rsplit(":", 1)[1], 16)
+                inode = int(cols[9]) if len(cols[9]) <= 20 else 0
+            except (ValueError, IndexError):
+                continue
+            rows.append((lport, rport, inode, cols[3]))
+    return rows
+
+
+def _socket_inodes(pid: int, proc_root: Path) -> set[int] | None:
+    fd_dir = proc_root / str(pid) / "fd"
+    try:
+        names = os.listdir(fd_dir)[:_MAX_FDS]
+    except OSError:
+        return None
+    out: set[int] = set()
+    for name in names:
+        try:
+            target = os.readlink(fd_dir / name)
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target.endswith("]"):
+            ino = _int(target[8:-1], 20)
+            if ino is not None:
+                out.add(ino)
+    return out
+
+
+def _named_ports(procs: Sequence[ProcessInfo]) -> set[int]:
+    """Ports the processes were told to rendezvous on."""
+    out: set[int] = set()
+    for p in procs:
+        for key in ("MASTER_PORT", "SGLANG_DIST_PORT"):
+            v = p.env.get(key, "")
+            if v.isascii() and v.isdigit() and len(v) <= 5:
+                out.add(int(v))
+        args = list(p.cmdline)
+        for i, a in enumerate(args[:-1]):
+            if a in ("--master-port", "--master_port", "--nccl-port", "--dist-init-addr"):
+                tail = args[i + 1].rsplit(":", 1)[-1]
+                if tail.isascii() and tail.isdigit() and len(tail) <= 5:
+                    out.add(int(tail))
+    return out
+
+
+def store_connections(
+    ranks: Sequence[ProcessInfo], proc_root: Path = Path("/proc"), *, expected: int | None = None
+) -> list[dict[str, object]]:
+    """For every port a rank of one server listens on: which ranks hold an established
+    client connection to it and which do not. Only ports that most ranks connect to are
+    stores (an HTTP port or a ZMQ socket of one rank is not); reported only when some rank
+    is missing."""
+    if len(ranks) < 2:
+        return []
+    inodes = {p.pid: _socket_inodes(p.pid, proc_root) for p in ranks}
+    readable = [p for p in ranks if inodes[p.pid] is not None]
+    if len(readable) < 2:
+        return []
+    table = _tcp_table(readable[0].pid, proc_root)
+    listening = {(lport, inode) for lport, _, inode, st in table if st == "0A"}
+    # The rendezvous store is hosted by the first rank (torch.distributed's TCPStore
+    # master is global rank 0, and so are the frameworks' own stores). Ports other ranks
+    # listen on are point-to-point (gloo's full mesh: each pair connects once, so a later
+    # rank's port never sees every peer) and are not stores.
+    first = min(readable, key=lambda p: p.rank.sort_key if p.rank is not None else ("~",))
+    out: list[dict[str, object]] = []
+    for port, linode in sorted(listening):
+        owner = next((p for p in readable if linode in (inodes[p.pid] or ())), None)
+        if owner is None or owner is not first:
+            continue  # a port of no rank (the HTTP server, another program) or a p2p port
+        clients = {inode for lport, rport, inode, st in table if rport == port and st == "01"}
+        # A store's master is also its own client (torch's TCPStore connects to itself);
+        # gloo's pair ports never see their owner connect. A port the ranks were told to
+        # meet on (MASTER_PORT, --master-port, --dist-init-addr) is a store regardless.
+        if not ((inodes[owner.pid] or set()) & clients) and port not in _named_ports(readable):
+            continue
+        connected = [p for p in readable
+                     if p is owner or (inodes[p.pid] or set()) & clients]
+        if len(connected) * 2 <= len(readable) and not (
+            expected is not None and len(connected) >= 2
+        ):
+            continue  # not a port the ranks rendezvous on
+        missing = [p for p in readable if p not in connected]
+        want = max(expected or 0, len(readable))
+        if not missing and len(connected) >= want:
+            continue
+
+        def label(p: ProcessInfo) -> str:
+            return p.rank.label if p.rank is not None else f"pid {p.pid}"
+
+        absent = want - len(readable)
+        text = (
+            f"store on port {port} ({label(owner)} listens): {len(connected)} of {want} ranks "
+            f"connected; not connected: {', '.join(label(p) for p in missing) or 'none'}"
+            + (f"; {absent} expected rank(s) not running on this host" if absent > 0 else "")
+        )
+        out.append({
+            "kind": "store_connections",
+            "port": port,
+            "owner": owner.pid,
+            "connected": [label(p) for p in connected],
+            "not_connected": [label(p) for p in missing],
+            "not_connected_pids": [p.pid for p in missing],
+            "expected": want,
+            "text": text,
+        })
+    return out

@@ -1,0 +1,109 @@
+"""Who a waiting rank waits for, from /proc: the holder of a file lock and the ranks that
+never connected to the rendezvous store. Unit tests of the parsers, then real mini servers
+(real gloo ranks, a real FileLock held by another process, a real TCPStore)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from live.harness import MiniServer, gate_reason, mini_server, stopped_pids
+
+from diag.collect.peers import lock_waits, parse_locks
+from diag.collect.snapshot import SnapshotOptions, take_snapshot
+from diag.model import Snapshot
+
+LOCKS = """\
+1: FLOCK  ADVISORY  WRITE 4242 fd:01:131090 0 EOF
+1: -> FLOCK  ADVISORY  WRITE 4243 fd:01:131090 0 EOF
+2: POSIX  ADVISORY  READ 99 00:1a:55 0 EOF
+3: OFDLCK ADVISORY  WRITE -1 08:02:77 0 EOF
+garbage line
+4: FLOCK  ADVISORY  WRITE 1 fd:01:99999999999999999999999999 0 EOF
+"""
+
+
+def test_parse_locks() -> None:
+    entries = parse_locks(LOCKS)
+    assert [(e.ident, e.pid, e.blocked, e.inode) for e in entries] == [
+        ("1", 4242, False, 131090),
+        ("1", 4243, True, 131090),
+        ("2", 99, False, 55),
+        ("3", None, False, 77),  # an OFD lock has no owning pid (-1)
+    ]
+    assert entries[0].dev == "fd:01" and entries[1].kind == "FLOCK"
+
+
+def test_lock_waits_on_a_fake_proc_root(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from diag.model import ProcessInfo, RankId
+
+    root = Path(str(tmp_path))
+    (root / "locks").write_text(LOCKS)
+    (root / "4242").mkdir()
+    (root / "4242" / "cmdline").write_text("python\0-m\0compile_worker\0")
+    waiter = ProcessInfo(pid=4243, ppid=1, role="scheduler", title="sglang::scheduler_TP2",
+                         cmdline=(), framework="sglang", rank=RankId(tp=2), rank_source="title",
+                         state="S", rss_bytes=0, cpu_percent=0.0, threads=1,
+                         listening_ports=())
+    (found,) = lock_waits([waiter], root)
+    assert found["holders"] == [4242] and found["waiter_rank"] == "TP2"
+    assert "TP2 waits for a FLOCK lock" in str(found["text"])
+    assert "compile_worker" in str(found["text"])
+
+
+def _gate() -> None:
+    reason = gate_reason()
+    if reason is not None:
+        if os.environ.get("DIAG_REQUIRE_LIVE"):
+            pytest.fail(f"live tests cannot run: {reason}")
+        pytest.skip(f"live tests cannot run: {reason}")
+
+
+def _snap(server: MiniServer) -> Snapshot:
+    snap = take_snapshot(SnapshotOptions(pid=server.pid, timeout_s=30.0, samples=1))
+    assert stopped_pids(server.seen | {p.pid for p in snap.processes}) == []
+    return snap
+
+
+@pytest.mark.live
+def test_lock_holder_is_named() -> None:
+    _gate()
+    with mini_server(framework="sglang", tp=2, mode="compile") as srv:
+        srv.wait_ready(["rank0", "rank1", "launcher"])
+        deadline = time.monotonic() + 30
+        while True:
+            snap = _snap(srv)
+            locks = [e for e in snap.collective_evidence if e.get("kind") == "file_lock"]
+            if locks or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert locks, snap.collective_evidence
+        (lock,) = locks
+        assert lock["waiter_rank"] == "TP1"
+        assert lock["holders"] == [srv.pid]  # the launcher holds the compile-cache lock
+        assert str(lock["path"]).endswith("compile_cache.lock")
+        finding = next(f for f in snap.findings if f.id == "lock.held_by_other")
+        assert finding.ranks == ("TP1",) and "launcher" in finding.message
+
+
+@pytest.mark.live
+def test_rank_that_never_joined_the_store_is_named() -> None:
+    _gate()
+    with mini_server(framework="sglang", tp=3, mode="store_missing") as srv:
+        srv.wait_ready(["rank0", "rank1", "rank2", "launcher"])
+        deadline = time.monotonic() + 40
+        while True:
+            snap = _snap(srv)
+            stores = [e for e in snap.collective_evidence
+                      if e.get("kind") == "store_connections" and e.get("not_connected")]
+            if stores or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert stores, snap.collective_evidence
+        assert [s["not_connected"] for s in stores] == [["TP2"]]
+        assert set(stores[0]["connected"]) == {"TP0", "TP1"}  # type: ignore[arg-type]
+        finding = next(f for f in snap.findings if f.id == "dist.init_hang")
+        assert finding.ranks == ("TP2",)
