@@ -136,7 +136,8 @@ def test_rule_regex_total_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     (rules / "slow.yaml").write_text(SLOW_RULE)
     monkeypatch.setattr(engine, "RULE_REGEX_BUDGET_S", 0.3)
     log = tmp_path / "x.log"
-    log.write_text(INIT + "".join(f"[2025-03-14 06:55:10 TP0] {'z' * 19} {i}\n" for i in range(400)))
+    slow = "".join(f"[2025-03-14 06:55:10 TP0] {'z' * 19} {i}\n" for i in range(400))
+    log.write_text(INIT + slow)
     t0 = time.monotonic()
     a = analyze([log], rules_dirs=[rules])
     assert any("rule custom.slow: its patterns used their" in n for n in a.notes)
