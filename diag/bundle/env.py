@@ -79,6 +79,69 @@ def package_versions() -> dict[str, object]:
     return out
 
 
+def _site_dirs(interpreter: Path) -> list[Path]:
+    """The site-packages folders of a Python interpreter, found beside it on disk (its
+    prefix's lib/pythonX.Y/site-packages, Debian's dist-packages): nothing is run."""
+    prefix = interpreter.parent.parent
+    found = sorted(prefix.glob("lib/python3*/site-packages"))
+    found += sorted(prefix.glob("lib/python3*/dist-packages"))
+    found += [d for d in (prefix / "lib" / "python3" / "dist-packages",) if d.is_dir()]
+    return [d for d in found if d.is_dir()]
+
+
+def _interpreters(pid: int, proc: Path) -> list[Path]:
+    """Where a process's Python lives: its argv[0] as a path (a venv's bin/python keeps
+    the venv, where /proc/<pid>/exe resolves through the symlink) and /proc/<pid>/exe."""
+    out: list[Path] = []
+    try:
+        argv0 = process_cmdline(pid, proc=proc)[:1]
+    except OSError:
+        argv0 = []
+    if argv0 and "/" in argv0[0] and "python" in argv0[0].rsplit("/", 1)[-1]:
+        path = Path(argv0[0])
+        if not path.is_absolute():  # relative to the process's own working folder
+            with contextlib.suppress(OSError):
+                path = Path(os.readlink(proc / str(pid) / "cwd")) / path
+        out.append(path)
+    with contextlib.suppress(OSError):
+        out.append(Path(os.readlink(proc / str(pid) / "exe")))
+    return out
+
+
+def server_package_versions(
+    pids: Iterable[int], *, proc: Path = Path("/proc")
+) -> dict[str, object]:
+    """The versions of ``PACKAGES`` installed for each server interpreter (by its
+    site-packages metadata, never importing the framework), one entry per interpreter."""
+    out: dict[str, dict[str, object]] = {}
+    for pid in sorted(set(pids)):
+        for interp in _interpreters(pid, proc):
+            key = str(interp)
+            if key in out:  # another process of the same interpreter
+                pids_of = out[key]["pids"]
+                assert isinstance(pids_of, list)
+                pids_of.append(pid)
+                break
+            dirs = _site_dirs(interp)
+            if not dirs:
+                continue
+            dists = {
+                _norm(d.metadata["Name"] or ""): d.version
+                for d in importlib.metadata.distributions(path=[str(x) for x in dirs])
+            }
+            versions = {
+                name: next((dists[_norm(n)] for n in names if _norm(n) in dists), None)
+                for name, names in PACKAGES.items()
+            }
+            out[key] = {"pids": [pid], "site_packages": [str(d) for d in dirs], **versions}
+            break
+    return dict(out)
+
+
+def _norm(name: str) -> str:
+    return name.lower().replace("_", "-")
+
+
 def relevant_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The variables of ``ENV_PREFIXES``, sorted (unredacted: redact before storing)."""
     return {k: v for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES)}
@@ -229,7 +292,8 @@ def collect_env(
         "memory": _memory(),
         "gpus": redactor.value(_gpus()),
         "topology": redactor.value(_topology(runner)),
-        "packages": package_versions(),
+        "packages": package_versions(),  # diag's own interpreter
+        "server_packages": redactor.value(server_package_versions(pids, proc=proc)),
         "env": redactor.env(own),
         "processes": processes,
     }

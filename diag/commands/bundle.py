@@ -77,6 +77,24 @@ def _snapshot(pid: int | None) -> tuple[Snapshot | None, list[str]]:
     return take_snapshot(SnapshotOptions(pid=pid)), []
 
 
+def _own_server(analysis: Analysis, snapshot: Snapshot) -> tuple[Snapshot, str]:
+    """Only the server the log belongs to goes into the bundle (its processes, command
+    lines and environment); the others are named by framework and port, nothing more."""
+    from diag.report.combined import log_server, server_part
+
+    index, how = log_server(analysis, snapshot)
+    others = [
+        f"{s.get('framework')} port {s.get('port')}"
+        for i, s in enumerate(snapshot.servers)
+        if i != index
+    ]
+    why = (
+        f"{len(others)} other server(s) seen on this host and left out of the bundle "
+        f"({', '.join(others)})" + (f"; {how}" if how else "")
+    )
+    return server_part(snapshot, index), why
+
+
 def _default_out() -> Path:
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return Path(f"diag-bundle-{stamp}.tar.gz")
@@ -137,6 +155,9 @@ def create(
     if not no_snapshot:
         snapshot, snap_notes = _snapshot(pid)
         notes += snap_notes
+    if snapshot is not None and analysis is not None and len(snapshot.servers) > 1:
+        snapshot, why = _own_server(analysis, snapshot)
+        notes.append(why)
     info = write_bundle(
         target,
         logs=logs,

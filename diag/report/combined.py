@@ -50,6 +50,7 @@ __all__ = [
     "empty_analysis",
     "focus",
     "load_case",
+    "log_server",
     "server_part",
 ]
 
@@ -89,6 +90,11 @@ def empty_analysis(source: str, snapshot: Snapshot | None) -> Analysis:
 
 # ---------------------------------------------------------------------------
 # which server of the snapshot the log belongs to
+
+
+def log_server(a: Analysis, snap: Snapshot) -> tuple[int | None, str]:
+    """The index of the snapshot's server the log belongs to, and how it was chosen."""
+    return _server_index(a, snap)
 
 
 def _server_index(a: Analysis, snap: Snapshot) -> tuple[int | None, str]:
