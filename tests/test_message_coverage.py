@@ -69,6 +69,9 @@ STARTUP_MODULES: dict[str, tuple[str, ...]] = {
         "vllm/model_executor/model_loader/weight_utils.py",
         "vllm/model_executor/model_loader/utils.py",
         "vllm/model_executor/models/registry.py",
+        "vllm/model_executor/warmup/kernel_warmup.py",
+        "vllm/model_executor/warmup/deep_gemm_warmup.py",
+        "vllm/model_executor/warmup/jit_warmup.py",
         "vllm/compilation/backends.py",
         "vllm/compilation/monitor.py",
         "vllm/compilation/decorators.py",
@@ -110,22 +113,27 @@ STARTUP_MODULES: dict[str, tuple[str, ...]] = {
 # warning/error/exception/critical, "raise" = raised exceptions (a traceback's last line).
 # A ratchet: raise the floors as coverage grows, never lower them.
 FLOORS: dict[tuple[str, str], float] = {
-    ("vllm", "info"): 26.8,
-    ("vllm", "warn_error"): 5.0,
-    ("vllm", "raise"): 1.4,
-    ("sglang", "info"): 31.3,
-    ("sglang", "warn_error"): 2.5,
-    ("sglang", "raise"): 0.4,
+    ("vllm", "info"): 33.9,  # 97/286 (was 34/272 = 12.5% before the catalogue additions)
+    ("vllm", "warn_error"): 5.4,  # 13/239
+    ("vllm", "raise"): 1.5,  # 13/830
+    ("sglang", "info"): 42.5,  # 91/214 (was 21/214 = 9.8%)
+    ("sglang", "warn_error"): 5.0,  # 8/158
+    ("sglang", "raise"): 0.8,  # 4/453
 }
 
 # Catalogue entries whose `source` names a file of the table but whose regex matches none of
 # that file's messages, with the reason (the check below fails when one is no longer needed).
 _FRAMES = "matches traceback frames (function names in `where: text`), not a message"
+_METHOD = (
+    "the method name is the hole of 'Error executing method %s' / 'while processing method %s'"
+)
 KNOWN_SOURCE_EXCEPTIONS: dict[str, str] = {
     "any.dist_traceback": _FRAMES,
     "any.serving_traceback": _FRAMES,
-    "vllm.init_device_failed": "the method name (init_device) is the hole of "
-    "'Error executing method %s'",
+    "vllm.init_device_failed": _METHOD,
+    "vllm.worker_method_kv": _METHOD,
+    "vllm.worker_method_serving": _METHOD,
+    "vllm.worker_method_startup": _METHOD,
 }
 
 _HOLE = re.compile(r"\{\{|\}\}|\{\}")
@@ -284,8 +292,8 @@ def entry_matches(e: PhaseEntry, m: Message) -> bool:
 
 def covered_by(m: Message) -> str | None:
     """The id of a catalogue entry or rule that recognises the message, else None."""
-    for e in load_catalogue().entries:
-        if e.framework in (m.framework, "any") and entry_matches(e, m):
+    for e in load_catalogue().entries:  # as diag.phases.match_record: any framework
+        if entry_matches(e, m):
             return e.id
     lvl = _LEVEL.get(m.level, "ERROR")
     for r, patterns in specific_rules():
@@ -412,7 +420,8 @@ def test_catalogue_sources_agree_with_the_table() -> None:
     found = source_inconsistencies()
     report = "\n".join(f"  {k}: {v}" for k, v in sorted(found.items()))
     unexpected = set(found) - set(KNOWN_SOURCE_EXCEPTIONS)
-    stale = set(KNOWN_SOURCE_EXCEPTIONS) - set(found)
+    ids = {e.id for e in load_catalogue().entries}
+    stale = {k for k in KNOWN_SOURCE_EXCEPTIONS if k in ids and k not in found}
     assert not unexpected, "catalogue source/version claims the table contradicts:\n" + report
     assert not stale, f"known exceptions that are no longer needed: {sorted(stale)}"
 
@@ -434,11 +443,7 @@ def two_phase_rows(entries: tuple[PhaseEntry, ...] | None = None) -> dict[str, s
         texts = list(samples(m))
         if not any(cat.any_message.search(t) for t in texts):
             continue
-        phases = {
-            e.phase
-            for e in todo
-            if e.framework in (m.framework, "any") and any(e.regex.search(t) for t in texts)
-        }
+        phases = {e.phase for e in todo if any(e.regex.search(t) for t in texts)}
         if len(phases) > 1:
             out[f"{m.file}: {m.template[:120]}"] = phases
     return out
