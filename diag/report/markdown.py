@@ -68,7 +68,14 @@ def _code(text: str) -> str:
     return f"{ticks}{pad}{text}{pad}{ticks}"
 
 
+_BLOCK_TAG = re.compile(r"<(/?)(details|summary)", re.I)
+
+
 def _fence(body: str, lang: str = "text") -> str:
+    """A fenced block. The tags the report's collapsible blocks are made of get a
+    zero-width space after ``<`` (they read the same; no renderer, lax or strict, can
+    take a log line's ``</details>`` for the end of the block around it)."""
+    body = _BLOCK_TAG.sub("<\u200b\\1\\2", body)
     fence = "```"
     while fence in body:
         fence += "`"
