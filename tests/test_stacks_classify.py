@@ -709,9 +709,12 @@ def test_main_thread_stands_unless_another_is_held_harder() -> None:
         "stack.idle_loop",
         10,
     )
-    # only helper threads: nothing to say
+    # only idle helper threads: no thread that matters, and the process idles
     tqdm = _thread(2, "tqdm_monitor", "Condition.wait (threading.py:331)")
-    assert pick_thread(StackProcess(pid=None, title=None, threads=(tqdm,))) == (None, None)
+    assert pick_thread(StackProcess(pid=None, title=None, threads=(tqdm,))) == (
+        None,
+        "stack.idle_loop",
+    )
 
 
 def test_apply_gpu_facts_needs_a_busy_gpu_and_an_idle_peer() -> None:
@@ -878,16 +881,16 @@ def _helper(tid: int, name: str, idle: bool | None = True) -> StackThread:
     )
 
 
-def test_a_whole_dump_of_idle_helper_threads_is_an_idle_loop() -> None:
+def test_a_dump_of_idle_helper_threads_is_an_idle_loop() -> None:
     empty_main = StackThread(thread_id=7, name="MainThread", frames=(), idle=True, owns_gil=False)
     whole = StackProcess(
         pid=7, title="sglang::scheduler", threads=(empty_main, _helper(8, "tqdm_monitor"))
     )
     assert classify_process(whole) == ("stack.idle_loop", None)
     assert classified(whole).wait_site == "stack.idle_loop"
-    # a fragment (no header: no pid) may have lost its main thread: nothing to say
+    # a dump whose Process header was cut: the visible threads decide (LABELS.md)
     fragment = StackProcess(pid=None, title=None, threads=(_helper(8, "tqdm_monitor"),))
-    assert classify_process(fragment) == (None, None)
+    assert classify_process(fragment) == ("stack.idle_loop", None)
     # a helper that py-spy shows active is doing something: no idle claim
     busy = StackProcess(pid=7, title=None, threads=(_helper(8, "tqdm_monitor", idle=False),))
     assert classify_process(busy) == (None, None)

@@ -32,9 +32,10 @@ non-helper thread waits at a hard site (:data:`HARD_SITES`: a collective, a stor
 GPU, a compile, the disk) while the main thread does not (the SGLang overlap scheduler's
 forward thread in an NCCL call while the main thread waits on it), or the main thread's
 frames name no site while another thread's do; helper threads (tqdm
-monitor, watchdogs, Inductor's pipe reader, queue feeders) are never chosen. A whole
-py-spy dump whose threads are all idle helpers is an idle loop (:data:`IDLE_PROCESS_RULE`);
-a fragment (no header, no pid) of helper threads has no wait site.
+monitor, watchdogs, Inductor's pipe reader, queue feeders) are never chosen. A py-spy
+dump whose threads are all idle helpers is an idle loop (:data:`IDLE_PROCESS_RULE`);
+helper threads whose state is unknown (a faulthandler dump, frames whose thread header
+was cut) give no wait site.
 
 :func:`apply_gpu_facts` (live) and :func:`classify_wchan` (no ptrace) add what a stack
 cannot say.
@@ -854,8 +855,8 @@ C10D_REPORT_RULE = SiteRule(
 IDLE_PROCESS_RULE = SiteRule(
     "idle-helpers-only",
     _IDLE,
-    why="a whole py-spy dump (its Process header seen) in which every thread is idle and "
-    "is a helper (progress bar, watchdog, pipe reader, pool worker): no thread does work",
+    why="a py-spy dump in which every thread shown is idle and is a helper (progress bar, "
+    "watchdog, pipe reader, pool worker): no thread does work (LABELS.md, Conventions)",
 )
 
 # Frames of a GPU serving worker: model forward, sampler, the scheduler/worker loops,
@@ -961,9 +962,10 @@ def is_helper_thread(thread: StackThread) -> bool:
 
 
 def _all_idle_helpers(p: StackProcess) -> bool:
-    """A whole dump (a pid: its header was seen) whose threads are all idle helpers, or
-    idle threads without a frame; thread states must be known (py-spy text or JSON)."""
-    if p.pid is None or not p.threads:
+    """Every thread shown is an idle helper (or an idle thread without a frame): py-spy's
+    state must say idle for each. A dump whose header was cut counts as well: the
+    convention reads the visible threads (no main thread doing work in sight)."""
+    if not p.threads:
         return False
     return all(t.idle is True and (is_helper_thread(t) or not t.frames) for t in p.threads)
 
