@@ -67,8 +67,25 @@ def register(app: typer.Typer) -> None:
                 "debug pipe (TORCH_NCCL_DEBUG_INFO_PIPE_FILE) and wait up to 5 s for it.",
             ),
         ] = False,
+        hosts: Annotated[
+            str | None,
+            typer.Option("--hosts", help="Snapshot these hosts at once over ssh and merge: "
+                         "node0,node1 or @hosts.txt."),
+        ] = None,
+        ssh_opt: Annotated[
+            list[str] | None,
+            typer.Option("--ssh-opt", help="An ssh -o option for --hosts (repeatable), "
+                         "e.g. ProxyJump=bastion."),
+        ] = None,
+        remote_diag: Annotated[
+            str, typer.Option("--remote-diag", help="The diag command on the remote hosts.")
+        ] = "diag",
     ) -> None:
         """Find SGLang / vLLM servers on this host and say where every rank is stuck."""
+        if hosts is not None:
+            _multi_host(hosts, ssh_opt or [], remote_diag, samples=samples, timeout=timeout,
+                        no_native=no_native, as_json=as_json, out=out)
+            return
         from diag.collect.snapshot import SnapshotOptions, take_snapshot
         from diag.report.snapshot_json import snapshot_to_dict
         from diag.report.snapshot_view import render_snapshot
@@ -101,3 +118,63 @@ def register(app: typer.Typer) -> None:
             for reason in snap.partial:
                 err.print(f"[yellow]diag: partial collection:[/] {reason}", soft_wrap=True)
             raise typer.Exit(EXIT_PARTIAL)
+
+
+def _multi_host(
+    spec: str,
+    ssh_opts: list[str],
+    remote_diag: str,
+    *,
+    samples: int,
+    timeout: float,
+    no_native: bool,
+    as_json: bool,
+    out: Path | None,
+) -> None:
+    from diag.collect.fanout import fold_ranks, parse_hosts, snapshot_hosts, view_to_dict
+    from diag.report.sanitize import markup_safe
+    from diag.report.sanitize import visible as sanitize
+
+    hosts = parse_hosts(spec)
+    remote = ["snapshot", "--json", "--samples", str(samples), "--timeout", str(timeout)]
+    if no_native:
+        remote.append("--no-native")
+    view = snapshot_hosts(hosts, remote_args=remote, ssh_opts=ssh_opts,
+                          timeout_s=timeout + 30.0, diag_cmd=remote_diag)
+    if as_json:
+        typer.echo(json.dumps(view_to_dict(view), indent=2))
+    else:
+        console = Console(highlight=False)
+        console.print(f"[bold]{len(hosts)} hosts[/] in {view.elapsed_s:.2f} s "
+                      f"(slowest host {view.slowest_host_s:.2f} s)")
+        for h in view.hosts:
+            if h.ok and h.snapshot is not None:
+                ranks = [p for p in h.snapshot.processes if p.role in ("scheduler", "worker")]
+                clock = (f", clock {h.offset_s:+.3f} s ± {h.offset_err_s:.3f}"
+                         if h.offset_s is not None and h.offset_err_s is not None else "")
+                verdict = sanitize(h.snapshot.verdict.splitlines()[0]) if h.snapshot.verdict else ""
+                console.print(f"  {h.host}: {len(ranks)} ranks{clock}; {verdict}", markup=False)
+            else:
+                console.print(f"  {h.host}: [red]{markup_safe(h.error or 'failed')}[/]"
+                              + (f" — {markup_safe(h.remedy)}" if h.remedy else ""))
+        for site, members in view.groups:
+            console.print(f"  {site}: {fold_ranks(list(members))}", markup=False)
+        if view.outliers:
+            console.print(f"[bold red]odd ranks out:[/] {fold_ranks(list(view.outliers))}")
+        for note in view.notes:
+            console.print(f"[dim]{note}[/]")
+    if out is not None:
+        from diag.bundle.write import write_bundle
+
+        for h in view.hosts:
+            if h.ok and h.snapshot is not None:
+                dest = out.with_name(f"{out.name.split('.')[0]}-{h.host}.tar.gz")
+                info = write_bundle(dest, snapshot=h.snapshot,
+                                    command_line=("diag", "snapshot", "--hosts", spec))
+                Console(stderr=True, highlight=False).print(f"bundle written: {info.path}")
+    if view.partial:
+        err = Console(stderr=True, highlight=False)
+        for h in view.hosts:
+            if not h.ok:
+                err.print(f"diag: partial collection: {h.host}: {h.error}", markup=False)
+        raise typer.Exit(EXIT_PARTIAL)

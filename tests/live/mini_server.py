@@ -109,7 +109,7 @@ def rank_main(args: argparse.Namespace) -> None:
 
     dist.init_process_group(
         "gloo",
-        init_method=f"tcp://127.0.0.1:{args.master_port}",
+        init_method=f"tcp://{getattr(args, 'master_addr', '127.0.0.1')}:{args.master_port}",
         rank=r,
         world_size=n,
         timeout=datetime.timedelta(hours=1),
@@ -314,6 +314,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ready-dir", required=True)
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--master-port", type=int, default=0)
+    ap.add_argument("--master-addr", default="127.0.0.1")
     ap.add_argument("--store-port", type=int, default=0)
     ap.add_argument("--lock", default=None)
     ap.add_argument("--ipc-address", default=None)
