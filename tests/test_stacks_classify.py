@@ -231,6 +231,15 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         ),
     ),
     (
+        "cuda-graph-replay",
+        "stack.cuda_sync",
+        (
+            "CUDAGraph.replay (torch/cuda/graphs.py:88)",
+            "CudaGraphRunner.replay (cuda_graph_runner.py:700)",
+            "ModelRunner.forward_decode (model_runner.py:1500)",
+        ),
+    ),
+    (
         "torch-cuda-graphs",
         "stack.cuda_graph_capture",
         (

@@ -314,6 +314,16 @@ RULES: tuple[SiteRule, ...] = (
         r"at::cuda::CUDAGraph::capture)",
         native=True,
     ),
+    SiteRule(
+        "cuda-graph-replay",
+        _SYNC,
+        native=False,
+        file=r"(torch/cuda/graphs|cuda_graph\w*|cudagraph\w*|graph_runner)\.py$",
+        name=r"(^|\.)replay\w*$",
+        why="replaying a captured CUDA graph (torch.cuda.CUDAGraph.replay, SGLang "
+        "CudaGraphRunner.replay, vLLM's CUDA-graph wrappers): a launch that waits for the "
+        "device, not a capture",
+    ),
     SiteRule("torch-cuda-graphs", _GRAPH, file=r"torch/cuda/graphs\.py$"),
     SiteRule(
         "framework-graph-capture",
