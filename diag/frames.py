@@ -92,8 +92,15 @@ _SERVING_FUNCS = frozenset(
         "event_loop_overlap_disagg_decode", "event_loop_normal_disagg_prefill",
         "event_loop_overlap_disagg_prefill", "run_busy_loop", "step_async", "run_engine_loop",
         "engine_step", "process_batch_result", "run_batch", "execute_model_async",
+        # SGLang's scheduler loop (0.5.x: run_event_loop -> dispatch_event_loop), its overlap
+        # worker thread; vLLM V0's worker request loop
+        "run_event_loop", "dispatch_event_loop", "forward_thread_func", "forward_thread_func_",
+        "start_worker_execution_loop",
     }
 )
+# SGLang's launcher sends its warm-up request after the port opened
+# (python/sglang/srt/entrypoints/http_server.py, server.py before 0.4)
+_WARMUP_FUNCS = frozenset({"_wait_and_warmup", "_execute_server_warmup"})
 _STARTUP = ("launch", "dist_init", "weights_load", "kv_cache", "compile", "cuda_graph")
 
 
@@ -125,6 +132,8 @@ def frame_phase(path: str, func: str) -> str | None:
         return "launch"
     if name in _SERVING_FUNCS:
         return "serving"
+    if name in _WARMUP_FUNCS:
+        return "warmup"
     if "/disaggregation/" in p and name == "transfer_worker":
         return "serving"  # SGLang's KV transfer threads run for live requests
     return None

@@ -59,58 +59,24 @@ XFAIL: dict[str, str] = {
         "end' (a step that ended, no later timestamp), a cut excerpt by the convention; the "
         "thread's stall point (capture begin) is not in the file"
     ),
+    "sglang/warmup-failed-vllm-style-loader-lines": (
+        "label predates LABELS.md's frame convention: the traceback's _wait_and_warmup frame "
+        "shows the warm-up request had started (warmup), as the newer case "
+        "sglang/warmup-403-forbidden-proxy-html-killed is labelled; this one says weights_load"
+    ),
 }
 # Known misses among the new tuning cases (names are visible: they are tuned on).
 TUNING_XFAIL: dict[str, str] = {
-    "sglang/kimi-k3-hicache-crash-tp4-ep4-run-event-loop": (
-        "last_phase 'launch', want 'serving' (open miss, 2026-12-01)"
-    ),
-    "sglang/overlap-forward-thread-set-stream-cuda-error-out-of-memory": (
-        "last_phase 'launch', want 'serving' (open miss, 2026-12-01)"
-    ),
-    "sglang/two-node-a100-capture-begin-flashinfer-jit-load-stuck": (
-        "expected findings not reported: ['startup.stalled'] (open miss, 2026-12-01)"
-    ),
-    "sglang/warmup-403-forbidden-proxy-html-killed": (
-        "last_phase 'launch', want 'warmup' (open miss, 2026-12-01)"
-    ),
-    "stacks/sglang-pd-prefill-dp-reduce-scatter-gdb-pybt": (
-        "not read: not a log (no recognisable line) (open miss, 2026-12-01)"
-    ),
-    "vllm/healthy-egpu-5070ti-3090-tp2-init-engine": (
-        "unexpected findings reported: ['startup.stalled']; healthy case reports errors: "
-        "['startup.stalled'] (open miss, 2026-12-01)"
-    ),
-    "vllm/llamafactory-v043-xformers-fallback-cxx-ext-mismatch": (
-        "last_phase 'launch', want 'weights_load' (open miss, 2026-12-01)"
-    ),
     "vllm/omni-stage0-free-memory-stage1-diffusion-loads": (
-        "last_phase 'weights_load', want 'launch' (open miss, 2026-12-01)"
-    ),
-    "vllm/runpod-waiting-core-engine-proc-start": (
-        "expected findings not reported: ['startup.stalled'] (open miss, 2026-12-01)"
-    ),
-    "vllm/tpu-jax-enforce-eager-precompile-head": (
-        "last_phase 'launch', want 'weights_load' (open miss, 2026-12-01)"
-    ),
-    "vllm/tpu-ray-pixtral-compiling-input-shapes": (
-        "last_phase 'weights_load', want 'compile'; unexpected findings reported: "
-        "['startup.stalled'] (open miss, 2026-12-01)"
-    ),
-    "vllm/tpu-v1-sampler-compile-enginecore-exception": (
-        "last_phase 'kv_cache', want 'compile' (open miss, 2026-12-01)"
-    ),
-    "vllm/v0-engine-process-died-mqllm-dead-after-watchdog": (
-        "last_phase 'launch', want 'serving' (open miss, 2026-12-01)"
-    ),
-    "vllm/v0-lora-long-prompt-oom-execution-loop": (
-        "last_phase 'launch', want 'serving' (open miss, 2026-12-01)"
+        "vLLM-Omni '[Stage-N]' tags: two engines' lines interleave and the phase should be "
+        "the failing stage's (launch), not the furthest over all stages; needs the stage "
+        "as a coordinate from the parser (parse/coords.py)"
     ),
 }
 
 MIN_PASS_RATIO = 0.90  # old cases: at most 10% xfailed
-TUNING_MIN = 0.80  # new tuning cases right (ratchet at the measured figure; target 0.95)
-HELDOUT_MIN = 0.50  # held-out cases right (ratchet at the measured figure; target 0.90)
+TUNING_MIN = 0.95  # new tuning cases right (measured 77/78 on 2026-12-01 22:40 UTC)
+HELDOUT_MIN = 0.65  # held-out right (measured 65/98 on 2026-12-01 22:40 UTC; target 0.90)
 
 
 def _load(d: Path) -> dict[str, Any]:

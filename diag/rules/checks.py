@@ -226,7 +226,8 @@ def _error_explains(fired: Mapping[str, Finding]) -> list[Finding]:
 # from the last line that is not one of them.
 _WAITS = regex.compile(
     r"No available shared memory broadcast block found in \d+ seconds?"  # vllm shm_broadcast.py
-    r"|Waiting for \d+ local, \d+ remote core engine proc\(s\) to start"  # vllm/v1/engine/utils.py
+    # vllm/v1/engine/core_client.py (0.8), vllm/v1/engine/utils.py (0.10+)
+    r"|Waiting for \d+ (?:local, \d+ remote )?core engine proc\(s\) to start"
     r"|Waiting for (?:creating a )?placement group"  # vllm/executor/ray_utils.py
     r"|Waiting in store based barrier to initialize process group"  # torch distributed_c10d.py
     r"|Waiting for output from MQLLMEngine"  # vllm/engine/multiprocessing/client.py (0.6)
@@ -240,7 +241,7 @@ _WAITS = regex.compile(
 # log stops on it). Catalogue events of kind "begin" count too.
 _STEP_START = regex.compile(
     r"^(?:Connecting to |Trying to connect to )"
-    r"|flashinfer\.jit: Loading JIT ops|JIT[- ]compil"
+    r"|(?:flashinfer\.jit: )?Loading JIT ops: |JIT[- ]compil(?:ing|e)\b"
     r"|\b[Cc]ompiling (?!a graph for \w+ shape takes)"
     r"|Start compiling function|Building (?:CUDA )?extension|ninja: "
     r"|- Init START\b"  # NCCL ncclCommInitRank... Init START
@@ -432,8 +433,12 @@ def _stall_reason(
         return None, (), f"a progress bar that was still advancing ({what})", last_ts, gap
     ev = events_at.get((last.source, last.line))
     text = last.message.strip()[:160]
+    newest = max((r.ts for r in tail if r.ts is not None), default=None)
+    late = (
+        last.ts is not None and newest is not None and (newest - last.ts).total_seconds() > 1
+    )  # delivered late (Ray forwards workers' lines with their own, earlier, times)
     short = text if len(text) <= 80 else text[:77] + "..."
-    if (ev is not None and ev.kind == "begin") or _is_step_start(last):
+    if not late and ((ev is not None and ev.kind == "begin") or _is_step_start(last)):
         return (
             f"the log ends on a line that starts a step which never ends ({text})",
             (Hit.of(last),),
@@ -441,12 +446,13 @@ def _stall_reason(
             last_ts,
             gap,
         )
+    ends_step = ev is not None and (ev.kind == "end" or ev.phase == "warmup")
     # every rank's last line starts a step (the last line of the file is another's)
     rank_last: dict[RankId, Record] = {}
     for r in tail:
         if r.rank is not None:
             rank_last[r.rank] = r
-    if len(rank_last) >= 2 and all(
+    if not ends_step and len(rank_last) >= 2 and all(
         _is_step_start(r)
         or ((e := events_at.get((r.source, r.line))) is not None and e.kind == "begin")
         for r in rank_last.values()
@@ -484,7 +490,9 @@ def stall_facts(
         return None
     if _error_explains(fired):
         return None
-    if not any(not e.pattern.startswith(("fallback.", "frames.")) for e in analysis.events):
+    if not any(
+        not e.pattern.startswith(("fallback.", "frames.")) for e in analysis.events
+    ) and not any(_is_wait(r) for r in records[-200:]):
         return None  # no startup line at all (a bare stack dump, a traceback): no claim
     ranks = tuple(r for r in analysis.ranks if r.line_count > 0 or r.phases)
     by_phase: dict[str, list[RankTimeline]] = {}
