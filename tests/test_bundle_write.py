@@ -93,7 +93,8 @@ def test_layout_and_manifest(tmp_path: Path) -> None:
         names = tar.getnames()
         assert all(m.isreg() and m.uname == "" and m.uid == 0 for m in tar.getmembers())
     assert names[0] == "manifest.json"
-    assert set(names) == {"manifest.json", "snapshot.json", "stacks/pid-4242.json",
+    # (report.md: with no analysis, the report is the snapshot's view alone)
+    assert set(names) == {"manifest.json", "report.md", "snapshot.json", "stacks/pid-4242.json",
                           "stacks/pid-4243.txt", "env.json", "logs/server.log"}
     members = _members(out)
     manifest = json.loads(members["manifest.json"])

@@ -403,12 +403,18 @@ def _snapshot_dict(snapshot: Snapshot) -> Any:
     return snapshot_to_dict(snapshot)
 
 
-def _markdown(analysis: Analysis, snapshot: Snapshot | None) -> str:
-    """report.md: the log analysis and the snapshot of its server, as one view."""
-    from diag.report.combined import combine
+def _markdown(
+    analysis: Analysis | None, snapshot: Snapshot | None, env: Mapping[str, object]
+) -> str:
+    """report.md: the log analysis and the snapshot of its server, as one view (with the
+    environment collapsed at the end)."""
+    from dataclasses import replace
+
+    from diag.report.combined import combine, empty_analysis
     from diag.report.markdown import render_markdown
 
-    return render_markdown(combine(analysis, snapshot))
+    base = analysis if analysis is not None else empty_analysis("bundle", snapshot)
+    return render_markdown(replace(combine(base, snapshot), environment=env))
 
 
 def _snapshot_stacks(snapshot: Snapshot) -> dict[str, str]:
@@ -615,11 +621,16 @@ def write_bundle(
                 "line numbers are in its index)"
             )
 
+    pids = list(env_pids)
+    if snapshot is not None:
+        pids += [p.pid for p in snapshot.processes]
+    env = collect_env(redactor, runner=runner or SubprocessRunner(), pids=pids)
     members: dict[str, bytes] = {}
-    if analysis is not None:
-        members["report.md"] = redactor.text(_markdown(analysis, snapshot)).encode(
+    if analysis is not None or snapshot is not None:  # (a snapshot alone gets one too)
+        members["report.md"] = redactor.text(_markdown(analysis, snapshot, env)).encode(
             "utf-8", "surrogateescape"
         )
+    if analysis is not None:
         members["analysis.json"] = _dumps(redactor.value(_analysis_dict(analysis)))
     if snapshot_member is not None:
         members["snapshot.json"] = snapshot_member
@@ -629,12 +640,7 @@ def write_bundle(
         members[f"stacks/{_safe_member_name(redactor.text(name))}"] = _stack_member(
             redactor, text
         )
-    pids = list(env_pids)
-    if snapshot is not None:
-        pids += [p.pid for p in snapshot.processes]
-    members["env.json"] = _dumps(
-        collect_env(redactor, runner=runner or SubprocessRunner(), pids=pids)
-    )
+    members["env.json"] = _dumps(env)
     for info, data, index in log_members:
         members[info.member] = data
         if index is not None and info.index is not None:

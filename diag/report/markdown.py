@@ -375,13 +375,23 @@ def _environment(v: Combined) -> list[str]:
 def _headline(v: Combined) -> str:
     a = v.analysis
     last = a.last_phase or "no phase"
+    if v.snapshot is not None and not a.ranks and not a.records:
+        return f"## diag: {a.framework} server, live snapshot (no log)"
     if v.stall_proven:
         return f"## diag: {a.framework} startup stalled at `{last}` (proven by a live snapshot)"
     return f"## diag analyze: {a.framework} startup reached `{last}`"
 
 
 def _summary_line(v: Combined) -> str:
-    text = _summary(v.analysis)
+    a = v.analysis
+    if v.snapshot is not None and not a.ranks and not a.records:
+        ranks = sum(1 for r in v.live if r.role in ("scheduler", "worker", "engine_core"))
+        n = len(a.findings)
+        return (
+            f"**{a.framework}** · {ranks} rank processes live · "
+            f"{n} finding{'s' if n != 1 else ''} from the snapshot"
+        )
+    text = _summary(a)
     if v.stall_proven and v.stall_s is not None:
         text += f" · **silent {fmt_duration(v.stall_s)}** at the snapshot"
     elif v.snapshot is not None:
