@@ -616,9 +616,11 @@ RULES: tuple[SiteRule, ...] = (
         "gil-wait",
         _LOCK,
         native=True,
-        name=r"^(take_gil|_PyEval_EvalFrame.*take_gil|"
-        r"PyEval_AcquireLock|drop_gil)$",
-        why="waiting for the GIL",
+        name=r"^(take_gil|_PyEval_EvalFrame.*take_gil|_PyEval_TakeGIL|"
+        r"PyEval_AcquireLock|PyEval_AcquireThread|PyEval_RestoreThread|PyGILState_Ensure|"
+        r"drop_gil)$",
+        why="waiting for the GIL: take_gil, reached from PyEval_RestoreThread when a native "
+        "call returns or PyGILState_Ensure when a C thread calls into Python",
     ),
     # --- weak: generic primitives and channels ---------------------------------------------
     SiteRule(
