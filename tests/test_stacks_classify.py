@@ -507,6 +507,15 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         "stack.idle_loop",
         ("_worker (concurrent/futures/thread.py:81)", "Thread.run (threading.py:982)"),
     ),
+    (
+        "kv-transfer",
+        "stack.ipc_wait",
+        (
+            "KVManager.wait_for_transfer (disaggregation/mooncake/conn.py:700)",
+            "SchedulerDisaggregationPrefillMixin.process_disagg_prefill_inflight_queue"
+            " (disaggregation/prefill.py:400)",
+        ),
+    ),
     ("gil-wait", "stack.gil_or_lock", ("take_gil (libpython3.11.so.1.0)",)),
     (
         "filelock",
@@ -966,6 +975,19 @@ def test_a_dump_of_idle_helper_threads_is_an_idle_loop() -> None:
             ("main_loop (ray/_private/worker.py:900)", "<module> (default_worker.py:1)"),
         ),
         ("stack.ipc_wait", ("get (ray/_private/worker.py:2700)", "_run_workers (x.py:1)")),
+        # a KV store client's own service loop idles; a call into the store waits on it
+        (
+            "stack.idle_loop",
+            ("poll (zmq/sugar/poll.py:106)", "MQClient._main_loop (lmcache/v1/mq.py:240)"),
+        ),
+        (
+            "stack.ipc_wait",
+            (
+                "poll (zmq/sugar/poll.py:106)",
+                "MQClient.retrieve (lmcache/v1/mq.py:300)",
+                "LMCacheConnector.start_load_kv (x.py:1)",
+            ),
+        ),
         # a multiprocessing pipe says "another process"; the caller says what for
         (
             "stack.idle_loop",

@@ -611,6 +611,16 @@ RULES: tuple[SiteRule, ...] = (
         file=r"concurrent/futures/thread\.py$",
         name=r"(^|\.)_worker$",
     ),
+    SiteRule(
+        "kv-transfer",
+        _IPC,
+        native=False,
+        file=r"(^|/)(mooncake|nixl|lmcache)/|(^|/)kv_transfer/|"
+        r"disaggregation/(mooncake|nixl|ascend|mori|common)/",
+        why="a KV-cache transfer or remote KV store (Mooncake, NIXL, LMCache; vLLM's "
+        "distributed/kv_transfer/, SGLang's disaggregation/<backend>/): the other engine "
+        "or the store answers; after the idle-loop rules, so their own service loops idle",
+    ),
     # --- GIL and locks -------------------------------------------------------------------------
     SiteRule(
         "gil-wait",
