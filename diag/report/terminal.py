@@ -705,11 +705,19 @@ class LiveTable:
         if not rows:
             return
         width = options.max_width
+
+        def natural(name: str) -> int:
+            return max(len(name), *(len(r[name].plain) for r in rows))
+
+        def need(names: list[str]) -> int:  # top frames may be cut down to 16 cells
+            return sum(
+                (min(natural(n), 16) if n == "top frames" else natural(n)) + 2 for n in names
+            )
+
         names = [name for name, _ in _LIVE_COLUMNS]
         for level in range(6, -1, -1):
             names = [name for name, drop in _LIVE_COLUMNS if drop <= level]
-            need = sum(max(len(name), *(len(r[name].plain) for r in rows)) + 2 for name in names)
-            if need <= width or level == 0:
+            if need(names) <= width or level == 0:
                 break
         v = self.view
         title = Text("Live", style="bold")
@@ -721,17 +729,22 @@ class LiveTable:
                 title.append(f", {fmt_duration(v.stall_s)} after the log's last line", style="dim")
         yield title
         table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, 2, 0, 0))
+        fixed = sum(natural(n) + 2 for n in names if n != "top frames")
         for name in names:
-            last = name == names[-1] and name == "top frames"
-            table.add_column(
-                name, no_wrap=True, overflow="ellipsis" if last else "crop", max_width=None
-            )
+            if name == "top frames":  # what is left of the width, cut with an ellipsis
+                table.add_column(
+                    name, no_wrap=True, overflow="ellipsis", max_width=max(16, width - fixed - 2)
+                )
+            else:
+                table.add_column(name, no_wrap=True, min_width=natural(name))
         for r in rows:
             table.add_row(*(r[name] for name in names))
         yield table
         if "top frames" not in names:
             yield Text(
-                "(narrow console: some columns left out; --width 160 shows them)", style="dim"
+                f"(narrow console: {len(_LIVE_COLUMNS) - len(names)} columns left out; "
+                "--width 160 shows them)",
+                style="dim",
             )
 
 
