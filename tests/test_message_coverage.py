@@ -301,9 +301,15 @@ def entry_matches(e: PhaseEntry, m: Message) -> bool:
 
 def covered_by(m: Message) -> str | None:
     """The id of a catalogue entry or rule that recognises the message, else None."""
-    for e in load_catalogue().entries:  # as diag.phases.match_record: any framework
-        if entry_matches(e, m):
-            return e.id
+    cat = load_catalogue()
+    texts = list(samples(m))
+    hays = texts + [_raw_line(m, t) for t in texts]
+    if any(cat.any_message.search(h) for h in hays) or (
+        cat.any_text is not None and any(cat.any_text.search(h) for h in hays)
+    ):  # the catalogue's own quick test first, then entry by entry
+        for e in cat.entries:  # as diag.phases.match_record: any framework
+            if entry_matches(e, m):
+                return e.id
     lvl = _LEVEL.get(m.level, "ERROR")
     for r, patterns in specific_rules():
         if not r.applies_to(m.framework):
