@@ -139,6 +139,17 @@ def test_markdown_stays_under_the_github_limit_and_says_what_it_left_out() -> No
     assert render_markdown(combine(analyze([LOG]), _snapshot())).count("Left out") == 0
 
 
+def test_context_reads_the_log_inside_the_bundle(bundles: tuple[Path, Path]) -> None:
+    from diag.report.combined import context_lines, load_case
+
+    view = load_case([bundles[0]])
+    lines = context_lines(view, 2)
+    key = next(k for k in lines if k[1] == 65)
+    assert key[0].endswith(".tar.gz:server.log")
+    assert [n for n, _ in lines[key]] == [63, 64, 65]  # line 65 is the log's last
+    assert "KV Cache is allocated" in dict(lines[key])[64]
+
+
 def test_one_rank_and_the_json_of_the_combined_view() -> None:
     view = combine(analyze([LOG]), _snapshot())
     one = focus(view, "tp3")

@@ -84,6 +84,10 @@ def test_rank_and_context() -> None:
     assert "example.log:112  TP6" not in out  # TP6's evidence is not TP3's
     # two log lines either side of the evidence line, numbered
     assert "example.log:109 " in out and "example.log:113 " in out
+    # in the log's order: lines before, the evidence line, lines after
+    assert out.index("example.log:109 ") < out.index("example.log:111  TP3") < out.index(
+        "example.log:113 "
+    )
     r = subprocess.run(
         [sys.executable, "-m", "diag", "analyze", "--example", "--rank", "TP9"],
         capture_output=True,

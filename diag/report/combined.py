@@ -550,7 +550,10 @@ def _source_lines(source: str, wanted: set[int]) -> dict[int, str]:
     if data is None:
         return {}
     out: dict[int, str] = {}
-    for number, raw in enumerate(data.split(b"\n"), start=1):
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()  # (the newline that ends the last line starts no line)
+    for number, raw in enumerate(lines, start=1):
         if number in wanted:
             out[number] = raw.decode("utf-8", "replace").rstrip("\r")
     return out

@@ -478,15 +478,8 @@ def _finding_view(
     if message:
         body.append(Text(message))
     for ev in f.evidence[:max_evidence]:
-        around = context.get((ev.source, ev.line)) if context is not None else None
-        if around:
-            for number, text in around:
-                if number == ev.line:
-                    continue
-                near = Text(f"  {_short_source(ev.source)}:{number}  {text}", style="dim")
-                near.no_wrap = True
-                near.overflow = "ellipsis"
-                body.append(near)
+        around = (context.get((ev.source, ev.line)) if context is not None else None) or []
+        body.extend(_near(ev.source, n, text) for n, text in around if n < ev.line)
         line = Text()
         line.append(f"{_short_source(ev.source)}:{ev.line}", style="dim")
         if ev.rank:
@@ -497,6 +490,7 @@ def _finding_view(
         line.no_wrap = True
         line.overflow = "ellipsis"
         body.append(line)
+        body.extend(_near(ev.source, n, text) for n, text in around if n > ev.line)
     total = max(f.evidence_total, len(f.evidence))
     hidden = total - min(len(f.evidence), max_evidence)
     if hidden > 0:
@@ -516,6 +510,14 @@ def _finding_view(
         link.overflow = "ignore"
         links.append(link)
     return Group(head, Padding(Group(*body), (0, 0, 0, 4), expand=False), *links)
+
+
+def _near(source: str, number: int, text: str) -> Text:
+    """A log line around an evidence line (``--context N``), dim and indented."""
+    near = Text(f"  {_short_source(source)}:{number}  {text}", style="dim")
+    near.no_wrap = True
+    near.overflow = "ellipsis"
+    return near
 
 
 def _clip(message: str, limit: int = MAX_MESSAGE_LINES) -> str:
