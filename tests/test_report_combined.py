@@ -201,3 +201,61 @@ def test_two_servers_on_the_host_each_view_is_its_own() -> None:
     assert "launcher pid 1708" in view.verdict and "2708" not in view.verdict
     assert all(len(f.ranks) == len(set(f.ranks)) for f in view.analysis.findings)
     assert "1 other server(s) on the host left out of this view" in " ".join(view.analysis.notes)
+
+
+def _with_snapshot_json(src: Path, out: Path, snapshot: bytes, *, drop_logs: bool) -> Path:
+    """A copy of a bundle whose snapshot.json is replaced (the manifest kept consistent,
+    so only the snapshot's content is wrong)."""
+    import hashlib
+    import io
+
+    with tarfile.open(src) as tar:
+        members = {
+            m.name: tar.extractfile(m).read()  # type: ignore[union-attr]
+            for m in tar.getmembers()
+            if m.isfile()
+        }
+    members["snapshot.json"] = snapshot
+    manifest = json.loads(members.pop("manifest.json"))
+    if drop_logs:
+        members = {k: v for k, v in members.items() if not k.startswith("logs/")}
+        manifest["logs"] = []
+    manifest["members"] = {
+        k: {"size": len(v), "sha256": hashlib.sha256(v).hexdigest()} for k, v in members.items()
+    }
+    with tarfile.open(out, "w:gz") as tar:
+        for name, data in [("manifest.json", json.dumps(manifest).encode()), *members.items()]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"processes": [{"pid": "x"}]},
+        {"processes": {"a": 1}},
+        {"taken_at": 5},
+        {"gpus": [{"index": "zz"}]},
+        {"schema_version": 2},
+    ],
+)
+def test_a_damaged_snapshot_is_one_line_or_a_note(
+    bundles: tuple[Path, Path],
+    tmp_path: Path,
+    capsys: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    damage: dict[str, Any],
+) -> None:
+    doc = json.loads((CAPTURE / "snapshot-json.json").read_text())
+    doc.update(damage)
+    data = json.dumps(doc).encode()
+    alone = _with_snapshot_json(bundles[0], tmp_path / "alone.tar.gz", data, drop_logs=True)
+    code, out, err = run(["analyze", str(alone)], capsys, monkeypatch)
+    assert code == 2 and "snapshot.json is unreadable" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 2  # the line and its hint
+    with_log = _with_snapshot_json(bundles[0], tmp_path / "log.tar.gz", data, drop_logs=False)
+    code, out, err = run(["analyze", str(with_log), "-v"], capsys, monkeypatch)
+    assert code == 0, err  # the log still tells its part, and a note says what was left out
+    assert "snapshot.json left out" in out and "startup.cut_excerpt" in out

@@ -451,18 +451,28 @@ def load_case(
     """Analyse logs and bundles; the first bundle's snapshot joins the analysis."""
     from diag.analyze import analyze
     from diag.bundle.read import bundle_logs, is_bundle, read_bundle
+    from diag.errors import InputError
     from diag.report.snapshot_read import snapshot_from_dict
 
     snapshot: Snapshot | None = None
     env: Mapping[str, object] = {}
     logs: list[str | Path] = []
     first_bundle: str | None = None
+    unread: list[str] = []
     for item in paths:
         path = Path(item)
         if str(item) != "-" and path.is_file() and is_bundle(path):
             bundle = read_bundle(path)
             if snapshot is None and "snapshot.json" in bundle.members:
-                snapshot = snapshot_from_dict(bundle.json("snapshot.json"))
+                try:
+                    snapshot = snapshot_from_dict(bundle.json("snapshot.json"))
+                except InputError as exc:  # the logs still tell their part
+                    if not bundle_logs(bundle):
+                        raise InputError(
+                            f"{path.name}: its snapshot.json is unreadable ({exc.message})",
+                            help_text=f"Check the bundle: diag bundle verify {path}",
+                        ) from None
+                    unread.append(f"{path.name}: snapshot.json left out ({exc.message})")
             if not env and "env.json" in bundle.members:
                 value = bundle.json("env.json")
                 env = value if isinstance(value, dict) else {}
@@ -474,6 +484,8 @@ def load_case(
         analysis = analyze(logs, year=year, rules_dirs=rules_dirs, progress=progress)
     else:
         analysis = empty_analysis(first_bundle or "bundle", snapshot)
+    if unread:
+        analysis = replace(analysis, notes=(*analysis.notes, *unread))
     return replace(combine(analysis, snapshot), environment=env)
 
 
