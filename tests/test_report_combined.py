@@ -259,3 +259,16 @@ def test_a_damaged_snapshot_is_one_line_or_a_note(
     code, out, err = run(["analyze", str(with_log), "-v"], capsys, monkeypatch)
     assert code == 0, err  # the log still tells its part, and a note says what was left out
     assert "snapshot.json left out" in out and "startup.cut_excerpt" in out
+
+
+def test_a_strangers_snapshot_cannot_put_html_or_escapes_in_the_report() -> None:
+    doc = json.loads((CAPTURE / "snapshot-json.json").read_text())
+    doc["verdict"] = "<script>alert(1)</script> \x1b]52;c;cGF5bG9hZA==\x07"
+    doc["servers"][0]["framework"] = "<img src=x onerror=alert(1)>"
+    doc["processes"][2]["rank"] = "<img src=y> TP0"
+    doc["processes"][2]["title"] = "</details><b>x</b>"
+    view = combine(analyze([LOG]), snapshot_from_dict(doc))
+    md = render_markdown(view)
+    assert "<script>" not in md and "<img" not in md and "<b>x" not in md
+    assert "\x1b" not in md and "\x07" not in md
+    assert md.count("<details>") == md.count("</details>")

@@ -292,7 +292,8 @@ def _live_table(v: Combined) -> list[str]:
                 gpu += f" {fmt_bytes(r.gpu_memory_bytes)}"
             if r.gpu_util_percent is not None:
                 gpu += f" {r.gpu_util_percent:.0f}%"
-        label = f"**{r.label}** ⚠ odd one out" if r.outlier else r.label
+        name = html.escape(r.label, quote=False)  # (a stranger's snapshot: no live HTML)
+        label = f"**{name}** ⚠ odd one out" if r.outlier else name
         return (
             f"| {_cell(label)} | {_code(rt.last_phase) if rt and rt.last_phase else '-'} | "
             f"{fmt_duration(rt.silent_s) if rt and rt.silent_s else '-'} | {_cell(state)} | "
@@ -304,7 +305,8 @@ def _live_table(v: Combined) -> list[str]:
 
     lines.extend(row(r) for r in v.live)
     lines.extend(
-        f"| {_cell(label)} | {_code(rt.last_phase) if rt.last_phase else '-'} | "
+        f"| {_cell(html.escape(label, quote=False))} | "
+        f"{_code(rt.last_phase) if rt.last_phase else '-'} | "
         f"{fmt_duration(rt.silent_s) if rt.silent_s else '-'} | **no process** | | | | | |"
         for label, rt in timelines.items()
         if label not in live
@@ -375,11 +377,12 @@ def _environment(v: Combined) -> list[str]:
 def _headline(v: Combined) -> str:
     a = v.analysis
     last = a.last_phase or "no phase"
+    fw = html.escape(a.framework, quote=False)
     if v.snapshot is not None and not a.ranks and not a.records:
-        return f"## diag: {a.framework} server, live snapshot (no log)"
+        return f"## diag: {fw} server, live snapshot (no log)"
     if v.stall_proven:
-        return f"## diag: {a.framework} startup stalled at `{last}` (proven by a live snapshot)"
-    return f"## diag analyze: {a.framework} startup reached `{last}`"
+        return f"## diag: {fw} startup stalled at `{last}` (proven by a live snapshot)"
+    return f"## diag analyze: {fw} startup reached `{last}`"
 
 
 def _summary_line(v: Combined) -> str:
@@ -388,7 +391,7 @@ def _summary_line(v: Combined) -> str:
         ranks = sum(1 for r in v.live if r.role in ("scheduler", "worker", "engine_core"))
         n = len(a.findings)
         return (
-            f"**{a.framework}** · {ranks} rank processes live · "
+            f"**{html.escape(a.framework, quote=False)}** · {ranks} rank processes live · "
             f"{n} finding{'s' if n != 1 else ''} from the snapshot"
         )
     text = _summary(a)
