@@ -116,11 +116,11 @@ STARTUP_MODULES: dict[str, tuple[str, ...]] = {
 # A ratchet: raise the floors as coverage grows, never lower them.
 FLOORS: dict[tuple[str, str], float] = {
     ("vllm", "info"): 33.9,  # 97/286 (was 34/272 = 12.5% before the catalogue additions)
-    ("vllm", "warn_error"): 5.4,  # 13/239
-    ("vllm", "raise"): 1.5,  # 13/830
+    ("vllm", "warn_error"): 5.8,  # 14/239
+    ("vllm", "raise"): 1.6,  # 14/830
     ("sglang", "info"): 42.5,  # 91/214 (was 21/214 = 9.8%)
-    ("sglang", "warn_error"): 5.0,  # 8/158
-    ("sglang", "raise"): 0.8,  # 4/453
+    ("sglang", "warn_error"): 5.6,  # 9/158
+    ("sglang", "raise"): 1.3,  # 6/453
 }
 
 # Catalogue entries whose `source` names a file of the table but whose regex matches none of
