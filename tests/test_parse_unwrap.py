@@ -262,3 +262,27 @@ def test_dump_banners_and_id_less_thread_headers() -> None:
     assert [(t.thread_id, t.name, t.idle) for p in procs for t in p.threads] == [
         (None, "MainThread", True), (None, "MainThread", False)
     ]
+
+
+@pytest.mark.parametrize("digits", ["9" * 5000, "²³", "٣٤", "0" * 20])
+def test_garbled_numbers_never_raise_through_the_whole_analysis(digits: str) -> None:
+    from diag.analyze import analyze_text
+
+    lines = [
+        "[2025-06-23 15:06:10 TP0] Load weight begin. avail mem=78.81 GB",
+        "Loading safetensors checkpoint shards:  38% Completed | 62/163 [00:17<00:30, ..14it/s]",
+        f"Loading safetensors checkpoint shards:  38% Completed | {digits}/163 [00:17<00:30, {digits}it/s]",
+        f"[2025-06-23 15:06:10 TP{digits} ATTN_CP{digits}] x",
+        f"(VllmWorker rank={digits} pid={digits}) INFO 06-05 06:18:13 [gpu_worker.py:{digits}] x",
+        f"node-0:{digits}:{digits} [{digits}] NCCL INFO x",
+        f"[rank{digits}]:[W1222 15:01:54.{digits} ProcessGroupNCCL.cpp:1] x",
+        f"2024-01-01T00:00:00.{digits}Z sglang-1  | bk;t={digits} [1,{digits}]<stdout>: x",
+        f"{digits}: srun label [default{digits}]: x",
+        f"Process {digits}: sglang::scheduler_TP{digits}",
+        f'Thread 0x{digits} (active): "MainThread"',
+        f"    forward (model.py:{digits})",
+        f"Thread {digits} (idle)",
+        f"[repeated {digits}x across cluster]",
+    ]
+    a = analyze_text("\n".join(lines))
+    assert a.records
