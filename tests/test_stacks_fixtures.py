@@ -121,6 +121,8 @@ def test_gloo_hang_ranks_0_to_2_in_collective_rank_3_outlier() -> None:
     assert [g.members for g in groups] == [("TP0", "TP1", "TP2"), ("TP3",)]
     assert outliers(groups) == ["TP3"]
     assert outlier_tp_ranks(ranks, groups) == (3,)
+    # torchrun's elastic agent polls its workers (SimpleElasticAgent._invoke_run): idle
+    assert procs[9041].wait_site == "stack.idle_loop"
     # The launcher in the same groups changes nothing for the TP ranks.
     everyone = [*ranks, procs[9041]]
     assert outlier_tp_ranks(everyone, group_stacks(everyone)) == (3,)

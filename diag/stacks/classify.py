@@ -588,11 +588,13 @@ RULES: tuple[SiteRule, ...] = (
         leaf=True,
         native=False,
         file=r"(multiprocessing/(resource_tracker|forkserver|pool)\.py$|(^|/)socketserver\.py$|"
-        r"concurrent/futures/process\.py$|ray/_private/(worker|workers/default_worker)\.py$)",
-        name=r"(^|\.)(main|serve_forever|main_loop|run_task_loop|worker|_process_worker)$",
+        r"concurrent/futures/process\.py$|ray/_private/(worker|workers/default_worker)\.py$|"
+        r"torch/distributed/elastic/agent/server/api\.py$)",
+        name=r"(^|\.)(main|serve_forever|main_loop|run_task_loop|worker|_process_worker|"
+        r"_invoke_run)$",
         why="a helper process or actor waiting for work: multiprocessing's resource "
         "tracker, fork server and pool workers, a process-pool worker, a socketserver, an "
-        "idle Ray worker's main_loop",
+        "idle Ray worker's main_loop, torchrun's elastic agent polling its workers",
     ),
     SiteRule(
         "asyncio-loop",
