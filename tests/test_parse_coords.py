@@ -278,3 +278,27 @@ def test_a_folder_of_per_rank_files_is_read_per_rank(tmp_path: Path) -> None:
     a = analyze([tmp_path])
     assert {r.rank for r in a.ranks} == {RankId(tp=0), RankId(tp=1)}
     assert any("per-rank files" in n for n in a.notes)
+
+
+def test_last_timestamps_of_attn_cp_moe_dp_tagged_ranks_equal_on_both_paths() -> None:
+    import datetime as dt
+
+    from diag.analyze import analyze_text
+
+    lines = ["[2025-06-23 15:00:00] server_args=ServerArgs(model_path='m', tp_size=4, dp_size=2)"]
+    t0 = dt.datetime(2025, 6, 23, 15, 0, 1)
+    for i in range(6000):
+        t = (t0 + dt.timedelta(seconds=i // 8)).strftime("%Y-%m-%d %H:%M:%S")
+        r = i % 4
+        if r == 3 and i > 1000:
+            continue  # TP3 goes quiet early
+        lines.append(
+            f"[{t} DP{r // 2} ATTN_CP{r % 2} MOE_DP{r % 2} TP{r} EP{r}] Decode batch, "
+            "#running-req: 12, #token: 3456, token usage: 0.12, #queue-req: 0"
+        )
+    text = "\n".join(lines)
+    full, pf = (analyze_text(text, prefilter=p) for p in (False, True))
+    last = {str(r.rank): r.last_ts for r in full.ranks}
+    assert last == {str(r.rank): r.last_ts for r in pf.ranks}
+    assert last["DP1 TP3 EP3"] is not None and last["DP0 TP0 EP0"] is not None
+    assert (last["DP0 TP0 EP0"] - last["DP1 TP3 EP3"]).total_seconds() > 500
