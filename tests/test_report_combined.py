@@ -272,3 +272,21 @@ def test_a_strangers_snapshot_cannot_put_html_or_escapes_in_the_report() -> None
     assert "<script>" not in md and "<img" not in md and "<b>x" not in md
     assert "\x1b" not in md and "\x07" not in md
     assert md.count("<details>") == md.count("</details>")
+
+
+def test_diag_snapshot_rules_run_per_server() -> None:
+    """(diag/collect/snapshot.py::_apply_rules) Two servers on one host: each gets its own
+    findings; run host-wide, the rules counted 16 workers and missed the second port."""
+    from diag.collect.snapshot import _apply_rules
+
+    snap = _snapshot()
+    other = tuple(dataclasses.replace(p, pid=p.pid + 1000, server=1) for p in snap.processes)
+    second = dict(snap.servers[0], port=31000, launcher_pid=2708)
+    both = dataclasses.replace(
+        snap, processes=snap.processes + other, servers=(snap.servers[0], second)
+    )
+    messages = [f.message for f in _apply_rules(both)]
+    assert sum(m.startswith("8 workers alive") for m in messages) == 2
+    assert not any(m.startswith("16 workers") for m in messages)
+    assert any("port 30000" in m and "pid 1708" in m for m in messages)
+    assert any("port 31000" in m and "pid 2708" in m for m in messages)

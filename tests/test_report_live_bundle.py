@@ -71,6 +71,8 @@ def test_each_server_view_is_its_own(servers: tuple[MiniServer, MiniServer, Mini
     hung, store, healthy = servers
     snap = take_snapshot(SnapshotOptions(timeout_s=60.0))  # the whole host: three servers
     assert len(snap.servers) >= 3
+    # `diag snapshot`'s own findings are per server too: no finding names TP0 twice
+    assert all(len(f.ranks) == len(set(f.ranks)) for f in snap.findings)
     hung_view = combine(analyze([hung.log]), snap)
     assert {p.pid for p in hung_view.snapshot.processes} == {  # type: ignore[union-attr]
         p.pid for p in hung.tree()

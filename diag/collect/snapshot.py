@@ -357,9 +357,29 @@ def _prewarm_rules() -> None:
 
 
 def _apply_rules(snap: Snapshot) -> tuple[Finding, ...]:
+    """The snapshot rules, run on each server's processes alone when the host has several
+    (two servers both have a TP0: one finding must not name the ranks of both)."""
     from diag.rules import apply_snapshot_rules
 
-    return tuple(apply_snapshot_rules(snap))
+    if len(snap.servers) <= 1:
+        return tuple(apply_snapshot_rules(snap))
+    out: list[Finding] = []
+    for index, server in enumerate(snap.servers):
+        procs = tuple(replace(p, server=0) for p in snap.processes if p.server == index)
+        pids = {p.pid for p in procs}
+        odd = server.get("outlier_tp_ranks")
+        part = replace(
+            snap,
+            processes=procs,
+            servers=(server,),
+            groups=tuple(g for g in snap.groups if set(g.pids) & pids),
+            outlier_tp_ranks=tuple(odd) if isinstance(odd, (list, tuple)) else (),
+        )
+        out += apply_snapshot_rules(part) if procs else ()
+    lone = tuple(p for p in snap.processes if p.server is None)
+    if lone:  # processes of no server: on their own
+        out += apply_snapshot_rules(replace(snap, processes=lone, servers=(), groups=()))
+    return tuple(out)
 
 
 def _port_owner(

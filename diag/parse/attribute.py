@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from diag.model import RankId
 from diag.parse.config import detect_config_line, normalise, parse_config_message
-from diag.parse.records import Draft
+from diag.parse.records import Draft, apply_layout
 
 if TYPE_CHECKING:
     from diag.phases import Catalogue
@@ -61,7 +61,7 @@ def any_log_word(drafts: Sequence[Draft]) -> bool:
 # attribution
 
 
-_WORLD_RANK = re.compile(r"world_size=(\d+) rank=(\d+) local_rank=\d+")
+_WORLD_RANK = re.compile(r"world_size=([0-9]{1,9}) rank=([0-9]{1,9}) local_rank=[0-9]")
 
 
 def detect_framework(drafts: Sequence[Draft]) -> str:
@@ -152,6 +152,9 @@ def version_of(drafts: Sequence[Draft], framework: str) -> str | None:
 
 def attribute(drafts: Sequence[Draft], framework: str, config: dict[str, object]) -> None:
     """Give rank-less lines a rank where the log says which one, always with the reason."""
+    # 0. global ranks read as TP become PP x TP with pp > 1; vLLM engine cores that run the
+    #    model themselves (dp > 1, tp = pp = 1) are their DP rank (diag.parse.records)
+    apply_layout(drafts, config.get("tp"), config.get("pp"), config.get("dp"))
     # 1. vLLM workers without rank in their prefix: the pid's own "rank=N" line. Pids
     #    are per source (one file per node: pids of two hosts may collide)
     pid_rank: dict[tuple[str, int], tuple[RankId, str]] = {}
