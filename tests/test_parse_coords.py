@@ -302,3 +302,22 @@ def test_last_timestamps_of_attn_cp_moe_dp_tagged_ranks_equal_on_both_paths() ->
     assert last == {str(r.rank): r.last_ts for r in pf.ranks}
     assert last["DP1 TP3 EP3"] is not None and last["DP0 TP0 EP0"] is not None
     assert (last["DP0 TP0 EP0"] - last["DP1 TP3 EP3"]).total_seconds() > 500
+
+
+def test_vllm_pp_workers_named_by_global_rank_are_pp_by_tp() -> None:
+    from diag.analyze import analyze_text
+
+    lines = [
+        "INFO 06-05 06:18:00 [api_server.py:1] non-default args: {'model': 'm', "
+        "'tensor_parallel_size': 2, 'pipeline_parallel_size': 2}"
+    ]
+    lines += [
+        f"(VllmWorker rank={r} pid={100 + r}) INFO 06-05 06:18:13 [gpu_model_runner.py:1] "
+        "Model loading took 15.2 GiB and 4.1 seconds"
+        for r in range(4)
+    ]
+    a = analyze_text("\n".join(lines))
+    assert {r.rank for r in a.ranks} == {
+        RankId(pp=p, tp=t) for p in range(2) for t in range(2)
+    }
+    assert a.missing_ranks == ()
