@@ -202,11 +202,12 @@ def _apply_wrap(w: Wrap, p: Parsed) -> None:
         p.wrapper_ts = w.ts
     if w.host is not None:
         p.host = w.host
+    # a wrapper's process (compose service, journald identifier) and pid are not the
+    # framework's: rank attribution reads p.process / p.pid, so they are kept apart
     if w.pid is not None:
-        p.pid = p.wrap_pid = w.pid
+        p.wrap_pid = w.pid
     if w.process is not None:
         p.wrap_process = w.process
-        p.process = p.process or w.process
     if w.coords is not None and p.rank is None:
         rank = w.coords.rank()
         if rank is not None:

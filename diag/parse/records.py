@@ -217,11 +217,10 @@ class SourceParser:
         # a wrapper's process or pid (a compose service, journald's writer) separates
         # streams but does not make a line prefixed: its indented lines continue the record
         # before them, as in the unwrapped log
-        proc = p.process if p.process != p.wrap_process else None
-        pid = p.pid if p.pid != p.wrap_pid else None
-        key = (p.process, p.pid, p.logger_file, p.rank, p.rank_reason)
+        key = (p.process or p.wrap_process, p.pid if p.pid is not None else p.wrap_pid,
+               p.logger_file, p.rank, p.rank_reason)
         prefixed = p.grammar not in ("plain", "traceback", "faulthandler") or (
-            p.rank is not None or pid is not None or proc is not None
+            p.rank is not None or p.pid is not None or p.process is not None
         )
         # 1. a prefixed line (vLLM/Ray/torch [rankN]: prefix) whose body continues a record:
         #    it joins the record of the same process/rank, however the streams interleave
@@ -443,8 +442,8 @@ def freeze(d: Draft) -> Record:
         ts=p.ts,
         rank=d.rank,
         rank_reason=d.rank_reason,
-        process=p.process,
-        pid=p.pid,
+        process=p.process or p.wrap_process,
+        pid=p.pid if p.pid is not None else p.wrap_pid,
         host=p.host,
         level=p.level,
         logger_file=p.logger_file,
