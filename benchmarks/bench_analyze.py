@@ -1,30 +1,42 @@
-"""Benchmark `diag analyze --json` against ripgrep and a naive per-line regex loop.
+"""Benchmark `diag analyze --json` over a matrix of log mixes, against cat and ripgrep.
 
-usage: python benchmarks/bench_analyze.py [--log PATH] [--size-mib 1024] [--naive-slice 10]
+usage: python benchmarks/bench_analyze.py [--size 1024] [--mixes clean,warn1,...]
+                                          [--dir /tmp/diag-bench] [--update-readme]
 
-Generates the log with benchmarks/gen_log.py when PATH does not exist, warms the page
-cache, then prints one Markdown table: wall time, CPU time (user+sys) and peak RSS of
-  * ``cat`` (the floor),
-  * ``diag analyze --json`` (this package, as a user runs it),
-  * ``rg`` with 7 patterns (skipped with a note when ripgrep is not installed),
-  * a naive Python loop that tries ~20 ``re`` patterns on every line, run on the first
-    1/N of the file and extrapolated (said so in the table).
-Also prints the machine's load average: on a shared box the wall times move with it.
+For every mix of benchmarks/mixes.py (generated once per size into --dir), with the page
+cache warm, runs and measures (wall, CPU user+sys, peak RSS, from wait4):
+
+  * ``diag analyze --json`` (the whole CLI, as a user runs it);
+  * ``cat`` (the floor; ``cat`` of the compressed bytes for the .gz mix);
+  * ``rg -c`` with the 7 patterns of :data:`RG_PATTERNS`;
+  * ``rg -c -i -F -f LITERALS``: one pass with diag's own candidate literal set
+    (case-insensitive, as diag matches them), the reference the targets are set against.
+
+``-z`` is given to ripgrep for the .gz mix, which it then decompresses itself. Prints one
+Markdown table (the load average beside each row: the box is shared) and the start-up
+time of ``diag analyze --example --json``; ``--update-readme`` writes both into README.md
+between the ``bench:start`` / ``bench:end`` markers. Targets (issue 11): per GiB at most
+3 s wall, at most 2x the ``rg -F -f`` run, peak RSS at most 400 MB.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["NAIVE_PATTERNS", "RG_PATTERNS", "main"]
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from mixes import MIXES, write_mix  # noqa: E402
+
+__all__ = ["RG_PATTERNS", "main"]
 
 RG_PATTERNS = (
     "Traceback",
@@ -35,111 +47,159 @@ RG_PATTERNS = (
     "NCCL WARN",
     "Load weight end",
 )
-
-NAIVE_PATTERNS = (
-    r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)((?: (?:DP|PP|TP|EP)\d+)*)\] (.*)$",
-    r"^(INFO|WARNING|ERROR|DEBUG) (\d\d-\d\d) (\d\d:\d\d:\d\d) \[?([\w./]+\.py):(\d+)\] (.*)$",
-    r"Init torch distributed (begin|ends)",
-    r"Load weight (begin|end)",
-    r"Loading safetensors checkpoint shards:\s+(\d+)% Completed \| (\d+)/(\d+)",
-    r"KV Cache is allocated",
-    r"Memory pool end",
-    r"Capture cuda graph (begin|end)",
-    r"The server is fired up and ready to roll",
-    r"Uvicorn running on (\S+)",
-    r"(Prefill|Decode) batch[.,]",
-    r"Traceback \(most recent call last\)",
-    r"\bERROR\b|\bCRITICAL\b",
-    r"\bWARNING\b",
-    r"out of memory|OOM",
-    r"NCCL (WARN|ERROR)",
-    r"Killed|killed",
-    r"[Tt]imeout|timed out",
-    r"server_args=",
-    r"Automatically detected platform (\w+)",
-)
+MARK_START = "<!-- bench:start -->"
+MARK_END = "<!-- bench:end -->"
 
 
 @dataclass
-class Result:
-    name: str
+class Run:
     wall_s: float
     cpu_s: float
-    rss_mb: float | None
-    note: str = ""
+    rss_mb: float
+    load: float
 
 
-def _run(name: str, argv: list[str], note: str = "") -> Result:
+def _run(argv: list[str], *, ok: tuple[int, ...] = (0, 1)) -> Run:
+    load = os.getloadavg()[0]
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    code = os.waitstatus_to_exitcode(status)
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    if proc.returncode not in (0, 1):  # rg: 1 = no match; diag: 1 = findings
-        raise SystemExit(f"{name} failed (rc={proc.returncode}): {err[-400:]}")
-    return Result(name, wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, note)
+    if code not in ok:  # rg: 1 = no match; diag: 1 = findings
+        raise SystemExit(f"{argv[0]} failed (rc={code}): {err[-400:]}")
+    return Run(wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, load)
 
 
-def _naive(path: Path, fraction: int) -> Result:
-    """The loop most tools write: every line against every pattern."""
-    size = path.stat().st_size
-    limit = size // fraction
-    pats = [re.compile(p) for p in NAIVE_PATTERNS]
-    hits = 0
-    t0 = time.perf_counter()
-    c0 = time.process_time()
-    done = 0
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            done += len(line)
-            for p in pats:
-                if p.search(line):
-                    hits += 1
-            if done >= limit:
-                break
-    wall = (time.perf_counter() - t0) * size / max(done, 1)
-    cpu = (time.process_time() - c0) * size / max(done, 1)
-    note = f"ran on the first 1/{fraction} ({done >> 20} MiB), extrapolated; {hits} hits"
-    return Result(f"naive Python loop, {len(pats)} `re` patterns", wall, cpu, None, note)
+def _size_of(path: Path) -> int:
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return path.stat().st_size
+
+
+def _files(path: Path) -> list[str]:
+    if path.is_dir():
+        return sorted(str(p) for p in path.rglob("*") if p.is_file())
+    return [str(path)]
+
+
+def _warm(path: Path) -> None:
+    for f in _files(path):
+        with open(f, "rb") as fh:
+            while fh.read(16 << 20):
+                pass
+
+
+def _literal_file(folder: Path) -> Path:
+    """diag's candidate literals (lower-case; diag matches them in any case), one a line."""
+    from diag.analyze import _literals
+
+    out = folder / "diag-literals.txt"
+    out.write_text("\n".join(lit for lit in _literals(()) if "\n" not in lit) + "\n")
+    return out
+
+
+def _mix_path(folder: Path, name: str, size_mib: int) -> Path:
+    suffix = "" if name == "folder8" else (".log.gz" if name == "gz" else ".log")
+    return folder / f"{name}-{size_mib}m{suffix}"
+
+
+def _startup(diag: str) -> tuple[float, float, float]:
+    """Median wall and CPU of `diag analyze --example --json` over 5 runs, and the time
+    of `import diag.analyze` (the engine's imports, in a fresh interpreter)."""
+    _run([diag, "analyze", "--example", "--json"])
+    runs = [_run([diag, "analyze", "--example", "--json"]) for _ in range(5)]
+    py = str(Path(diag).with_name("python")) if Path(diag).with_name("python").exists() else (
+        sys.executable)
+    imp = [_run([py, "-c", "import diag.analyze"]).wall_s for _ in range(5)]
+    base = [_run([py, "-c", "pass"]).wall_s for _ in range(5)]
+    return (
+        statistics.median(r.wall_s for r in runs),
+        statistics.median(r.cpu_s for r in runs),
+        statistics.median(imp) - statistics.median(base),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--log", type=Path, default=Path("/tmp/diag-bench-1g.log"))
-    ap.add_argument("--size-mib", type=int, default=1024)
-    ap.add_argument("--naive-slice", type=int, default=10)
+    ap.add_argument("--size", type=int, default=1024, help="MiB per mix (default 1024)")
+    ap.add_argument("--mixes", default=",".join(MIXES), help="comma-separated mix names")
+    ap.add_argument("--dir", type=Path, default=Path("/tmp/diag-bench"))
+    ap.add_argument("--update-readme", action="store_true")
+    ap.add_argument("--drop", action="store_true", help="delete each mix after measuring it")
     a = ap.parse_args(argv)
-    if not a.log.exists():
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from gen_log import generate
-
-        print(f"generating {a.log} ({a.size_mib} MiB) ...", file=sys.stderr)
-        generate(a.log, a.size_mib)
-    size = a.log.stat().st_size
-    with open(a.log, "rb") as fh:  # warm the page cache
-        while fh.read(16 << 20):
-            pass
+    names = [n for n in a.mixes.split(",") if n]
+    unknown = [n for n in names if n not in MIXES]
+    if unknown:
+        raise SystemExit(f"unknown mixes: {unknown}; known: {sorted(MIXES)}")
+    a.dir.mkdir(parents=True, exist_ok=True)
     diag = shutil.which("diag") or str(Path(sys.executable).with_name("diag"))
-    results = [_run("cat > /dev/null (floor)", ["cat", str(a.log)])]
-    results.append(_run("diag analyze --json", [diag, "analyze", "--json", str(a.log)]))
     rg = shutil.which("rg")
-    if rg:
-        argv_rg = [rg, "-c"]
+    if rg is None:
+        raise SystemExit("ripgrep (rg) is needed for the reference runs: apt-get install ripgrep")
+    lits = _literal_file(a.dir)
+    rows: list[str] = []
+    for name in names:
+        path = _mix_path(a.dir, name, a.size)
+        if not path.exists():
+            print(f"generating {path} ...", file=sys.stderr)
+            write_mix(name, path, a.size << 20)
+        _warm(path)
+        size = _size_of(path)
+        files = _files(path)
+        gz = ["-z"] if name == "gz" else []
+        d = _run([diag, "analyze", "--json", str(path)])
+        c = _run(["cat", *files], ok=(0,))
+        argv_rg = [rg, "-c", *gz]
         for p in RG_PATTERNS:
             argv_rg += ["-e", p]
-        results.append(_run(f"rg, {len(RG_PATTERNS)} patterns", [*argv_rg, str(a.log)]))
-    results.append(_naive(a.log, a.naive_slice))
+        r7 = _run([*argv_rg, *files])
+        rf = _run([rg, "-c", "-i", "-F", *gz, "-f", str(lits), *files])
+        gib = (a.size << 20) / (1 << 30)  # the mix's size (uncompressed for .gz)
+        per_gib = d.wall_s / gib
+        ratio = d.wall_s / rf.wall_s
+        ok = per_gib <= 3.0 and ratio <= 2.0 and d.rss_mb <= 400
+        rows.append(
+            f"| {name} | {size / (1 << 20):.0f} | {d.wall_s:.2f} | {d.cpu_s:.2f} | "
+            f"{d.rss_mb:.0f} | {per_gib:.2f} | {c.wall_s:.2f} | {r7.wall_s:.2f} | "
+            f"{rf.wall_s:.2f} | {ratio:.1f}x | {'yes' if ok else 'no'} | {d.load:.1f} |"
+        )
+        print(rows[-1], file=sys.stderr)
+        if a.drop:
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+    wall, cpu, imp = _startup(diag)
     load = os.getloadavg()
-    print(f"\n{a.log}: {size / (1 << 20):.0f} MiB, {os.cpu_count()} CPUs, "
-          f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}\n")
-    print("| reader | wall s | CPU s (user+sys) | peak RSS MB | note |")
-    print("| --- | ---: | ---: | ---: | --- |")
-    for r in results:
-        rss = f"{r.rss_mb:.0f}" if r.rss_mb is not None else "-"
-        print(f"| {r.name} | {r.wall_s:.2f} | {r.cpu_s:.2f} | {rss} | {r.note} |")
-    if not rg:
-        print("\n(rg skipped: ripgrep is not installed)")
+    head = (
+        f"{a.size} MiB per mix (uncompressed), {os.cpu_count()} CPUs, page cache warm, "
+        f"load average at the end {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}.\n\n"
+        "| mix | MiB on disk | diag wall s | diag CPU s | diag peak RSS MB | diag wall s/GiB | "
+        "`cat` s | `rg -c` 7 patterns s | `rg -c -i -F -f` diag's literals s | "
+        "diag / `rg -F -f` | targets met | load |\n"
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |\n"
+    )
+    tail = (
+        f"\n`diag analyze --example --json`: {wall:.2f} s wall, {cpu:.2f} s CPU (median of "
+        f"5); of which `import diag.analyze` {imp:.2f} s.\n"
+    )
+    table = head + "\n".join(rows) + "\n" + tail
+    descr = "\n".join(f"- `{n}`: {MIXES[n][0]}" for n in names)
+    print(table)
+    print(descr)
+    if a.update_readme:
+        readme = ROOT / "README.md"
+        text = readme.read_text(encoding="utf-8")
+        if MARK_START in text and MARK_END in text:
+            pre, rest = text.split(MARK_START, 1)
+            _, post = rest.split(MARK_END, 1)
+            block = f"{MARK_START}\n{table}\nThe mixes:\n\n{descr}\n{MARK_END}"
+            readme.write_text(pre + block + post, encoding="utf-8")
+            print("README.md updated", file=sys.stderr)
+        else:
+            print("README.md has no bench:start/bench:end markers", file=sys.stderr)
     return 0
 
 

@@ -8,6 +8,7 @@ moving). ``MIXES`` maps a mix name to ``(description, writer)``; a writer takes
 usage: python benchmarks/mixes.py NAME OUT [--size-mib 128] [--seed 0]
 """
 
+# ruff: noqa: E501  (real log lines are long)
 from __future__ import annotations
 
 import argparse

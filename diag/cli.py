@@ -3,57 +3,82 @@
 Each subcommand lives in ``diag/commands/<name>.py`` and registers itself on the app
 (``COMMANDS`` below is the explicit registry). Commands raise :class:`DiagError`;
 ``main`` turns it into one red line, its remedy, and its exit code.
+
+The app (typer, rich and every command module) is built on first use: the plain
+``diag analyze --json PATHS`` / ``--example`` runs without it (:mod:`diag.commands.fast`),
+so a scripted run does not pay for the interactive CLI's imports.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
-import typer
-from rich.console import Console
+__all__ = ["COMMANDS", "app", "main"]  # noqa: F822 - app and COMMANDS via __getattr__
 
-from diag.commands import analyze as analyze_cmd
-from diag.commands import bundle as bundle_cmd
-from diag.commands import diff as diff_cmd
-from diag.commands import rules as rules_cmd
-from diag.commands import snapshot as snapshot_cmd
-from diag.commands import watch as watch_cmd
-from diag.errors import DiagError
-from diag.report.sanitize import markup_safe
-
-__all__ = ["COMMANDS", "app", "main"]
-
-app = typer.Typer(
-    name="diag",
-    help="Forensics for LLM inference servers (SGLang, vLLM): where did startup hang, and why.",
-    no_args_is_help=True,
-    pretty_exceptions_show_locals=False,
-    add_completion=False,
-)
-
-COMMANDS = (analyze_cmd, snapshot_cmd, bundle_cmd, rules_cmd, watch_cmd, diff_cmd)
-for _command in COMMANDS:
-    _command.register(app)
+_BUILT: dict[str, Any] = {}
 
 
-@app.callback()
-def _root() -> None:
-    """Forensics for LLM inference servers (SGLang, vLLM): where did startup hang, and why."""
+def _build() -> dict[str, Any]:
+    """The typer app with every command registered (built once)."""
+    if _BUILT:
+        return _BUILT
+    import typer
+
+    from diag.commands import analyze as analyze_cmd
+    from diag.commands import bundle as bundle_cmd
+    from diag.commands import diff as diff_cmd
+    from diag.commands import rules as rules_cmd
+    from diag.commands import snapshot as snapshot_cmd
+    from diag.commands import watch as watch_cmd
+
+    app = typer.Typer(
+        name="diag",
+        help="Forensics for LLM inference servers (SGLang, vLLM): where did startup hang, and why.",
+        no_args_is_help=True,
+        pretty_exceptions_show_locals=False,
+        add_completion=False,
+    )
+    COMMANDS = (analyze_cmd, snapshot_cmd, bundle_cmd, rules_cmd, watch_cmd, diff_cmd)
+    for command in COMMANDS:
+        command.register(app)
+
+    @app.callback()
+    def _root() -> None:
+        """Forensics for LLM inference servers (SGLang, vLLM): where did startup hang, and why."""
+
+    @app.command("version")
+    def version() -> None:
+        """Print diag's version."""
+        from diag import __version__
+
+        typer.echo(__version__)
+
+    _BUILT.update(app=app, COMMANDS=COMMANDS)
+    return _BUILT
 
 
-@app.command("version")
-def version() -> None:
-    """Print diag's version."""
-    from diag import __version__
-
-    typer.echo(__version__)
+def __getattr__(name: str) -> Any:
+    if name in ("app", "COMMANDS"):
+        return _build()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
     """Entry point: run the app; a DiagError becomes one line, a hint and its exit code."""
+    from diag.commands.fast import run_fast
+    from diag.errors import DiagError
+
+    code = run_fast(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
+    from rich.console import Console
+
+    from diag.report.sanitize import markup_safe
+
     err = Console(stderr=True, highlight=False)
     try:
-        app()  # standalone: usage errors print themselves and exit 2
+        _build()["app"]()  # standalone: usage errors print themselves and exit 2
     except DiagError as exc:
         # (the message may quote the input: shown through the sanitiser, markup escaped)
         err.print(

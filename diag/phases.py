@@ -20,7 +20,7 @@ from typing import Any
 from diag import cache
 from diag.errors import DiagError
 from diag.model import PHASES, Event, EventKind, Record
-from diag.parse.literals import required_literals
+from diag.parse.literals import LiteralSet, required_literals
 
 __all__ = [
     "KINDS",
@@ -37,6 +37,16 @@ _KEYS = {"id", "phase", "kind", "regex", "framework", "source", "version", "wher
 
 
 _COMPILED: dict[str, re.Pattern[str]] = {}
+_LITERAL_SETS: dict[int, tuple[Catalogue, LiteralSet]] = {}
+
+
+def _literal_set(cat: Catalogue) -> LiteralSet:
+    got = _LITERAL_SETS.get(id(cat))
+    if got is None or got[0] is not cat:
+        got = _LITERAL_SETS[id(cat)] = (
+            cat, LiteralSet([lit for lit, _ in cat.literal_index], "phases-hs")
+        )
+    return got[1]
 
 
 def _compiled(pattern: str) -> re.Pattern[str]:
@@ -75,6 +85,21 @@ class Catalogue:
     # anything match?", compiled on first use
     any_message_pattern: str
     any_text_pattern: str | None
+    # literal -> indices of the entries it gates; entries gated by no literal
+    literal_index: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    unguarded: tuple[int, ...] = ()
+
+    def gated(self, haystack: str, *, message: bool) -> list[PhaseEntry]:
+        """The message-scoped (or the other) entries whose literals occur in
+        ``haystack``, in catalogue order: the only ones whose regex can match."""
+        hit = set(self.unguarded)
+        index = self.literal_index
+        for k in _literal_set(self).present(haystack):
+            hit.update(index[k][1])
+        entries = self.entries
+        return [
+            entries[i] for i in sorted(hit) if (entries[i].where == "message") is message
+        ]
 
     @property
     def any_message(self) -> re.Pattern[str]:
@@ -89,10 +114,7 @@ class Catalogue:
 
     def matches_message(self, msg: str) -> bool:
         """Does a message-scoped entry match ``msg``?"""
-        return any(
-            e.where == "message" and e.could_match(msg) and e.regex.search(msg) is not None
-            for e in self.entries
-        )
+        return any(e.regex.search(msg) is not None for e in self.gated(msg, message=True))
 
 
 def _check_entry(raw: dict[str, Any], where_from: str) -> dict[str, Any]:
@@ -149,10 +171,16 @@ def _build(checked: list[dict[str, Any]]) -> Catalogue:
     )
     msg = [_anon(e.pattern) for e in entries if e.where == "message"]
     txt = [_anon(e.pattern) for e in entries if e.where != "message"]
+    index: dict[str, list[int]] = {}
+    for i, e in enumerate(entries):
+        for lit in e.literals:
+            index.setdefault(lit, []).append(i)
     return Catalogue(
         entries=entries,
         any_message_pattern="|".join(f"(?:{p})" for p in msg),
         any_text_pattern="|".join(f"(?:{p})" for p in txt) if txt else None,
+        literal_index=tuple((lit, tuple(idx)) for lit, idx in index.items()),
+        unguarded=tuple(i for i, e in enumerate(entries) if not e.literals),
     )
 
 
@@ -212,19 +240,14 @@ def match_record(cat: Catalogue, record: Record) -> Event | None:
     msg = record.message
     # each entry's literals gate its regex (cheaper than one alternation of them all,
     # which would have to be compiled in every run)
-    for e in cat.entries:
-        if e.where != "message" or not e.could_match(msg):
-            continue
+    for e in cat.gated(msg, message=True):
         m = e.regex.search(msg)
         if m:
             return _event(record, e, m)
     if cat.any_text_pattern is not None:
-        text = raw = ""
-        for e in cat.entries:
-            if e.where == "message":
-                continue
-            if not text:
-                text, raw = record.text, record.raw or msg
+        text, raw = record.text, record.raw or msg
+        hay_all = text if raw in text else text + "\n" + raw
+        for e in cat.gated(hay_all, message=False):
             hay = text if e.where == "text" else raw
             if not e.could_match(hay):
                 continue

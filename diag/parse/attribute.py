@@ -69,7 +69,6 @@ def detect_framework(drafts: Sequence[Draft]) -> str:
     messages of the phase catalogue that only one of the two prints. vLLM-format lines
     count for vLLM, a little (SGLang logs carry some from the vLLM code it imports)."""
     cat = _catalogue()
-    own = [e for e in cat.entries if e.framework != "any" and e.where == "message"]
     sg = vl = 0
     for d in drafts:
         g = d.p.grammar
@@ -87,8 +86,8 @@ def detect_framework(drafts: Sequence[Draft]) -> str:
             sg += 2
         if "vllm" in low or "llm engine" in low or "enginecore" in low:
             vl += 1
-        for e in own:
-            if e.could_match(msg) and e.regex.search(msg):
+        for e in cat.gated(msg, message=True):
+            if e.framework != "any" and e.regex.search(msg):
                 if e.framework == "sglang":
                     sg += 2
                 else:

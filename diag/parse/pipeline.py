@@ -31,7 +31,14 @@ from diag.errors import InputError
 from diag.parse import reader
 from diag.parse.reader import UTF16_BOMS, Source, iter_chunks
 from diag.parse.records import Draft, SourceParser, assign_path_ranks, resolve_years
-from diag.parse.serving import ServingFigures, scan_chunk, spec_positions
+from diag.parse.serving import (
+    SPEC_MARKERS,
+    ServingFigures,
+    present_labels,
+    scan_chunk,
+    spec_positions,
+)
+from diag.parse.serving import labels as serving_labels
 from diag.parse.text import decode
 
 __all__ = [
@@ -118,7 +125,10 @@ class _Run:
 
         if self._matcher is None:
             lits = self.literals() if callable(self.literals) else self.literals
-            self._matcher = Matcher(lits)
+            from diag.parse.prefilter import BULK_KINDS
+
+            labels = tuple(dict.fromkeys((*serving_labels(), *BULK_KINDS)))
+            self._matcher = Matcher(lits, labels, present_labels)
             self.col.engine = self._matcher.engine
         return self._matcher
 
@@ -160,8 +170,8 @@ class _Run:
         text, bad = decode(chunk)
         self.col.undecodable += bad
         self.col.nul_bytes += chunk.count(b"\x00")
-        scan_chunk(self.col.serving, text, name, lineno)
         lines = self.matcher.lines(chunk)
+        scan_chunk(self.col.serving, text, name, lineno, lines.present)
         starts, ends = lines.starts, lines.ends
         keep: dict[int, str] = {}
         dropped: set[int] = set()
@@ -174,7 +184,7 @@ class _Run:
             else:
                 dropped.add(i)
         more = scan.timeline_lines(chunk, lines, keep.values(), dropped)
-        spec = spec_positions(chunk)
+        spec = spec_positions(chunk) if any(m in lines.present for m in SPEC_MARKERS) else []
         if spec:
             more += [int(i) for i in self._np.searchsorted(ends, spec, side="left")]
         n = len(lines)

@@ -21,15 +21,16 @@ Line numbers stay exact (newlines are counted in compiled code).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from diag.parse.coords import rank_keys
-from diag.parse.literals import required_literals
+from diag.parse.literals import _hs_escape, hyperscan_db, required_literals
 
 __all__ = [
     "BULK_ENTRIES",
+    "BULK_KINDS",
     "BulkStats",
     "Matcher",
     "SourceScan",
@@ -42,7 +43,7 @@ BULK_ENTRIES = frozenset({"sglang.batch", "vllm.throughput", "any.http_request",
 
 # Literals of the bulk kinds located per rank key (sglang) or globally, first and last.
 _KEYED_BULK = ("Prefill batch", "Decode batch")
-_GLOBAL_BULK = (
+BULK_KINDS = _GLOBAL_BULK = (
     "Prefill batch",
     "Decode batch",
     "Avg prompt throughput",
@@ -126,6 +127,7 @@ class Lines:
     starts: Any  # numpy int64: start of each line
     ends: Any  # numpy int64: end of each line (its newline, or the chunk's end)
     candidates: Any  # numpy int64: sorted indices of candidate lines
+    present: frozenset[str] = frozenset()  # which of the matcher's labels occur
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -137,11 +139,20 @@ _CONT, _CR, _FRAME = (b"\\n[ \\t]", b"\\r[^\\n]", b"\\n#[0-9]")
 class Matcher:
     """Candidate lines of chunks of bytes; the automaton is built once (here)."""
 
-    def __init__(self, literals: Sequence[str]) -> None:
+    def __init__(
+        self,
+        literals: Sequence[str],
+        labels: Sequence[str] = (),
+        complete: Callable[[bytes, frozenset[str]], frozenset[str]] | None = None,
+    ) -> None:
+        """``labels``: literals (case-sensitive) to report the presence of, per chunk;
+        ``complete``: adds to the labels found (given the chunk)."""
+        self.complete = complete
         import numpy as np
 
         self._np = np
         self.literals = tuple(literals)
+        self.labels = tuple(labels)
         self._before = {i for i, lit in enumerate(self.literals) if lit in _WITH_LINE_BEFORE}
         self._hs: Any = None
         hyperscan: Any
@@ -151,12 +162,10 @@ class Matcher:
             hyperscan = None
         if hyperscan is not None:
             exprs = [_hs_escape(lit) for lit in self.literals] + [_CONT, _CR, _FRAME]
-            n = len(self.literals)
-            flags = [hyperscan.HS_FLAG_CASELESS] * n + [0, 0, 0]
-            db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs),
-                       flags=flags)
-            self._hs = db
+            exprs += [_hs_escape(lab) for lab in self.labels]
+            flags = [hyperscan.HS_FLAG_CASELESS] * len(self.literals) + [0, 0, 0]
+            flags += [hyperscan.HS_FLAG_SINGLEMATCH] * len(self.labels)
+            self._hs = hyperscan_db(hyperscan, exprs, flags, "prefilter-hs")
         self.engine = "hyperscan" if self._hs is not None else "polars"
 
     def lines(self, chunk: bytes) -> Lines:
@@ -171,20 +180,24 @@ class Matcher:
             starts[0] = 0
             starts[1:] = ends[:-1] + 1
         if self._hs is not None:
-            cands = self._hyperscan(chunk, nl, len(ends))
+            cands, present = self._hyperscan(chunk, nl, len(ends))
         else:
             cands = self._polars(chunk, len(ends))
+            present = frozenset(lab for lab in self.labels if lab.encode() in chunk)
+        if self.complete is not None:
+            present = self.complete(chunk, present)
         # a line starting the chunk is not preceded by a newline: test it here
         if size and (chunk[:1] in (b" ", b"\t") or (chunk[:1] == b"#" and chunk[1:2].isdigit())):
             cands = np.union1d(cands, np.array([0], dtype=np.int64))
-        return Lines(starts=starts, ends=ends, candidates=cands)
+        return Lines(starts=starts, ends=ends, candidates=cands, present=present)
 
-    def _hyperscan(self, chunk: bytes, nl: Any, n_lines: int) -> Any:
+    def _hyperscan(self, chunk: bytes, nl: Any, n_lines: int) -> tuple[Any, frozenset[str]]:
         np = self._np
         n = len(self.literals)
         before = self._before
         at: list[int] = []  # offsets inside candidate lines
         prev: list[int] = []  # ... whose line before is a candidate too
+        labels: list[int] = []
 
         def on_match(ident: int, _frm: int, to: int, _flags: int, _ctx: object) -> None:
             if ident < n:
@@ -193,8 +206,10 @@ class Matcher:
                     prev.append(to - 1)
             elif ident == n:  # newline + indentation: this line and the one before
                 prev.append(to - 1)
-            else:
+            elif ident <= n + 2:
                 at.append(to - 1)
+            else:
+                labels.append(ident - n - 3)
 
         self._hs.scan(chunk, match_event_handler=on_match)
         idx = np.searchsorted(nl, np.array(at + prev, dtype=np.int64), side="left")
@@ -202,7 +217,7 @@ class Matcher:
             before_idx = np.searchsorted(nl, np.array(prev, dtype=np.int64), side="left") - 1
             idx = np.concatenate([idx, before_idx[before_idx >= 0]])
         out = np.unique(idx)
-        return out[out < n_lines]
+        return out[out < n_lines], frozenset(self.labels[i] for i in labels)
 
     def _polars(self, chunk: bytes, n_lines: int) -> Any:
         import polars as pl
@@ -224,14 +239,6 @@ class Matcher:
         mask = hit | cont | prev
         out = np.flatnonzero(mask.to_numpy())
         return out[out < n_lines].astype(np.int64)
-
-
-def _hs_escape(lit: str) -> bytes:
-    out = bytearray()
-    for b in lit.encode("utf-8"):
-        c = chr(b)
-        out += (c if c.isalnum() and b < 128 else f"\\x{b:02x}").encode()
-    return bytes(out)
 
 
 # ---------------------------------------------------------------------------
@@ -298,6 +305,8 @@ class SourceScan:
                         self.first_found.add(probe)
         for lit in _GLOBAL_BULK:
             blit = lit.encode()
+            if lit in lines.present:
+                pos.add(chunk.rfind(blit))  # the kind's last line in the chunk
             if blit in self.first_found:
                 continue
             j = chunk.find(blit)

@@ -38,6 +38,7 @@ __all__ = [
     "Figure",
     "ServingFigures",
     "SpecLine",
+    "labels",
     "scan_chunk",
     "spec_positions",
 ]
@@ -162,6 +163,27 @@ _SAMPLED_RE = tuple((_figure_re(lab), attr, k) for lab, attr, k in _SAMPLED)
 _SPARSE_RE = tuple((_figure_re(lab), attr, k) for lab, attr, k in _SPARSE)
 
 
+_SG_PAIR = re.compile(r"accept len: (" + _NUM + r"), accept rate: (" + _NUM + ")")
+
+
+def _accept_figures(fig: ServingFigures, text: str) -> int:
+    """SGLang's ``accept len: L, accept rate: R`` (one pass for both when every length
+    comes with its rate, as SGLang prints them; else each label on its own). Returns the
+    number of ``accept len`` labels."""
+    n = text.count("accept len: ")
+    pairs = _SG_PAIR.findall(text)
+    if len(pairs) == n:
+        if n:
+            lens = list(map(float, [a for a, _ in pairs]))
+            rates = list(map(float, [b for _, b in pairs]))
+            fig.accept_len.add_many(n, sum(lens), max(lens))
+            fig.accept_rate.add_many(n, sum(rates), max(rates))
+        return n
+    for rx, attr, k in _DENSE_RE:
+        getattr(fig, attr).add_many(*_read_re(rx, text, k))
+    return n
+
+
 def _read_re(rx: re.Pattern[str], text: str, k: float) -> tuple[int, float, float | None]:
     vals = [float(m) * k for m in rx.findall(text)]
     if not vals:
@@ -169,30 +191,65 @@ def _read_re(rx: re.Pattern[str], text: str, k: float) -> tuple[int, float, floa
     return len(vals), sum(vals), max(vals)
 
 
-def scan_chunk(fig: ServingFigures, text: str, source: str, line0: int) -> None:
+_FAMILY = ("Decode batch", "Prefill batch")  # SGLang's batch lines carry the _DENSE labels
+
+
+def labels() -> tuple[str, ...]:
+    """The labels a caller's one pass over a chunk should report the presence of (then
+    :func:`present_labels` completes the set): the rare ones, and the markers of the
+    lines that carry the frequent ones."""
+    return tuple(dict.fromkeys((*(x[0] for x in _SPARSE), *SPEC_MARKERS, *_FAMILY,
+                                "Draft acceptance rate", "Number of ", "Accepted: ")))
+
+
+def present_labels(chunk: bytes, found: frozenset[str]) -> frozenset[str]:
+    """``found`` (which of :func:`labels` occur in ``chunk``) plus the frequent labels of
+    SGLang's batch lines, looked for only where such lines are."""
+    if not any(f in found for f in _FAMILY):
+        return found
+    reported = set(labels())
+    more = set()
+    for lab, _, _ in _DENSE:
+        if lab in reported:
+            continue
+        if lab == "accept rate: " and "accept len: " not in found:
+            continue  # SGLang prints both or neither
+        if lab.encode() in chunk:
+            more.add(lab)
+    return found | more
+
+
+def scan_chunk(
+    fig: ServingFigures, text: str, source: str, line0: int,
+    present: frozenset[str] | None = None,
+) -> None:
     """Add the serving figures of ``text`` (whole lines; its first line is number
-    ``line0 + 1`` of ``source``) to ``fig``."""
-    if not any(t in text for t in _TRIGGERS):
+    ``line0 + 1`` of ``source``) to ``fig``. ``present``: which of :func:`labels` occur
+    in ``text`` (found by the caller; else each is looked for here)."""
+    seen: frozenset[str] | str = present if present is not None else text
+
+    def has(label: str) -> bool:
+        return label in seen
+
+    if not (present if present is not None else any(t in text for t in _TRIGGERS)):
         return
-    for rx, attr, k in _DENSE_RE:
-        getattr(fig, attr).add_many(*_read_re(rx, text, k))
-    i = max(text.rfind("Decode batch"), text.rfind("Prefill batch"))
+    sg = _accept_figures(fig, text) if has("accept len: ") else 0
+    i = max(text.rfind("Decode batch") if has("Decode batch") else -1,
+            text.rfind("Prefill batch") if has("Prefill batch") else -1)
     if i >= 0:
         start, end = _line_at(text, i)
         line = text[start:end]
         for rx, attr, k in _SAMPLED_RE:
             getattr(fig, attr).add_many(*_read_re(rx, line, k))
     for (label, attr, k), (rx, _, _) in zip(_SPARSE, _SPARSE_RE, strict=True):
-        if label in text:
+        if has(label):
             getattr(fig, attr).add_many(*_read_re(rx, text, k))
-    _spec_lines(fig, text, source, line0)
+    if sg or has(SPEC_MARKERS[1]) or has(SPEC_MARKERS[2]):
+        _spec_lines(fig, text, source, line0, sg)
 
 
-def _spec_lines(fig: ServingFigures, text: str, source: str, line0: int) -> None:
-    sg = text.count(SPEC_MARKERS[0])
-    vl = text.count(SPEC_MARKERS[1]) + text.count(SPEC_MARKERS[2])
-    if not sg and not vl:
-        return
+def _spec_lines(fig: ServingFigures, text: str, source: str, line0: int, sg: int) -> None:
+    vl = sum(text.count(m) for m in SPEC_MARKERS[1:] if m in text)
     fig.spec_reports += sg + vl
     if vl:
         # vLLM's report lines (a few per minute): read one by one
