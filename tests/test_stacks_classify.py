@@ -1117,3 +1117,40 @@ def test_pass_through_frames_never_change_a_site(
     for pos, line in inserts:
         stack.insert(min(pos, len(stack)), line)
     assert classify_frames(frames(*stack))[0] == site
+
+
+def test_an_idle_thread_at_a_plain_python_frame_while_another_holds_the_gil() -> None:
+    waiting = StackThread(
+        thread_id=1,
+        name="MainThread",
+        frames=frames("Scheduler.get_next_batch_to_run (scheduler.py:1500)", "<module> (x.py:1)"),
+        idle=True,
+        owns_gil=False,
+    )
+    hog = StackThread(
+        thread_id=2,
+        name="Thread-1 (process_input_sockets)",
+        frames=frames("OrderedDict.popitem (cache.py:80)", "process_input_sockets (core.py:1)"),
+        idle=False,
+        owns_gil=True,
+    )
+    p = StackProcess(pid=1, title=None, threads=(waiting, hog))
+    assert classify_process(p) == ("stack.gil_or_lock", 1)
+    # nobody holds the GIL (the hog idles too): no claim
+    calm = StackThread(thread_id=2, name=hog.name, frames=hog.frames, idle=True, owns_gil=False)
+    assert classify_process(StackProcess(pid=1, title=None, threads=(waiting, calm))) == (
+        None,
+        None,
+    )
+    # frames that name a wait keep it (an idle loop is not GIL contention)
+    loop = replace_frames(
+        waiting,
+        (
+            "Queue.get (queue.py:171)",
+            "EngineCoreProc._process_input_queue (vllm/v1/engine/core.py:1)",
+        ),
+    )
+    assert (
+        classify_process(StackProcess(pid=1, title=None, threads=(loop, hog)))[0]
+        == "stack.idle_loop"
+    )

@@ -25,7 +25,9 @@ native-only?) -> site. A thread's frames are read innermost first:
    (model forward, sampler, scheduler or worker loop) that is a CUDA sync
    (:data:`NATIVE_CALL_RULE`; a faulthandler or pystack dump, which has no state, is read
    the same way). A torch c10d report of a failed collective is that collective's stack
-   (:data:`C10D_REPORT_RULE`), even where its innermost frames were cut.
+   (:data:`C10D_REPORT_RULE`), even where its innermost frames were cut. A thread idle at
+   a Python frame that names nothing, while another thread runs holding the GIL, waits
+   for the GIL (:data:`GIL_CONTENTION_RULE`).
 
 The thread that matters (:func:`pick_thread`) is the main thread unless another
 non-helper thread waits at a hard site (:data:`HARD_SITES`: a collective, a store, the
@@ -53,6 +55,7 @@ from diag.stacks.frames import is_address, normalise_path
 
 __all__ = [
     "C10D_REPORT_RULE",
+    "GIL_CONTENTION_RULE",
     "HARD_SITES",
     "IDLE_PROCESS_RULE",
     "NATIVE_CALL_RULE",
@@ -876,6 +879,13 @@ C10D_REPORT_RULE = SiteRule(
     "collective:` / `#N func from file:line`, ProcessGroupNCCL.cpp, torch 2.4+) is the "
     "Python stack that issued that collective, whatever its visible frames",
 )
+GIL_CONTENTION_RULE = SiteRule(
+    "gil-contention",
+    _LOCK,
+    why="the thread that matters is idle at a Python frame that names no wait, while "
+    "another thread of the process runs holding the GIL (py-spy `active+gil`): it is "
+    "waiting to take the GIL back (GIL contention, LABELS.md stack.gil_or_lock)",
+)
 IDLE_PROCESS_RULE = SiteRule(
     "idle-helpers-only",
     _IDLE,
@@ -1019,7 +1029,20 @@ def pick_thread(p: StackProcess) -> tuple[StackThread | None, str | None]:
         chosen = best if hard or silent else main
     else:
         chosen = max(candidates, key=key)
-    return p.threads[chosen], sites[chosen]
+    thread = p.threads[chosen]
+    if sites[chosen] is None and _waits_for_the_gil(thread, p.threads):
+        return thread, GIL_CONTENTION_RULE.site
+    return thread, sites[chosen]
+
+
+def _waits_for_the_gil(thread: StackThread, threads: Sequence[StackThread]) -> bool:
+    """py-spy shows the thread idle at a Python frame (no named native frame) while
+    another thread of the process runs holding the GIL (:data:`GIL_CONTENTION_RULE`)."""
+    if thread.idle is not True or thread.owns_gil is not False:
+        return False
+    if any(f.native and not is_address(f.name) for f in thread.frames):
+        return False
+    return any(o is not thread and o.owns_gil is True and o.idle is False for o in threads)
 
 
 def classify_process(p: StackProcess) -> tuple[str | None, int | None]:
@@ -1095,7 +1118,13 @@ def classify_wchan(wchan: str | None) -> str | None:
 
 
 def _check_table() -> None:
-    for rule in (*RULES, NATIVE_CALL_RULE, C10D_REPORT_RULE, IDLE_PROCESS_RULE):
+    for rule in (
+        *RULES,
+        NATIVE_CALL_RULE,
+        C10D_REPORT_RULE,
+        GIL_CONTENTION_RULE,
+        IDLE_PROCESS_RULE,
+    ):
         if rule.site not in STACK_SITES:
             raise ValueError(f"rule {rule.id}: unknown site {rule.site}")
         if rule.unsymbolised and (rule.name is not None or rule.file is None):
