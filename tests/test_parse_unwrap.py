@@ -286,3 +286,11 @@ def test_garbled_numbers_never_raise_through_the_whole_analysis(digits: str) -> 
     ]
     a = analyze_text("\n".join(lines))
     assert a.records
+
+
+def test_a_source_says_when_most_lines_carry_a_per_line_wrapper() -> None:
+    assert SourceUnwrapper([f"2024-01-01T00:00:00.1234567Z {SG}"] * 10).wrapped
+    assert SourceUnwrapper([f"> sglang-1  | {SG}"] * 10).wrapped
+    assert not SourceUnwrapper([SG, VL, VW] * 3 + [f"svc  | {SG}"]).wrapped
+    u = SourceUnwrapper([f"> {SG}"] * 10)
+    assert u.gutters == ("quote",) and not u.wrapped and not u.counts

@@ -301,13 +301,16 @@ class SourceUnwrapper:
     whole source carries (a quote, a line-number gutter, srun labels), strips them and the
     per-line wrappers, and counts what it removed (:meth:`notes`)."""
 
-    __slots__ = ("_gutters", "_sample", "counts", "decided")
+    __slots__ = ("_gutters", "counts", "decided", "wrapped")
 
     def __init__(self, sample: Iterable[str] | None = None) -> None:
         self._gutters: tuple[str, ...] = ()
-        self._sample: list[str] = []
         self.counts: Counter[str] = Counter()
         self.decided = False
+        # most sample lines carry a per-line wrapper (a CI or container stamp, a compose
+        # prefix): a reader that looks at raw lines (indentation, prefixes) should unwrap
+        # them first or read the source line by line
+        self.wrapped = False
         if sample is not None:
             self.decide(sample)
 
@@ -322,6 +325,11 @@ class SourceUnwrapper:
                     break
         self._gutters = detect_gutters(seen)
         self.decided = True
+        if seen:
+            inner = [self.strip_gutters(x)[0] for x in seen] if self._gutters else seen
+            n = sum(1 for x in inner if unwrap_line(x)[1] is not None)
+            self.wrapped = n * 10 >= len(seen) * 6
+            self.counts.clear()  # the sample is counted again when it is parsed
         return self._gutters
 
     @property
