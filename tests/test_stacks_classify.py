@@ -1154,3 +1154,18 @@ def test_an_idle_thread_at_a_plain_python_frame_while_another_holds_the_gil() ->
         classify_process(StackProcess(pid=1, title=None, threads=(loop, hog)))[0]
         == "stack.idle_loop"
     )
+
+
+def test_a_serving_worker_title_makes_any_native_call_a_cuda_sync() -> None:
+    """A cut dump whose frames name no serving code: the process title (a vLLM worker,
+    an SGLang scheduler) says it is one."""
+    cut = _state_thread(
+        ("forward (linear.py:500)", "_call_impl (module.py:1)"), idle=False, gil=False
+    )
+    for title in ("VLLM::Worker_TP1", "sglang::scheduler_TP0", "ray::RayWorkerWrapper"):
+        p = StackProcess(pid=1, title=title, threads=(cut,))
+        assert classify_process(p) == ("stack.cuda_sync", 1), title
+    assert classify_process(StackProcess(pid=1, title="python app.py", threads=(cut,))) == (
+        None,
+        None,
+    )

@@ -946,12 +946,20 @@ def in_native_call(thread: StackThread, mode: str | None = None) -> bool:
     return thread.idle is None and thread.owns_gil is None and mode in _STATELESS_DUMPS
 
 
+# Process titles of GPU serving workers (vLLM's Worker_TPn / VllmWorker / Ray worker
+# actors, SGLang's schedulers): every thread of theirs runs in a serving worker.
+_SERVING_TITLE = re.compile(
+    r"^(VLLM::Worker|VllmWorker|Worker_TP|ray::RayWorkerWrapper|sglang::scheduler)"
+)
+
+
 def classify_thread_rule(
-    thread: StackThread, mode: str | None = None
+    thread: StackThread, mode: str | None = None, *, serving: bool = False
 ) -> tuple[str | None, SiteRule | None]:
     """The wait site of one thread and the rule that decided it: the frames first
     (:func:`classify_frames`), then its state (:data:`NATIVE_CALL_RULE`); ``mode`` is the
-    dump kind (``StackProcess.mode``)."""
+    dump kind (``StackProcess.mode``); ``serving``: the process title names a GPU serving
+    worker, whatever its frames."""
     site, rule = classify_frames(thread.frames)
     if site is not None:
         return site, rule
@@ -961,7 +969,7 @@ def classify_thread_rule(
         in_native_call(thread, mode)
         and thread.frames
         and not any(f.native and not is_address(f.name) for f in thread.frames)
-        and is_serving_worker_stack(thread.frames)
+        and (serving or is_serving_worker_stack(thread.frames))
     ):
         return NATIVE_CALL_RULE.site, NATIVE_CALL_RULE
     return None, None
@@ -1009,7 +1017,8 @@ def pick_thread(p: StackProcess) -> tuple[StackThread | None, str | None]:
     idle helper threads only is an idle loop with no thread that matters."""
     if not p.threads:
         return None, None
-    sites = [classify_thread(t, p.mode) for t in p.threads]
+    serving = bool(p.title and _SERVING_TITLE.match(p.title))
+    sites = [classify_thread_rule(t, p.mode, serving=serving)[0] for t in p.threads]
     candidates = [i for i, t in enumerate(p.threads) if t.frames and not is_helper_thread(t)]
     if not candidates:
         return None, (IDLE_PROCESS_RULE.site if _all_idle_helpers(p) else None)
