@@ -80,25 +80,59 @@ class Collected:
 
 
 class RepeatCap:
-    """The repeat cap over every source of one run (see the module docstring)."""
+    """The repeat cap over every source of one run (see the module docstring). A line's
+    kind is read from its bytes (the first 160, digits deleted), on both paths."""
 
     __slots__ = ("kinds", "skipping")
 
     def __init__(self) -> None:
-        self.kinds: dict[str, int] = {}
+        self.kinds: dict[bytes, int] = {}
         self.skipping = False
 
-    def admit(self, gline: int, text: str) -> bool:
+    def admit(self, gline: int, raw: bytes) -> bool:
         """Is candidate line number ``gline`` of the whole input (1-based) parsed?"""
-        if gline <= REPEAT_CAP_AFTER or not text or text.isspace():
+        if gline <= REPEAT_CAP_AFTER or not raw.strip():
             return True
-        if text[:1] in (" ", "\t"):
+        if raw[:1] in (b" ", b"\t"):
             return not self.skipping
-        kind = _DIGITS.sub("", text[:160])
+        kind = raw[:160].translate(None, b"0123456789")
         seen = self.kinds.get(kind, 0) + 1
         self.kinds[kind] = seen
         self.skipping = seen > REPEAT_KEEP
         return not self.skipping
+
+    def split(
+        self, g0: int, chunk: bytes, starts: Sequence[int], ends: Sequence[int],
+        idx: Sequence[int],
+    ) -> tuple[list[int], set[int]]:
+        """The candidate lines ``idx`` of ``chunk`` (first line = input line ``g0 + 1``)
+        that are parsed, and those only counted: :meth:`admit` on each, in one loop."""
+        keep: list[int] = []
+        dropped: set[int] = set()
+        kinds = self.kinds
+        skipping = self.skipping
+        digits = b"0123456789"
+        for i in idx:
+            raw = chunk[starts[i] : ends[i]]
+            if g0 + i + 1 <= REPEAT_CAP_AFTER or not raw.strip():
+                keep.append(i)
+                continue
+            if raw[:1] in (b" ", b"\t"):
+                if skipping:
+                    dropped.add(i)
+                else:
+                    keep.append(i)
+                continue
+            kind = raw[:160].translate(None, digits)
+            seen = kinds.get(kind, 0) + 1
+            kinds[kind] = seen
+            skipping = seen > REPEAT_KEEP
+            if skipping:
+                dropped.add(i)
+            else:
+                keep.append(i)
+        self.skipping = skipping
+        return keep, dropped
 
 
 class _Run:
@@ -143,16 +177,17 @@ class _Run:
         lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
-        capped = 0
-        cands: set[int] = set()
+        dropped: set[int] = set()
         if self.glines + len(lines) > REPEAT_CAP_AFTER:
-            cands = {int(i) for i in self.matcher.lines(chunk).candidates}
-        g0 = self.glines
+            found = self.matcher.lines(chunk)
+            _, dropped = self.cap.split(
+                self.glines, chunk, found.starts.tolist(), found.ends.tolist(),
+                found.candidates.tolist(),
+            )
+        capped = len(dropped)
         for i, line in enumerate(lines):
-            if i in cands and not self.cap.admit(g0 + i + 1, line):
-                capped += 1
-                continue
-            sp.feed(lineno + i + 1, line, force=True)
+            if i not in dropped:
+                sp.feed(lineno + i + 1, line, force=True)
         self.glines += len(lines)
         return len(lines), capped
 
@@ -172,21 +207,18 @@ class _Run:
         self.col.nul_bytes += chunk.count(b"\x00")
         lines = self.matcher.lines(chunk)
         scan_chunk(self.col.serving, text, name, lineno, lines.present)
-        starts, ends = lines.starts, lines.ends
+        ends_np = lines.ends
+        starts, ends = lines.starts.tolist(), ends_np.tolist()
+        kept, dropped = self.cap.split(
+            self.glines, chunk, starts, ends, lines.candidates.tolist()
+        )
         keep: dict[int, str] = {}
-        dropped: set[int] = set()
-        g0 = self.glines
-        cap = self.cap
-        for i in lines.candidates.tolist():
-            line = decode(chunk[starts[i] : ends[i]])[0]
-            if cap.admit(g0 + i + 1, line):
-                keep[i] = line
-            else:
-                dropped.add(i)
+        for i in kept:
+            keep[i] = decode(chunk[starts[i] : ends[i]])[0]
         more = scan.timeline_lines(chunk, lines, keep.values(), dropped)
         spec = spec_positions(chunk) if any(m in lines.present for m in SPEC_MARKERS) else []
         if spec:
-            more += [int(i) for i in self._np.searchsorted(ends, spec, side="left")]
+            more += [int(i) for i in self._np.searchsorted(ends_np, spec, side="left")]
         n = len(lines)
         more += range(min(n, max(0, HEAD_LINES - lineno)))
         if tail_from is not None:
