@@ -104,7 +104,7 @@ def _gate(expr: str, ignore_case: bool) -> tuple[str, ...] | None:
     if not ignore_case:
         return None
     try:
-        from diag.parse.prefilter import required_literals
+        from diag.parse.literals import required_literals
 
         # named groups do not change the literals; the `re` parser rejects duplicates
         found = required_literals(regex.sub(r"\(\?P<\w+>", "(?:", expr))
