@@ -320,13 +320,16 @@ def test_watch_sigterm_during_a_stall_writes_the_bundle_first(tmp_path: Path) ->
             break
     assert any(e["event"] == "bundle" for e in seen), seen
     t_term = time.monotonic()
+    wall_term = time.time()
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=30)
     seen += _events(out)
     assert time.monotonic() - t_term < 15
     bundles = [e for e in seen if e["event"] == "bundle"]
     assert len(bundles) == 2, [e["event"] for e in seen]  # the stall's, then the last gasp
-    assert Path(str(bundles[-1]["path"])).is_file()
+    last_gasp = Path(str(bundles[-1]["path"]))
+    assert last_gasp.is_file() and "sigterm" in last_gasp.name
+    assert last_gasp.stat().st_mtime - wall_term < 5.0  # written within 5 s of the SIGTERM
     assert proc.returncode != 0
     start = next(e for e in seen if e["event"] == "start")
     _kill_tree(int(str(start["pid"])))
