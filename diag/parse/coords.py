@@ -32,6 +32,7 @@ never reaches ``int``), and nothing raises on any input.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, replace
 
@@ -56,6 +57,7 @@ __all__ = [
     "rank_key",
     "rank_keys",
     "small_int",
+    "tags_rank",
 ]
 
 # a tag name: DP, TP, ATTN_CP, MOE_DP, PD, DCP ... (two to six capitals, one optional
@@ -200,6 +202,14 @@ def parse_name(name: str | None) -> Coords | None:
     return c
 
 
+@functools.lru_cache(maxsize=4096)
+def tags_rank(tags: str) -> RankId | None:
+    """The rank SGLang's tags name (:func:`parse_tags`), cached: a log repeats a few tag
+    strings millions of times."""
+    c = parse_tags(tags)
+    return None if c is None else c.rank()
+
+
 def rank_from_title(title: str | None) -> RankId | None:
     """The rank a process title or prefix names (see :func:`parse_name`); None when none
     (``sglang::detokenizer``, ``VLLM::EngineCore``)."""
@@ -237,6 +247,15 @@ def match_proc_prefix(line: str, pos: int = 0) -> ProcPrefix | None:
     m = _PROC_PREFIX.match(line, pos)
     if m is None:
         return None
+    # one process prints the same prefix on every line: parse each distinct one once
+    name, pid, ip, coords = _proc_fields(m.group(0))
+    return ProcPrefix(name, pid, ip, coords, m.end())
+
+
+@functools.lru_cache(maxsize=4096)
+def _proc_fields(text: str) -> tuple[str | None, int | None, str | None, Coords | None]:
+    m = _PROC_PREFIX.match(text)
+    assert m is not None
     name = m.group("name")
     rank = m.group("rank")
     coords: Coords | None = None
@@ -245,7 +264,7 @@ def match_proc_prefix(line: str, pos: int = 0) -> ProcPrefix | None:
             coords = Coords(tp=small_int(rank), global_rank=True)
         elif name.startswith(("Worker", "EngineCore", "sglang", "VLLM", "vllm")):
             coords = parse_name(name)
-    return ProcPrefix(name, small_int(m.group("pid")), m.group("ip"), coords, m.end())
+    return name, small_int(m.group("pid")), m.group("ip"), coords
 
 
 _TORCH_RANK = re.compile(r"\[rank([0-9]{1,9})\]:\s?")

@@ -21,8 +21,8 @@ from diag.parse.coords import (
     Coords,
     match_proc_prefix,
     match_torch_rank,
-    parse_tags,
     small_int,
+    tags_rank,
 )
 from diag.parse.unwrap import Wrap, unwrap_line
 
@@ -189,8 +189,7 @@ def _dt_md(md: str, t: str) -> dt.datetime | None:
 def _sglang_rank(tags: str | None, p: Parsed) -> None:
     if not tags:
         return
-    c = parse_tags(tags)
-    rank = None if c is None else c.rank()
+    rank = tags_rank(tags)
     if rank is not None:
         p.rank = rank
         p.rank_reason = "tag"
