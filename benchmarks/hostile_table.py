@@ -621,7 +621,7 @@ def _fuzz_rows(folder: Path) -> list[str]:
         parts = log.name.split(".")
         if len(parts) < 3:
             continue
-        harness, mode = parts[0], parts[1]
+        harness, mode = parts[0], re.sub(r"[-_]?\d+$", "", parts[1])  # (workers summed)
         text = log.read_text(errors="replace")
         runs = [int(n) for n in re.findall(r"stat::number_of_executed_units: (\d+)", text)]
         runs += [int(n) for n in re.findall(r"fallback driver: (\d+) executions", text)]

@@ -114,7 +114,7 @@ def drive(name: str, one_input: Callable[[bytes], None], seconds: float) -> None
         atheris.Setup(argv, one_input)
         atheris.Fuzz()
         return
-    rng = random.Random(12)
+    rng = random.Random(int(os.environ.get("DIAG_FUZZ_SEED", "12")))  # one per worker
     work = Path(os.environ.get("DIAG_FUZZ_WORK", f"/tmp/diag-fuzz-{name}"))
     work.mkdir(parents=True, exist_ok=True)
     # the seeds, and the corpus a coverage-guided run left in the work folder
