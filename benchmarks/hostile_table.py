@@ -617,7 +617,7 @@ def cases(tmp: Path, quick: bool) -> list[Case]:  # noqa: PLR0915 - one list of 
 
 def _fuzz_rows(folder: Path) -> list[str]:
     counts: dict[str, list[tuple[str, int, int]]] = {}
-    for log in sorted(folder.glob("*.log")):
+    for log in sorted(folder.rglob("*.log")):
         parts = log.name.split(".")
         if len(parts) < 3:
             continue
@@ -625,13 +625,16 @@ def _fuzz_rows(folder: Path) -> list[str]:
         text = log.read_text(errors="replace")
         runs = [int(n) for n in re.findall(r"stat::number_of_executed_units: (\d+)", text)]
         runs += [int(n) for n in re.findall(r"fallback driver: (\d+) executions", text)]
-        crashes = len(re.findall(r"Test unit written to .*crash-", text))
+        crashes = len(re.findall(r"Test unit written to .*crash-|fallback driver: crash", text))
         if runs:
             counts.setdefault(harness, []).append((mode, sum(runs), crashes))
     out = []
     for harness, modes in counts.items():
         total = sum(n for _m, n, _c in modes)
-        detail = ", ".join(f"{n:,} {m}" for m, n, _c in modes)
+        by_mode: dict[str, int] = {}
+        for m, n, _c in modes:
+            by_mode[m] = by_mode.get(m, 0) + n
+        detail = ", ".join(f"{n:,} {m}" for m, n in by_mode.items())
         crashes = sum(c for _m, _n, c in modes)
         out.append(
             f"| fuzz: `{harness}` | {total:,} executions ({detail}) | {crashes} crashes | | | |"
