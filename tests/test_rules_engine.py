@@ -20,6 +20,7 @@ from diag.model import (
     Record,
 )
 from diag.rules import apply_rules, needles
+from diag.rules.engine import hits_for_line
 from diag.rules.loader import load_dir, load_rules
 from diag.rules.specdec import parse_spec_line, speedup, summarize
 
@@ -736,3 +737,48 @@ def test_good_acceptance_is_reported_as_info_with_its_numbers() -> None:
     assert "mean acceptance length 3.20 tokens/step" in f.message
     assert "1.45x" in f.message  # 3.2 / (1 + 3 * 0.4)
     assert "specdec.low_acceptance" not in ids(out)
+
+
+def test_advice_at_info_level_is_no_oom_or_init_hang() -> None:
+    """INFO lines that mention running out of memory (advice) or a timeout (settings) do
+    not fire cuda.oom / dist.init_hang; the same text as an error does."""
+    advice = rec(
+        10,
+        "CUDA graphs reserve memory: out of memory on the GPU is possible with large batch "
+        "sizes; consider lowering gpu_memory_utilization",
+        level="INFO",
+    )
+    setting = rec(11, "init_process_group: timeout set to 1800 s", level="INFO")
+    rules = {r.id: r for r in load_rules()}
+    assert hits_for_line(rules["cuda.oom"], advice.message)  # the pattern alone would fire
+    assert hits_for_line(rules["dist.init_hang"], setting.message)
+    out = apply_rules(analysis(), [advice, setting])
+    assert "cuda.oom" not in ids(out) and "dist.init_hang" not in ids(out)
+    error = rec(
+        12, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", level="INFO"
+    )
+    assert "cuda.oom" in ids(apply_rules(analysis(), [error]))
+
+
+def test_a_faulthandler_dump_without_its_header_is_a_kill() -> None:
+    dump = [
+        rec(20, "Decode batch, #running-req: 3", tp=0, s=5),
+        Record(
+            SRC,
+            21,
+            "Thread 0x00007f71b9fff640 (most recent call first):",
+            continuation=(
+                '  File "/usr/lib/python3.10/threading.py", line 324 in wait',
+                '  File "/usr/lib/python3.10/threading.py", line 607 in wait',
+                "",
+                "Current thread 0x00007f7f00001000 (most recent call first):",
+                '  File "/sgl/srt/managers/scheduler.py", line 900 in event_loop_overlap',
+            ),
+        ),
+    ]
+    out = apply_rules(analysis(), dump)
+    (f,) = [f for f in out.findings if f.id == "process.killed"]
+    assert f.evidence[0].line == 21 and "fatal signal" in f.message
+    # a watchdog's timed dump (faulthandler.dump_traceback_later) is not a kill
+    timed = [dump[0], Record(SRC, 21, "Timeout (0:05:00)!"), dataclasses.replace(dump[1], line=22)]
+    assert "process.killed" not in ids(apply_rules(analysis(), timed))

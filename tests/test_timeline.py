@@ -173,3 +173,29 @@ def test_build_timelines_silence_and_global_phases() -> None:
     r0, r1 = ranks
     assert (r0.last_phase, r0.silent_s, r0.line_count) == ("kv_cache", 0.0, 5)
     assert (r1.last_phase, r1.silent_s) == ("weights_load", 80.0)
+
+
+def _in_phase(tp: int, *, last_s: float, ended: bool) -> RankTimeline:
+    from diag.model import PhaseInterval
+
+    end = T0 + dt.timedelta(seconds=last_s)
+    return RankTimeline(
+        rank=RankId(tp=tp),
+        phases=(
+            PhaseInterval("cuda_graph", T0, end if ended else None, 1, 2, "log", ended=ended),
+        ),
+        last_ts=end,
+        silent_s=None,
+        line_count=10,
+    )
+
+
+def test_a_rank_that_never_ended_the_phase_its_peers_ended_is_a_straggler() -> None:
+    """Seven ranks logged the end of CUDA-graph capture; TP3 never did and went quiet
+    50 s before the last of their end lines."""
+    ranks = [_in_phase(tp, last_s=60, ended=True) for tp in range(8) if tp != 3]
+    ranks.insert(3, _in_phase(3, last_s=10, ended=False))
+    assert stragglers(ranks) == (RankId(tp=3),)
+    # within seconds of the others (an excerpt cut between their end lines): no claim
+    ranks[3] = _in_phase(3, last_s=55, ended=False)
+    assert stragglers(ranks) == ()

@@ -724,6 +724,54 @@ def _check_error_ends_log(ctx: CheckContext) -> CheckOutcome | None:
     )
 
 
+# faulthandler (CPython Modules/faulthandler.c): a fatal signal prints "Fatal Python error:
+# <signal>" and then each thread as "Thread 0x... (most recent call first):" / "Current
+# thread 0x..." with frames `File "f", line N in func` (no comma, unlike a traceback);
+# dump_traceback_later prints "Timeout (h:mm:ss)!" first instead.
+_FH_THREAD = regex.compile(r"(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):")
+_FH_FRAME = regex.compile(r'File "[^"]+", line \d+ in \S+')
+_FH_TIMEOUT = regex.compile(r"Timeout \(\d+:\d\d:\d\d\)!")
+
+
+def _check_faulthandler_dump(ctx: CheckContext) -> CheckOutcome | None:
+    """A faulthandler dump ends the log with no `Timeout (h:mm:ss)!` header: a fatal
+    signal's dump (LABELS.md: process.killed), also when its "Fatal Python error" line was
+    lost to the paste."""
+    tail = _tail_of(ctx.records)
+    if not tail:
+        return None
+    first: tuple[Record, int] | None = None
+    count = 0
+    timeout = False
+    # walk back over the end of the log while it is dump material
+    for r in reversed(tail[-3000:]):
+        lines = (r.message, *r.continuation)
+        dumpish = [
+            i for i, x in enumerate(lines) if _FH_THREAD.search(x) or _FH_FRAME.search(x)
+        ]
+        if any(_FH_TIMEOUT.search(x) for x in lines):
+            timeout = True
+            break
+        if not dumpish:
+            if r.ts is not None or count >= 2:
+                break  # a log line after (or before) the dump: the dump is behind us
+            continue
+        count += len(dumpish)
+        first = (r, dumpish[0])
+    if first is None or timeout or count < 2:
+        return None
+    rec, i = first
+    line = rec.line + i
+    text = (rec.message, *rec.continuation)[i].strip()
+    return CheckOutcome(
+        message=(
+            f"a faulthandler dump of the threads' stacks ends the log ({count} frame or "
+            "thread lines, no 'Timeout' header): the process died of a fatal signal"
+        ),
+        hits=(Hit(rec.source, line, text, rec.rank, rec.ts),),
+    )
+
+
 # ---------------------------------------------------------------------------
 # weights, spec decode, ranks
 
@@ -942,6 +990,7 @@ CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
     "rank_missing": _check_missing,
     "rank_straggler": _check_straggler,
     "error_ends_log": _check_error_ends_log,
+    "faulthandler_dump": _check_faulthandler_dump,
     "dist_init_hang": _check_dist_init_hang,
     "stalled": _check_stalled,
     "cut_excerpt": _check_cut_excerpt,

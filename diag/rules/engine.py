@@ -84,6 +84,20 @@ def _last_frame(lines: Sequence[str]) -> str:
     return plain[-1] if plain else ""
 
 
+# Error-level rules on INFO/DEBUG lines: the line must read as a failure (an exception name
+# or a failure word). Advice ("If you are running out of memory, consider ...") and
+# import-time discovery ("Found nccl from library ...") at INFO mention a failure without
+# reporting one.
+_QUIET = frozenset({"INFO", "DEBUG"})
+_ADVICE_PRONE = frozenset(
+    {"cuda.oom", "dist.init_hang", "nccl.error", "nccl.timeout", "cuda.arch_unsupported"}
+)
+_ERROR_SHAPE = regex.compile(
+    r"\b[A-Z]\w*(?:Error|Exception|Exit|Failure)\b"
+    r"|(?i:\b(?:error|errors|failed|fails|failure|fatal|abort(?:ed|ing)?|killed|died|dead|crash(?:ed)?"
+    r"|timed out|refused|unable|cannot|could not|not enough)\b)"
+)
+
 _CODE = regex.compile(r'^\s*(?:raise\b|File "|return\b)')
 
 
@@ -207,6 +221,12 @@ def _scan(
                     break
                 if m is None:
                     continue
+                if (
+                    rule.finding_id in _ADVICE_PRONE
+                    and level in _QUIET
+                    and not _ERROR_SHAPE.search(line)
+                ):
+                    continue  # an INFO/DEBUG line that mentions the failure: advice, not one
                 groups = {k: v for k, v in m.groupdict().items() if v is not None}
                 for gi, value in enumerate(m.groups(), start=1):
                     if value is not None:

@@ -1,0 +1,140 @@
+"""Traceback frames -> phases (LABELS.md's mapping), and the phase reached in event order."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from diag.analyze import analyze_text
+from diag.frames import frame_events, frame_phase
+from diag.model import Event, Record
+from diag.timeline import advance, reached_phase
+
+T0 = dt.datetime(2026, 2, 22, 22, 35, 0)
+
+
+@pytest.mark.parametrize(
+    ("path", "func", "phase"),
+    [
+        ("/x/torch/distributed/distributed_c10d.py", "init_process_group", "dist_init"),
+        ("/x/torch/distributed/rendezvous.py", "_create_c10d_store", "dist_init"),
+        ("/x/vllm/distributed/parallel_state.py", "init_distributed_environment", "dist_init"),
+        ("/x/vllm/distributed/parallel_state.py", "initialize_model_parallel", "dist_init"),
+        ("/x/torch/distributed/distributed_c10d.py", "all_reduce", "dist_init"),
+        ("/x/vllm/model_executor/model_loader/loader.py", "load_weights", "weights_load"),
+        ("/x/vllm/model_executor/model_loader/__init__.py", "get_model", "weights_load"),
+        ("/x/vllm/attention/selector.py", "get_attn_backend", "weights_load"),
+        ("/x/vllm/v1/worker/gpu_worker.py", "determine_available_memory", "kv_cache"),
+        ("/x/vllm/worker/model_runner.py", "profile_run", "kv_cache"),
+        ("/x/sglang/srt/model_executor/model_runner.py", "init_memory_pool", "kv_cache"),
+        ("/x/torch/_dynamo/eval_frame.py", "_fn", "compile"),
+        ("/x/torch/_inductor/compile_fx.py", "compile_fx", "compile"),
+        ("/x/vllm/v1/worker/gpu_model_runner.py", "capture_model", "cuda_graph"),
+        ("/x/sglang/srt/model_executor/cuda_graph_runner.py", "capture", "cuda_graph"),
+        ("/x/vllm/worker/worker.py", "init_device", "launch"),
+        ("/x/torch/cuda/__init__.py", "set_device", "launch"),
+        ("/x/sglang/srt/managers/scheduler.py", "event_loop_overlap", "serving"),
+        ("/x/sglang/srt/entrypoints/http_server.py", "_wait_and_warmup", "warmup"),
+        ("/x/vllm/entrypoints/openai/api_server.py", "run_server", None),
+    ],
+)
+def test_frame_phases_follow_labels(path: str, func: str, phase: str | None) -> None:
+    assert frame_phase(path, func) == phase
+
+
+def _tb(frames: list[tuple[str, str]], *, first: int = 10) -> Record:
+    cont = []
+    for path, func in frames:
+        cont.append(f'  File "{path}", line 12, in {func}')
+        cont.append("    call()")
+    header = "Traceback (most recent call last):"
+    return Record("log", first, header, ts=T0, continuation=tuple(cont))
+
+
+def test_the_innermost_startup_step_decides_and_serving_yields_to_startup() -> None:
+    # V1: the memory profile (kv_cache) runs the compiled forward (compile)
+    rec = _tb(
+        [
+            ("/x/vllm/v1/engine/core.py", "_initialize_kv_caches"),
+            ("/x/vllm/v1/worker/gpu_worker.py", "profile_run"),
+            ("/x/torch/_dynamo/eval_frame.py", "_fn"),
+        ]
+    )
+    (e,) = frame_events([rec])
+    assert e.phase == "compile" and e.line == 10 + 5 and e.pattern == "frames._fn"
+    # V0's profile_run runs execute_model: still kv_cache, not serving
+    rec = _tb(
+        [
+            ("/x/vllm/worker/worker.py", "determine_num_available_blocks"),
+            ("/x/vllm/worker/model_runner.py", "execute_model"),
+            ("/x/vllm/worker/model_runner.py", "execute_model_async"),
+        ]
+    )
+    assert [e.phase for e in frame_events([rec])] == ["kv_cache"]
+
+
+def test_the_call_under_the_innermost_frame_counts() -> None:
+    """An excerpt cut right after `init_worker_distributed_environment(` still shows it."""
+    rec = Record(
+        "log",
+        1,
+        "Traceback (most recent call last):",
+        continuation=(
+            '  File "/x/vllm/worker/worker.py", line 132, in init_device',
+            "    init_worker_distributed_environment(self.parallel_config, self.rank,",
+        ),
+    )
+    assert [e.phase for e in frame_events([rec])] == ["dist_init"]
+
+
+def test_faulthandler_dumps_read_innermost_first() -> None:
+    rec = Record(
+        "log",
+        1,
+        "Current thread 0x00007f01 (most recent call first):",
+        continuation=(
+            '  File "/x/torch/cuda/graphs.py", line 80 in capture_end',
+            '  File "/x/sglang/srt/model_executor/cuda_graph_runner.py", line 300 in capture',
+            '  File "/x/sglang/srt/managers/scheduler.py", line 90 in __init__',
+        ),
+    )
+    assert [e.phase for e in frame_events([rec])] == ["cuda_graph"]
+
+
+def _ev(line: int, phase: str) -> Event:
+    return Event("log", line, T0 + dt.timedelta(seconds=line), None, phase, "mark", "x", "")
+
+
+def test_reached_phase_follows_the_order_of_events() -> None:
+    # vLLM V1: the API server resolves the config, then the workers init torch.distributed
+    assert reached_phase([_ev(1, "launch"), _ev(2, "model_config"), _ev(3, "dist_init")]) == (
+        "dist_init"
+    )
+    # ... but once the workers got further, a late dist_init line does not take it back
+    evs = [_ev(1, "model_config"), _ev(2, "weights_load"), _ev(3, "dist_init")]
+    assert reached_phase(evs) == "weights_load"
+    # no other backward move: a traceback frame of launch after weights_load
+    assert advance("weights_load", "launch") == "weights_load"
+    assert advance("compile", "kv_cache", {"compile"}) == "compile"
+
+
+def test_a_failing_collective_proves_dist_init() -> None:
+    text = (
+        "[rank5]:[E1130 16:18:44.000693711 ProcessGroupNCCL.cpp:689] [Rank 5] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=9141, OpType=_ALLGATHER_BASE, "
+        "NumelIn=19008, NumelOut=152064, Timeout(ms)=600000) ran for 600015 milliseconds\n"
+    )
+    assert analyze_text(text).last_phase == "dist_init"
+
+
+def test_access_lines_of_any_route_prove_listening() -> None:
+    text = (
+        "INFO 06-22 02:54:47 [gpu_worker.py:232] Available KV cache memory: 26.91 GiB\n"
+        'INFO:     127.0.0.1:41950 - "GET /metrics HTTP/1.1" 200 OK\n'
+    )
+    assert analyze_text(text).last_phase == "listening"
+    cut = 'INFO 06-22 02:54:47 [gpu_worker.py:232] Available KV cache memory: 26.91 GiB\n' + (
+        'INFO:     172.27.0.4:56768 - "POST /v1\n'
+    )
+    assert analyze_text(cut).last_phase == "serving"
