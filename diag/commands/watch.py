@@ -94,10 +94,7 @@ def probe_log(
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(
-        "watch",
-        context_settings={"allow_interspersed_args": False},
-    )
+    @app.command("watch")
     def watch(
         target: Annotated[
             list[str] | None,

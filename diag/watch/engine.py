@@ -220,6 +220,8 @@ class Watcher:
     def run(self, on_tick: Callable[[WatchView], None] | None = None) -> int:
         self.emit("start", f"watching {self.source.name}", source=self.source.name,
                   pid=self._root_pid)
+        if isinstance(self.source, FileFollower) and not self.source.path.exists():
+            self.emit("note", f"{self.source.path} does not exist yet: waiting for it")
         first = True
         while True:
             now = self.clock()
@@ -471,7 +473,7 @@ class Watcher:
     def _on_signal(self, sig: int) -> int:
         name = signal.Signals(sig).name
         launched = self.launched
-        if sig == signal.SIGTERM and self.state != "ready":
+        if sig == signal.SIGTERM and self.state != "ready" and (self.lines or launched):
             # a supervisor is about to kill us (and the server): evidence first
             self.emit("note", f"{name}: writing the bundle before stopping")
             self._capture("sigterm", sorted(self._stalled.values(), key=lambda s: s.key),
