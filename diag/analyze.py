@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from diag.errors import InputError
+from diag.frames import frame_events
 from diag.model import (
     Analysis,
     Event,
@@ -36,7 +37,6 @@ from diag.parse.attribute import version_of as _version
 from diag.parse.pipeline import PREFILTER_MIN_BYTES, Collected, read_sources
 from diag.parse.reader import Source, resolve_inputs
 from diag.parse.records import SourceParser, freeze
-from diag.frames import frame_events
 from diag.phases import load_catalogue
 from diag.rules.specdec import RecordList
 from diag.timeline import (
@@ -140,9 +140,18 @@ def _literals(rules_dirs: tuple[Path, ...]) -> tuple[str, ...]:
     from diag.parse.prefilter import BULK_ENTRIES, candidate_literals
     from diag.rules import load_rules
 
-    needles = {
-        n for r in load_rules(rules_dirs) if r.check not in _SERVING_CHECKS for n in r.needles
-    }
+    needles: set[str] = set()
+    for r in load_rules(rules_dirs):
+        if r.check in _SERVING_CHECKS:
+            continue
+        gates = r.match.gates if r.match is not None and r.check is None else ()
+        if gates and all(g for g in gates):
+            # a pattern rule whose every pattern has gate literals: those are finer than
+            # its needles ("kv cache" is in every vLLM throughput line; its patterns' gates
+            # are not)
+            needles.update(lit for g in gates if g for lit in g)
+        else:
+            needles.update(r.needles)
     phase: set[str] = set()
     for e in load_catalogue().entries:
         if e.id in BULK_ENTRIES:

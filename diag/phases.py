@@ -20,7 +20,7 @@ from typing import Any
 from diag import cache
 from diag.errors import DiagError
 from diag.model import PHASES, Event, EventKind, Record
-from diag.parse.literals import LiteralSet, required_literals
+from diag.parse.literals import LITERALS_VERSION, LiteralSet, required_literals
 
 __all__ = [
     "KINDS",
@@ -211,7 +211,7 @@ def _anon(pattern: str) -> str:
 def load_catalogue() -> Catalogue:
     """The built-in catalogue (kept for the process; its checked form is cached on disk)."""
     text = resources.files("diag.data").joinpath("phases.yaml").read_text(encoding="utf-8")
-    key = cache.content_key([text])
+    key = cache.content_key([text], f"literals-{LITERALS_VERSION}")
     hit = cache.load("phases", key)
     if isinstance(hit, list):
         try:

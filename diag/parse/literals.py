@@ -15,17 +15,51 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - python 3.10
     import sre_parse as _sre_parse
 
-__all__ = ["LiteralSet", "hyperscan_db", "required_literals"]
+__all__ = ["LITERALS_VERSION", "LiteralSet", "hyperscan_db", "required_literals"]
+
+# Bumped whenever required_literals() reads patterns differently: part of the cache keys
+# of everything computed with it (the phase catalogue's literals, the rules' gates).
+LITERALS_VERSION = 2
+
+
+_MAX_COMBOS = 16  # literal prefixes times alternatives kept as one set
+
+
+def _pure_alternatives(sub: Any) -> set[str] | None:
+    """The strings a group matches when it is an alternation of plain literals
+    (``(?:memory|size)``), else None."""
+    items = list(sub)
+    if len(items) != 1 or str(items[0][0]) != "BRANCH":
+        return None
+    return _branch_alternatives(items[0][1])
+
+
+def _branch_alternatives(av: Any) -> set[str] | None:
+    out: set[str] = set()
+    for branch in av[1]:
+        parts = list(branch)
+        if not parts or any(str(op) != "LITERAL" for op, _ in parts):
+            return None
+        out.add("".join(chr(av) for _, av in parts))
+    return out
 
 
 def _literal_sets(items: Any) -> list[set[str]]:
     """Alternative literal sets of a parsed sequence: each set is one way to say "every
-    match contains one of these"."""
+    match contains one of these". A literal run followed by an alternation of literals
+    becomes their combinations (``KV cache (?:memory|size)`` -> ``KV cache memory``,
+    ``KV cache size``)."""
     out: list[set[str]] = []
     run: list[str] = []
+    combos: set[str] | None = None  # the run so far, when an alternation split it
 
     def close() -> None:
-        if run:
+        nonlocal combos
+        if combos is not None:
+            out.append({c + "".join(run) for c in combos})
+            combos = None
+            run.clear()
+        elif run:
             out.append({"".join(run)})
             run.clear()
 
@@ -36,6 +70,15 @@ def _literal_sets(items: Any) -> list[set[str]]:
             continue
         if name == "AT":
             continue
+        if name in ("SUBPATTERN", "BRANCH") and (run or combos is not None):
+            alts = _pure_alternatives(av[-1]) if name == "SUBPATTERN" else (
+                _branch_alternatives(av))
+            heads = combos if combos is not None else {"".join(run)}
+            if alts and len(heads) * len(alts) <= _MAX_COMBOS:
+                combos = {h + "".join(run) if combos is not None else h for h in heads}
+                combos = {h + a for h in combos for a in alts}
+                run.clear()
+                continue
         close()
         if name == "SUBPATTERN":
             sub = av[-1]

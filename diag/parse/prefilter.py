@@ -39,7 +39,10 @@ __all__ = [
 ]
 
 # Catalogue entries whose lines are bulk: handled by first/last per chunk, never each.
-BULK_ENTRIES = frozenset({"sglang.batch", "vllm.throughput", "any.http_request", "any.nccl_info"})
+BULK_ENTRIES = frozenset({
+    "sglang.batch", "vllm.throughput", "any.http_request", "any.http_access", "any.http_post",
+    "any.nccl_info",
+})
 
 # Literals of the bulk kinds located per rank key (sglang) or globally, first and last.
 _KEYED_BULK = ("Prefill batch", "Decode batch")
@@ -50,6 +53,11 @@ BULK_KINDS = _GLOBAL_BULK = (
     "SpecDecoding metrics",
     '"POST /',
     '"GET /',
+    '"HEAD /',
+    '"PUT /',
+    '"DELETE /',
+    '"OPTIONS /',
+    '"PATCH /',
     "NCCL INFO",
 )
 
@@ -304,14 +312,12 @@ class SourceScan:
                         pos.add(j)
                         self.first_found.add(probe)
         for lit in _GLOBAL_BULK:
-            blit = lit.encode()
-            if lit in lines.present:
-                pos.add(chunk.rfind(blit))  # the kind's last line in the chunk
-            if blit in self.first_found:
+            if lit not in lines.present:
                 continue
-            j = chunk.find(blit)
-            if j >= 0:
-                pos.add(j)
+            blit = lit.encode()
+            pos.add(chunk.rfind(blit))  # the kind's last line in the chunk
+            if blit not in self.first_found:
+                pos.add(chunk.find(blit))
                 self.first_found.add(blit)
         if self.keyed_budget is not None:
             self.keyed_budget -= 1

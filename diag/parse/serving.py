@@ -163,6 +163,64 @@ _SAMPLED_RE = tuple((_figure_re(lab), attr, k) for lab, attr, k in _SAMPLED)
 _SPARSE_RE = tuple((_figure_re(lab), attr, k) for lab, attr, k in _SPARSE)
 
 
+# vLLM V1's periodic line (vllm/v1/metrics/loggers.py), all five figures in one pass
+_VLLM_THROUGHPUT = re.compile(
+    r"Avg prompt throughput: (" + _NUM + r") tokens/s, Avg generation throughput: (" + _NUM
+    + r") tokens/s, Running: ([0-9]{1,12}) reqs, Waiting: ([0-9]{1,12}) reqs, "
+    r"GPU KV cache usage: (" + _NUM + r")%"
+)
+_VLLM_THROUGHPUT_FIGS = (
+    ("Avg prompt throughput: ", "prompt_throughput", 1.0),
+    ("Avg generation throughput: ", "gen_throughput", 1.0),
+    ("Running: ", "running", 1.0),
+    ("Waiting: ", "queued", 1.0),
+    ("GPU KV cache usage: ", "kv_usage", 0.01),
+)
+
+
+def _vllm_throughput(fig: ServingFigures, text: str) -> set[str]:
+    """vLLM's throughput lines in one pass when every one has the V1 form and no other
+    line carries its labels; returns the labels read (none: read them one by one)."""
+    found = _VLLM_THROUGHPUT.findall(text)
+    n = len(found)
+    if not n or any(text.count(lab) != n for lab, _, _ in _VLLM_THROUGHPUT_FIGS):
+        return set()
+    for j, (_, attr, k) in enumerate(_VLLM_THROUGHPUT_FIGS):
+        vals = [float(row[j]) * k for row in found]
+        getattr(fig, attr).add_many(n, sum(vals), max(vals))
+    return {lab for lab, _, _ in _VLLM_THROUGHPUT_FIGS}
+
+
+# vLLM V1's spec-decode line of 2025/26 (vllm/v1/spec_decode/metrics.py), in one pass
+_VLLM_SPEC = re.compile(
+    r"SpecDecoding metrics: Mean acceptance length: (" + _NUM + r"), Accepted throughput: "
+    + _NUM + r" tokens/s, Drafted throughput: " + _NUM + r" tokens/s, Accepted: ([0-9]{1,15}) "
+    r"tokens, Drafted: ([0-9]{1,15}) tokens, Per-position acceptance rate: ((?:" + _NUM
+    + r"(?:, )?){1,64}), Avg Draft acceptance rate: (" + _NUM + r")%"
+)
+
+
+def _vllm_spec(fig: ServingFigures, text: str) -> bool:
+    """vLLM's spec-decode lines in one pass when all have that form (no older form in
+    the text); False: read them label by label."""
+    found = _VLLM_SPEC.findall(text)
+    n = len(found)
+    if not n or text.count("SpecDecoding metrics: ") != n or any(
+        text.count(lab) != n for lab in ("Mean acceptance length: ", "Draft acceptance rate: ",
+                                         "Per-position acceptance rate: ", "Drafted: ")
+    ) or "Speculative metrics: " in text or "Number of " in text:
+        return False
+    lens = [float(row[0]) for row in found]
+    fig.accept_len.add_many(n, sum(lens), max(lens))
+    rates = [float(row[4]) / 100.0 for row in found]
+    fig.accept_rate.add_many(n, sum(rates), None)
+    fig.accepted += sum(int(row[1]) for row in found)
+    fig.drafted += sum(int(row[2]) for row in found)
+    steps = max(len(_NUM_RE.findall(row[3])) for row in found)
+    fig.positions = max(fig.positions or 0, steps)
+    return True
+
+
 _SG_PAIR = re.compile(r"accept len: (" + _NUM + r"), accept rate: (" + _NUM + ")")
 
 
@@ -241,17 +299,26 @@ def scan_chunk(
         line = text[start:end]
         for rx, attr, k in _SAMPLED_RE:
             getattr(fig, attr).add_many(*_read_re(rx, line, k))
+    done: set[str] = set()
+    if has("Avg prompt throughput: "):
+        done = _vllm_throughput(fig, text)
+    spec_done = False
+    if has(SPEC_MARKERS[1]) and _vllm_spec(fig, text):
+        done.add("Mean acceptance length: ")
+        spec_done = True
     for (label, attr, k), (rx, _, _) in zip(_SPARSE, _SPARSE_RE, strict=True):
-        if has(label):
+        if label not in done and has(label):
             getattr(fig, attr).add_many(*_read_re(rx, text, k))
     if sg or has(SPEC_MARKERS[1]) or has(SPEC_MARKERS[2]):
-        _spec_lines(fig, text, source, line0, sg)
+        _spec_lines(fig, text, source, line0, sg, spec_done)
 
 
-def _spec_lines(fig: ServingFigures, text: str, source: str, line0: int, sg: int) -> None:
+def _spec_lines(
+    fig: ServingFigures, text: str, source: str, line0: int, sg: int, read: bool = False
+) -> None:
     vl = sum(text.count(m) for m in SPEC_MARKERS[1:] if m in text)
     fig.spec_reports += sg + vl
-    if vl:
+    if vl and not read:
         # vLLM's report lines (a few per minute): read one by one
         for m in _RATE.finditer(text):
             v = float(m.group(1))

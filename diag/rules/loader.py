@@ -26,6 +26,7 @@ import regex
 from diag import cache
 from diag.errors import RuleError
 from diag.model import PHASES, Severity
+from diag.parse.literals import LITERALS_VERSION
 from diag.rules.schema import FILE_SCHEMA
 from diag.rules.yamlsafe import check_expansion
 
@@ -341,7 +342,8 @@ def load_dir(folder: Path | Traversable, *, label: str | None = None) -> list[Ru
         except (OSError, UnicodeDecodeError) as exc:
             raise RuleError(f"{path}: cannot read: {exc}") from exc
     key = cache.content_key(
-        [x for pair in files for x in pair], regex.__version__, *sorted(known)
+        [x for pair in files for x in pair], regex.__version__, f"literals-{LITERALS_VERSION}",
+        *sorted(known)
     )
     name = "rules-" + cache.content_key([str(folder)])[:16]
     hit = cache.load(name, key)
