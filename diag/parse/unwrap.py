@@ -109,7 +109,10 @@ _GHA_MARKER = re.compile(r"##\[(?:group|endgroup|error|warning|notice|debug|comm
 _COMPOSE = re.compile(r"(?P<svc>[A-Za-z][\w.\-]{0,80}?)\s+\|(?: |$)")
 _K9S = re.compile(r"[│|]\s?(?P<body>.*?)\s*[│|]?\s*$", re.S)
 _HTML_TAG = re.compile(r"</?(?:font|b|span|i|strong|em|code|pre|br|div|p)\b[^<>]{0,200}>", re.I)
-_ENTITIES = (("&lt;", "<"), ("&gt;", ">"), ("&quot;", '"'), ("&#39;", "'"), ("&amp;", "&"))
+_ENTITIES = (
+    ("&lt;", "<"), ("&gt;", ">"), ("&quot;", '"'), ("&#39;", "'"), ("&#x27;", "'"),
+    ("&nbsp;", " "), ("&amp;", "&"),
+)
 _MPI = re.compile(r"\[[0-9]{1,6},(?P<r>[0-9]{1,6})\]<(?:stdout|stderr)>:\s?")
 _TORCHRUN = re.compile(r"\[(?P<role>[a-z][a-z_\-]{0,30}?)(?P<r>[0-9]{1,6})\]:\s?")
 _LEVEL_WORDS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
