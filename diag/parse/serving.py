@@ -179,11 +179,11 @@ _VLLM_THROUGHPUT_FIGS = (
 
 
 def _vllm_throughput(fig: ServingFigures, text: str) -> set[str]:
-    """vLLM's throughput lines in one pass when every one has the V1 form and no other
-    line carries its labels; returns the labels read (none: read them one by one)."""
+    """vLLM's throughput lines in one pass when every one has the V1 form; returns the
+    labels read (none: read them one by one)."""
     found = _VLLM_THROUGHPUT.findall(text)
     n = len(found)
-    if not n or any(text.count(lab) != n for lab, _, _ in _VLLM_THROUGHPUT_FIGS):
+    if not n or text.count("Avg prompt throughput: ") != n:
         return set()
     for j, (_, attr, k) in enumerate(_VLLM_THROUGHPUT_FIGS):
         vals = [float(row[j]) * k for row in found]
@@ -205,10 +205,8 @@ def _vllm_spec(fig: ServingFigures, text: str) -> bool:
     the text); False: read them label by label."""
     found = _VLLM_SPEC.findall(text)
     n = len(found)
-    if not n or text.count("SpecDecoding metrics: ") != n or any(
-        text.count(lab) != n for lab in ("Mean acceptance length: ", "Draft acceptance rate: ",
-                                         "Per-position acceptance rate: ", "Drafted: ")
-    ) or "Speculative metrics: " in text or "Number of " in text:
+    # every report line has this form (the older forms: read label by label)
+    if not n or text.count("SpecDecoding metrics: ") != n or "Speculative metrics: " in text:
         return False
     lens = [float(row[0]) for row in found]
     fig.accept_len.add_many(n, sum(lens), max(lens))
@@ -216,7 +214,8 @@ def _vllm_spec(fig: ServingFigures, text: str) -> bool:
     fig.accept_rate.add_many(n, sum(rates), None)
     fig.accepted += sum(int(row[1]) for row in found)
     fig.drafted += sum(int(row[2]) for row in found)
-    steps = max(len(_NUM_RE.findall(row[3])) for row in found)
+    # "0.150, 0.000, 0.000, " (each rate followed by ", ", as the regex reads them)
+    steps = max(row[3].count(", ") + (0 if row[3].endswith(", ") else 1) for row in found)
     fig.positions = max(fig.positions or 0, steps)
     return True
 
