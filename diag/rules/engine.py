@@ -89,9 +89,7 @@ def _last_frame(lines: Sequence[str]) -> str:
 # import-time discovery ("Found nccl from library ...") at INFO mention a failure without
 # reporting one.
 _QUIET = frozenset({"INFO", "DEBUG"})
-_ADVICE_PRONE = frozenset(
-    {"cuda.oom", "dist.init_hang", "nccl.error", "nccl.timeout", "cuda.arch_unsupported"}
-)
+_ADVICE_PRONE = frozenset({"cuda.oom", "dist.init_hang"})
 _ERROR_SHAPE = regex.compile(
     r"\b[A-Z]\w*(?:Error|Exception|Exit|Failure)\b"
     r"|(?i:\b(?:error|errors|failed|fails|failure|fatal|abort(?:ed|ing)?|killed|died|dead|crash(?:ed)?"
