@@ -370,3 +370,39 @@ def test_gdb_py_bt_is_read_innermost_first() -> None:
     assert proc.wait_site == "stack.cuda_sync"
     # a Python traceback (most recent call LAST) is still an error, not a dump
     assert parse_stack_text(text.replace("call first", "call last")) == []
+
+
+def test_vllm_trace_function_tail_gives_the_open_calls() -> None:
+    """VLLM_TRACE_FUNCTION's per-thread call log: the calls that never returned are
+    where the thread sits (here a stream sync inside PyNccl's init)."""
+    text = (
+        "2024-06-03 16:53:30.700000 Call to init_worker_distributed_environment in "
+        "/x/vllm/worker/worker.py:300 from init_device in /x/vllm/worker/worker.py:120\n"
+        "2024-06-03 16:53:30.740000 Call to __init__ in "
+        "/x/vllm/distributed/device_communicators/pynccl.py:40 from init_model_parallel_group "
+        "in /x/vllm/distributed/parallel_state.py:700\n"
+        "2024-06-03 16:53:30.741000 Call to all_reduce in "
+        "/x/vllm/distributed/device_communicators/pynccl.py:110 from __init__ in "
+        "/x/vllm/distributed/device_communicators/pynccl.py:98\n"
+        "2024-06-03 16:53:30.742000 Return from all_reduce in "
+        "/x/vllm/distributed/device_communicators/pynccl.py:130 to __init__ in "
+        "/x/vllm/distributed/device_communicators/pynccl.py:98\n"
+        "2024-06-03 16:53:30.748291 Call to synchronize in /x/torch/cuda/streams.py:93 from "
+        "__init__ in /x/vllm/distributed/device_communicators/pynccl.py:101\n"
+    )
+    (proc,) = parse_stack_text(text)
+    assert proc.mode == "trace"
+    names = [f.name for f in proc.threads[0].frames]
+    assert names == [
+        "synchronize",
+        "__init__",
+        "init_worker_distributed_environment",
+        "init_device",
+    ]
+    assert proc.wait_site == "stack.cuda_sync"  # torch.cuda Stream.synchronize
+    # a trace whose calls all returned leaves nothing open: no process
+    done = text.replace(
+        "Call to synchronize in /x/torch/cuda/streams.py:93 from",
+        "Return from synchronize in /x/torch/cuda/streams.py:95 to",
+    )
+    assert [p.mode for p in parse_stack_text(done)] == ["trace"]  # still inside __init__

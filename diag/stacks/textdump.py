@@ -557,6 +557,60 @@ class _Channel:
         self.json = None
 
 
+# vLLM's VLLM_TRACE_FUNCTION log (vllm/logger.py _trace_calls, 0.4+): one line per Python
+# call and return, `Call to F in a.py:12 from G in b.py:34` / `Return from F in a.py:20 to
+# G in b.py:34`. The calls still open at the end of the trace are where the thread sits.
+_TRACE = re.compile(
+    r"\b(Call to|Return from) (\S+) in (\S+?):(\d+) (?:from|to) (\S+) in (\S+?):(\d+)\s*$"
+)
+
+
+def _trace_processes(records: Sequence[Record]) -> list[StackProcess]:
+    """One process per source holding a VLLM_TRACE_FUNCTION trace: its open calls,
+    innermost first (mode "trace": no thread state, like faulthandler)."""
+    stacks: dict[str, list[StackFrame]] = {}
+    first: dict[str, int] = {}
+    for rec in records:
+        for text in (rec.raw or rec.message, *rec.continuation):
+            if "Call to " not in text and "Return from " not in text:
+                continue
+            m = _TRACE.search(text)
+            if m is None:
+                continue
+            kind, name, where, line, caller, cwhere, cline = m.groups()
+            stack = stacks.setdefault(rec.source, [])
+            first.setdefault(rec.source, rec.line)
+            if kind == "Call to":
+                if not stack:  # the excerpt starts inside the caller
+                    stack.append(make_frame(caller, f"{cwhere}:{cline}"))
+                stack.append(make_frame(name, f"{where}:{line}"))
+                continue
+            for i in range(len(stack) - 1, -1, -1):
+                if stack[i].name == name:
+                    del stack[i:]
+                    break
+            if not stack:
+                stack.append(make_frame(caller, f"{cwhere}:{cline}"))
+    out = []
+    for source, stack in stacks.items():
+        if len(stack) < 2:
+            continue
+        thread = StackThread(thread_id=None, name=None, frames=tuple(reversed(stack)))
+        out.append(
+            classified(
+                StackProcess(
+                    pid=None,
+                    title=None,
+                    threads=(thread,),
+                    mode="trace",
+                    source=source,
+                    line=first[source],
+                )
+            )
+        )
+    return out
+
+
 def extract_stack_processes(records: Sequence[Record]) -> list[StackProcess]:
     """Every stack dump in a stream of records, classified (``wait_site`` set).
 
@@ -621,6 +675,7 @@ def extract_stack_processes(records: Sequence[Record]) -> list[StackProcess]:
                 offset += 1
     for chan in channels.values():
         chan.finish()
+    found.extend(_trace_processes(records))
     found.sort(key=lambda p: (p.source or "", p.line or 0))
     by_pid: dict[tuple[str | None, int], list[StackProcess]] = {}
     order: list[tuple[str | None, int] | int] = []
