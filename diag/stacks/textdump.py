@@ -15,7 +15,10 @@ Recognised, standalone or embedded in a log:
   process: where it was is where it hung). Other tracebacks are errors, not stack dumps.
 - py-spy ``--json`` output pasted into a text file;
 - torch c10d's ``Stack trace of the failed collective:`` report (``#0 all_reduce from
-  .../distributed_c10d.py:3068``) after a collective timeout, with the rank of its prefix;
+  .../distributed_c10d.py:3068``) after a collective timeout, with the rank of its prefix,
+  also with its header cut off;
+- gdb's ``py-bt`` (``Traceback (most recent call first):``, innermost first) and vLLM's
+  ``VLLM_TRACE_FUNCTION`` call log (the calls still open at its end);
 - a dump that failed (py-spy's ``Error: ...`` after the header, SGLang's ``Pyspy failed
   (... --pid N). Error: ...``): a process with no threads, its ``outcome`` and ``error``.
 
