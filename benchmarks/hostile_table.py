@@ -61,6 +61,8 @@ class Case:
     run: Callable[[Path], Outcome]
     check: Callable[[Outcome], bool]
     limit_s: float = 120.0
+    # the bound for an input under 10 MB (None: a larger input, time bound only)
+    max_rss_mb: float | None = 500.0
 
 
 def _measure(
@@ -272,6 +274,17 @@ def cases(tmp: Path, quick: bool) -> list[Case]:  # noqa: PLR0915 - one list of 
             lambda o: analysed(o) and "input cut at" in o.out,
         )
     )
+    empty = tmp / "empty-lines.log"
+    if not empty.exists():
+        empty.write_bytes(INIT.encode() + b"\n" * (8 << 20))
+    c.append(
+        Case(
+            S,
+            "8 M empty lines (plain 8 MB file)",
+            lambda _t: diag("analyze", str(empty)),
+            analysed,
+        )
+    )
     many = _tar_gz(tmp / "many.tar.gz", [(f"m{i}.bin", b"") for i in range(200_000)])
     c.append(
         Case(
@@ -298,6 +311,7 @@ def cases(tmp: Path, quick: bool) -> list[Case]:  # noqa: PLR0915 - one list of 
                 lambda _t: diag("analyze", str(rep), timeout=600),
                 analysed,
                 60,  # the bound: bounded, i.e. not minutes
+                None,  # (a 390 MB input: no RSS bound)
             )
         )
     rules = tmp / "slowrule"
@@ -694,7 +708,11 @@ def _run(quick: bool) -> list[dict[str, object]]:
         subprocess.run(prep, check=True)
         for case in cases(tmp, quick):
             o = case.run(tmp)
-            ok = case.check(o) and o.wall_s <= case.limit_s
+            ok = (
+                case.check(o)
+                and o.wall_s <= case.limit_s
+                and (case.max_rss_mb is None or o.rss_mb <= case.max_rss_mb)
+            )
             results.append(
                 {"class": case.cls, "case": case.name, "ok": ok, "wall_s": round(o.wall_s, 2),
                  "rss_mb": round(o.rss_mb), "rc": o.rc}
