@@ -63,6 +63,14 @@ _DIGITS = re.compile(r"[0-9]+")
 
 ProgressFn = Callable[[int, int], None]
 
+# Labels whose figures come from one (the last) batch line of a chunk: a chunk with no
+# other label is not decoded whole for the serving columns.
+_SAMPLED_ONLY = frozenset({
+    "Decode batch", "Prefill batch", '"POST /', '"GET /', '"HEAD /', '"PUT /', '"DELETE /',
+    '"OPTIONS /', '"PATCH /', "NCCL INFO", " token usage: ", "#running-req: ", "#queue-req: ",
+    "gen throughput (token/s): ",
+})
+
 
 @dataclass(slots=True)
 class Collected:
@@ -202,11 +210,22 @@ class _Run:
         from diag.parse.prefilter import SourceScan
 
         assert isinstance(scan, SourceScan)
-        text, bad = decode(chunk)
-        self.col.undecodable += bad
         self.col.nul_bytes += chunk.count(b"\x00")
         lines = self.matcher.lines(chunk)
-        scan_chunk(self.col.serving, text, name, lineno, lines.present)
+        present = lines.present
+        if present - _SAMPLED_ONLY:
+            text, bad = decode(chunk)
+            scan_chunk(self.col.serving, text, name, lineno, present)
+        else:
+            # at most SGLang batch lines: their figures come from the chunk's last one
+            bad = 0 if chunk.isascii() else decode(chunk)[1]
+            last = max(chunk.rfind(b"Decode batch"), chunk.rfind(b"Prefill batch"))
+            if last >= 0:
+                a = chunk.rfind(b"\n", 0, last) + 1
+                b = chunk.find(b"\n", last)
+                one = decode(chunk[a : len(chunk) if b < 0 else b])[0]
+                scan_chunk(self.col.serving, one, name, lineno, present)
+        self.col.undecodable += bad
         ends_np = lines.ends
         starts, ends = lines.starts.tolist(), ends_np.tolist()
         kept, dropped = self.cap.split(
