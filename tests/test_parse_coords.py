@@ -16,6 +16,7 @@ from diag.parse.coords import (
     key_coords,
     match_nccl_prefix,
     match_proc_prefix,
+    match_stage,
     match_torch_rank,
     parse_name,
     parse_tags,
@@ -321,3 +322,15 @@ def test_vllm_pp_workers_named_by_global_rank_are_pp_by_tp() -> None:
         RankId(pp=p, tp=t) for p in range(2) for t in range(2)
     }
     assert a.missing_ranks == ()
+
+
+def test_vllm_omni_stage_tags_are_read_as_the_engine_stage() -> None:
+    p = parse_line(
+        "(Worker pid=2291010) [Stage-0] ERROR 03-12 08:22:28 [multiproc_executor.py:800] "
+        "ValueError: Free memory on device cuda:0"
+    )
+    assert (p.grammar, p.level, p.pid, p.stage) == ("vllm", "ERROR", 2291010, 0)
+    assert p.message.startswith("ValueError") and p.rank is None  # a stage is not a rank
+    p = parse_line("[Stage-1] INFO 03-12 08:22:28 [diffusion_model_runner.py:133] Model loading took 26.4738 GiB")
+    assert (p.grammar, p.stage) == ("vllm", 1)
+    assert match_stage("[Stage-99999] x") is None

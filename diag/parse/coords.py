@@ -15,6 +15,7 @@ versions add ``NP{n}`` for the node; vLLM's ``multiproc_executor.py`` names work
 - torch's ``[rank3]:`` (:func:`match_torch_rank`); torchrun's ``[default3]:`` is a
   wrapper (:mod:`diag.parse.unwrap`) that gives a local rank the same way;
 - NCCL ``host:pid:tid [3]`` (:func:`match_nccl_prefix`: host, pid and CUDA device);
+- vLLM-Omni's ``[Stage-1] `` engine stage (:func:`match_stage`; an engine, not a rank);
 - file names: ``rank2.log``, ``tp3.log``, ``worker_3.log``, ``node1/...``,
   ``scheduler_DP0_TP3.log`` (:func:`rank_from_path`).
 
@@ -49,6 +50,7 @@ __all__ = [
     "key_coords",
     "match_nccl_prefix",
     "match_proc_prefix",
+    "match_stage",
     "match_torch_rank",
     "parse_name",
     "parse_tags",
@@ -279,6 +281,22 @@ def match_torch_rank(line: str, pos: int = 0) -> tuple[int, int] | None:
         return None
     r = small_int(m.group(1))
     return None if r is None else (r, m.end())
+
+
+# vLLM-Omni's multi-stage engines: "[Stage-1] INFO ..." after (or instead of) the process
+# prefix; each stage is its own engine (its own model), not a rank coordinate of another
+_STAGE = re.compile(r"\[Stage-([0-9]{1,4})\] ")
+
+
+def match_stage(line: str, pos: int = 0) -> tuple[int, int] | None:
+    """vLLM-Omni's ``[Stage-1] `` at ``pos``: (stage, end)."""
+    if not line.startswith("[Stage-", pos):
+        return None
+    m = _STAGE.match(line, pos)
+    if m is None:
+        return None
+    n = small_int(m.group(1))
+    return None if n is None else (n, m.end())
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from diag.parse.coords import (
     TAGS_RE_SRC,
     Coords,
     match_proc_prefix,
+    match_stage,
     match_torch_rank,
     small_int,
     tags_rank,
@@ -72,6 +73,7 @@ class Parsed:
     unwrapped: tuple[str, ...] = ()  # the wrappers removed (diag.parse.unwrap kinds)
     global_rank: bool = False  # rank.tp is a global rank (torch [rankN], vLLM rank=N)
     replica: int | None = None  # vLLM EngineCore_DPn: the DP replica the line's process serves
+    stage: int | None = None  # vLLM-Omni "[Stage-N]": the engine stage that logged the line
     wrap_process: str | None = None  # process / pid a wrapper named (compose, journald)
     wrap_pid: int | None = None
 
@@ -246,6 +248,10 @@ def _unwrap(line: str, p: Parsed) -> str:
         outer = coords
         line = line[pp.end :]
         pp = match_proc_prefix(line)
+    st = match_stage(line)
+    if st is not None:
+        p.stage = st[0]
+        line = line[st[1] :]
     tr = match_torch_rank(line)
     if tr is not None:
         if p.rank is None:
