@@ -110,6 +110,12 @@ def frame_phase(path: str, func: str) -> str | None:
     name = func.rsplit(".", 1)[-1]
     if "/torch/_dynamo/" in p or "/torch/_inductor/" in p or "/vllm/compilation/" in p:
         return "compile"
+    # JIT builds: Triton's compiler, FlashInfer's and DeepGEMM's JIT; vLLM's kernel warm-up
+    # (vllm/model_executor/warmup/kernel_warmup.py, run by compile_or_warm_up_model)
+    if "/triton/compiler/" in p or "/flashinfer/jit/" in p or "/deep_gemm/jit" in p:
+        return "compile"
+    if name in ("kernel_warmup", "compile_or_warm_up_model", "deep_gemm_warmup"):
+        return "compile"
     if p.endswith("/torch/cuda/graphs.py") or (
         p.endswith("cuda_graph_runner.py") and name in ("capture", "__init__")
     ):

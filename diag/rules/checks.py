@@ -249,7 +249,8 @@ _STEP_START = regex.compile(
     r"|world_size=\d+ rank=\d+ local_rank=\d+ distributed_init_method="  # vllm parallel_state.py
     r"|Loading nccl from library|(?:vLLM|sglang) is using nccl=="  # pynccl.py, before comm init
     r"|(?:Capture (?:cuda|npu) graph|Load weight|Init torch distributed|Init parallel) begin"
-    r"|Starting to load model |Memory profiling|Capturing (?:CUDA graphs|batches)"
+    r"|Starting to load model |Memory profiling(?! takes| results)"
+    r"|Capturing (?:CUDA graphs|batches|the model for CUDA graphs|cudagraphs for decoding)"
     r"|Entering DeepGEMM JIT Pre-Compile|Running FlashInfer autotune|DeepGEMM warmup"
 )
 _INTERRUPT = regex.compile(r"^\s*(?:\S+\s+)?KeyboardInterrupt\b|^\s*\^C\s*$")
