@@ -138,3 +138,18 @@ def test_access_lines_of_any_route_prove_listening() -> None:
         'INFO:     172.27.0.4:56768 - "POST /v1\n'
     )
     assert analyze_text(cut).last_phase == "serving"
+
+
+def test_negative_sizes_still_mark_their_phase() -> None:
+    """A failed profile prints negative figures; the line still proves the step ran."""
+    text = (
+        "INFO 06-22 02:54:40 [gpu_model_runner.py:1800] Model loading took -0.27 GiB and "
+        "3.1 seconds\n"
+        "INFO 06-22 02:54:47 [gpu_worker.py:232] Available KV cache memory: -1.25 GiB\n"
+    )
+    assert analyze_text(text).last_phase == "kv_cache"
+
+
+def test_registry_py_of_another_package_is_not_vllms_model_registry() -> None:
+    other = "2025-01-01 10:00:00,000 - INFO - [registry.py:12] plugin registered\n"
+    assert analyze_text(other).last_phase != "model_config"
