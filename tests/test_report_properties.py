@@ -31,7 +31,13 @@ from diag.report.perfetto import render_perfetto
 from diag.report.terminal import render_terminal
 
 BASE = dt.datetime(2026, 2, 22, 22, 0, 0)
-texts = st.text(max_size=40)
+# any text, and text holding what the renderers must defuse: the tags of the report's
+# collapsible blocks, code-span ticks, table pipes, line breaks
+_TRICKY = st.sampled_from(["<details>", "</details>", "<summary>", "`", "``", "|", "\n", "<"])
+texts = st.one_of(
+    st.text(max_size=40),
+    st.builds(lambda a, t, b: a + t + b, st.text(max_size=8), _TRICKY, st.text(max_size=8)),
+)
 times = st.one_of(
     st.none(),
     st.integers(min_value=0, max_value=3 * 86400).map(lambda s: BASE + dt.timedelta(seconds=s)),

@@ -56,13 +56,14 @@ def _md_text(text: str) -> str:
     out, pos = [], 0
     for m in _CODE_SPAN.finditer(text):
         out.append(html.escape(text[pos : m.start()], quote=False))
-        out.append(m.group(0).replace("\n", " "))
+        out.append(_BLOCK_TAG.sub("<\u200b\\1\\2", m.group(0).replace("\n", " ")))
         pos = m.end()
     out.append(html.escape(text[pos:], quote=False))
     return " ".join("".join(out).split("\n")).strip()
 
 
 def _code(text: str) -> str:
+    text = _BLOCK_TAG.sub("<\u200b\\1\\2", text)  # shown as written, never a tag
     ticks = "``" if "`" in text else "`"
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{ticks}{pad}{text}{pad}{ticks}"
@@ -179,14 +180,14 @@ def mermaid_gantt(view: Analysis | Combined) -> str | None:
 
 
 def _summary(a: Analysis) -> str:
-    fw = a.framework + (f" {a.version}" if a.version else "")
+    fw = html.escape(a.framework + (f" {a.version}" if a.version else ""), quote=False)
     bits = [f"**{fw}**"]
     name = model_name(a.config)
     if name:
         bits.append(_code(name))
     lay = layout(a.config)
     if lay:
-        bits.append(" ".join(f"{k}={v}" for k, v in lay))
+        bits.append(html.escape(" ".join(f"{k}={v}" for k, v in lay), quote=False))
     bits.append(f"{len(a.ranks)} rank{'s' if len(a.ranks) != 1 else ''} seen")
     last = a.last_phase
     bits.append(f"reached {_code(last)}" if last else "no startup phase recognised")
@@ -226,7 +227,7 @@ def _rank_row(r: RankTimeline, straggler: bool) -> str:
         last += " ⚠ behind"
     silent = fmt_duration(r.silent_s) if r.silent_s is not None else "-"
     label = r.rank.label + (" (inferred)" if r.inferred else "")
-    return f"| {_cell(label)} | {last} | {_cell(phases)} | {silent} |"
+    return f"| {_cell(_md_text(label))} | {last} | {_cell(_md_text(phases))} | {silent} |"
 
 
 def _finding(f: Finding, all_ranks: list[str], max_evidence: int = MAX_EVIDENCE) -> list[str]:
@@ -239,7 +240,8 @@ def _finding(f: Finding, all_ranks: list[str], max_evidence: int = MAX_EVIDENCE)
         summary += f" — {html.escape(ranks)}"
     lines = ["<details>", f"<summary>{summary}</summary>", ""]
     if f.role == "cascade":
-        lines += [f"_Cascade of `{f.cascade_of or 'another finding'}`: likely a consequence._", ""]
+        cause = _code(f.cascade_of or "another finding")
+        lines += [f"_Cascade of {cause}: likely a consequence._", ""]
     if f.message or f.summary:
         lines += [_md_text(f.message or f.summary), ""]
     if f.evidence:
@@ -336,8 +338,8 @@ def _stack_groups(a: Analysis, max_frames: int) -> list[str]:
         for p in a.stack_processes:
             who = p.rank.label if p.rank is not None else (p.title or "")
             out.append(
-                f"- pid {p.pid if p.pid is not None else '?'} {who}: "
-                f"`{p.wait_site or 'unclassified'}` ({p.outcome})"
+                f"- pid {p.pid if p.pid is not None else '?'} {_md_text(who)}: "
+                f"{_code(p.wait_site or 'unclassified')} ({p.outcome})"
             )
         out.append("")
     return out
@@ -381,8 +383,8 @@ def _headline(v: Combined) -> str:
     if v.snapshot is not None and not a.ranks and not a.records:
         return f"## diag: {fw} server, live snapshot (no log)"
     if v.stall_proven:
-        return f"## diag: {fw} startup stalled at `{last}` (proven by a live snapshot)"
-    return f"## diag analyze: {fw} startup reached `{last}`"
+        return f"## diag: {fw} startup stalled at {_code(last)} (proven by a live snapshot)"
+    return f"## diag analyze: {fw} startup reached {_code(last)}"
 
 
 def _summary_line(v: Combined) -> str:
@@ -421,7 +423,7 @@ def _sections(
         ]
     if v.snapshot is not None:
         when = fmt_time(v.taken_at or v.snapshot.taken_at, date=True)
-        head += [f"Snapshot: {when} on `{v.snapshot.host}`", ""]
+        head += [f"Snapshot: {when} on {_code(v.snapshot.host)}", ""]
     weights = weights_summary(a)
     if weights:
         head += [f"Weights: {weights}", ""]
@@ -432,6 +434,7 @@ def _sections(
     out.append(("head", head))
     gantt = mermaid_gantt(v)
     if gantt:
+        gantt = _BLOCK_TAG.sub("<\u200b\\1\\2", gantt)  # a phase named like a tag
         out.append(("timeline", ["### Timeline", "", "```mermaid", gantt, "```", ""]))
     stats = [s for s in phase_stats(a) if s.start is not None or s.median_s is not None]
     if stats:
@@ -449,8 +452,8 @@ def _sections(
                 duration = fmt_duration(st.median_s)
             end = fmt_time(st.end) + (f" ({st.open_ranks} still in it)" if st.open_ranks else "")
             table.append(
-                f"| `{_cell(st.phase)}` | {st.ranks or 'no rank'} | {fmt_time(st.start)} | "
-                f"{end} | {duration} | {_cell(st.slowest or '')} |"
+                f"| {_cell(_code(st.phase))} | {st.ranks or 'no rank'} | {fmt_time(st.start)} | "
+                f"{end} | {duration} | {_cell(_md_text(st.slowest or ''))} |"
             )
         out.append(("phases", [*table, ""]))
     if v.live:
