@@ -4,16 +4,26 @@ tests/test_corpus.py scores whole cases (phase and findings); this file holds th
 own bar: expected findings reported and unexpected ones not, healthy startups report
 nothing at warning or above, every evidence line points at the line it quotes, and the
 built-in example (the story) reads as the issue asks.
+
+The corpus is split by tools/corpus_split.py, as in tests/test_corpus.py: cases from
+before the split (no `added` key) and new tuning cases are one test each (known misses in
+XFAIL / TUNING_XFAIL, strict); held-out cases are never named here: one aggregate test
+prints only how many are right and holds each ratio at its floor.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 
 from diag.analyze import analyze
+from diag.errors import InputError
 from diag.model import Analysis
 
 if sys.version_info >= (3, 11):
@@ -22,13 +32,54 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[1]
-CASES = sorted(
-    p
-    for fw in ("sglang", "vllm")
-    for p in (REPO / "fixtures" / "real" / fw).glob("*")
-    if (p / "log.txt").is_file()
-)
 EXAMPLE = REPO / "diag" / "data" / "example.log"
+
+
+def _load_split() -> ModuleType:
+    path = REPO / "tools" / "corpus_split.py"
+    spec = importlib.util.spec_from_file_location("corpus_split", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SPLIT = _load_split()
+
+
+def _case(case: Path) -> dict[str, Any]:
+    with open(case / "case.toml", "rb") as fh:
+        return tomllib.load(fh)
+
+
+def _case_id(case: Path) -> str:
+    return f"{case.parent.name}/{case.name}"
+
+
+CASES = [
+    d
+    for d in SPLIT.case_dirs(REPO / "fixtures" / "real")
+    if d.parent.name in ("sglang", "vllm") and (d / "log.txt").is_file()
+]
+# tuned on: the cases from before the split and the new tuning ones (named per test)
+TUNED = [d for d in CASES if SPLIT.part_of(d) == "tuning"]
+OLD = {_case_id(d) for d in TUNED if "added" not in _case(d)}
+HELDOUT = [d for d in CASES if SPLIT.part_of(d) == "heldout"]
+
+# Known misses among the tuned cases: "<kind>/<case>" -> why (strict: a fix shows as XPASS).
+XFAIL: dict[str, str] = {
+    "sglang/dsr1-mtp-2node-h100-stuck-after-mempool": (
+        "label contradicts LABELS.md: the file ends right after every rank's 'Memory pool "
+        "end' (a step that ended, no later timestamp), a cut excerpt by the convention; the "
+        "thread's stall point (capture begin) is not in the file"
+    ),
+}
+EVIDENCE_XFAIL: dict[str, str] = {}
+
+# held-out floors (counts only): measured 66/85 findings right, 82/85 evidence right on
+# 2026-12-01 23:00 UTC; the floors sit a case or two below while the corpus still grows
+HELDOUT_FINDINGS_MIN = 0.75
+HELDOUT_EVIDENCE_MIN = 0.93
 
 _cache: dict[Path, Analysis] = {}
 
@@ -39,46 +90,115 @@ def _analysis(path: Path) -> Analysis:
     return _cache[path]
 
 
-def _case(case: Path) -> dict[str, object]:
-    with open(case / "case.toml", "rb") as fh:
-        return tomllib.load(fh)
-
-
-@pytest.mark.parametrize("case", CASES, ids=[f"{c.parent.name}/{c.name}" for c in CASES])
-def test_expected_and_unexpected_findings(case: Path) -> None:
-    label = _case(case)
-    found = {f.id for f in _analysis(case / "log.txt").findings}
-    expected = set(label.get("expected_findings", []))  # type: ignore[arg-type]
-    unexpected = set(label.get("unexpected_findings", []))  # type: ignore[arg-type]
-    assert expected <= found, f"missing {sorted(expected - found)}; found {sorted(found)}"
-    assert not (unexpected & found), f"unexpected {sorted(unexpected & found)}"
-
-
-HEALTHY = [c for c in CASES if "healthy" in c.name]
-
-
-@pytest.mark.parametrize("case", HEALTHY, ids=[c.name for c in HEALTHY])
-def test_healthy_startups_report_nothing_at_warning_or_above(case: Path) -> None:
-    loud = [
-        (f.id, f.message)
-        for f in _analysis(case / "log.txt").findings
-        if f.severity in ("error", "warning")
+def _params(dirs: Sequence[Path], xfail: dict[str, str]) -> list[Any]:
+    return [
+        pytest.param(
+            d,
+            id=_case_id(d),
+            marks=[pytest.mark.xfail(strict=True, reason=xfail[_case_id(d)])]
+            if _case_id(d) in xfail
+            else [],
+        )
+        for d in dirs
     ]
-    assert not loud
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{c.parent.name}/{c.name}" for c in CASES])
-def test_evidence_points_at_the_line_it_quotes(case: Path) -> None:
+def findings_problems(case: Path) -> list[str]:
+    """Expected findings not reported, unexpected ones reported (empty: right)."""
+    label = _case(case)
+    try:
+        found = {f.id for f in _analysis(case / "log.txt").findings}
+    except InputError as exc:
+        return [f"not read: {exc}"]
+    expected = set(label.get("expected_findings", []))
+    unexpected = set(label.get("unexpected_findings", []))
+    problems = []
+    if not expected <= found:
+        problems.append(f"missing {sorted(expected - found)}; found {sorted(found)}")
+    if unexpected & found:
+        problems.append(f"unexpected {sorted(unexpected & found)}")
+    return problems
+
+
+def loud_findings(case: Path) -> list[tuple[str, str]]:
+    """A healthy startup's findings at warning or above (there should be none)."""
+    try:
+        findings = _analysis(case / "log.txt").findings
+    except InputError as exc:
+        return [("not read", str(exc))]
+    return [(f.id, f.message) for f in findings if f.severity in ("error", "warning")]
+
+
+def evidence_problems(case: Path) -> list[str]:
+    """Evidence lines that do not point at the line they quote (empty: all do)."""
     path = case / "log.txt"
     lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    for finding in _analysis(path).findings:
-        assert finding.evidence, finding.id
-        assert finding.evidence_total >= len(finding.evidence)
+    try:
+        findings = _analysis(path).findings
+    except InputError as exc:
+        return [f"not read: {exc}"]
+    problems = []
+    for finding in findings:
+        if not finding.evidence:
+            problems.append(f"{finding.id}: no evidence")
+        if finding.evidence_total < len(finding.evidence):
+            problems.append(f"{finding.id}: evidence_total {finding.evidence_total} too small")
         for ev in finding.evidence:
-            assert 1 <= ev.line <= len(lines), (finding.id, ev)
+            if not 1 <= ev.line <= len(lines):
+                problems.append(f"{finding.id}: line {ev.line} outside 1..{len(lines)}")
+                continue
             quoted = ev.text.strip()[:40]
             window = "\n".join(lines[max(0, ev.line - 2) : ev.line + 1])
-            assert quoted in window, (finding.id, ev.line, quoted, lines[ev.line - 1][:120])
+            if quoted not in window:
+                problems.append(
+                    f"{finding.id}: line {ev.line} is {lines[ev.line - 1][:120]!r}, "
+                    f"quoted {quoted!r}"
+                )
+    return problems
+
+
+@pytest.mark.parametrize("case", _params(TUNED, XFAIL))
+def test_expected_and_unexpected_findings(case: Path) -> None:
+    problems = findings_problems(case)
+    assert not problems, "; ".join(problems)
+
+
+HEALTHY = [c for c in TUNED if "healthy" in c.name]
+
+
+@pytest.mark.parametrize("case", HEALTHY, ids=[_case_id(c) for c in HEALTHY])
+def test_healthy_startups_report_nothing_at_warning_or_above(case: Path) -> None:
+    assert not loud_findings(case)
+
+
+@pytest.mark.parametrize("case", _params(TUNED, EVIDENCE_XFAIL))
+def test_evidence_points_at_the_line_it_quotes(case: Path) -> None:
+    problems = evidence_problems(case)
+    assert not problems, "; ".join(problems)
+
+
+def test_heldout_findings_and_evidence() -> None:
+    """Counts only: the names of held-out cases (and of their misses) are never shown."""
+    if not HELDOUT:
+        pytest.skip("no held-out cases")
+    right = sum(
+        1
+        for d in HELDOUT
+        if not findings_problems(d) and not ("healthy" in d.name and loud_findings(d))
+    )
+    pointing = sum(1 for d in HELDOUT if not evidence_problems(d))
+    n = len(HELDOUT)
+    print(f"held-out logs: findings right {right}/{n}; evidence points right {pointing}/{n}")
+    assert right >= HELDOUT_FINDINGS_MIN * n, f"held-out findings: {right}/{n} right"
+    assert pointing >= HELDOUT_EVIDENCE_MIN * n, f"held-out evidence: {pointing}/{n} right"
+
+
+def test_xfail_lists_are_current() -> None:
+    tuned = {_case_id(d) for d in TUNED}
+    assert not sorted(set(XFAIL) - tuned), "XFAIL names cases that are not tuned on"
+    assert not sorted(set(EVIDENCE_XFAIL) - tuned), "EVIDENCE_XFAIL names untuned cases"
+    assert all(len(r) > 20 for r in (*XFAIL.values(), *EVIDENCE_XFAIL.values()))
+    assert len(XFAIL) + len(EVIDENCE_XFAIL) <= 0.05 * len(TUNED) + 1
 
 
 def test_the_story_example_reads_as_the_issue_asks() -> None:
@@ -106,29 +226,41 @@ def test_rules_still_fire_when_the_prefilter_decides(monkeypatch: pytest.MonkeyP
     tracebacks): force it on for every case and compare with the full parse."""
     import diag.analyze as analyze_module
 
-    diffs = []
+    def ids(case: Path) -> set[str]:
+        try:
+            return {f.id for f in analyze_module.analyze([case / "log.txt"]).findings}
+        except InputError:
+            return {"(not read)"}
+
+    diffs, heldout_diffs = [], 0
     for case in CASES:
-        full = {f.id for f in analyze_module.analyze([case / "log.txt"]).findings}
+        full = ids(case)
         with monkeypatch.context() as patch:
             patch.setattr(analyze_module, "PREFILTER_MIN_BYTES", 0)
-            filtered = {f.id for f in analyze_module.analyze([case / "log.txt"]).findings}
-        if full != filtered:
-            diffs.append((case.name, sorted(full ^ filtered)))
+            filtered = ids(case)
+        if full == filtered:
+            continue
+        if SPLIT.part_of(case) == "heldout":
+            heldout_diffs += 1  # never named
+        else:
+            diffs.append((_case_id(case), sorted(full ^ filtered)))
     assert not diffs
+    assert not heldout_diffs, f"{heldout_diffs} held-out cases differ on the prefilter path"
 
 
 def test_every_match_example_is_a_prefilter_candidate() -> None:
-    """The prefilter looks for needles as written, Capitalized and UPPER: each rule's
-    match examples must contain one of its literals (case-sensitively)."""
-    from diag.parse.prefilter import candidate_literals
+    """The prefilter keeps a line that contains one of its candidate literals (lower-cased,
+    matched in any case): each rule's match examples must contain one of them."""
+    from diag.analyze import _literals
     from diag.rules.loader import builtin_rules
 
-    literals = candidate_literals()
+    literals = _literals(())
+    assert literals and all(lit == lit.lower() for lit in literals)
     misses = [
         (rule.id, line[:80])
         for rule in builtin_rules()
         for line in rule.examples.match
-        if not any(lit in line for lit in literals)
+        if not any(lit in line.lower() for lit in literals)
     ]
     assert not misses
 
