@@ -20,9 +20,10 @@ __all__ = [
 
 # Real ESC sequences, caret-notation ones pasted as text (^[[0;36m), and ESC-stripped ones
 # ([1;36m / [0m) that pastes leave behind. The ESC-stripped form is only removed when it is
-# an SGR code (digits and ';' followed by 'm').
+# an SGR code (digits and ';' followed by 'm'; a bare [m only where no name follows:
+# "[multiproc_executor.py:800]" keeps its "[m").
 ANSI_RE = re.compile(
-    r"(?:\x1b|\^\[)\[[0-9;?]*[A-Za-z]|\x1b[()][AB0-2]|\[(?:\d{1,3}(?:;\d{1,3})*)?m"
+    r"(?:\x1b|\^\[)\[[0-9;?]*[A-Za-z]|\x1b[()][AB0-2]|\[(?:\d{1,3}(?:;\d{1,3})*m|m(?![a-z0-9_]))"
 )
 _ANSI_HINT = re.compile(r"\x1b|\^\[|\[[\d;]*m")
 
