@@ -121,7 +121,7 @@ class RepeatCap:
         skipping = self.skipping
         digits = b"0123456789"
         for i in idx:
-            raw = chunk[starts[i] : ends[i]]
+            raw = chunk[int(starts[i]) : int(ends[i])]
             if g0 + i + 1 <= REPEAT_CAP_AFTER or not raw.strip():
                 keep.append(i)
                 continue
@@ -188,9 +188,10 @@ class _Run:
         dropped: set[int] = set()
         if self.glines + len(lines) > REPEAT_CAP_AFTER:
             found = self.matcher.lines(chunk)
+            # the numpy arrays themselves: a chunk of millions of empty lines would make
+            # Python lists of hundreds of MB (only the candidates' entries are read)
             _, dropped = self.cap.split(
-                self.glines, chunk, found.starts.tolist(), found.ends.tolist(),
-                found.candidates.tolist(),
+                self.glines, chunk, found.starts, found.ends, found.candidates.tolist(),
             )
         capped = len(dropped)
         for i, line in enumerate(lines):
@@ -227,13 +228,15 @@ class _Run:
                 scan_chunk(self.col.serving, one, name, lineno, present)
         self.col.undecodable += bad
         ends_np = lines.ends
-        starts, ends = lines.starts.tolist(), ends_np.tolist()
+        # numpy arrays, indexed for the kept lines only (a chunk of millions of empty lines
+        # would make Python lists of hundreds of MB)
+        starts, ends = lines.starts, ends_np
         kept, dropped = self.cap.split(
             self.glines, chunk, starts, ends, lines.candidates.tolist()
         )
         keep: dict[int, str] = {}
         for i in kept:
-            keep[i] = decode(chunk[starts[i] : ends[i]])[0]
+            keep[i] = decode(chunk[int(starts[i]) : int(ends[i])])[0]
         more = scan.timeline_lines(chunk, lines, keep.values(), dropped)
         spec = spec_positions(chunk) if any(m in lines.present for m in SPEC_MARKERS) else []
         if spec:
@@ -244,7 +247,7 @@ class _Run:
             more += range(max(0, tail_from), n)
         for i in more:
             if i not in keep and i not in dropped:
-                keep[i] = decode(chunk[starts[i] : ends[i]])[0]
+                keep[i] = decode(chunk[int(starts[i]) : int(ends[i])])[0]
         for i in sorted(keep):
             sp.feed(lineno + i + 1, keep[i], force=True)
         self.col.candidates += len(keep)
