@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from diag.model import ProcessInfo
+from diag.collect.procfs import socket_inodes
+from diag.model import ProcessInfo, Unavailable
 
 __all__ = ["LockEntry", "lock_waits", "parse_locks", "store_connections"]
 
@@ -259,25 +260,6 @@ def _tcp_table(pid: int, proc_root: Path) -> list[tuple[int, int, int, str]]:
     return rows
 
 
-def _socket_inodes(pid: int, proc_root: Path) -> set[int] | None:
-    fd_dir = proc_root / str(pid) / "fd"
-    try:
-        names = os.listdir(fd_dir)[:_MAX_FDS]
-    except OSError:
-        return None
-    out: set[int] = set()
-    for name in names:
-        try:
-            target = os.readlink(fd_dir / name)
-        except OSError:
-            continue
-        if target.startswith("socket:[") and target.endswith("]"):
-            ino = _int(target[8:-1], 20)
-            if ino is not None:
-                out.add(ino)
-    return out
-
-
 def _named_ports(procs: Sequence[ProcessInfo]) -> set[int]:
     """Ports the processes were told to rendezvous on."""
     out: set[int] = set()
@@ -295,6 +277,10 @@ def _named_ports(procs: Sequence[ProcessInfo]) -> set[int]:
     return out
 
 
+def _inode_set(found: list[int] | Unavailable) -> set[int] | None:
+    return None if isinstance(found, Unavailable) else set(found)
+
+
 def store_connections(
     ranks: Sequence[ProcessInfo], proc_root: Path = Path("/proc"), *, expected: int | None = None
 ) -> list[dict[str, object]]:
@@ -304,7 +290,7 @@ def store_connections(
     is missing."""
     if len(ranks) < 2:
         return []
-    inodes = {p.pid: _socket_inodes(p.pid, proc_root) for p in ranks}
+    inodes = {p.pid: _inode_set(socket_inodes(p.pid, proc_root)) for p in ranks}
     readable = [p for p in ranks if inodes[p.pid] is not None]
     if len(readable) < 2:
         return []
