@@ -130,9 +130,10 @@ class Cluster:
                 f"StrictModes no\nUsePAM no\nPidFile {self.tmp / f'sshd{i}.pid'}\n"
                 f"SetEnv PATH={path} PYTHONPATH={REPO}\n"
             )
+            # its own host name too (node0, node1, ...), as separate machines have
             self.procs.append(subprocess.Popen(
                 ["ip", "netns", "exec", ns, "unshare", "--pid", "--fork", "--mount-proc",
-                 SSHD, "-D", "-e", "-f", str(cfg)],
+                 "--uts", "sh", "-c", f"hostname node{i - 1} && exec {SSHD} -D -e -f {cfg}"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
             ))
         for addr in self.addr:
@@ -245,3 +246,69 @@ def test_fanout_partial_when_a_host_is_down_or_lacks_diag(cluster: Cluster) -> N
     dead = by_host[down]
     assert not dead["ok"] and "unreachable" in dead["error"], dead
     assert "partial collection" in r.stderr
+
+
+def _bundle_members(path: Path) -> dict[str, bytes]:
+    from diag.bundle.read import read_bundle
+
+    return dict(read_bundle(path).members)
+
+
+def test_one_bundle_for_the_job(cluster: Cluster, tmp_path: Path) -> None:
+    """--out writes ONE bundle: each host's own part (its manifest, env, snapshot, stacks,
+    the logs its ranks write to) and the merged view; analyze/report of it is the job's."""
+    a, b = cluster.addr[:2]
+    out = tmp_path / "hang.tar.gz"
+    r = _diag("snapshot", "--hosts", f"{a},{b}", "--samples", "1", "--out", str(out),
+              *cluster.ssh_opts())
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "bundle written" in r.stderr and "2 hosts" in r.stderr
+    assert not list(tmp_path.glob("hang-*.tar.gz"))  # one bundle, not one per host
+    v = _diag("bundle", "verify", str(out))
+    assert v.returncode == 0, v.stdout + v.stderr
+    members = _bundle_members(out)
+    for host in (a, b):
+        for name in ("manifest.json", "env.json", "snapshot.json"):
+            assert f"hosts/{host}/{name}" in members, sorted(members)
+        assert any(m.startswith(f"hosts/{host}/stacks/") for m in members), sorted(members)
+        part = json.loads(members[f"hosts/{host}/snapshot.json"])
+        assert part["processes"], host
+    # the logs the ranks write to (their stdout is a file) came with each host's part
+    assert {m for m in members if m.startswith(f"logs/{a}/rank")} == {
+        f"logs/{a}/rank0.log", f"logs/{a}/rank1.log"}, sorted(members)
+    assert f"logs/{b}/rank2.log" in members, sorted(members)
+    job = json.loads(members["job.json"])
+    assert job["outliers"] == [f"TP2@{b}"]
+    assert [h["part"] for h in job["hosts"]] == [f"hosts/{a}/", f"hosts/{b}/"]
+    assert all(isinstance(h["clock_error_s"], float) for h in job["hosts"])
+    merged = json.loads(members["snapshot.json"])
+    labels = sorted(p["rank"] for p in merged["processes"] if p["role"] == "scheduler")
+    assert labels == [f"{a} TP0", f"{a} TP1", f"{b} TP2"], labels
+    assert merged["outlier_tp_ranks"] == [2]
+    assert merged["servers"][0].get("missing_tp_ranks") in (None, []), merged["servers"]
+    # diag analyze of the one bundle: the job's view
+    j = _diag("analyze", str(out), "--json")
+    assert j.returncode in (0, 1), j.stderr[-2000:]
+    view = json.loads(j.stdout)
+    text = json.dumps(view)
+    assert f"TP2@{b}" in text and f"{a} TP0" in text, text[:3000]
+    md = _diag("report", str(out))
+    assert md.returncode == 0, md.stderr[-2000:]
+    assert f"TP2@{b}" in md.stdout and "Job of 2 hosts" in md.stdout
+
+
+def test_analyze_merges_bundles_written_on_each_host(cluster: Cluster, tmp_path: Path) -> None:
+    """`diag analyze hang-node0.tar.gz hang-node1.tar.gz`: bundles written on each host by
+    plain `diag snapshot --out` are joined into one job view."""
+    a, b = cluster.addr[:2]
+    paths = []
+    for host in (a, b):
+        dest = tmp_path / f"hang-{host}.tar.gz"
+        r = cluster.ssh(host, f"diag snapshot --samples 1 --out {dest} > /dev/null")
+        assert r.returncode == 0, r.stderr[-2000:]
+        paths.append(str(dest))
+    j = _diag("analyze", *paths, "--json")
+    assert j.returncode in (0, 1), j.stderr[-2000:]
+    text = j.stdout
+    assert "hosts' snapshots joined as one job" in text, text[:3000]
+    assert "odd ranks out: TP2@" in text, text[:3000]

@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shlex
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from diag.errors import InputError
-from diag.model import ProcessInfo, Snapshot, StackProcess
+from diag.bundle.read import Bundle
+from diag.errors import DiagError, InputError
+from diag.model import Snapshot
 
 __all__ = [
     "HostResult",
@@ -39,6 +41,7 @@ __all__ = [
 
 MISSING = "__DIAG_NOT_INSTALLED__"
 MAX_OUTPUT = 64 << 20  # bytes of one host's JSON read at most
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 _CLOCK = (
     "python3 -c 'import sys,time; print(\"__DIAG_CLOCK_READY__\", flush=True); "
     "sys.stdin.readline(); print(repr(time.time()), flush=True)'"
@@ -57,6 +60,7 @@ class HostResult:
     elapsed_s: float = 0.0
     offset_s: float | None = None  # remote clock minus ours
     offset_err_s: float | None = None
+    bundle: Bundle | None = None  # the host's own bundle (``--out``), read and checked
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,7 @@ class JobView:
     elapsed_s: float
     slowest_host_s: float
     notes: tuple[str, ...] = field(default_factory=tuple)
+    snapshot: Snapshot | None = None  # the job's snapshot (every host's ranks, node-tagged)
 
     @property
     def partial(self) -> bool:
@@ -112,6 +117,7 @@ async def _one(
     ssh_opts: Sequence[str],
     timeout_s: float,
     diag_cmd: str,
+    bundle_mode: bool = False,
 ) -> HostResult:
     t_start = time.monotonic()
     diag = shlex.join([diag_cmd, *remote_args])
@@ -132,6 +138,8 @@ async def _one(
                           remedy="apt-get install openssh-client")
     async def talk() -> tuple[bytes, bytes, int, float | None, float | None]:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        # stderr is drained all along (a chatty remote must not block on a full pipe)
+        err_task = asyncio.ensure_future(proc.stderr.read(1 << 16))
         offset = err = None
         out = b""
         line = await proc.stdout.readline()
@@ -150,7 +158,9 @@ async def _one(
             out = line
         proc.stdin.close()
         out += await proc.stdout.read(MAX_OUTPUT)
-        stderr = await proc.stderr.read(1 << 16)
+        stderr = await err_task
+        while await proc.stderr.read(1 << 16):
+            pass
         code = await proc.wait()
         return out, stderr, code, offset, err
 
@@ -165,7 +175,7 @@ async def _one(
     elapsed = time.monotonic() - t_start
     text = out.decode("utf-8", "replace")
     err_text = stderr.decode("utf-8", "replace").strip().splitlines()
-    if MISSING in text or code == 127:
+    if (MISSING in text[:200] and not out.startswith(b"\x1f\x8b")) or code == 127:
         return HostResult(
             host, False, error="diag is not installed there (or not on its PATH)",
             remedy=f"ssh {host} pip install diag (or pass --remote-diag /path/to/diag)",
@@ -176,6 +186,8 @@ async def _one(
         return HostResult(host, False, error=f"unreachable: {why}",
                           remedy=f"ssh {host} true  (keys, known_hosts, ProxyJump)",
                           exit_code=code, elapsed_s=elapsed)
+    if bundle_mode and out[:2] == b"\x1f\x8b":
+        return _from_bundle(host, out, code=code, elapsed=elapsed, offset=offset, err=err)
     try:
         raw = json.loads(text)
     except ValueError:
@@ -196,6 +208,32 @@ async def _one(
                       offset_s=offset, offset_err_s=err)
 
 
+def _from_bundle(
+    host: str, data: bytes, *, code: int, elapsed: float, offset: float | None, err: float | None
+) -> HostResult:
+    """A host's answer in bundle mode: its own bundle (``diag snapshot --out -``), read
+    with every check a stranger's bundle gets (caps, names, checksums)."""
+    import tempfile
+
+    from diag.bundle.read import read_bundle
+    from diag.report.snapshot_read import snapshot_from_dict
+
+    with tempfile.TemporaryDirectory(prefix="diag-fanout-") as tmp:
+        path = Path(tmp) / f"{_SAFE_NAME.sub('_', host)}.tar.gz"
+        path.write_bytes(data)
+        try:
+            bundle = read_bundle(path)
+            raw = bundle.json("snapshot.json")
+            snap = snapshot_from_dict(raw)
+        except DiagError as exc:
+            return HostResult(host, False, error=f"unreadable bundle: {exc.message}",
+                              exit_code=code, elapsed_s=elapsed)
+    bundle = Bundle(path=Path(f"{host}.tar.gz"), manifest=bundle.manifest,
+                    members=bundle.members)
+    return HostResult(host, True, snapshot=snap, raw=raw, exit_code=code, elapsed_s=elapsed,
+                      offset_s=offset, offset_err_s=err, bundle=bundle)
+
+
 async def _all(hosts: Sequence[str], remote_args: Sequence[str], **kw: Any) -> list[HostResult]:
     return list(await asyncio.gather(*(_one(h, remote_args, **kw) for h in hosts)))
 
@@ -207,47 +245,35 @@ def snapshot_hosts(
     ssh_opts: Sequence[str] = (),
     timeout_s: float = 60.0,
     diag_cmd: str = "diag",
+    bundle_mode: bool = False,
 ) -> JobView:
+    """Every host at once. ``bundle_mode``: the remote args make each host write its own
+    bundle to stdout (``diag snapshot --out -``); each comes back read and checked."""
     t0 = time.monotonic()
     results = asyncio.run(
-        _all(hosts, remote_args, ssh_opts=ssh_opts, timeout_s=timeout_s, diag_cmd=diag_cmd)
+        _all(hosts, remote_args, ssh_opts=ssh_opts, timeout_s=timeout_s, diag_cmd=diag_cmd,
+             bundle_mode=bundle_mode)
     )
     return merge(results, elapsed_s=time.monotonic() - t0)
 
 
-def _tagged(p: ProcessInfo, host: str) -> ProcessInfo:
-    rank = p.rank if p.rank is not None else None
-    if rank is not None and rank.node is None:
-        rank = replace(rank, node=host)
-    stack = replace(p.stack, rank=rank) if p.stack is not None else None
-    return replace(p, rank=rank, stack=stack)
-
-
 def merge(results: Sequence[HostResult], *, elapsed_s: float = 0.0) -> JobView:
-    """Groups and odd ranks across every host, as LLNL's STAT does across a job."""
-    from diag.collect import stackapi
+    """Groups and odd ranks across every host, as LLNL's STAT does across a job (the
+    job's snapshot of :func:`diag.bundle.job.job_view`)."""
+    from diag.bundle.job import HostPart, job_view
 
-    ranked: list[StackProcess] = []
+    parts = [
+        HostPart(h.host, h.snapshot, h.offset_s, h.offset_err_s)
+        for h in results
+        if h.ok and h.snapshot is not None
+    ]
+    failed = [(h.host, h.error or "not collected") for h in results if not h.ok]
+    job, odd = job_view(parts, failed=failed) if parts else (None, ())
+    named = [
+        (g.wait_site or "unknown", tuple(_member(m) for m in g.members))
+        for g in (job.groups if job is not None else ())
+    ]
     notes: list[str] = []
-    for h in results:
-        if not h.ok or h.snapshot is None:
-            continue
-        ranked.extend(
-            _tagged(p, h.host).stack  # type: ignore[misc]
-            for p in h.snapshot.processes
-            if p.role in ("scheduler", "worker") and p.stack is not None
-        )
-    groups = stackapi.group(ranked) if ranked else ()
-    named = [(g.wait_site or "unknown", tuple(_member(m) for m in g.members)) for g in groups]
-    outliers: tuple[str, ...] = ()
-    if len(named) > 1:
-        # the majority waits together; a tie goes to the group at a rendezvous (a
-        # collective or a store wait): the odd ranks out are the others
-        rendezvous = ("stack.nccl_collective", "stack.dist_init")
-        best = max(named, key=lambda g: (len(g[1]), g[0] in rendezvous))
-        ties = [g for g in named if len(g[1]) == len(best[1])]
-        if len(ties) == 1 or sum(g[0] in rendezvous for g in ties) == 1:
-            outliers = tuple(m for g in named if g is not best for m in g[1])
     errs = [h.offset_err_s for h in results if h.offset_err_s is not None]
     if errs:
         notes.append(
@@ -258,17 +284,19 @@ def merge(results: Sequence[HostResult], *, elapsed_s: float = 0.0) -> JobView:
     return JobView(
         hosts=tuple(results),
         groups=tuple(named),
-        outliers=outliers,
+        outliers=tuple(_member(m) for m in odd),
         elapsed_s=elapsed_s,
         slowest_host_s=max((h.elapsed_s for h in results), default=0.0),
         notes=tuple(notes),
+        snapshot=job,
     )
 
 
 def _member(label: str) -> str:
     """A group member of a host-tagged rank (``node TP3``) as ``TP3@node``."""
-    node, sep, rest = label.partition(" ")
-    return f"{rest}@{node}" if sep and rest else label
+    from diag.bundle.job import at_host
+
+    return at_host(label)
 
 
 def fold_ranks(labels: Sequence[str]) -> str:

@@ -7,7 +7,10 @@ refused, a dump timed out) — the rest of the snapshot is still printed.
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -20,13 +23,50 @@ from diag.model import Snapshot
 __all__ = ["register", "write_snapshot_bundle"]
 
 
-def write_snapshot_bundle(path: Path, snap: Snapshot) -> str:
+def write_snapshot_bundle(path: Path, snap: Snapshot, logs: Sequence[Path] = ()) -> str:
     """Keep the evidence: the bundle writer (``diag.bundle.write.write_bundle``) packs the
-    snapshot, redacted, with the environment of its processes. Returns a one-line summary."""
+    snapshot, redacted, with the environment of its processes (and ``logs``). Returns a
+    one-line summary."""
     from diag.bundle.write import write_bundle
 
-    info = write_bundle(path, snapshot=snap, command_line=tuple(sys.argv))
+    info = write_bundle(path, snapshot=snap, logs=logs, command_line=tuple(sys.argv))
     return f"bundle written: {info.path} ({info.size} bytes, {len(info.members)} members)"
+
+
+def server_logs(snap: Snapshot, proc: Path = Path("/proc")) -> list[Path]:
+    """The files the server's processes write their stdout and stderr to (``> server.log``),
+    regular files only: the logs of this host's part of the job, as the remote side of
+    ``--hosts --out`` packs them."""
+    found: dict[Path, None] = {}
+    for p in snap.processes:
+        if p.role == "other":
+            continue
+        for fd in (1, 2):
+            try:
+                target = Path(os.readlink(proc / str(p.pid) / "fd" / str(fd)))
+            except OSError:
+                continue
+            if target.is_absolute() and target.parts[1:2] not in (("dev",), ("proc",)):
+                try:
+                    if stat.S_ISREG(target.stat().st_mode):
+                        found[target] = None
+                except OSError:
+                    continue
+    return list(found)[:64]
+
+
+def _bundle_to_stdout(snap: Snapshot, logs: Sequence[Path]) -> None:
+    """``--out -``: the bundle's bytes on stdout and nothing else (what ``--hosts --out``
+    reads back from every host)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="diag-out-") as tmp:
+        path = Path(tmp) / "snapshot.tar.gz"
+        write_snapshot_bundle(path, snap, logs)
+        data = path.read_bytes()
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
 
 
 def register(app: typer.Typer) -> None:
@@ -39,8 +79,15 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
         out: Annotated[
             Path | None,
-            typer.Option("--out", help="Also write a bundle (.tar.gz) of the evidence."),
+            typer.Option("--out", help="Also write a bundle (.tar.gz) of the evidence "
+                         "(- : the bundle alone on stdout). With --hosts: one bundle for "
+                         "the job, each host's part in it."),
         ] = None,
+        with_logs: Annotated[
+            bool,
+            typer.Option("--logs", help="Pack into the bundle the files the server's "
+                         "processes write stdout/stderr to (on by default with --hosts --out)."),
+        ] = False,
         samples: Annotated[
             int, typer.Option("--samples", min=1, max=10, help="Stack samples ~1 s apart.")
         ] = 2,
@@ -83,6 +130,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Find SGLang / vLLM servers on this host and say where every rank is stuck."""
         if hosts is not None:
+            if out is not None and str(out) == "-":
+                raise InputError("--hosts with --out -: the job bundle needs a file name",
+                                 help_text="--out hang.tar.gz")
             _multi_host(hosts, ssh_opt or [], remote_diag, samples=samples, timeout=timeout,
                         no_native=no_native, as_json=as_json, out=out)
             return
@@ -105,13 +155,16 @@ def register(app: typer.Typer) -> None:
         console = Console(highlight=False)
         if not console.is_terminal:
             console = Console(highlight=False, width=160)
-        if as_json:
+        logs = server_logs(snap) if with_logs else []
+        if out is not None and str(out) == "-":
+            _bundle_to_stdout(snap, logs)
+        elif as_json:
             typer.echo(json.dumps(snapshot_to_dict(snap), indent=2))
         else:
             for part in render_snapshot(snap):
                 console.print(part)
-        if out is not None:
-            summary = write_snapshot_bundle(out, snap)
+        if out is not None and str(out) != "-":
+            summary = write_snapshot_bundle(out, snap, logs)
             Console(stderr=True, highlight=False).print(summary)
         if snap.partial:
             err = Console(stderr=True, highlight=False)
@@ -136,11 +189,14 @@ def _multi_host(
     from diag.report.sanitize import visible as sanitize
 
     hosts = parse_hosts(spec)
-    remote = ["snapshot", "--json", "--samples", str(samples), "--timeout", str(timeout)]
+    remote = ["snapshot", "--samples", str(samples), "--timeout", str(timeout)]
+    # with --out every host packs its own bundle (its env, stacks, logs, redacted there)
+    remote += ["--out", "-", "--logs"] if out is not None else ["--json"]
     if no_native:
         remote.append("--no-native")
     view = snapshot_hosts(hosts, remote_args=remote, ssh_opts=ssh_opts,
-                          timeout_s=timeout + 30.0, diag_cmd=remote_diag)
+                          timeout_s=timeout + 30.0, diag_cmd=remote_diag,
+                          bundle_mode=out is not None)
     if as_json:
         typer.echo(json.dumps(view_to_dict(view), indent=2))
     else:
@@ -164,14 +220,19 @@ def _multi_host(
         for note in view.notes:
             console.print(f"[dim]{note}[/]")
     if out is not None:
-        from diag.bundle.write import write_bundle
+        from diag.bundle.job import write_job_bundle
 
-        for h in view.hosts:
-            if h.ok and h.snapshot is not None:
-                dest = out.with_name(f"{out.name.split('.')[0]}-{h.host}.tar.gz")
-                info = write_bundle(dest, snapshot=h.snapshot,
-                                    command_line=("diag", "snapshot", "--hosts", spec))
-                Console(stderr=True, highlight=False).print(f"bundle written: {info.path}")
+        doc = view_to_dict(view)
+        info = write_job_bundle(
+            out,
+            hosts=doc["hosts"],
+            parts={h.host: h.bundle for h in view.hosts if h.ok and h.bundle is not None},
+            job={k: v for k, v in doc.items() if k != "hosts"},
+            command_line=("diag", "snapshot", "--hosts", spec),
+        )
+        Console(stderr=True, highlight=False).print(
+            f"bundle written: {info.path} ({info.size} bytes, {len(info.hosts)} hosts, "
+            f"{len(info.members)} members)", markup=False)
     if view.partial:
         err = Console(stderr=True, highlight=False)
         for h in view.hosts:

@@ -450,6 +450,7 @@ def load_case(
 ) -> Combined:
     """Analyse logs and bundles; the first bundle's snapshot joins the analysis."""
     from diag.analyze import analyze
+    from diag.bundle.job import JOB_MEMBER, job_from_bundles, merge_env
     from diag.bundle.read import bundle_logs, is_bundle, read_bundle
     from diag.errors import InputError
     from diag.report.snapshot_read import snapshot_from_dict
@@ -459,10 +460,21 @@ def load_case(
     logs: list[str | Path] = []
     first_bundle: str | None = None
     unread: list[str] = []
+    read = [read_bundle(Path(i)) for i in paths
+            if str(i) != "-" and Path(i).is_file() and is_bundle(Path(i))]
+    if len(read) > 1 or any(JOB_MEMBER in b.members for b in read):
+        # bundles of several hosts (or one job bundle): one snapshot of the whole job
+        snapshot, joined = job_from_bundles(read)
+        unread += joined
+        envs = {b.path.name: b.json("env.json") for b in read if "env.json" in b.members}
+        if len(envs) == 1:
+            env = next(iter(envs.values()))
+        elif envs:
+            env = merge_env({k: v for k, v in envs.items() if isinstance(v, dict)})
     for item in paths:
         path = Path(item)
         if str(item) != "-" and path.is_file() and is_bundle(path):
-            bundle = read_bundle(path)
+            bundle = next(b for b in read if b.path == path)
             if snapshot is None and "snapshot.json" in bundle.members:
                 try:
                     snapshot = snapshot_from_dict(bundle.json("snapshot.json"))
