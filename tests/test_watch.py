@@ -333,3 +333,14 @@ def test_watch_sigterm_during_a_stall_writes_the_bundle_first(tmp_path: Path) ->
     assert proc.returncode != 0
     start = next(e for e in seen if e["event"] == "start")
     _kill_tree(int(str(start["pid"])))
+
+
+def test_read_bytes_takes_ascii_digits_only(tmp_path: Path) -> None:
+    from diag.watch.engine import _read_bytes
+
+    cases = [(1, "4096", 4096), (2, "²", None), (3, "9" * 5000, None), (4, "-3", None)]
+    for pid, value, want in cases:
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "io").write_text(f"rchar: 1\nread_bytes: {value}\nwrite_bytes: 0\n")
+        assert _read_bytes(pid, tmp_path) == want
+    assert _read_bytes(99, tmp_path) is None

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from diag.errors import EXIT_STALLED
+from diag.limits import ascii_int
 from diag.model import Analysis, Finding, Snapshot, phase_index
 from diag.parse.records import SourceParser
 from diag.watch.follow import FileFollower, Launched, LineSource
@@ -149,8 +150,8 @@ def _read_bytes(pid: int, proc_root: Path = Path("/proc")) -> int | None:
         return None
     for line in text.splitlines():
         if line.startswith("read_bytes:"):
-            value = line.split(":", 1)[1].strip()
-            return int(value) if value.isascii() and value.isdigit() and len(value) < 20 else None
+            value = ascii_int(line.split(":", 1)[1].strip())
+            return value if value is not None and value >= 0 else None
     return None
 
 
