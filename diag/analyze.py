@@ -18,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from diag.clocks import align_events, refuse_cross_host, several_folders, shift_times
 from diag.errors import InputError
 from diag.frames import frame_events
 from diag.model import (
@@ -205,6 +206,13 @@ def _finish(sources: Sequence[Source], col: Collected, rules_dirs: Sequence[Path
         order = {s: i for i, s in enumerate(dict.fromkeys(r.source for r in records))}
         events = sorted(events + frames, key=lambda e: (order.get(e.source, 0), e.line))
     notes = list(col.notes)
+    # several nodes: each node's clock put on one reference clock (diag.clocks)
+    clock = align_events(events, folders=several_folders([r.source for r in events]))
+    if clock is not None:
+        notes += clock.notes
+        if clock.shifted:
+            records = RecordList(shift_times(records, clock), col.serving)
+            events = shift_times(events, clock)
     if not events and records:
         # The server ran (it logged) but no line marks a phase: it got as far as launch.
         first = records[0]
@@ -228,6 +236,10 @@ def _finish(sources: Sequence[Source], col: Collected, rules_dirs: Sequence[Path
     seen = [t.rank for t in ranks]
     expected = expected_ranks(config, seen, framework)
     missing = missing_ranks(expected, seen)
+    behind, refused = refuse_cross_host(
+        stragglers(ranks, server_up=_server_up(ranks, global_phases)), ranks, clock
+    )
+    notes += refused
     analysis = Analysis(
         sources=tuple(s.name for s in sources),
         framework=framework,
@@ -236,7 +248,7 @@ def _finish(sources: Sequence[Source], col: Collected, rules_dirs: Sequence[Path
         ranks=ranks,
         expected_ranks=expected,
         missing_ranks=missing,
-        stragglers=stragglers(ranks, server_up=_server_up(ranks, global_phases)),
+        stragglers=behind,
         log_end=log_end,
         records=col.lines,
         events=tuple(events),
