@@ -12,13 +12,16 @@ import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from diag.errors import EXIT_PARTIAL, InputError
 from diag.model import Snapshot
+
+if TYPE_CHECKING:
+    from diag.collect.fanout import JobView
 
 __all__ = ["register", "write_snapshot_bundle"]
 
@@ -127,8 +130,26 @@ def register(app: typer.Typer) -> None:
         remote_diag: Annotated[
             str, typer.Option("--remote-diag", help="The diag command on the remote hosts.")
         ] = "diag",
+        ray: Annotated[
+            bool,
+            typer.Option("--ray", help="One snapshot task per alive node of the Ray cluster "
+                         "(node-affinity scheduling), merged (pip install 'diag[ray]')."),
+        ] = False,
+        ray_address: Annotated[
+            str | None,
+            typer.Option("--ray-address", help="The Ray cluster to join (default: auto)."),
+        ] = None,
+        ray_record: Annotated[
+            Path | None, typer.Option("--ray-record", hidden=True)
+        ] = None,
     ) -> None:
         """Find SGLang / vLLM servers on this host and say where every rank is stuck."""
+        if ray:
+            if hosts is not None:
+                raise InputError("--ray and --hosts: pass one of them")
+            _ray(ray_address, samples=samples, timeout=timeout, no_native=no_native,
+                 as_json=as_json, record=ray_record)
+            return
         if hosts is not None:
             if out is not None and str(out) == "-":
                 raise InputError("--hosts with --out -: the job bundle needs a file name",
@@ -184,9 +205,7 @@ def _multi_host(
     as_json: bool,
     out: Path | None,
 ) -> None:
-    from diag.collect.fanout import fold_ranks, parse_hosts, snapshot_hosts, view_to_dict
-    from diag.report.sanitize import markup_safe
-    from diag.report.sanitize import visible as sanitize
+    from diag.collect.fanout import parse_hosts, snapshot_hosts, view_to_dict
 
     hosts = parse_hosts(spec)
     remote = ["snapshot", "--samples", str(samples), "--timeout", str(timeout)]
@@ -197,11 +216,35 @@ def _multi_host(
     view = snapshot_hosts(hosts, remote_args=remote, ssh_opts=ssh_opts,
                           timeout_s=timeout + 30.0, diag_cmd=remote_diag,
                           bundle_mode=out is not None)
+    _show(view, as_json=as_json)
+    if out is not None:
+        from diag.bundle.job import write_job_bundle
+
+        doc = view_to_dict(view)
+        info = write_job_bundle(
+            out,
+            hosts=doc["hosts"],
+            parts={h.host: h.bundle for h in view.hosts if h.ok and h.bundle is not None},
+            job={k: v for k, v in doc.items() if k != "hosts"},
+            command_line=("diag", "snapshot", "--hosts", spec),
+        )
+        Console(stderr=True, highlight=False).print(
+            f"bundle written: {info.path} ({info.size} bytes, {len(info.hosts)} hosts, "
+            f"{len(info.members)} members)", markup=False)
+    _partial(view)
+
+
+def _show(view: JobView, *, as_json: bool) -> None:
+    """The merged view of several hosts (or Ray nodes), as JSON or as text."""
+    from diag.collect.fanout import fold_ranks, view_to_dict
+    from diag.report.sanitize import markup_safe
+    from diag.report.sanitize import visible as sanitize
+
     if as_json:
         typer.echo(json.dumps(view_to_dict(view), indent=2))
     else:
         console = Console(highlight=False)
-        console.print(f"[bold]{len(hosts)} hosts[/] in {view.elapsed_s:.2f} s "
+        console.print(f"[bold]{len(view.hosts)} hosts[/] in {view.elapsed_s:.2f} s "
                       f"(slowest host {view.slowest_host_s:.2f} s)")
         for h in view.hosts:
             if h.ok and h.snapshot is not None:
@@ -219,20 +262,22 @@ def _multi_host(
             console.print(f"[bold red]odd ranks out:[/] {fold_ranks(list(view.outliers))}")
         for note in view.notes:
             console.print(f"[dim]{note}[/]")
-    if out is not None:
-        from diag.bundle.job import write_job_bundle
 
-        doc = view_to_dict(view)
-        info = write_job_bundle(
-            out,
-            hosts=doc["hosts"],
-            parts={h.host: h.bundle for h in view.hosts if h.ok and h.bundle is not None},
-            job={k: v for k, v in doc.items() if k != "hosts"},
-            command_line=("diag", "snapshot", "--hosts", spec),
-        )
-        Console(stderr=True, highlight=False).print(
-            f"bundle written: {info.path} ({info.size} bytes, {len(info.hosts)} hosts, "
-            f"{len(info.members)} members)", markup=False)
+
+def _ray(address: str | None, *, samples: int, timeout: float, no_native: bool,
+         as_json: bool, record: Path | None) -> None:
+    from diag.collect.ray_fanout import snapshot_ray
+
+    remote = ["snapshot", "--json", "--samples", str(samples), "--timeout", str(timeout)]
+    if no_native:
+        remote.append("--no-native")
+    view = snapshot_ray(address=address, remote_args=remote, timeout_s=timeout + 30.0,
+                        record=record)
+    _show(view, as_json=as_json)
+    _partial(view)
+
+
+def _partial(view: JobView) -> None:
     if view.partial:
         err = Console(stderr=True, highlight=False)
         for h in view.hosts:
