@@ -17,6 +17,7 @@ Stacks say *where* each rank waits; these say *who* the collective is waiting fo
 from __future__ import annotations
 
 import io
+import math
 import os
 import pickle
 import re
@@ -32,6 +33,8 @@ __all__ = [
     "FlightRecorderDump",
     "flight_recorder_evidence",
     "load_fr_dump",
+    "describe_entry",
+    "match_fr",
     "parse_ras_status",
     "ras_query",
     "request_fr_dumps",
@@ -218,13 +221,336 @@ def summarise_fr(dumps: Mapping[int, FlightRecorderDump]) -> dict[str, object]:
                 if isinstance(st, dict) and isinstance(st.get("last_enqueued_collective"), int):
                     per_pg.setdefault(str(pg), {})[rank] = int(st["last_enqueued_collective"])
         ranks.append(row)
+    # behind / ahead of the sequence number most ranks have enqueued (the highest one
+    # would blame every rank when one rank, rank 0 say, issued a collective the rest never
+    # did); with no majority, behind the highest
     behind: dict[str, list[int]] = {}
+    ahead: dict[str, list[int]] = {}
     for pg, seqs in per_pg.items():
-        top = max(seqs.values())
-        late = sorted(r for r, s in seqs.items() if s < top)
+        counts = sorted(
+            ((sum(1 for s in seqs.values() if s == v), v) for v in set(seqs.values())),
+            reverse=True,
+        )
+        common = counts[0][1] if len(counts) == 1 or counts[0][0] > counts[1][0] else max(
+            seqs.values()
+        )
+        late = sorted(r for r, s in seqs.items() if s < common)
+        early = sorted(r for r, s in seqs.items() if s > common)
         if late:
             behind[pg] = late
-    return {"ranks": ranks, "behind": behind}
+        if early:
+            ahead[pg] = early
+    out: dict[str, object] = {"ranks": ranks, "behind": behind}
+    if ahead:
+        out["ahead"] = ahead
+    mismatches = match_fr(dumps)
+    if mismatches:
+        out["mismatches"] = mismatches
+    return out
+
+
+# ----------------------------------------------------------------- collective matching
+#
+# torch's own analyser (torch/distributed/flight_recorder, fr_trace: components/types.py
+# ``Op.match`` and builder.py ``build_collectives``) pairs each collective of one rank with
+# the entries of the same process group on the other ranks and checks type, sizes, dtypes
+# and state *against the first rank's entry*, so a culprit at rank 0 makes every other
+# rank look wrong. Here the same checks run against the signature most ranks share, and
+# the minority is named with what it issued instead.
+
+_P2P = ("send", "recv")
+_DTYPE = {
+    "Float": "fp32",
+    "BFloat16": "bf16",
+    "Half": "fp16",
+    "Double": "fp64",
+    "Long": "int64",
+    "Int": "int32",
+    "Short": "int16",
+    "Char": "int8",
+    "Byte": "uint8",
+    "Bool": "bool",
+    "Float8_e4m3fn": "fp8e4m3",
+    "Float8_e5m2": "fp8e5m2",
+}
+_MAX_ENTRIES = 100_000  # per rank; a dump holds its ring buffer (TORCH_FR_BUFFER_SIZE)
+
+
+def _op_type(entry: Mapping[str, object]) -> str:
+    """``nccl:all_reduce`` -> ``all_reduce``; ``gloo:send 0->1`` -> ``send``."""
+    name = str(entry.get("profiling_name") or "?")
+    return name.split(":", 1)[-1].split(" ", 1)[0]
+
+
+def _sizes(value: object) -> list[list[int]]:
+    if not isinstance(value, list):
+        return []
+    return [[int(d) for d in s if isinstance(d, int)] for s in value if isinstance(s, list)]
+
+
+def _dtypes(value: object) -> list[str]:
+    return [str(d) for d in value] if isinstance(value, list) else []
+
+
+def _numel(sizes: list[list[int]]) -> int:
+    return sum(math.prod(s) for s in sizes)
+
+
+def _check(ref: Mapping[str, object], other: Mapping[str, object], pg_size: int,
+           *, state: bool = True) -> tuple[str, str] | None:
+    """fr_trace's ``Op.match`` checks for collectives, in its order: (kind, why) of the
+    first that fails, or None. One deviation: the all_gather / reduce_scatter numel check
+    counts every tensor of the list (fr_trace reads only the first, so the list form of
+    all_gather, one output tensor per rank, always looked mismatched)."""
+    t, o = _op_type(ref), _op_type(other)
+    if t != o:
+        return "type", f"expected collective type {t!r}, found {o!r}"
+    ri, ro = _sizes(ref.get("input_sizes")), _sizes(ref.get("output_sizes"))
+    oi, oo = _sizes(other.get("input_sizes")), _sizes(other.get("output_sizes"))
+    if t not in ("all_to_all", "scatter") and ri != oi:
+        return "size", f"expected input sizes {ri}, found {oi}"
+    if t not in ("all_to_all", "gather") and ro != oo:
+        return "size", f"expected output sizes {ro}, found {oo}"
+    if t in ("all_reduce", "allreduce_coalesced") and ri != oo:
+        return "size", f"expected input sizes {ri}, found output sizes {oo}"
+    if t in ("all_gather", "all_gather_base", "all_gather_into_tensor_coalesced") and ri and (
+        _numel(oo) != _numel(ri) * pg_size
+    ):
+        return "size", (f"input numel {_numel(ri)} x pg size {pg_size} does not match "
+                        f"output numel {_numel(oo)}")
+    if t in ("reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced") and (
+        ro and _numel(oi) != _numel(ro) * pg_size
+    ):
+        return "size", (f"input numel {_numel(oi)} does not match output numel "
+                        f"{_numel(ro)} x pg size {pg_size}")
+    rdi, rdo = set(_dtypes(ref.get("input_dtypes"))), set(_dtypes(ref.get("output_dtypes")))
+    odi, odo = set(_dtypes(other.get("input_dtypes"))), set(_dtypes(other.get("output_dtypes")))
+    if (
+        (t not in ("scatter", "gather", "broadcast") and rdi != rdo and ri and ro)
+        or (t not in ("scatter", "broadcast") and rdi != odi and ri and oi)
+        or (t != "gather" and rdo != odo and ro and oo)
+    ):
+        return "dtype", f"expected dtypes {sorted(rdi)}, found {sorted(odi)}/{sorted(odo)}"
+    if state and ref.get("state") != other.get("state"):
+        return "state", f"expected state {ref.get('state')!r}, found {other.get('state')!r}"
+    return None
+
+
+def _fmt_sizes(sizes: list[list[int]]) -> str:
+    if not sizes:
+        return "[]"
+    shown = [f"[{', '.join(map(str, s))}]" for s in sizes]
+    if len(set(shown)) == 1 and len(shown) > 1:
+        return f"{shown[0]}x{len(shown)}"
+    return ", ".join(shown[:4]) + (f" (+{len(shown) - 4})" if len(shown) > 4 else "")
+
+
+def describe_entry(entry: Mapping[str, object]) -> str:
+    """``all_gather [4096] bf16``: the op, its input sizes and dtypes."""
+    dtypes = sorted({_DTYPE.get(d, d) for d in _dtypes(entry.get("input_dtypes"))})
+    sizes = _fmt_sizes(_sizes(entry.get("input_sizes")))
+    return f"{_op_type(entry)} {sizes}" + (f" {'/'.join(dtypes)}" if dtypes else "")
+
+
+def _members(dump: Mapping[str, object], pg: str) -> list[int] | None:
+    config = dump.get("pg_config")
+    if not isinstance(config, dict):
+        return None
+    got = config.get(pg)
+    if not isinstance(got, dict) and len(config) == 1:
+        got = next(iter(config.values()))  # gloo's default group is keyed '' in pg_config
+    ranks = got.get("ranks") if isinstance(got, dict) else None
+    if isinstance(ranks, str):
+        try:
+            parsed = [int(x) for x in ranks.strip("[] ").split(",") if x.strip()]
+        except ValueError:
+            return None
+        return parsed
+    if isinstance(ranks, list) and all(isinstance(x, int) for x in ranks):
+        return list(ranks)
+    return None
+
+
+_PerRank = dict[int, dict[int, list[dict[str, object]]]]
+
+
+def _by_pg(dumps: Mapping[int, FlightRecorderDump]) -> dict[str, _PerRank]:
+    """pg name -> rank -> collective seq -> that rank's entries (collectives only)."""
+    out: dict[str, _PerRank] = {}
+    for rank, dump in dumps.items():
+        entries = dump.get("entries")
+        if not isinstance(entries, list):
+            continue
+        for e in entries[:_MAX_ENTRIES]:
+            if not isinstance(e, dict) or e.get("is_p2p") or _op_type(e) in _P2P:
+                continue
+            pg = e.get("process_group")
+            seq = e.get("collective_seq_id")
+            if not isinstance(seq, int) or not isinstance(pg, (list, tuple)) or not pg:
+                continue
+            out.setdefault(str(pg[0]), {}).setdefault(rank, {}).setdefault(seq, []).append(e)
+    return out
+
+
+def _frames(entry: Mapping[str, object], n: int = 6) -> list[str]:
+    frames = entry.get("frames")
+    if not isinstance(frames, list):
+        return []
+    return [
+        f"{f.get('name')} ({_base(f.get('filename'))}:{f.get('line')})"
+        for f in frames[:n]
+        if isinstance(f, dict)
+    ]
+
+
+def _pg_desc(entry: Mapping[str, object]) -> str:
+    pg = entry.get("process_group")
+    return str(pg[1]) if isinstance(pg, (list, tuple)) and len(pg) > 1 else ""
+
+
+def _groups(entries: Mapping[int, dict[str, object]], pg_size: int) -> list[list[int]]:
+    """Ranks whose entries pass fr_trace's checks against each other (state aside: dumps
+    are taken at different moments), largest group first."""
+    groups: list[list[int]] = []
+    for rank in sorted(entries):
+        for g in groups:
+            if _check(entries[g[0]], entries[rank], pg_size, state=False) is None:
+                g.append(rank)
+                break
+        else:
+            groups.append([rank])
+    return sorted(groups, key=lambda g: (-len(g), g[0]))
+
+
+def match_fr(dumps: Mapping[int, FlightRecorderDump]) -> list[dict[str, object]]:
+    """Per process group, the first collective (by sequence id) where the ranks disagree:
+    the signature most ranks issued, and each other rank with what it issued instead (or
+    that it issued nothing there, or issued one the majority never did). Ranks are the
+    dumps' ranks (each dump file is one global rank). A tie has no majority: every side is
+    listed and ``majority`` is None."""
+    out: list[dict[str, object]] = []
+    for pg, per_rank in sorted(_by_pg(dumps).items()):
+        ranks = sorted(per_rank)
+        members = next((m for r in ranks if (m := _members(dumps[r], pg))), None)
+        pg_size = len(members) if members else len(ranks)
+        if members:
+            ranks = [r for r in ranks if r in set(members)] or ranks
+        expected = [r for r in (members or ranks) if r in dumps]
+        if len(expected) < 2:
+            continue
+        lows = {r: min(per_rank[r]) for r in ranks}
+        highs = {r: max(per_rank[r]) for r in ranks}
+        for r in expected:  # a rank of the group whose dump has no entry of it
+            if r not in per_rank:
+                lows[r], highs[r] = 0, 0
+        start = max(lows.values())
+        seqs = sorted({s for r in ranks for s in per_rank[r] if s >= start})
+        found: dict[str, object] | None = None
+        later: list[int] = []
+        for seq in seqs:
+            here = {r: per_rank[r][seq][-1] for r in ranks if seq in per_rank[r]}
+            absent = [r for r in expected if r not in here and highs[r] < seq]
+            groups = _groups(here, pg_size)
+            if len(groups) <= 1 and not absent:
+                continue
+            if found is not None:
+                later.append(seq)
+                continue
+            found = _disagreement(pg, seq, here, absent, groups, expected, highs, per_rank,
+                                  pg_size)
+        if found is not None:
+            found["later_seqs"] = later[:20]
+            out.append(found)
+    return out
+
+
+def _disagreement(
+    pg: str,
+    seq: int,
+    here: Mapping[int, dict[str, object]],
+    absent: Sequence[int],
+    groups: Sequence[list[int]],
+    expected: Sequence[int],
+    highs: Mapping[int, int],
+    per_rank: Mapping[int, Mapping[int, list[dict[str, object]]]],
+    pg_size: int,
+) -> dict[str, object]:
+    total = len(expected)
+    # the sides: each signature group, and the ranks that issued nothing at this seq
+    sides: list[tuple[str, list[int]]] = [("op", g) for g in groups]
+    if absent:
+        sides.append(("absent", sorted(absent)))
+    sides.sort(key=lambda s: -len(s[1]))
+    top = sides[0]
+    tie = len(sides) > 1 and len(sides[1][1]) == len(top[1])
+    any_entry = next(iter(here.values()))
+    desc = _pg_desc(any_entry)
+    where = f"process group {pg}" + (f" ({desc})" if desc and desc != "undefined" else "")
+    majority: dict[str, object] | None = None
+    if not tie:
+        if top[0] == "op":
+            ref = here[top[1][0]]
+            majority = {"ranks": top[1], "issued": describe_entry(ref), "state": ref.get("state"),
+                        "frames": _frames(ref)}
+        else:
+            majority = {"ranks": top[1], "issued": None}
+    minority: list[dict[str, object]] = []
+    for kind, members in sides[0 if tie else 1:]:
+        for r in members:
+            row: dict[str, object] = {"rank": r}
+            if kind == "absent":
+                last = per_rank.get(r, {}).get(highs.get(r, -1))
+                row.update({
+                    "kind": "missing",
+                    "issued": None,
+                    "last_seq": highs.get(r) if last else None,
+                    "last_issued": describe_entry(last[-1]) if last else None,
+                })
+            else:
+                e = here[r]
+                row.update({"issued": describe_entry(e), "state": e.get("state"),
+                            "frames": _frames(e)})
+                if majority is not None and majority.get("issued") is not None:
+                    got = _check(here[top[1][0]], e, pg_size)
+                    row["kind"], row["why"] = got if got else ("state", "")
+                elif majority is not None:
+                    row["kind"], row["why"] = "extra", "the majority issued nothing at this seq"
+                else:
+                    row["kind"] = "split"
+            minority.append(row)
+    if majority is None:
+        text = (f"{where} seq {seq}: no majority among {total} ranks: "
+                + "; ".join(_side_text(k, m, here) for k, m in sides))
+    else:
+        n = len(majority["ranks"])  # type: ignore[arg-type]
+        did = (f"issued {majority['issued']}" if majority.get("issued") is not None
+               else "issued nothing there")
+        parts = [f"{_minority_text(row)} at seq {seq}" for row in minority]
+        text = f"{'; '.join(parts)} while {n}/{total} {did} ({where})"
+    return {
+        "pg": pg,
+        "pg_desc": desc,
+        "seq": seq,
+        "ranks": total,
+        "majority": majority,
+        "minority": minority,
+        "text": text,
+    }
+
+
+def _minority_text(row: Mapping[str, object]) -> str:
+    r = row.get("rank")
+    if row.get("kind") == "missing":
+        last = row.get("last_issued")
+        return f"rank {r}: nothing" + (
+            f" (its last: {last} at seq {row.get('last_seq')})" if last else ""
+        )
+    return f"rank {r}: {row.get('issued')}"
+
+
+def _side_text(kind: str, members: Sequence[int], here: Mapping[int, Mapping[str, object]]) -> str:
+    who = ", ".join(f"rank {r}" for r in members)
+    return f"{who}: nothing" if kind == "absent" else f"{who}: {describe_entry(here[members[0]])}"
 
 
 def _fr_paths(rank: int, env: Mapping[str, str]) -> tuple[Path, Path | None]:

@@ -250,6 +250,108 @@ def _collective_wait(ctx: SnapshotContext) -> CheckOutcome | None:
     )
 
 
+_RANK_ROLES = ("scheduler", "worker")
+
+
+def _rank_proc(snap: Snapshot, rank: object) -> ProcessInfo | None:
+    """The rank process a Flight Recorder rank (its dump's index: the TP rank the dump
+    was read for) belongs to."""
+    if not isinstance(rank, int):
+        return None
+    return next(
+        (p for p in snap.processes
+         if p.role in _RANK_ROLES and p.rank is not None and p.rank.tp == rank),
+        None,
+    )
+
+
+def _live_where(p: ProcessInfo | None) -> str:
+    """Where a rank is now: its wait site and innermost Python frames, and its log phase
+    when the snapshot read its log."""
+    if p is None or p.stack is None or not p.stack.threads:
+        return ""
+    thread = next((t for t in p.stack.threads if t.thread_id == p.stack.wait_thread), None)
+    thread = thread or next((t for t in p.stack.threads if t.thread_id == p.pid),
+                            p.stack.threads[0])
+    py = [f for f in thread.frames if not f.native][:2]
+    frames = " <- ".join(f"{f.name} ({f.filename.rsplit('/', 1)[-1]}:{f.line})" for f in py)
+    site = p.stack.wait_site
+    return ", ".join(b for b in (f"waits at {site}" if site else "", f"in {frames}" if frames
+                                 else "") if b)
+
+
+def _log_phases(snap: Snapshot) -> dict[str, Mapping[str, object]]:
+    out: dict[str, Mapping[str, object]] = {}
+    for ev in snap.collective_evidence:
+        ranks = ev.get("ranks")
+        if ev.get("kind") == "log_phase" and isinstance(ranks, Mapping):
+            for label, row in ranks.items():
+                if isinstance(row, Mapping):
+                    out.setdefault(str(label), row)
+    return out
+
+
+def _collective_mismatch(ctx: SnapshotContext) -> CheckOutcome | None:
+    """Flight Recorder entries matched across ranks by (process group, sequence id) with
+    fr_trace's checks, against the majority's signature: the minority ranks and what they
+    issued instead, each with its live stack and log phase."""
+    snap = ctx.snapshot
+    phases = _log_phases(snap)
+    parts: list[str] = []
+    hits: list[Hit] = []
+    named: list[str] = []
+    for ev in _evidence(ctx, "flight_recorder"):
+        mismatches = ev.get("mismatches")
+        if not isinstance(mismatches, list):
+            continue
+        for mm in mismatches:
+            if not isinstance(mm, Mapping):
+                continue
+            majority = mm.get("majority")
+            minority = mm.get("minority")
+            rows = [r for r in minority if isinstance(r, Mapping)] if isinstance(
+                minority, list) else []
+            if not rows:
+                continue
+            total = mm.get("ranks")
+            where = f"process group {mm.get('pg')}" + (
+                f" ({mm.get('pg_desc')})" if mm.get("pg_desc") else "")
+            said: list[str] = []
+            for row in rows:
+                p = _rank_proc(snap, row.get("rank"))
+                label = p.rank.label if p is not None and p.rank is not None else (
+                    f"rank {row.get('rank')}")
+                if row.get("kind") in ("type", "size", "dtype", "missing", "extra"):
+                    named.append(label)
+                if row.get("kind") == "missing":
+                    last = row.get("last_issued")
+                    what = "nothing" + (f" (its last: {last} at seq {row.get('last_seq')})"
+                                        if last else "")
+                else:
+                    what = str(row.get("issued"))
+                live = _live_where(p)
+                phase = phases.get(label, {}).get("last_phase")
+                extra = "; ".join(b for b in (live, f"log phase {phase}" if phase else "") if b)
+                said.append(f"{label}: {what} at seq {mm.get('seq')}"
+                            + (f" [{extra}]" if extra else ""))
+                hits.append(ctx.hit(p, f"{label} {row.get('kind')}: {row.get('why') or what}"))
+            if isinstance(majority, Mapping):
+                members = majority.get("ranks")
+                n = len(members) if isinstance(members, list) else 0
+                did = (f"issued {majority.get('issued')}" if majority.get("issued") is not None
+                       else "issued nothing there")
+                parts.append(f"{'; '.join(said)} while {n}/{total} {did} ({where})")
+            else:
+                parts.append(f"no majority at seq {mm.get('seq')} of {where}: {'; '.join(said)}")
+    if not parts:
+        return None
+    return CheckOutcome(
+        message="Flight Recorder: " + " | ".join(parts[:3]),
+        hits=tuple(hits[:8]),
+        ranks=tuple(dict.fromkeys(named)),
+    )
+
+
 def _state(ctx: SnapshotContext, code: str, what: str) -> CheckOutcome | None:
     procs = [
         p
@@ -321,6 +423,7 @@ SNAPSHOT_CHECKS: dict[str, Callable[[SnapshotContext], CheckOutcome | None]] = {
     "snapshot_cpu_side_hang": _cpu_side_hang,
     "snapshot_rank_outlier": _outlier,
     "snapshot_collective_wait": _collective_wait,
+    "snapshot_collective_mismatch": _collective_mismatch,
     "snapshot_process_stopped": _stopped,
     "snapshot_disk_wait": _disk_wait,
 }

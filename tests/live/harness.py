@@ -107,7 +107,8 @@ def stopped_pids(pids: set[int]) -> list[int]:
 
 @contextlib.contextmanager
 def mini_server(
-    *, framework: str = "sglang", tp: int = 2, mode: str = "collective"
+    *, framework: str = "sglang", tp: int = 2, mode: str = "collective",
+    extra: tuple[str, ...] = (),
 ) -> Iterator[MiniServer]:
     ready_dir = Path(tempfile.mkdtemp(prefix=f"diag-mini-{mode}-"))
     log = ready_dir / "server.log"
@@ -126,10 +127,16 @@ def mini_server(
         str(port),
         "--ready-dir",
         str(ready_dir),
+        *extra,
     ]
+    env = dict(os.environ)
+    if mode == "fr_mismatch":  # set at launch, as a user would: ranks' environ shows it
+        env["TORCH_FR_BUFFER_SIZE"] = "2000"
+        env["TORCH_FR_DUMP_TEMP_FILE"] = str(ready_dir / "fr_trace_rank_")
     with log.open("wb") as out:
         proc = subprocess.Popen(
             argv,
+            env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

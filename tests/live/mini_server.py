@@ -18,6 +18,15 @@ Hang modes (what each rank does after init_process_group):
   the others wait in all_reduce for it;
 - ``ipc``: the ranks (and vLLM's engine core) wait on each other over
   multiprocessing connections: a request that is never sent;
+- ``fr_mismatch``: Flight Recorder on (``TORCH_FR_BUFFER_SIZE``); after three matching
+  all_reduces, ``--odd-rank`` issues a different collective: ``--odd-kind type`` an
+  all_gather [4096] bf16 where the others all_reduce [8192] bf16 (gloo keeps the two apart,
+  so every rank hangs in its own), ``--odd-kind size`` an all_reduce [4096] fp32 (the same
+  bytes: gloo completes it, as NCCL would), after which the odd rank is busy elsewhere and
+  the others wait in the next all_reduce. Each rank writes its recorder's dump
+  (``torch._C._distributed_c10d._dump_fr_trace()``, the pickle torch's DebugInfoWriter
+  writes) to ``TORCH_FR_DUMP_TEMP_FILE`` + rank right after issuing its last collective:
+  torch 2.13 writes FR dumps by itself only from ProcessGroupNCCL (timeout, debug pipe).
 - ``healthy``: all_reduce completes, ranks idle in their event loop, the launcher listens.
 
 Each rank writes ``DIR/rank<r>`` just before it starts to wait; the launcher writes
@@ -40,7 +49,7 @@ from pathlib import Path
 
 __all__ = ["MODES", "main"]
 
-MODES = ("collective", "store", "store_missing", "compile", "ipc", "healthy")
+MODES = ("collective", "store", "store_missing", "compile", "ipc", "fr_mismatch", "healthy")
 HERE = Path(__file__).resolve()
 
 
@@ -94,6 +103,38 @@ def event_loop_normal() -> None:
 
 def recv_requests_from_engine(conn: object) -> object:
     return conn.recv()  # type: ignore[attr-defined]
+
+
+def write_fr_dump(rank: int) -> None:
+    """This rank's Flight Recorder entries, where torch would write them."""
+    import torch
+
+    data = torch._C._distributed_c10d._dump_fr_trace()
+    path = Path(os.environ["TORCH_FR_DUMP_TEMP_FILE"] + str(rank))
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    tmp.rename(path)
+
+
+def fr_mismatch(r: int, n: int, odd: int, kind: str) -> tuple[object, bool]:
+    """The collective each rank issues at seq 4 (see ``fr_mismatch`` above)."""
+    import torch
+    import torch.distributed as dist
+
+    for _ in range(3):
+        dist.all_reduce(torch.ones(8))
+    bf16 = torch.bfloat16
+    if r == odd and kind == "type":
+        out = [torch.empty(4096, dtype=bf16) for _ in range(n)]
+        return dist.all_gather(out, torch.ones(4096, dtype=bf16), async_op=True), False
+    if r == odd:
+        dist.all_reduce(torch.ones(4096, dtype=torch.float32))
+        return None, True
+    work = dist.all_reduce(torch.ones(8192, dtype=bf16), async_op=True)
+    if kind == "size":
+        work.wait()
+        work = dist.all_reduce(torch.ones(8), async_op=True)
+    return work, False
 
 
 def rank_main(args: argparse.Namespace) -> None:
@@ -156,6 +197,14 @@ def rank_main(args: argparse.Namespace) -> None:
         if r == last:
             compile_kernels(Path(args.lock))
         dist.all_reduce(t)
+    elif mode == "fr_mismatch":
+        odd = last if args.odd_rank < 0 else args.odd_rank
+        work, busy = fr_mismatch(r, n, odd, args.odd_kind)
+        write_fr_dump(r)
+        _ready(ready_dir, f"rank{r}", {"pid": os.getpid()})
+        if busy:
+            handle_first_request(3600)
+        work.wait()  # type: ignore[attr-defined]
     elif mode == "ipc":
         conn = Client(args.ipc_address, authkey=b"mini")
         _ready(ready_dir, f"rank{r}", {"pid": os.getpid()})
@@ -237,6 +286,10 @@ def _hold_lock(path: Path) -> object:
 
 def launcher_main(args: argparse.Namespace) -> None:
     fw = args.framework
+    # the real launchers set no title, so their environ stays readable; the title here
+    # fits in this command line, and SPT_NOENV keeps setproctitle off the environ (the
+    # ranks, which do set titles as SGLang's schedulers do, still clobber theirs)
+    os.environ["SPT_NOENV"] = "1"
     if fw == "sglang":
         _set_title(
             f"python -m sglang.launch_server --model-path mini --tp {args.tp} "
@@ -246,10 +299,14 @@ def launcher_main(args: argparse.Namespace) -> None:
         _set_title(
             f"vllm serve mini --tensor-parallel-size {args.tp} --host 127.0.0.1 --port {args.port}"
         )
+    del os.environ["SPT_NOENV"]
     ready_dir = Path(args.ready_dir)
     args.master_port = _free_port()
     args.store_port = _free_port()
     lock = None
+    if args.mode == "fr_mismatch":
+        os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
+        os.environ.setdefault("TORCH_FR_DUMP_TEMP_FILE", str(ready_dir / "fr_trace_rank_"))
     if args.mode == "compile":
         args.lock = str(ready_dir / "compile_cache.lock")
         lock = _hold_lock(Path(args.lock))
@@ -319,6 +376,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--lock", default=None)
     ap.add_argument("--ipc-address", default=None)
     ap.add_argument("--report", default=None)
+    ap.add_argument("--odd-rank", type=int, default=-1)
+    ap.add_argument("--odd-kind", choices=("type", "size"), default="type")
     args = ap.parse_args(argv)
     {
         "launcher": launcher_main,

@@ -1,0 +1,177 @@
+"""Majority-vote collective attribution from Flight Recorder dumps.
+
+The unit tests build entries the way torch 2.13's recorder writes them (the keys and
+values of a real gloo dump: ``profiling_name 'gloo:all_reduce'``, ``input_sizes [[8192]]``,
+``input_dtypes ['BFloat16']``, ``state 'scheduled'``, ``process_group ('0', 'default_pg')``,
+and ``pg_config`` keyed ``''`` for gloo's default group). The live tests run real gloo
+ranks of the mini server with the recorder on, where one rank issues a different
+collective (type or size), also rank 0, and read the dumps the ranks' recorders wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from live.harness import MiniServer, gate_reason, mini_server, stopped_pids
+
+from diag.collect.collective import describe_entry, match_fr, summarise_fr
+from diag.collect.snapshot import SnapshotOptions, take_snapshot
+from diag.model import Snapshot
+
+
+def entry(seq: int, op: str = "all_reduce", sizes: list[list[int]] | None = None,
+          dtype: str = "BFloat16", out: list[list[int]] | None = None,
+          state: str = "scheduled", pg: str = "0") -> dict[str, object]:
+    sizes = sizes if sizes is not None else [[8192]]
+    return {
+        "record_id": seq, "pg_id": int(pg), "process_group": (pg, "default_pg"),
+        "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": seq,
+        "profiling_name": f"gloo:{op}", "input_sizes": sizes,
+        "input_dtypes": [dtype] * len(sizes),
+        "output_sizes": out if out is not None else sizes,
+        "output_dtypes": [dtype] * len(out if out is not None else sizes),
+        "state": state, "is_p2p": False, "timeout_ms": 1800000,
+        "frames": [{"name": "forward", "filename": "/srv/model.py", "line": 41}],
+    }
+
+
+def dump(entries: list[dict[str, object]], world: int) -> dict[str, object]:
+    return {
+        "version": "2.10",
+        "pg_config": {"": {"name": "", "desc": "", "ranks": str(list(range(world)))}},
+        "pg_status": {"0": {"last_enqueued_collective": max(
+            (int(str(e["collective_seq_id"])) for e in entries), default=-1)}},
+        "entries": entries,
+    }
+
+
+def common(n: int = 40) -> list[dict[str, object]]:
+    return [entry(s) for s in range(1, n + 1)]
+
+
+def test_the_odd_rank_is_named_also_when_it_is_rank_0() -> None:
+    world = 8
+    dumps = {r: dump([*common(), entry(41)], world) for r in range(1, world)}
+    dumps[0] = dump([*common(), entry(41, "all_gather", [[4096]], out=[[4096]] * world)], world)
+    (mm,) = match_fr(dumps)
+    assert mm["seq"] == 41 and mm["majority"]["ranks"] == list(range(1, 8))  # type: ignore[index]
+    (odd,) = mm["minority"]  # type: ignore[misc]
+    assert odd["rank"] == 0 and odd["kind"] == "type"
+    assert odd["issued"] == "all_gather [4096] bf16"
+    assert mm["text"] == (
+        "rank 0: all_gather [4096] bf16 at seq 41 while 7/8 issued all_reduce [8192] bf16 "
+        "(process group 0 (default_pg))"
+    )
+
+
+def test_size_and_dtype_differences_are_named_with_fr_trace_kinds() -> None:
+    dumps = {r: dump([*common(3), entry(4)], 4) for r in range(4)}
+    dumps[2] = dump([*common(3), entry(4, sizes=[[4096]])], 4)
+    (mm,) = match_fr(dumps)
+    (odd,) = mm["minority"]  # type: ignore[misc]
+    assert (odd["rank"], odd["kind"]) == (2, "size")
+    assert "expected input sizes [[8192]], found [[4096]]" in odd["why"]
+    dumps[2] = dump([*common(3), entry(4, dtype="Float")], 4)
+    (mm,) = match_fr(dumps)
+    assert mm["minority"][0]["kind"] == "dtype"  # type: ignore[index]
+    assert mm["minority"][0]["issued"] == "all_reduce [8192] fp32"  # type: ignore[index]
+
+
+def test_a_rank_that_issued_nothing_and_a_rank_that_ran_ahead() -> None:
+    # three ranks at seq 41, one stopped at 40: that one is missing
+    dumps = {r: dump([*common(), entry(41)], 4) for r in range(3)}
+    dumps[3] = dump(common(), 4)
+    (mm,) = match_fr(dumps)
+    (odd,) = mm["minority"]  # type: ignore[misc]
+    assert (odd["rank"], odd["kind"], odd["last_seq"]) == (3, "missing", 40)
+    # rank 0 alone issued a broadcast the others never did: rank 0 is named, not the rest
+    dumps = {r: dump(common(), 4) for r in range(1, 4)}
+    dumps[0] = dump([*common(), entry(41, "broadcast")], 4)
+    (mm,) = match_fr(dumps)
+    assert [(m["rank"], m["kind"]) for m in mm["minority"]] == [(0, "extra")]  # type: ignore[attr-defined]
+    assert mm["majority"]["issued"] is None  # type: ignore[index]
+    assert summarise_fr(dumps)["ahead"] == {"0": [0]}
+    assert summarise_fr(dumps)["behind"] == {}  # the majority is not "behind" rank 0
+
+
+def test_no_majority_is_said_not_guessed() -> None:
+    dumps = {0: dump([*common(3), entry(4)], 2),
+             1: dump([*common(3), entry(4, "all_gather", [[4096]], out=[[4096]] * 2)], 2)}
+    (mm,) = match_fr(dumps)
+    assert mm["majority"] is None and "no majority among 2 ranks" in str(mm["text"])
+    assert {m["kind"] for m in mm["minority"]} == {"split"}  # type: ignore[attr-defined]
+
+
+def test_agreeing_ranks_give_nothing_and_states_alone_do_not_split() -> None:
+    world = 3
+    gather = [entry(s, "all_gather", [[16]], out=[[16]] * world) for s in range(1, 4)]
+    dumps = {r: dump(gather, world) for r in range(world)}
+    assert match_fr(dumps) == []  # the list form of all_gather: numel over every output
+    dumps[1] = dump([*gather[:2], {**gather[2], "state": "started"}], world)
+    assert match_fr(dumps) == []
+    assert describe_entry(gather[0]) == "all_gather [16] bf16"
+
+
+def test_a_window_that_rotated_away_is_not_a_mismatch() -> None:
+    # rank 1's ring buffer holds seqs 30..41, the others 1..41: only 30..41 are compared
+    dumps = {0: dump([*common(), entry(41)], 2), 1: dump([*common()[29:], entry(41)], 2)}
+    assert match_fr(dumps) == []
+
+
+# ------------------------------------------------------------------------------ live
+
+
+def _gate() -> None:
+    reason = gate_reason()
+    if reason is not None:
+        if os.environ.get("DIAG_REQUIRE_LIVE"):
+            pytest.fail(f"live tests cannot run: {reason}")
+        pytest.skip(f"live tests cannot run: {reason}")
+
+
+def _snap(server: MiniServer) -> Snapshot:
+    snap = take_snapshot(SnapshotOptions(pid=server.pid, timeout_s=30.0, samples=1))
+    assert stopped_pids(server.seen | {p.pid for p in snap.processes}) == []
+    return snap
+
+
+@pytest.mark.live
+@pytest.mark.parametrize(
+    ("kind", "odd", "issued", "frame"),
+    [
+        ("type", 0, "all_gather [4096] bf16", "rank_main (mini_server.py"),
+        ("size", 0, "all_reduce [4096] fp32", "handle_first_request (mini_server.py"),
+        ("type", 2, "all_gather [4096] bf16", "rank_main (mini_server.py"),
+    ],
+)
+def test_snapshot_names_the_rank_that_issued_another_collective(
+    kind: str, odd: int, issued: str, frame: str
+) -> None:
+    _gate()
+    extra = ("--odd-rank", str(odd), "--odd-kind", kind)
+    with mini_server(framework="sglang", tp=3, mode="fr_mismatch", extra=extra) as srv:
+        srv.wait_ready(["rank0", "rank1", "rank2", "launcher"])
+        deadline = time.monotonic() + 30
+        while True:
+            snap = _snap(srv)
+            found = {f.id: f for f in snap.findings}
+            if "nccl.collective_mismatch" in found or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        (fr,) = [e for e in snap.collective_evidence if e.get("kind") == "flight_recorder"]
+        assert fr["files"] == {str(r): str(srv.ready_dir / f"fr_trace_rank_{r}")
+                               for r in range(3)}
+        (mm,) = fr["mismatches"]  # type: ignore[misc]
+        assert mm["seq"] == 4 and [m["rank"] for m in mm["minority"]] == [odd]
+        assert mm["majority"]["ranks"] == [r for r in range(3) if r != odd]
+        finding = found["nccl.collective_mismatch"]
+        assert finding.ranks == (f"TP{odd}",)
+        assert finding.message.startswith(
+            f"Flight Recorder: TP{odd}: {issued} at seq 4 ["
+        ), finding.message
+        assert "while 2/3 issued all_reduce [8192] bf16" in finding.message
+        assert frame in finding.message  # joined with that rank's live stack
+        if kind == "size":  # then the others wait in seq 5, which TP0 never issued
+            assert mm["later_seqs"] == [5] and fr["behind"] == {"0": [odd]}
