@@ -30,6 +30,7 @@ from diag.model import (
     Record,
     phase_index,
 )
+from diag.nodes import node_view
 from diag.parse.attribute import any_log_word as _any_log_word
 from diag.parse.attribute import attribute as _attribute
 from diag.parse.attribute import config_of as _config
@@ -240,6 +241,11 @@ def _finish(sources: Sequence[Source], col: Collected, rules_dirs: Sequence[Path
         stragglers(ranks, server_up=_server_up(ranks, global_phases)), ranks, clock
     )
     notes += refused
+    # several nodes: which log is which node's, and the expected nodes with no log
+    nodes = node_view(events, config)
+    if nodes is not None:
+        notes = [*(n for n in nodes.notes if nodes.missing and "have no log" in n), *notes,
+                 *(n for n in nodes.notes if not (nodes.missing and "have no log" in n))]
     analysis = Analysis(
         sources=tuple(s.name for s in sources),
         framework=framework,
