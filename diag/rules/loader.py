@@ -290,8 +290,7 @@ def _checked_items(text: str, path: str) -> list[dict[str, Any]]:
         data = yaml.load(text, Loader=loader)
     except yaml.YAMLError as exc:
         raise RuleError(f"{path}: not valid YAML: {exc}".replace("\n", " ")) from exc
-    validator = jsonschema.Draft202012Validator(FILE_SCHEMA)
-    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    errors = sorted(_file_validator().iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         # oneOf hides the useful message; re-check against the branch the file meant
         from diag.rules.schema import RULE_SCHEMA
@@ -306,6 +305,13 @@ def _checked_items(text: str, path: str) -> list[dict[str, Any]]:
         raise RuleError(f"{path}: {_describe(sub[0] if sub else errors[0])}")
     items: list[dict[str, Any]] = data.get("rules", [data])
     return items
+
+
+@functools.cache
+def _file_validator() -> Any:  # a jsonschema validator, built once per process
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(FILE_SCHEMA)
 
 
 def _describe(err: Any) -> str:  # a jsonschema.ValidationError
