@@ -160,12 +160,16 @@ class LiteralSet:
         return set(hits)
 
 
+# each byte as Hyperscan reads it literally: ASCII letters and digits as they are, any
+# other byte as \\xNN
+_HS_BYTE = [
+    bytes([b]) if chr(b).isalnum() and b < 128 else f"\\x{b:02x}".encode() for b in range(256)
+]
+
+
 def _hs_escape(lit: str) -> bytes:
-    out = bytearray()
-    for b in lit.encode("utf-8", "surrogatepass"):
-        c = chr(b)
-        out += (c if c.isalnum() and b < 128 else f"\\x{b:02x}").encode()
-    return bytes(out)
+    table = _HS_BYTE
+    return b"".join([table[b] for b in lit.encode("utf-8", "surrogatepass")])
 
 
 def hyperscan_db(hyperscan: Any, exprs: Sequence[bytes], flags: Sequence[int], name: str) -> Any:

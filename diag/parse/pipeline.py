@@ -26,9 +26,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from diag.errors import InputError
 from diag.parse import reader
+from diag.parse.prefilter import Lines
 from diag.parse.reader import UTF16_BOMS, Source, iter_chunks
 from diag.parse.records import Draft, SourceParser, assign_path_ranks, resolve_years
 from diag.parse.serving import (
@@ -110,28 +112,40 @@ class RepeatCap:
         return not self.skipping
 
     def split(
-        self, g0: int, chunk: bytes, starts: Sequence[int], ends: Sequence[int],
-        idx: Sequence[int],
+        self, g0: int, chunk: bytes | bytearray, lines: Lines, idx: Any
     ) -> tuple[list[int], set[int]]:
-        """The candidate lines ``idx`` of ``chunk`` (first line = input line ``g0 + 1``)
-        that are parsed, and those only counted: :meth:`admit` on each, in one loop."""
+        """The candidate lines ``idx`` (numpy) of ``chunk`` (first line = input line
+        ``g0 + 1``) that are parsed, and those only counted: :meth:`admit` on each, in
+        one loop."""
         keep: list[int] = []
         dropped: set[int] = set()
+        if not len(idx):
+            return keep, dropped
+        free = int((idx < REPEAT_CAP_AFTER - g0).sum()) if g0 < REPEAT_CAP_AFTER else 0
+        keep = idx[:free].tolist()
+        idx = idx[free:]
+        if not len(idx):
+            return keep, dropped
+        starts, ends = lines.bounds(idx)
         kinds = self.kinds
         skipping = self.skipping
         digits = b"0123456789"
-        for i in idx:
-            raw = chunk[int(starts[i]) : int(ends[i])]
-            if g0 + i + 1 <= REPEAT_CAP_AFTER or not raw.strip():
-                keep.append(i)
-                continue
-            if raw[:1] in (b" ", b"\t"):
-                if skipping:
+        blank = b" \t\r\x0b\x0c"
+        for i, a, b in zip(idx.tolist(), starts, ends, strict=True):
+            first = chunk[a : a + 1]
+            if first == b" " or first == b"\t":
+                if not chunk[a:b].strip():
+                    keep.append(i)
+                elif skipping:
                     dropped.add(i)
                 else:
                     keep.append(i)
                 continue
-            kind = raw[:160].translate(None, digits)
+            raw = bytes(chunk[a : min(b, a + 160)])
+            if not raw.strip(blank):
+                keep.append(i)
+                continue
+            kind = raw.translate(None, digits)
             seen = kinds.get(kind, 0) + 1
             kinds[kind] = seen
             skipping = seen > REPEAT_KEEP
@@ -156,12 +170,6 @@ class _Run:
         self._matcher: object | None = None
 
     @property
-    def _np(self):  # type: ignore[no-untyped-def]
-        import numpy as np
-
-        return np
-
-    @property
     def matcher(self):  # type: ignore[no-untyped-def]  # -> prefilter.Matcher
         from diag.parse.prefilter import Matcher
 
@@ -174,25 +182,29 @@ class _Run:
             self.col.engine = self._matcher.engine
         return self._matcher
 
+    def _bytes_stats(self, chunk: bytes | bytearray) -> None:
+        """NUL bytes and invalid UTF-8 in ``chunk`` (counted alike on both paths)."""
+        if b"\x00" in chunk:
+            self.col.nul_bytes += chunk.count(b"\x00")
+        if not chunk.isascii():
+            self.col.undecodable += decode(chunk)[1]
+
     # -- line by line --------------------------------------------------------------
 
-    def full_chunk(self, name: str, sp: SourceParser, chunk: bytes, lineno: int) -> tuple[int, int]:
+    def full_chunk(
+        self, name: str, sp: SourceParser, chunk: bytes | bytearray, lineno: int
+    ) -> tuple[int, int]:
         """Feed every line of ``chunk``; returns (lines, lines capped)."""
-        text, bad = decode(chunk)
-        self.col.undecodable += bad
-        self.col.nul_bytes += chunk.count(b"\x00")
-        scan_chunk(self.col.serving, text, name, lineno)
+        text, _ = decode(chunk)
+        self._bytes_stats(chunk)
+        scan_chunk(self.col.serving, chunk, name, lineno)
         lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
         dropped: set[int] = set()
         if self.glines + len(lines) > REPEAT_CAP_AFTER:
             found = self.matcher.lines(chunk)
-            # the numpy arrays themselves: a chunk of millions of empty lines would make
-            # Python lists of hundreds of MB (only the candidates' entries are read)
-            _, dropped = self.cap.split(
-                self.glines, chunk, found.starts, found.ends, found.candidates.tolist(),
-            )
+            _, dropped = self.cap.split(self.glines, chunk, found, found.candidates)
         capped = len(dropped)
         for i, line in enumerate(lines):
             if i not in dropped:
@@ -203,56 +215,47 @@ class _Run:
     # -- prefilter -----------------------------------------------------------------
 
     def pf_chunk(
-        self, name: str, sp: SourceParser, scan: object, chunk: bytes, lineno: int,
-        tail_from: int | None,
+        self, name: str, sp: SourceParser, scan: object, chunk: bytes | bytearray,
+        lines: Lines, lineno: int, tail_from: int | None,
     ) -> tuple[int, int]:
-        """Feed the candidate and timeline lines of ``chunk`` (and those of the source's
-        head and, from line index ``tail_from`` on, its tail); returns (lines, capped)."""
+        """Feed the candidate and timeline lines of ``chunk`` (``lines``: its lines, from
+        the matcher; and those of the source's head and, from line index ``tail_from``
+        on, its tail); returns (lines, capped)."""
         from diag.parse.prefilter import SourceScan
 
         assert isinstance(scan, SourceScan)
-        self.col.nul_bytes += chunk.count(b"\x00")
-        lines = self.matcher.lines(chunk)
+        self._bytes_stats(chunk)
         present = lines.present
-        if present - _SAMPLED_ONLY:
-            text, bad = decode(chunk)
-            scan_chunk(self.col.serving, text, name, lineno, present)
-        else:
-            # at most SGLang batch lines: their figures come from the chunk's last one
-            bad = 0 if chunk.isascii() else decode(chunk)[1]
-            last = max(chunk.rfind(b"Decode batch"), chunk.rfind(b"Prefill batch"))
-            if last >= 0:
-                a = chunk.rfind(b"\n", 0, last) + 1
-                b = chunk.find(b"\n", last)
-                one = decode(chunk[a : len(chunk) if b < 0 else b])[0]
-                scan_chunk(self.col.serving, one, name, lineno, present)
-        self.col.undecodable += bad
-        ends_np = lines.ends
-        # numpy arrays, indexed for the kept lines only (a chunk of millions of empty lines
-        # would make Python lists of hundreds of MB)
-        starts, ends = lines.starts, ends_np
-        kept, dropped = self.cap.split(
-            self.glines, chunk, starts, ends, lines.candidates.tolist()
-        )
+        scan_chunk(self.col.serving, chunk, name, lineno, present, lines.nl)
+        kept, dropped = self.cap.split(self.glines, chunk, lines, lines.candidates)
         keep: dict[int, str] = {}
-        for i in kept:
-            keep[i] = decode(chunk[int(starts[i]) : int(ends[i])])[0]
+        if kept:
+            starts, ends = lines.bounds(self._np.asarray(kept, dtype=self._np.int64))
+            for i, a, b in zip(kept, starts, ends, strict=True):
+                keep[i] = decode(chunk[a:b])[0]
         more = scan.timeline_lines(chunk, lines, keep.values(), dropped)
-        spec = spec_positions(chunk) if any(m in lines.present for m in SPEC_MARKERS) else []
-        if spec:
-            more += [int(i) for i in self._np.searchsorted(ends_np, spec, side="left")]
+        if any(m in present for m in SPEC_MARKERS):
+            spec = spec_positions(chunk, present)
+            if spec:
+                more += lines.index(spec).tolist()
         n = len(lines)
         more += range(min(n, max(0, HEAD_LINES - lineno)))
         if tail_from is not None:
             more += range(max(0, tail_from), n)
         for i in more:
             if i not in keep and i not in dropped:
-                keep[i] = decode(chunk[int(starts[i]) : int(ends[i])])[0]
+                keep[i] = decode(chunk[lines.start(i) : lines.end(i)])[0]
         for i in sorted(keep):
             sp.feed(lineno + i + 1, keep[i], force=True)
         self.col.candidates += len(keep)
         self.glines += n
         return n, len(dropped)
+
+    @property
+    def _np(self):  # type: ignore[no-untyped-def]
+        import numpy as np
+
+        return np
 
 
 class _SourceRead:
@@ -264,8 +267,10 @@ class _SourceRead:
         self.repeats = 0
         self.primed = False
 
-    def step(self, chunk: bytes, n_lines: int, after: int | None) -> None:
-        """Parse one chunk; ``after``: lines after it in the source (None: many)."""
+    def step(self, chunk: bytes | bytearray, lines: object, n_lines: int,
+             after: int | None) -> None:
+        """Parse one chunk (``lines``: its :class:`~diag.parse.prefilter.Lines` on the
+        prefilter path); ``after``: lines after it in the source (None: many)."""
         if self.scan is not None:
             if not self.primed:
                 self.sp.prime(decode(chunk[: 64 << 10])[0].split("\n")[:60])
@@ -273,8 +278,9 @@ class _SourceRead:
             tail = None
             if after is not None and after < TAIL_LINES:
                 tail = n_lines - (TAIL_LINES - after)
-            n, capped = self.run.pf_chunk(self.name, self.sp, self.scan, chunk, self.lineno,
-                                          tail)
+            assert isinstance(lines, Lines)
+            n, capped = self.run.pf_chunk(self.name, self.sp, self.scan, chunk, lines,
+                                          self.lineno, tail)
         else:
             n, capped = self.run.full_chunk(self.name, self.sp, chunk, self.lineno)
         self.lineno += n
@@ -319,21 +325,27 @@ def read_sources(
             continue
         sp = SourceParser(src.name)
         scan = SourceScan(BulkStats()) if use_pf else None
-        pending: list[tuple[bytes, int, int]] = []  # chunk, its lines, position
+        # chunk, its lines (prefilter path), their number, position
+        pending: list[tuple[bytes | bytearray, object, int, int]] = []
         reading = _SourceRead(run, src.name, sp, scan)
         for buf, lo, hi, consumed in iter_chunks(src, col.notes, chunk_bytes=reader.CHUNK_BYTES):
             chunk = buf[lo:hi] if (lo, hi) != (0, len(buf)) else buf
-            pending.append((chunk, _count_lines(chunk), consumed))
+            if use_pf:
+                lines: object = run.matcher.lines(chunk)
+                n_lines = len(lines)  # type: ignore[arg-type]
+            else:
+                lines, n_lines = None, _count_lines(chunk)
+            pending.append((chunk, lines, n_lines, consumed))
             # a chunk is parsed once TAIL_LINES lines follow it (it holds no tail line)
-            while len(pending) > 1 and sum(p[1] for p in pending[1:]) >= TAIL_LINES:
-                c, n_lines, pos = pending.pop(0)
-                reading.step(c, n_lines, None)
+            while len(pending) > 1 and sum(p[2] for p in pending[1:]) >= TAIL_LINES:
+                c, ls, n_lines, pos = pending.pop(0)
+                reading.step(c, ls, n_lines, None)
                 if progress is not None:
                     done = done_before + pos
                     progress(min(done, total) if total else done, total)  # 0: size unknown
         while pending:
-            c, n_lines, pos = pending.pop(0)
-            reading.step(c, n_lines, sum(p[1] for p in pending))
+            c, ls, n_lines, pos = pending.pop(0)
+            reading.step(c, ls, n_lines, sum(p[2] for p in pending))
             if progress is not None:
                 done = done_before + pos
                 progress(min(done, total) if total else done, total)
@@ -374,7 +386,7 @@ def read_sources(
     return col
 
 
-def _count_lines(chunk: bytes) -> int:
+def _count_lines(chunk: bytes | bytearray) -> int:
     """Lines in a chunk of whole lines (the last may lack its newline)."""
     if not chunk:
         return 0

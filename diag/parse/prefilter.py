@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diag.parse.coords import rank_keys
-from diag.parse.literals import _hs_escape, hyperscan_db, required_literals
+from diag.parse.literals import LITERALS_VERSION, _hs_escape, hyperscan_db, required_literals
 
 __all__ = [
     "BULK_ENTRIES",
@@ -116,12 +116,22 @@ def candidate_literals(
 ) -> tuple[str, ...]:
     """The lower-cased literals whose presence (any case) makes a line a candidate:
     :data:`EXTRA_LITERALS`, the phase catalogue's (``phase_literals``: every non-bulk
-    entry's required literals) and the rule ``needles`` given."""
+    entry's required literals) and the rule ``needles`` given. The result is kept in
+    diag's cache (keyed by the literals given): it takes ~0.2 s to compute."""
+    from diag import cache
+
     lits: set[str] = set(EXTRA_LITERALS) | set(phase_literals)
     for n in needles:
         if len(n) >= 3:
             lits |= _variants(n)
-    return tuple(_minimal(lits))
+    given = sorted(lits)
+    key = cache.content_key(given, "candidate-literals", str(LITERALS_VERSION))
+    stored = cache.load("candidate-literals", key)
+    if isinstance(stored, tuple) and all(isinstance(x, str) for x in stored):
+        return stored
+    out = tuple(_minimal(given))
+    cache.store("candidate-literals", key, out)
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -130,15 +140,49 @@ def candidate_literals(
 
 @dataclass(frozen=True, slots=True)
 class Lines:
-    """A chunk's lines (offsets relative to the chunk) and which of them are candidates."""
+    """A chunk's lines (by the offsets of its newlines) and which of them are candidates."""
 
-    starts: Any  # numpy int64: start of each line
-    ends: Any  # numpy int64: end of each line (its newline, or the chunk's end)
+    nl: Any  # numpy int64: offset of each newline (line i ends at nl[i])
+    size: int  # bytes in the chunk (its last line may lack its newline)
     candidates: Any  # numpy int64: sorted indices of candidate lines
     present: frozenset[str] = frozenset()  # which of the matcher's labels occur
 
     def __len__(self) -> int:
-        return len(self.starts)
+        n = len(self.nl)
+        return n + (1 if self.size and (not n or int(self.nl[-1]) != self.size - 1) else 0)
+
+    def index(self, offsets: Any) -> Any:
+        """The line index of each byte offset (numpy array)."""
+        return self._np().searchsorted(self.nl, offsets, side="left")
+
+    def line_of(self, offset: int) -> int:
+        return int(self._np().searchsorted(self.nl, offset, side="left"))
+
+    def start(self, i: int) -> int:
+        return int(self.nl[i - 1]) + 1 if i > 0 else 0
+
+    def end(self, i: int) -> int:
+        return int(self.nl[i]) if i < len(self.nl) else self.size
+
+    def bounds(self, idx: Any) -> tuple[list[int], list[int]]:
+        """(starts, ends) of the lines ``idx`` (a sorted numpy array), as lists."""
+        np = self._np()
+        nl = self.nl
+        if not len(idx):
+            return [], []
+        prev = idx - 1
+        starts = np.where(prev >= 0, nl[np.maximum(prev, 0)] + 1, 0) if len(nl) else (
+            np.zeros(len(idx), dtype=np.int64))
+        inside = idx < len(nl)
+        ends = np.where(inside, nl[np.minimum(idx, max(len(nl) - 1, 0))] if len(nl) else 0,
+                        self.size)
+        return starts.tolist(), ends.tolist()
+
+    @staticmethod
+    def _np() -> Any:
+        import numpy as np
+
+        return np
 
 
 _CONT, _CR, _FRAME = (b"\\n[ \\t]", b"\\r[^\\n]", b"\\n#[0-9]")
@@ -151,7 +195,7 @@ class Matcher:
         self,
         literals: Sequence[str],
         labels: Sequence[str] = (),
-        complete: Callable[[bytes, frozenset[str]], frozenset[str]] | None = None,
+        complete: Callable[[bytes | bytearray, frozenset[str]], frozenset[str]] | None = None,
     ) -> None:
         """``labels``: literals (case-sensitive) to report the presence of, per chunk;
         ``complete``: adds to the labels found (given the chunk)."""
@@ -176,58 +220,66 @@ class Matcher:
             self._hs = hyperscan_db(hyperscan, exprs, flags, "prefilter-hs")
         self.engine = "hyperscan" if self._hs is not None else "polars"
 
-    def lines(self, chunk: bytes) -> Lines:
-        """The lines of ``chunk`` (whole lines; the last may lack its newline)."""
+    def newlines(self, chunk: bytes | bytearray) -> Any:
+        """Offsets of the newlines of ``chunk`` (numpy int64)."""
         np = self._np
-        arr = np.frombuffer(chunk, dtype=np.uint8)
-        nl = np.flatnonzero(arr == 10)
+        return np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
+
+    def lines(self, chunk: bytes | bytearray, nl: Any = None) -> Lines:
+        """The lines of ``chunk`` (whole lines; the last may lack its newline); ``nl``:
+        its newline offsets, when already known."""
+        np = self._np
+        if nl is None:
+            nl = self.newlines(chunk)
         size = len(chunk)
-        ends = nl if len(nl) and nl[-1] == size - 1 else np.append(nl, size)
-        starts = np.empty(len(ends), dtype=np.int64)
-        if len(ends):
-            starts[0] = 0
-            starts[1:] = ends[:-1] + 1
+        n_lines = len(nl) + (1 if size and (not len(nl) or int(nl[-1]) != size - 1) else 0)
         if self._hs is not None:
-            cands, present = self._hyperscan(chunk, nl, len(ends))
+            cands, present = self._hyperscan(chunk, nl, n_lines)
         else:
-            cands = self._polars(chunk, len(ends))
+            cands = self._polars(chunk, n_lines)
             present = frozenset(lab for lab in self.labels if lab.encode() in chunk)
         if self.complete is not None:
             present = self.complete(chunk, present)
         # a line starting the chunk is not preceded by a newline: test it here
         if size and (chunk[:1] in (b" ", b"\t") or (chunk[:1] == b"#" and chunk[1:2].isdigit())):
             cands = np.union1d(cands, np.array([0], dtype=np.int64))
-        return Lines(starts=starts, ends=ends, candidates=cands, present=present)
+        return Lines(nl=nl, size=size, candidates=cands, present=present)
 
-    def _hyperscan(self, chunk: bytes, nl: Any, n_lines: int) -> tuple[Any, frozenset[str]]:
+    def _hyperscan(
+        self, chunk: bytes | bytearray, nl: Any, n_lines: int
+    ) -> tuple[Any, frozenset[str]]:
         np = self._np
         n = len(self.literals)
         before = self._before
         at: list[int] = []  # offsets inside candidate lines
         prev: list[int] = []  # ... whose line before is a candidate too
         labels: list[int] = []
+        add_at, add_prev = at.append, prev.append
 
         def on_match(ident: int, _frm: int, to: int, _flags: int, _ctx: object) -> None:
             if ident < n:
-                at.append(to - 1)
+                add_at(to - 1)
                 if ident in before:
-                    prev.append(to - 1)
+                    add_prev(to - 1)
             elif ident == n:  # newline + indentation: this line and the one before
-                prev.append(to - 1)
+                add_prev(to - 1)
             elif ident <= n + 2:
-                at.append(to - 1)
+                add_at(to - 1)
             else:
                 labels.append(ident - n - 3)
 
         self._hs.scan(chunk, match_event_handler=on_match)
+        present = frozenset(self.labels[i] for i in labels)
+        if not at and not prev:
+            return np.empty(0, dtype=np.int64), present
         idx = np.searchsorted(nl, np.array(at + prev, dtype=np.int64), side="left")
         if prev:
             before_idx = np.searchsorted(nl, np.array(prev, dtype=np.int64), side="left") - 1
             idx = np.concatenate([idx, before_idx[before_idx >= 0]])
         out = np.unique(idx)
-        return out[out < n_lines], frozenset(self.labels[i] for i in labels)
+        return out[out < n_lines], present
 
-    def _polars(self, chunk: bytes, n_lines: int) -> Any:
+    def _polars(self, chunk: bytes | bytearray, n_lines: int) -> Any:
         import polars as pl
 
         from diag.parse.text import decode
@@ -264,7 +316,8 @@ class SourceScan:
         self.absent: dict[str, int] = {}  # rank key -> chunks in a row it was not found in
 
     def timeline_lines(
-        self, chunk: bytes, lines: Lines, candidate_text: Iterable[str], dropped: set[int]
+        self, chunk: bytes | bytearray, lines: Lines, candidate_text: Iterable[str],
+        dropped: set[int],
     ) -> list[int]:
         """Indices of the lines (not candidates already) that the timeline needs: each
         rank's last line in the chunk (its last one the repeat cap did not drop:
@@ -292,10 +345,10 @@ class SourceScan:
             i = chunk.rfind(bkey)
             tries = 0
             while i >= 0 and tries < 64:
-                li = int(np.searchsorted(lines.ends, i, side="left"))
+                li = lines.line_of(i)
                 if li not in dropped:
                     break
-                i = chunk.rfind(bkey, 0, int(lines.starts[li]))
+                i = chunk.rfind(bkey, 0, lines.start(li))
                 tries += 1
             if i >= 0 and tries < 64:
                 pos.add(i)
@@ -330,8 +383,9 @@ class SourceScan:
             pos.add(last)
         if not pos:
             return []
-        idx = np.searchsorted(lines.ends, np.array(sorted(pos), dtype=np.int64), side="left")
-        return sorted({int(i) for i in idx if int(i) < len(lines)})
+        n = len(lines)
+        idx = lines.index(np.array(sorted(pos), dtype=np.int64))
+        return sorted({i for i in idx.tolist() if i < n})
 
     @staticmethod
     def _np() -> Any:

@@ -622,6 +622,8 @@ class _NulSkip(io.RawIOBase):
         return True
 
     def readinto(self, buf: bytearray | memoryview) -> int:  # type: ignore[override]
+        if self._started and hasattr(self._inner, "readinto"):
+            return int(self._inner.readinto(buf) or 0)  # straight into the caller's buffer
         while True:
             data = self._inner.read(len(buf))
             if not data:
@@ -713,9 +715,41 @@ def _salvage(src: Source, skip: int, limit: int) -> bytes:
     return bytes(out)
 
 
+def _read_after(
+    stream: BinaryIO, carry: bytes, size: int, pool: list[bytearray]
+) -> bytearray:
+    """``carry`` followed by up to ``size`` bytes read from ``stream`` into the same
+    buffer (one copy from the stream, none after). A buffer of ``pool`` that nothing else
+    references any more is reused (fresh memory costs a page fault per 4 KiB)."""
+    need = len(carry) + size
+    buf = None
+    for i in range(len(pool)):
+        # 2: the pool's reference and getrefcount's argument (no chunk, view or array
+        # of it is alive)
+        if sys.getrefcount(pool[i]) == 2:
+            buf = pool[i]
+            break
+    if buf is None:
+        buf = bytearray(need)
+        if len(pool) < 4:
+            pool.append(buf)
+    elif len(buf) < need:
+        buf.extend(bytes(need - len(buf)))
+    buf[: len(carry)] = carry
+    view = memoryview(buf)
+    part = view[len(carry) : need]
+    try:
+        got = stream.readinto(part) or 0  # type: ignore[attr-defined]
+    finally:
+        part.release()
+        view.release()
+    del buf[len(carry) + got :]
+    return buf
+
+
 def iter_chunks(
     src: Source, notes: list[str], chunk_bytes: int = CHUNK_BYTES
-) -> Iterator[tuple[bytes, int, int, int]]:
+) -> Iterator[tuple[bytes | bytearray, int, int, int]]:
     """Yield (buffer, start, end, position): ``buffer[start:end]`` is a run of
     whole lines (the last may lack its newline at the end of the input).
 
@@ -731,6 +765,10 @@ def iter_chunks(
     carry = b""
     utf16: codecs.BufferedIncrementalDecoder | None = None
     cr_only = False
+    # past the first read, plain bytes are read straight after the carried partial line
+    # into one buffer that is cut after its last newline: no chunk is copied
+    plain = False
+    pool: list[bytearray] = []
     with stream:
         while True:
             if src.compressed and consumed > limits.DECOMPRESSED_FLOOR_BYTES:
@@ -746,8 +784,13 @@ def iter_chunks(
                         "bytes; decompress it yourself to read it whole)"
                     )
                     break
+            buf: bytearray | None = None
             try:
-                data = stream.read(chunk_bytes)
+                if plain:
+                    buf = _read_after(stream, carry, chunk_bytes, pool)
+                    data = b""
+                else:
+                    data = stream.read(chunk_bytes)
             except _DAMAGED as exc:
                 # a truncated or corrupt compressed stream: keep what can be read of it
                 data = _salvage(src, consumed, chunk_bytes)
@@ -758,6 +801,27 @@ def iter_chunks(
                     carry = b""
                     yield rest, 0, len(rest), _position(stream, consumed)
                 break
+            if buf is not None:
+                got = len(buf) - len(carry)
+                if got <= 0:
+                    break
+                consumed += got
+                cut = buf.rfind(b"\n")
+                if cut < 0:
+                    carry = bytes(buf)
+                    if len(carry) >= MAX_LINE_BYTES:
+                        _note_long(src, notes)
+                        yield carry, 0, len(carry), _position(stream, consumed)
+                        carry = b""
+                    continue
+                carry = bytes(buf[cut + 1 :])
+                del buf[cut + 1 :]
+                yield buf, 0, len(buf), _position(stream, consumed)
+                if len(carry) >= MAX_LINE_BYTES:
+                    _note_long(src, notes)
+                    yield carry, 0, len(carry), _position(stream, consumed)
+                    carry = b""
+                continue
             if not data:
                 break
             consumed += len(data)
@@ -771,6 +835,7 @@ def iter_chunks(
                 notes.append(f"{src.name}: lines end in CR only; read as line ends")
             if cr_only:
                 data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            plain = utf16 is None and not cr_only and hasattr(stream, "readinto")
             start = 0
             if carry:
                 nl = data.find(b"\n")

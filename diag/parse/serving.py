@@ -31,7 +31,9 @@ chunk (the same chunks on both paths, so the same lines).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "SPEC_MARKERS",
@@ -142,20 +144,22 @@ _SPARSE: tuple[tuple[str, str, float], ...] = (
     ("Waiting: ", "queued", 1.0),
     ("GPU KV cache usage: ", "kv_usage", 0.01),
 )
-_RATE = re.compile(r"(?:Avg )?Draft acceptance rate: (" + _NUM + r")(%?)")
-_ACCEPTED = re.compile(r"Accepted: ([0-9]{1,15}) tokens, Drafted: ([0-9]{1,15}) tokens")
+_BNUM = _NUM.encode()
+_NUM_B = re.compile(_BNUM)
+_RATE = re.compile(rb"(?:Avg )?Draft acceptance rate: (" + _BNUM + rb")(%?)")
+_ACCEPTED = re.compile(rb"Accepted: ([0-9]{1,15}) tokens, Drafted: ([0-9]{1,15}) tokens")
 _V0_COUNTS = re.compile(
-    r"Number of accepted tokens: ([0-9]{1,15}), Number of draft tokens: ([0-9]{1,15})"
+    rb"Number of accepted tokens: ([0-9]{1,15}), Number of draft tokens: ([0-9]{1,15})"
 )
-_V0_STEPS = re.compile(r"Number of speculative tokens: ([0-9]{1,6})")
-_PER_POS = re.compile(r"Per-position acceptance rate: ((?:" + _NUM + r"(?:, )?){1,64})")
-_TRIGGERS = ("accept len", "gen throughput", "token usage", "running-req", "queue-req",
-             "acceptance", "throughput", "Running: ", "Waiting: ", "KV cache usage",
-             "Number of ", "Accepted: ")
+_V0_STEPS = re.compile(rb"Number of speculative tokens: ([0-9]{1,6})")
+_PER_POS = re.compile(rb"Per-position acceptance rate: ((?:" + _BNUM + rb"(?:, )?){1,64})")
+_TRIGGERS = tuple(t.encode() for t in (
+    "accept len", "gen throughput", "token usage", "running-req", "queue-req", "acceptance",
+    "throughput", "Running: ", "Waiting: ", "KV cache usage", "Number of ", "Accepted: "))
 
 
-def _figure_re(label: str) -> re.Pattern[str]:
-    return re.compile(re.escape(label) + "(" + _NUM + ")")
+def _figure_re(label: str) -> re.Pattern[bytes]:
+    return re.compile(re.escape(label.encode()) + b"(" + _BNUM + b")")
 
 
 _DENSE_RE = tuple((_figure_re(lab), attr, k) for lab, attr, k in _DENSE)
@@ -165,9 +169,9 @@ _SPARSE_RE = tuple((_figure_re(lab), attr, k) for lab, attr, k in _SPARSE)
 
 # vLLM V1's periodic line (vllm/v1/metrics/loggers.py), all five figures in one pass
 _VLLM_THROUGHPUT = re.compile(
-    r"Avg prompt throughput: (" + _NUM + r") tokens/s, Avg generation throughput: (" + _NUM
-    + r") tokens/s, Running: ([0-9]{1,12}) reqs, Waiting: ([0-9]{1,12}) reqs, "
-    r"GPU KV cache usage: (" + _NUM + r")%"
+    rb"Avg prompt throughput: (" + _BNUM + rb") tokens/s, Avg generation throughput: ("
+    + _BNUM + rb") tokens/s, Running: ([0-9]{1,12}) reqs, Waiting: ([0-9]{1,12}) reqs, "
+    rb"GPU KV cache usage: (" + _BNUM + rb")%"
 )
 _VLLM_THROUGHPUT_FIGS = (
     ("Avg prompt throughput: ", "prompt_throughput", 1.0),
@@ -178,71 +182,72 @@ _VLLM_THROUGHPUT_FIGS = (
 )
 
 
-def _vllm_throughput(fig: ServingFigures, text: str) -> set[str]:
+def _add_column(f: Figure, col: Sequence[bytes], k: float = 1.0) -> None:
+    vals = list(map(float, col))
+    if k != 1.0:
+        vals = [v * k for v in vals]
+    f.add_many(len(vals), sum(vals), max(vals))
+
+
+def _vllm_throughput(fig: ServingFigures, data: bytes | bytearray) -> set[str]:
     """vLLM's throughput lines in one pass when every one has the V1 form; returns the
     labels read (none: read them one by one)."""
-    found = _VLLM_THROUGHPUT.findall(text)
+    found = _VLLM_THROUGHPUT.findall(data)
     n = len(found)
-    if not n or text.count("Avg prompt throughput: ") != n:
+    if not n or data.count(b"Avg prompt throughput: ") != n:
         return set()
-    for j, (_, attr, k) in enumerate(_VLLM_THROUGHPUT_FIGS):
-        vals = [float(row[j]) * k for row in found]
-        getattr(fig, attr).add_many(n, sum(vals), max(vals))
+    for col, (_, attr, k) in zip(zip(*found, strict=True), _VLLM_THROUGHPUT_FIGS, strict=True):
+        _add_column(getattr(fig, attr), col, k)
     return {lab for lab, _, _ in _VLLM_THROUGHPUT_FIGS}
 
 
 # vLLM V1's spec-decode line of 2025/26 (vllm/v1/spec_decode/metrics.py), in one pass
 _VLLM_SPEC = re.compile(
-    r"SpecDecoding metrics: Mean acceptance length: (" + _NUM + r"), Accepted throughput: "
-    + _NUM + r" tokens/s, Drafted throughput: " + _NUM + r" tokens/s, Accepted: ([0-9]{1,15}) "
-    r"tokens, Drafted: ([0-9]{1,15}) tokens, Per-position acceptance rate: ((?:" + _NUM
-    + r"(?:, )?){1,64}), Avg Draft acceptance rate: (" + _NUM + r")%"
+    rb"SpecDecoding metrics: Mean acceptance length: (" + _BNUM + rb"), Accepted throughput: "
+    + _BNUM + rb" tokens/s, Drafted throughput: " + _BNUM + rb" tokens/s, Accepted: "
+    rb"([0-9]{1,15}) tokens, Drafted: ([0-9]{1,15}) tokens, Per-position acceptance rate: "
+    rb"((?:" + _BNUM + rb"(?:, )?){1,64}), Avg Draft acceptance rate: (" + _BNUM + rb")%"
 )
 
 
-def _vllm_spec(fig: ServingFigures, text: str) -> bool:
+def _vllm_spec(fig: ServingFigures, data: bytes | bytearray) -> bool:
     """vLLM's spec-decode lines in one pass when all have that form (no older form in
     the text); False: read them label by label."""
-    found = _VLLM_SPEC.findall(text)
+    found = _VLLM_SPEC.findall(data)
     n = len(found)
     # every report line has this form (the older forms: read label by label)
-    if not n or text.count("SpecDecoding metrics: ") != n or "Speculative metrics: " in text:
+    if not n or data.count(b"SpecDecoding metrics: ") != n or b"Speculative metrics: " in data:
         return False
-    lens = [float(row[0]) for row in found]
-    fig.accept_len.add_many(n, sum(lens), max(lens))
-    rates = [float(row[4]) / 100.0 for row in found]
-    fig.accept_rate.add_many(n, sum(rates), None)
-    fig.accepted += sum(int(row[1]) for row in found)
-    fig.drafted += sum(int(row[2]) for row in found)
+    lens, acc, drafted, per_pos, rates = zip(*found, strict=True)
+    _add_column(fig.accept_len, lens)
+    vals = [float(r) / 100.0 for r in rates]
+    fig.accept_rate.add_many(n, sum(vals), None)
+    fig.accepted += sum(map(int, acc))
+    fig.drafted += sum(map(int, drafted))
     # "0.150, 0.000, 0.000, " (each rate followed by ", ", as the regex reads them)
-    steps = max(row[3].count(", ") + (0 if row[3].endswith(", ") else 1) for row in found)
+    steps = max(p.count(b", ") + (0 if p.endswith(b", ") else 1) for p in per_pos)
     fig.positions = max(fig.positions or 0, steps)
     return True
 
 
-_SG_PAIR = re.compile(r"accept len: (" + _NUM + r"), accept rate: (" + _NUM + ")")
+def _accept_figures(fig: ServingFigures, data: bytes | bytearray) -> int:
+    """SGLang's ``accept len: L`` and ``accept rate: R`` (each label on its own, the
+    number right after it), read in numpy (:func:`_label_numbers`). Returns the number of
+    ``accept len`` figures read."""
+    import numpy as np
+
+    arr = np.frombuffer(data, dtype=np.uint8)
+    found = _label_numbers(arr, data, (b"accept len: ", b"accept rate: "))
+    for (_, attr, _), vals in zip(_DENSE, found, strict=True):
+        if len(vals):
+            getattr(fig, attr).add_many(len(vals), float(vals.sum()), float(vals.max()))
+    return len(found[0])
 
 
-def _accept_figures(fig: ServingFigures, text: str) -> int:
-    """SGLang's ``accept len: L, accept rate: R`` (one pass for both when every length
-    comes with its rate, as SGLang prints them; else each label on its own). Returns the
-    number of ``accept len`` labels."""
-    n = text.count("accept len: ")
-    pairs = _SG_PAIR.findall(text)
-    if len(pairs) == n:
-        if n:
-            lens = list(map(float, [a for a, _ in pairs]))
-            rates = list(map(float, [b for _, b in pairs]))
-            fig.accept_len.add_many(n, sum(lens), max(lens))
-            fig.accept_rate.add_many(n, sum(rates), max(rates))
-        return n
-    for rx, attr, k in _DENSE_RE:
-        getattr(fig, attr).add_many(*_read_re(rx, text, k))
-    return n
-
-
-def _read_re(rx: re.Pattern[str], text: str, k: float) -> tuple[int, float, float | None]:
-    vals = [float(m) * k for m in rx.findall(text)]
+def _read_re(
+    rx: re.Pattern[bytes], data: bytes | bytearray, k: float
+) -> tuple[int, float, float | None]:
+    vals = [float(m) * k for m in rx.findall(data)]
     if not vals:
         return 0, 0.0, None
     return len(vals), sum(vals), max(vals)
@@ -259,7 +264,7 @@ def labels() -> tuple[str, ...]:
                                 "Draft acceptance rate", "Number of ", "Accepted: ")))
 
 
-def present_labels(chunk: bytes, found: frozenset[str]) -> frozenset[str]:
+def present_labels(chunk: bytes | bytearray, found: frozenset[str]) -> frozenset[str]:
     """``found`` (which of :func:`labels` occur in ``chunk``) plus the frequent labels of
     SGLang's batch lines, looked for only where such lines are."""
     if not any(f in found for f in _FAMILY):
@@ -277,91 +282,122 @@ def present_labels(chunk: bytes, found: frozenset[str]) -> frozenset[str]:
 
 
 def scan_chunk(
-    fig: ServingFigures, text: str, source: str, line0: int,
-    present: frozenset[str] | None = None,
+    fig: ServingFigures, data: str | bytes | bytearray, source: str, line0: int,
+    present: frozenset[str] | None = None, nl: Any = None,
 ) -> None:
-    """Add the serving figures of ``text`` (whole lines; its first line is number
-    ``line0 + 1`` of ``source``) to ``fig``. ``present``: which of :func:`labels` occur
-    in ``text`` (found by the caller; else each is looked for here)."""
-    seen: frozenset[str] | str = present if present is not None else text
+    """Add the serving figures of ``data`` (whole lines, as bytes or text; its first line
+    is number ``line0 + 1`` of ``source``) to ``fig``. ``present``: which of
+    :func:`labels` occur in it (found by the caller; else each is looked for here);
+    ``nl``: the offsets of its newlines (a sorted numpy array), when the caller has them."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
+        nl = None
+    if present is None:
+        if not any(t in data for t in _TRIGGERS):
+            return
+        raw = data
 
-    def has(label: str) -> bool:
-        return label in seen
+        def has(label: str) -> bool:
+            return label.encode() in raw
+    else:
+        if not present:
+            return
+        seen = present
 
-    if not (present if present is not None else any(t in text for t in _TRIGGERS)):
-        return
-    sg = _accept_figures(fig, text) if has("accept len: ") else 0
-    i = max(text.rfind("Decode batch") if has("Decode batch") else -1,
-            text.rfind("Prefill batch") if has("Prefill batch") else -1)
+        def has(label: str) -> bool:
+            return label in seen
+
+    sg = _accept_figures(fig, data) if has("accept len: ") else 0
+    i = max(data.rfind(b"Decode batch") if has("Decode batch") else -1,
+            data.rfind(b"Prefill batch") if has("Prefill batch") else -1)
     if i >= 0:
-        start, end = _line_at(text, i)
-        line = text[start:end]
+        start, end = _line_at(data, i)
+        line = data[start:end]
         for rx, attr, k in _SAMPLED_RE:
             getattr(fig, attr).add_many(*_read_re(rx, line, k))
     done: set[str] = set()
     if has("Avg prompt throughput: "):
-        done = _vllm_throughput(fig, text)
+        done = _vllm_throughput(fig, data)
     spec_done = False
-    if has(SPEC_MARKERS[1]) and _vllm_spec(fig, text):
+    if has(SPEC_MARKERS[1]) and _vllm_spec(fig, data):
         done.add("Mean acceptance length: ")
         spec_done = True
     for (label, attr, k), (rx, _, _) in zip(_SPARSE, _SPARSE_RE, strict=True):
         if label not in done and has(label):
-            getattr(fig, attr).add_many(*_read_re(rx, text, k))
-    if sg or has(SPEC_MARKERS[1]) or has(SPEC_MARKERS[2]):
-        _spec_lines(fig, text, source, line0, sg, spec_done)
+            getattr(fig, attr).add_many(*_read_re(rx, data, k))
+    markers = tuple(m.encode() for m in SPEC_MARKERS if (sg if m == SPEC_MARKERS[0] else has(m)))
+    if markers:
+        _spec_lines(fig, data, source, line0, sg, spec_done, nl, markers)
 
 
 def _spec_lines(
-    fig: ServingFigures, text: str, source: str, line0: int, sg: int, read: bool = False
+    fig: ServingFigures, data: bytes | bytearray, source: str, line0: int, sg: int,
+    read: bool,
+    nl: Any, markers: tuple[bytes, ...],
 ) -> None:
-    vl = sum(text.count(m) for m in SPEC_MARKERS[1:] if m in text)
+    vl = sum(data.count(m) for m in markers if m != _BMARKERS[0])
     fig.spec_reports += sg + vl
     if vl and not read:
         # vLLM's report lines (a few per minute): read one by one
-        for m in _RATE.finditer(text):
+        for m in _RATE.finditer(data):
             v = float(m.group(1))
             fig.accept_rate.add_many(1, v / 100.0 if m.group(2) else v, None)
         for rx in (_ACCEPTED, _V0_COUNTS):
-            for a, d in rx.findall(text):
+            for a, d in rx.findall(data):
                 fig.accepted += int(a)
                 fig.drafted += int(d)
-        for s in _V0_STEPS.findall(text):
+        for s in _V0_STEPS.findall(data):
             fig.positions = max(fig.positions or 0, int(s))
-        for p in _PER_POS.findall(text):
-            n = len(_NUM_RE.findall(p))
+        for p in _PER_POS.findall(data):
+            n = len(_NUM_B.findall(p))
             fig.positions = max(fig.positions or 0, n)
+
+    def number(start: int) -> int:
+        if nl is not None:
+            import numpy as np
+
+            return line0 + int(np.searchsorted(nl, start, side="left")) + 1
+        return line0 + data.count(b"\n", 0, start) + 1
+
     # evidence: the first two reports of the input and its last one
     if len(fig.first) < 2:
         pos = 0
         while len(fig.first) < 2:
-            hits = [i for i in (text.find(m, pos) for m in SPEC_MARKERS) if i >= 0]
+            hits = [i for i in (data.find(m, pos) for m in markers) if i >= 0]
             if not hits:
                 break
-            start, end = _line_at(text, min(hits))
-            fig.first.append(SpecLine(source, line0 + text.count("\n", 0, start) + 1,
-                                      text[start:end]))
+            start, end = _line_at(data, min(hits))
+            fig.first.append(SpecLine(source, number(start), _text(data[start:end])))
             pos = end + 1
-    i = max(text.rfind(m) for m in SPEC_MARKERS)
-    start, end = _line_at(text, i)
-    fig.last = SpecLine(source, line0 + text.count("\n", 0, start) + 1, text[start:end])
+    i = max(data.rfind(m) for m in markers)
+    start, end = _line_at(data, i)
+    fig.last = SpecLine(source, number(start), _text(data[start:end]))
 
 
-def _line_at(text: str, i: int) -> tuple[int, int]:
-    start = text.rfind("\n", 0, i) + 1
-    end = text.find("\n", i)
-    return start, len(text) if end < 0 else end
+def _text(line: bytes | bytearray) -> str:
+    from diag.parse.text import decode
+
+    return decode(line)[0]
 
 
-def spec_positions(chunk: bytes) -> list[int]:
+def _line_at(data: bytes | bytearray, i: int) -> tuple[int, int]:
+    start = data.rfind(b"\n", 0, i) + 1
+    end = data.find(b"\n", i)
+    return start, len(data) if end < 0 else end
+
+
+def spec_positions(chunk: bytes | bytearray, present: Iterable[str] = SPEC_MARKERS) -> list[int]:
     """Byte offsets in ``chunk`` of its first two and its last spec-decoding report line:
     the lines that can be evidence (the prefilter makes them records, as the line-by-line
-    path does, so that their time stamps are settled alike)."""
+    path does, so that their time stamps are settled alike). ``present``: the markers
+    that occur in it (the others are not looked for)."""
+    markers = [m.encode() for m in SPEC_MARKERS if m in present]
     out: list[int] = []
-    bmarkers = [m.encode() for m in SPEC_MARKERS]
+    if not markers:
+        return out
     pos = 0
     for _ in range(2):
-        hits = [i for i in (chunk.find(m, pos) for m in bmarkers) if i >= 0]
+        hits = [i for i in (chunk.find(m, pos) for m in markers) if i >= 0]
         if not hits:
             break
         i = min(hits)
@@ -371,5 +407,98 @@ def spec_positions(chunk: bytes) -> list[int]:
             break
         pos = nl + 1
     if out:
-        out.append(max(chunk.rfind(m) for m in bmarkers))
+        out.append(max(chunk.rfind(m) for m in markers))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# numbers after a label, in numpy
+
+_BMARKERS = tuple(m.encode() for m in SPEC_MARKERS)
+# (int digits, fraction digits) of the forms read in numpy; any other goes through ``re``
+_FORMS = ((1, 2), (2, 2), (1, 1), (2, 1), (3, 2), (1, 3), (3, 1), (1, 0), (2, 0), (3, 0))
+
+
+def _find_label(arr: Any, labels: Sequence[bytes]) -> list[Any]:
+    """Offsets (unsorted) of each of ``labels`` (all with the same first 4 bytes) in the
+    bytes ``arr`` (numpy uint8): one 4-byte-word compare per alignment, the rest of each
+    label checked byte by byte at the hits."""
+    import numpy as np
+
+    size = len(arr)
+    key = int.from_bytes(labels[0][:4], "little")
+    hits = []
+    for k in range(4):
+        words = (size - k) // 4
+        if words > 0:
+            hits.append(np.flatnonzero(arr[k : k + 4 * words].view("<u4") == key) * 4 + k)
+    both = np.concatenate(hits) if hits else np.empty(0, dtype=np.int64)
+    out = []
+    for lab in labels:
+        p = both[both + len(lab) <= size]
+        for j in range(4, len(lab)):
+            p = p[arr[p + j] == lab[j]]
+        out.append(p)
+    return out
+
+
+def _numbers_at(arr: Any, data: bytes | bytearray, q: Any) -> Any:
+    """The numbers (``[0-9]{1,12}(\\.[0-9]{1,8})?``, as ``re`` reads them) starting at the
+    offsets ``q``; NaN where there is none. The common forms in numpy (the value is the
+    digits as an integer over a power of ten: the correctly rounded float, as float()
+    gives), the rest through ``re``."""
+    import numpy as np
+
+    size = len(arr)
+    out = np.full(len(q), np.nan)
+    rest = np.arange(len(q))
+    for a, b in _FORMS:
+        if not len(rest):
+            break
+        qq = q[rest]
+        width = a + (b + 1 if b else 0)
+        # bytes at qq .. qq+width+1 (a byte past the end reads as a space)
+        cols = []
+        for j in range(width + 2):
+            idx = qq + j
+            inside = idx < size
+            c = arr[np.minimum(idx, size - 1)].astype(np.int16) - 48
+            cols.append(np.where(inside, c, -16))
+        dig = [(c >= 0) & (c <= 9) for c in cols]
+        m = np.ones(len(qq), dtype=bool)
+        for j in range(a):
+            m &= dig[j]
+        if b:
+            m &= cols[a] == -2  # "."
+            for j in range(a + 1, width):
+                m &= dig[j]
+            m &= ~dig[width]
+        else:
+            # no fraction: the number ends here and no ".<digit>" follows
+            m &= ~dig[a] & ~((cols[a] == -2) & dig[a + 1])
+        if not m.any():
+            continue
+        mant = np.zeros(len(qq), dtype=np.int64)
+        for j in range(width):
+            if b and j == a:
+                continue
+            mant = mant * 10 + cols[j]
+        vals = mant / float(10**b)
+        out[rest[m]] = vals[m]
+        rest = rest[~m]
+    for i in rest.tolist():
+        hit = _NUM_B.match(data, int(q[i]))
+        if hit:
+            out[i] = float(hit.group(0))
+    return out
+
+
+def _label_numbers(arr: Any, data: bytes | bytearray, labels: Sequence[bytes]) -> list[Any]:
+    """For each label, the numbers right after its occurrences (NaN-free float64)."""
+    import numpy as np
+
+    out = []
+    for lab, pos in zip(labels, _find_label(arr, labels), strict=True):
+        vals = _numbers_at(arr, data, pos + len(lab))
+        out.append(vals[~np.isnan(vals)])
     return out
