@@ -16,6 +16,7 @@ These tests push the raw captures through today's analysis:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -244,7 +245,8 @@ def test_cpu_side_hang_stacks(s: Scenario) -> None:
 
 @pytest.mark.parametrize("s", CPU_SIDE, ids=lambda s: s.id)
 def test_cpu_side_verdict(s: Scenario) -> None:
-    from diag.collect.snapshot import build_verdict
+    from diag.report.snapshot_view import verdict_text
+    from diag.rules import apply_snapshot_rules
 
     stacks = {p.pid: p for p in s.rank_stacks()}
     procs = []
@@ -299,7 +301,7 @@ def test_cpu_side_verdict(s: Scenario) -> None:
             },
         ),
     )
-    verdict = build_verdict(snap)
+    verdict = verdict_text(dataclasses.replace(snap, findings=tuple(apply_snapshot_rules(snap))))
     assert f"port {s.meta['port']} is not listening" in verdict
     assert f"All {len(procs)} ranks wait at stack.dist_init" in verdict
     assert "blocked on the CPU side" in verdict
@@ -413,7 +415,7 @@ def _replay_snapshot(s: Scenario, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(snapmod, "collect_facts", facts)
     # The server's port is judged from the saved facts, not from this host's sockets.
-    monkeypatch.setattr(snapmod, "_port_listening_anywhere", lambda port: False, raising=False)
+    monkeypatch.setattr(snapmod, "port_open", lambda port, **_: False)
     nvml = ReplayNVML(s)
     options = snapmod.SnapshotOptions(
         pid=int(s.meta["pids"]["launcher"]),

@@ -3,6 +3,7 @@ NCCL RAS) and the command's exit codes."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import pickle
@@ -21,7 +22,6 @@ from typer.testing import CliRunner
 from diag.cli import app
 from diag.collect import collective
 from diag.collect import snapshot as snapshot_mod
-from diag.collect.snapshot import build_verdict
 from diag.model import (
     Finding,
     GpuSample,
@@ -35,7 +35,7 @@ from diag.model import (
     Unavailable,
 )
 from diag.report.snapshot_json import SCHEMA_VERSION, snapshot_to_dict
-from diag.report.snapshot_view import render_snapshot
+from diag.report.snapshot_view import render_snapshot, verdict_text
 from diag.runner import RunResult
 
 FR = Path(__file__).resolve().parents[1] / "fixtures" / "snapshot" / "flight_recorder"
@@ -47,6 +47,13 @@ COLLECTIVE = (
 )
 COMPILE = (StackFrame("jit_compile_kernel", "probe.py", 30), StackFrame("worker", "probe.py", 60))
 
+
+
+def verdict(snap: Snapshot) -> str:
+    """The verdict as the collector renders it: from the snapshot rules' findings."""
+    from diag.rules import apply_snapshot_rules
+
+    return verdict_text(dataclasses.replace(snap, findings=tuple(apply_snapshot_rules(snap))))
 
 def _proc(
     pid: int, tp: int | None, frames: tuple[StackFrame, ...], site: str | None, **kw: object
@@ -204,13 +211,18 @@ def test_json_without_gpus() -> None:
 
 
 def test_verdict_names_the_odd_rank_and_the_idle_gpu() -> None:
-    v = build_verdict(story_snapshot())
+    v = verdict(story_snapshot())
     assert "port 30000 is not listening" in v
     assert "TP1: stack.jit_compile" in v
-    assert "Odd one(s) out: TP1" in v
-    assert "The others sit in a collective that TP1 never entered" in v
+    assert "TP1 differ from the other ranks (waiting at stack.jit_compile)" in v  # rank.outlier
+    # nccl.waiting_for_rank, from the stack groups and the GPU readings
+    assert "1 ranks wait inside an NCCL collective for TP1, which is elsewhere" in v
     assert "GPU0 100%" in v and "GPU1 0%" in v
-    assert "The GPUs of TP0 spin at ~100%" in v and "TP1 never joined" in v
+    assert "the GPUs of TP0 spin at ~100%" in v and "TP1 never joined" in v
+    # every judgment is a finding's: no sentence of the verdict is the collector's own
+    snap = story_snapshot()
+    assert verdict_text(snap).count(".") < v.count(".")  # (no findings: fewer sentences)
+    assert "never joined" not in verdict_text(snap) and "differ" not in verdict_text(snap)
 
 
 def test_verdict_cpu_side_hang() -> None:
@@ -218,7 +230,7 @@ def test_verdict_cpu_side_hang() -> None:
 
     snap = story_snapshot()
     idle = tuple(dataclasses.replace(g, util_percent_mean=2.0) for g in snap.gpus)  # type: ignore[union-attr]
-    assert "blocked on the CPU side" in build_verdict(dataclasses.replace(snap, gpus=idle))
+    assert "blocked on the CPU side" in verdict(dataclasses.replace(snap, gpus=idle))
 
 
 def test_terminal_view_verdict_first_then_table_then_groups() -> None:
@@ -230,7 +242,10 @@ def test_terminal_view_verdict_first_then_table_then_groups() -> None:
     for part in render_snapshot(snap):
         console.print(part)
     text = console.export_text()
-    assert text.index("VERDICT-TEXT") < text.index("scheduler") < text.index("stack groups")
+    # the verdict panel renders the findings; a stored verdict text is not the view's
+    assert "VERDICT-TEXT" not in text
+    head = text.index("launcher pid 10: port 30000 is not listening")
+    assert head < text.index("scheduler") < text.index("stack groups")
     row = next(line for line in text.splitlines() if " 12 " in line and "scheduler" in line)
     assert "TP1 *" in row and "stack.jit_compile" in row and "0%" in row
     row0 = next(line for line in text.splitlines() if " 11 " in line)
@@ -435,7 +450,7 @@ def test_verdict_makes_no_gpu_claim_when_ranks_share_a_gpu() -> None:
 
     snap = story_snapshot()
     shared = tuple(dataclasses.replace(p, gpu_index=0) for p in snap.processes)
-    assert "never joined" not in build_verdict(dataclasses.replace(snap, processes=shared))
+    assert "never joined" not in verdict(dataclasses.replace(snap, processes=shared))
 
 
 def test_verdict_without_stacks_uses_the_proc_tier() -> None:
@@ -452,7 +467,7 @@ def test_verdict_without_stacks_uses_the_proc_tier() -> None:
         )
         for p in snap.processes
     )
-    v = build_verdict(dataclasses.replace(snap, processes=blind, groups=(), outlier_tp_ranks=()))
+    v = verdict(dataclasses.replace(snap, processes=blind, groups=(), outlier_tp_ranks=()))
     assert "No stack for 2 rank(s)" in v
     assert (
         "TP0 state S, wchan futex_wait_queue, in futex(), threads gloo_tcp_loop, pt_nccl_watchdg"
@@ -494,7 +509,7 @@ def test_missing_tp_ranks_from_the_launcher_command_line() -> None:
     server = FoundServer("sglang", 10, 30000, "cmdline")
     assert _expected_ranks(server, procs, 0, found) == {"tp_size": 4, "missing_tp_ranks": [2, 3]}
     srv = {**snap.servers[0], "tp_size": 4, "missing_tp_ranks": [2, 3]}
-    v = build_verdict(dataclasses.replace(snap, servers=(srv,)))
+    v = verdict(dataclasses.replace(snap, servers=(srv,)))
     assert "No process for TP2, TP3 of tp_size 4" in v
 
 
@@ -562,9 +577,11 @@ def test_verdict_reports_the_ras_mismatch_beside_the_stacks() -> None:
     ev = {"kind": "nccl_ras", "mismatches": collective.parse_ras_status(text), "text": text}
     snap = story_snapshot()
     procs = tuple(dataclasses.replace(p, pid=p.pid + 458) if p.rank else p for p in snap.processes)
-    v = build_verdict(dataclasses.replace(snap, processes=procs, collective_evidence=(ev,)))
-    assert "NCCL RAS: AllReduce counts differ" in v
-    assert "rank 1 (pid 470, TP1) at 1" in v and "the others reached 2" in v
+    v = verdict(dataclasses.replace(snap, processes=procs, collective_evidence=(ev,)))
+    assert (
+        "NCCL RAS: communicator ranks have different AllReduce operation counts: "
+        "rank 1 (pid 470, TP1) launched fewer operations than rank 0" in v
+    )
 
 
 def test_non_root_user_gets_the_proc_tier_and_exit_3(titled_child: int) -> None:
@@ -656,7 +673,9 @@ def test_pipeline_on_a_fake_proc_tree_with_flight_recorder_from_the_launcher_env
     (ev,) = [e for e in snap.collective_evidence if e.get("kind") == "flight_recorder"]
     assert ev["behind"] == {"0": [1]}
     assert "Flight Recorder: process group 0 waits for rank(s) [1]" in snap.verdict
-    assert "The GPUs of TP0 spin at ~100%" in snap.verdict and "TP1 never joined" in snap.verdict
+    assert "the GPUs of TP0 spin at ~100%" in snap.verdict and "TP1 never joined" in snap.verdict
+    wait = next(f for f in snap.findings if f.id == "nccl.waiting_for_rank")
+    assert wait.ranks == ("TP1",)
     assert isinstance(by[base + 1].rss_bytes, Unavailable)  # no such real process
     doc = snapshot_to_dict(snap)
     assert doc["collective_evidence"][0]["behind"] == {"0": [1]}
@@ -707,7 +726,7 @@ def test_two_servers_on_one_host_are_compared_separately(tmp_path: Path) -> None
     assert snap.outlier_tp_ranks == (1,)
     v = snap.verdict
     first, second = v.index("port 31000"), v.index("port 32000")
-    assert first < v.index("Odd one(s) out: TP1") < second
+    assert first < v.index("TP1 differ from the other ranks") < second
     assert "All 2 ranks wait at stack.nccl_collective" in v[second:]
 
 
@@ -779,5 +798,5 @@ def test_fr_dump_request_through_the_debug_pipe(tmp_path: Path) -> None:
     assert "hint" not in ev
     import dataclasses
 
-    v = build_verdict(dataclasses.replace(story_snapshot(), collective_evidence=(ev,)))
+    v = verdict(dataclasses.replace(story_snapshot(), collective_evidence=(ev,)))
     assert "rank(s) [1] did not answer a dump request" in v

@@ -196,7 +196,7 @@ def job_view(
     parts: Sequence[HostPart], *, failed: Sequence[tuple[str, str]] = ()
 ) -> tuple[Snapshot, tuple[str, ...]]:
     """The job's snapshot and the labels of its odd ranks out (``RankId.label`` form)."""
-    from diag.collect.snapshot import build_verdict
+    from diag.report.snapshot_view import verdict_text
 
     tagged: dict[str, list[ProcessInfo]] = {
         part.host: [_tag(p, part.host) for p in part.snapshot.processes] for part in parts
@@ -266,7 +266,7 @@ def job_view(
         from diag.collect.fanout import fold_ranks
 
         head += f"; odd ranks out: {fold_ranks([at_host(m) for m in odd])}"
-    return replace(snap, verdict=f"{head}. {build_verdict(snap)}"), odd
+    return replace(snap, verdict=f"{head}. {verdict_text(snap)}"), odd
 
 
 # ---------------------------------------------------------------------------

@@ -101,17 +101,24 @@ def parse_ras_status(text: str) -> list[dict[str, object]]:
     NCCL (``src/ras/client_support.cc``) prints, under Warnings, ``#0-0 (hash) MISMATCH``,
     ``Communicator ranks have different AllReduce operation counts``, then ``Rank 1 has
     launched up to operation 60 -- GPU 3 managed by process 1650386 on node n1`` per rank
-    (or ``7 ranks have launched up to operation 64`` for a group)."""
+    (or ``7 ranks have launched up to operation 64`` for a group). The one parser of RAS
+    text: the collector keeps its result beside the text, the rules read it from here."""
     out: list[dict[str, object]] = []
     block: dict[str, object] | None = None
     ranks: list[dict[str, object]] = []
+    groups: list[dict[str, int]] = []
     top = -1
 
     def close() -> None:
         if block is not None and ranks:
-            best = max([top, *[int(str(r["count"])) for r in ranks]])
+            counts = [int(str(r["count"])) for r in ranks]
+            best = max([top, *counts])
+            low = min([*counts, *(g["count"] for g in groups)])
             block["max_count"] = best
+            block["min_count"] = low
             block["behind"] = [r for r in ranks if int(str(r["count"])) < best]
+            block["ranks"] = list(ranks)
+            block["groups"] = list(groups)  # "7 ranks have launched up to operation 64"
             out.append(block)
 
     for line in text.splitlines():
@@ -119,7 +126,7 @@ def parse_ras_status(text: str) -> list[dict[str, object]]:
         if m is not None:
             close()
             block = {"communicator": f"#{m.group(1)} ({m.group(2)})", "status": m.group(3)}
-            ranks, top = [], -1
+            ranks, groups, top = [], [], -1
             continue
         if block is None:
             continue
@@ -127,6 +134,7 @@ def parse_ras_status(text: str) -> list[dict[str, object]]:
             block["operation"] = m.group(1)
         elif (m := _RAS_GROUP.match(line)) is not None:
             top = max(top, int(m.group(2)))
+            groups.append({"ranks": int(m.group(1)), "count": int(m.group(2))})
         elif (m := _RAS_RANK.match(line)) is not None:
             rest = m.group(3)
             pid = _RAS_PID.search(rest)

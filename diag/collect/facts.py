@@ -8,6 +8,7 @@ here into :class:`Unavailable` values.
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ import psutil
 
 from diag.model import Unavailable
 
-__all__ = ["ProcessFacts", "collect_facts", "listening_ports_by_pid"]
+__all__ = ["ProcessFacts", "collect_facts", "listening_ports_by_pid", "port_open"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,17 @@ def listening_ports_by_pid() -> dict[int, tuple[int, ...]] | Unavailable:
         if c.status == psutil.CONN_LISTEN and c.pid is not None and c.laddr:
             out.setdefault(c.pid, set()).add(c.laddr.port)
     return {pid: tuple(sorted(ports)) for pid, ports in out.items()}
+
+
+def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.3) -> bool:
+    """Whether something accepts a TCP connection on ``host:port`` (the one connect probe:
+    the snapshot's check of a server port no process of the snapshot owns, and ``diag
+    watch``'s wait for the port)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 def _start(pid: int) -> psutil.Process | Unavailable:

@@ -4,9 +4,10 @@ Discovery -> the no-ptrace /proc tier of every process -> then, concurrently, ps
 facts over one CPU window, NVML utilization over one sampling window and py-spy dumps
 of every process under one deadline -> stacks classified, merged and the odd ranks
 named (``diag.stacks``) -> who-is-missing evidence (NCCL RAS, Flight Recorder) -> the
-rules engine's snapshot findings -> a one-paragraph verdict. Every probe degrades
-alone: a missing py-spy, NVML or permission is recorded in ``Snapshot.partial`` (with
-its fix) and the rest is still taken.
+rules engine's snapshot findings -> the verdict, a rendering of those findings
+(``diag.report.snapshot_view.verdict_text``: every judgment and threshold is a rule's).
+Every probe degrades alone: a missing py-spy, NVML or permission is recorded in
+``Snapshot.partial`` (with its fix) and the rest is still taken.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from diag.collect.discover import (
     discover,
     int_option,
 )
-from diag.collect.facts import ProcessFacts, collect_facts
+from diag.collect.facts import ProcessFacts, collect_facts, port_open
 from diag.collect.gpu import GpuQuery, query_gpus
 from diag.collect.procfs import (
     ProcTier,
@@ -57,7 +58,7 @@ from diag.model import (
 )
 from diag.runner import Runner, SubprocessRunner
 
-__all__ = ["SnapshotOptions", "build_verdict", "take_snapshot"]
+__all__ = ["SnapshotOptions", "take_snapshot"]
 
 RANK_ROLES = ("scheduler", "worker")
 # Processes whose C++ frames matter (collectives, stores, CUDA); the launcher, tokenizer
@@ -104,64 +105,6 @@ def _gpu_for(
     return None, None
 
 
-def _short(frames_owner: StackProcess | None, n: int = 3) -> str:
-    if frames_owner is None:
-        return ""
-    t = main_thread(frames_owner)
-    if t is None:
-        return ""
-    named = [f for f in t.frames if not (f.native and f.name.startswith("0x"))]
-    return " <- ".join(f.name for f in named[:n])
-
-
-def _proc_hint(p: ProcessInfo) -> str:
-    """What the no-ptrace tier says about a process: state, wait channel, syscall and
-    the native threads it runs (gloo, NCCL watchdog), for when py-spy could not attach."""
-    bits = [f"state {p.state if isinstance(p.state, str) else '?'}"]
-    if isinstance(p.wchan, str) and p.wchan not in ("", "0"):
-        bits.append(f"wchan {p.wchan}")
-    if isinstance(p.syscall, str) and p.syscall not in ("running", "blocked"):
-        bits.append(f"in {p.syscall}()")
-    named = sorted(n for n in p.thread_names if n.startswith(("gloo", "pt_", "cuda")))
-    if named:
-        bits.append("threads " + ", ".join(named[:4]))
-    return ", ".join(bits)
-
-
-def _rank_label(p: ProcessInfo) -> str:
-    return p.rank.label if p.rank is not None else f"pid {p.pid}"
-
-
-def _collapse(labels: Sequence[str]) -> str:
-    return (
-        ", ".join(labels)
-        if len(labels) <= 6
-        else f"{', '.join(labels[:5])} and {len(labels) - 5} more"
-    )
-
-
-def _gpu_split(
-    snap: Snapshot, busy: float = 90.0, idle: float = 10.0
-) -> tuple[list[str], list[str]] | None:
-    """(ranks on spinning GPUs, ranks on idle GPUs) when the ranks have GPUs of their own
-    and both kinds exist: in an NCCL hang the rank whose GPU is idle is the one missing."""
-    if isinstance(snap.gpus, Unavailable):
-        return None
-    util = {g.index: g.util_percent_mean for g in snap.gpus}
-    ranked = [p for p in snap.processes if p.role in RANK_ROLES and p.gpu_index is not None]
-    indexes = [p.gpu_index for p in ranked]
-    if len(ranked) < 2 or len(set(indexes)) != len(indexes):
-        return None  # ranks sharing a GPU cannot be told apart by its utilization
-    hot, cold = [], []
-    for p in ranked:
-        u = util.get(p.gpu_index) if p.gpu_index is not None else None
-        if isinstance(u, float) and u >= busy:
-            hot.append(_rank_label(p))
-        elif isinstance(u, float) and u <= idle:
-            cold.append(_rank_label(p))
-    return (hot, cold) if hot and cold else None
-
-
 def _halted_ranks(server_procs: Sequence[ProcessInfo]) -> tuple[int, ...]:
     """TP ranks that cannot make progress while their peers can: stopped (state T) or
     traced (t) while at least one other rank of the server is not. Whatever the stacks
@@ -174,176 +117,6 @@ def _halted_ranks(server_procs: Sequence[ProcessInfo]) -> tuple[int, ...]:
     }
     running = [p for p in ranks if p.state not in ("T", "t")]
     return tuple(sorted(halted)) if halted and running else ()
-
-
-def _rank_sentences(ranked: Sequence[ProcessInfo], outliers: Sequence[int]) -> list[str]:
-    """What the ranks of one server are doing: wait sites, odd ones, states, samples."""
-    parts: list[str] = []
-    if ranked:
-        by_site: dict[str, list[str]] = {}
-        for p in ranked:
-            site = p.stack.wait_site if p.stack is not None else None
-            by_site.setdefault(site or "an unclassified site", []).append(_rank_label(p))
-        if len(by_site) == 1:
-            site, labels = next(iter(by_site.items()))
-            parts.append(f"All {len(labels)} ranks wait at {site}.")
-        else:
-            majority = max(by_site.items(), key=lambda kv: len(kv[1]))
-            parts.append(f"{len(majority[1])} of {len(ranked)} ranks wait at {majority[0]}.")
-            for site, labels in by_site.items():
-                if site == majority[0]:
-                    continue
-                sample = next(
-                    (p for p in ranked if _rank_label(p) in labels and p.stack is not None), None
-                )
-                where = _short(sample.stack if sample else None)
-                extra = f" in {where}" if where else ""
-                parts.append(f"{_collapse(labels)}: {site}{extra}.")
-        blind = [p for p in ranked if p.stack is None or not p.stack.threads]
-        if blind:
-            hints = "; ".join(f"{_rank_label(p)} {_proc_hint(p)}" for p in blind[:8])
-            parts.append(f"No stack for {len(blind)} rank(s); /proc says: {hints}.")
-        if outliers:
-            odd = ", ".join(f"TP{r}" for r in outliers)
-            parts.append(f"Odd one(s) out: {odd} (stack differs from the majority).")
-            odd_sites: set[str | None] = set()
-            ref_sites: set[str | None] = set()
-            for p in ranked:
-                site = p.stack.wait_site if p.stack is not None else None
-                is_odd = p.rank is not None and p.rank.tp in outliers
-                (odd_sites if is_odd else ref_sites).add(site)
-            if ref_sites == {"stack.nccl_collective"} and "stack.nccl_collective" not in odd_sites:
-                parts.append(
-                    f"The others sit in a collective that {odd} never entered: look at {odd} first."
-                )
-        stopped = [p for p in ranked if p.state == "T"]
-        if stopped:
-            parts.append(f"Stopped (state T): {_collapse([_rank_label(p) for p in stopped])}.")
-        busy = [
-            _rank_label(p)
-            for p in ranked
-            if isinstance(p.cpu_percent, float) and p.cpu_percent >= 50
-        ]
-        if busy:
-            parts.append(f"Busy on CPU (>=50%): {_collapse(busy)}.")
-        moving = [_rank_label(p) for p in ranked if p.stack is not None and p.stack.moving is True]
-        stuck = [_rank_label(p) for p in ranked if p.stack is not None and p.stack.moving is False]
-        if stuck or moving:
-            bits = []
-            if stuck:
-                bits.append(f"stuck (same frames in every sample): {_collapse(stuck)}")
-            if moving:
-                bits.append(f"moving (slow, not stuck): {_collapse(moving)}")
-            text = "; ".join(bits)
-            parts.append(text[:1].upper() + text[1:] + ".")
-    return parts
-
-
-def build_verdict(snap: Snapshot) -> str:
-    """One paragraph: what the server is doing and which ranks are the odd ones out."""
-    if not snap.processes:
-        return "No SGLang or vLLM server process was found on this host."
-    parts: list[str] = []
-    single = len(snap.servers) <= 1
-    for index, s in enumerate(snap.servers):
-        listening = s.get("port_listening")
-        port = s.get("port")
-        if port is None:
-            state = "no HTTP port on its command line"
-        elif listening:
-            state = f"port {port} is listening (pid {s.get('listening_pid')})"
-        else:
-            state = f"port {port} is not listening"
-        if s.get("launcher") is False:
-            parts.append(
-                f"{s.get('framework')} processes with no launcher above them "
-                f"({s.get('processes')} of them; Ray workers, or a launcher that exited)."
-            )
-        else:
-            parts.append(
-                f"{s.get('framework')} server, launcher pid {s.get('launcher_pid')}: {state}."
-            )
-        missing = s.get("missing_tp_ranks")
-        if isinstance(missing, list) and missing:
-            gone = ", ".join(f"TP{r}" for r in missing)
-            parts.append(
-                f"No process for {gone} of tp_size {s.get('tp_size')} (crashed or never started)."
-            )
-        ranked = [
-            p
-            for p in snap.processes
-            if p.role in RANK_ROLES and (p.server == index or (single and p.server is None))
-        ]
-        odd = s.get("outlier_tp_ranks")
-        parts += _rank_sentences(
-            ranked, odd if isinstance(odd, (list, tuple)) else snap.outlier_tp_ranks
-        )
-    if not snap.servers:
-        parts += _rank_sentences(
-            [p for p in snap.processes if p.role in RANK_ROLES], snap.outlier_tp_ranks
-        )
-    if isinstance(snap.gpus, Unavailable):
-        parts.append(f"GPUs: {snap.gpus.reason}.")
-    else:
-        utils = [g.util_percent_mean for g in snap.gpus]
-        shown = ", ".join(
-            f"GPU{g.index} {u:.0f}%" if isinstance(u, float) else f"GPU{g.index} ?"
-            for g, u in zip(snap.gpus, utils, strict=True)
-        )
-        parts.append(f"GPU utilization: {shown}.")
-        known = [u for u in utils if isinstance(u, float)]
-        no_port = any(not s.get("port_listening") for s in snap.servers)
-        if known and max(known) < 5 and no_port:
-            parts.append(
-                "All GPUs idle and no port: the ranks are blocked on the CPU side "
-                "(store wait, lock, IPC, compile), not inside a GPU collective."
-            )
-        split = _gpu_split(snap)
-        if split is not None:
-            busy_ranks, idle_ranks = split
-            parts.append(
-                f"The GPUs of {_collapse(busy_ranks)} spin at ~100% (a collective kernel "
-                f"waiting for its peers) while those of {_collapse(idle_ranks)} are idle: "
-                f"{_collapse(idle_ranks)} never joined."
-            )
-    rank_of_pid = {p.pid: _rank_label(p) for p in snap.processes if p.rank is not None}
-    for ev in snap.collective_evidence:
-        mismatches = ev.get("mismatches")
-        if ev.get("kind") == "nccl_ras" and isinstance(mismatches, list):
-            for mm in mismatches:
-                late = mm.get("behind") if isinstance(mm, dict) else None
-                if not isinstance(late, list) or not late:
-                    continue
-                who = ", ".join(
-                    f"rank {r.get('rank')} (pid {r.get('pid')}"
-                    + (f", {rank_of_pid[r['pid']]}" if r.get("pid") in rank_of_pid else "")
-                    + f") at {r.get('count')}"
-                    for r in late
-                    if isinstance(r, dict)
-                )
-                parts.append(
-                    f"NCCL RAS: {mm.get('operation', 'operation')} counts differ in "
-                    f"communicator {mm.get('communicator')}: the others reached "
-                    f"{mm.get('max_count')}, {who}: the collective waits for "
-                    f"{'it' if len(late) == 1 else 'them'}."
-                )
-        behind = ev.get("behind")
-        if ev.get("kind") == "flight_recorder" and isinstance(behind, dict) and behind:
-            for pg, ranks in behind.items():
-                parts.append(f"Flight Recorder: process group {pg} waits for rank(s) {ranks}.")
-        requested = ev.get("requested")
-        if ev.get("kind") == "flight_recorder" and isinstance(requested, dict):
-            silent = requested.get("silent")
-            if isinstance(silent, list) and silent:
-                parts.append(
-                    f"Flight Recorder: rank(s) {silent} did not answer a dump request "
-                    "(a rank spinning with the GIL held, or stuck in native code, cannot)."
-                )
-    if snap.partial:
-        parts.append(
-            "Collection was partial: " + "; ".join(r.rstrip(".") for r in snap.partial) + "."
-        )
-    return " ".join(parts)
 
 
 def _prewarm_rules() -> None:
@@ -394,16 +167,6 @@ def _port_owner(
         if not isinstance(t.listening_ports, Unavailable) and port in t.listening_ports:
             return pid
     return None
-
-
-def _port_listening_anywhere(port: int | None) -> bool:
-    if port is None:
-        return False
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
 
 
 def _expected_ranks(
@@ -737,7 +500,7 @@ def take_snapshot(
     for s in disc.servers:
         owner = _port_owner(s.port, facts, tiers)
         listening_now = owner is not None or (
-            s.port_source == "cmdline" and _port_listening_anywhere(s.port)
+            s.port_source == "cmdline" and s.port is not None and port_open(s.port, timeout=0.2)
         )
         servers.append(
             {
@@ -845,4 +608,6 @@ def take_snapshot(
     timings["rules_s"] = round(time.monotonic() - t, 3)
     snap = replace(snap, findings=findings)
     timings["total_s"] = round(time.monotonic() - start, 3)
-    return replace(snap, verdict=build_verdict(snap), timings=timings, elapsed_s=timings["total_s"])
+    from diag.report.snapshot_view import verdict_text  # the verdict renders the findings
+
+    return replace(snap, verdict=verdict_text(snap), timings=timings, elapsed_s=timings["total_s"])

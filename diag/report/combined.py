@@ -148,11 +148,11 @@ def server_part(snap: Snapshot, index: int | None) -> Snapshot:
     except DiagError:
         findings = ()
     part = replace(part, findings=findings)
-    from diag.collect.snapshot import build_verdict
+    from diag.report.snapshot_view import verdict_text
 
     others = len(snap.servers) - 1
     notes = (*snap.notes, f"{others} other server(s) on the host left out of this view")
-    return replace(part, verdict=build_verdict(part), notes=notes)
+    return replace(part, verdict=verdict_text(part), notes=notes)
 
 
 # ---------------------------------------------------------------------------

@@ -3,6 +3,9 @@ per process: role, rank, pid, state, RSS, CPU, GPU, util, wait site, top frames)
 the stack groups, the who-is-missing evidence, findings and notes.
 
 ``render_snapshot`` returns rich renderables; only ``diag/commands`` prints them.
+``verdict_text`` is the verdict: a rendering of the snapshot's findings (every judgment,
+with its threshold, is a rule's), framed by what was measured (the server and its port,
+where the ranks wait, stuck or moving, GPU readings) and by what could not be collected.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from rich.text import Text
 from diag.model import GpuSample, ProcessInfo, Snapshot, StackFrame, Unavailable
 from diag.report.sanitize import Sanitized
 
-__all__ = ["fmt_bytes", "frame_text", "render_snapshot", "top_frames"]
+__all__ = ["fmt_bytes", "frame_text", "render_snapshot", "top_frames", "verdict_text"]
+
+RANK_ROLES = ("scheduler", "worker")
 
 _ROLE_ORDER = {
     "launcher": 0,
@@ -245,7 +250,7 @@ def _process_table(snap: Snapshot, server: int | None, procs: Sequence[ProcessIn
 def render_snapshot(snap: Snapshot, *, max_group_frames: int = 8) -> list[RenderableType]:
     """The verdict, a table per server, stack groups, evidence, findings, notes."""
     out: list[RenderableType] = [
-        Panel(Text(snap.verdict or "(no verdict)"), title="verdict", title_align="left")
+        Panel(Text(verdict_text(snap)), title="verdict", title_align="left")
     ]
     by_server: dict[int | None, list[ProcessInfo]] = {}
     for p in snap.processes:
@@ -318,3 +323,152 @@ def render_snapshot(snap: Snapshot, *, max_group_frames: int = 8) -> list[Render
     if snap.elapsed_s is not None:
         out.append(Text(f"taken in {snap.elapsed_s:.2f} s on {snap.host}", style="dim"))
     return [Sanitized(part) for part in out]  # titles and frames are shown, not run
+
+
+# ------------------------------------------------------------------------------ verdict
+
+
+def _label(p: ProcessInfo) -> str:
+    return p.rank.label if p.rank is not None else f"pid {p.pid}"
+
+
+def _collapse(labels: Sequence[str]) -> str:
+    return (
+        ", ".join(labels)
+        if len(labels) <= 6
+        else f"{', '.join(labels[:5])} and {len(labels) - 5} more"
+    )
+
+
+def _short(p: ProcessInfo, n: int = 3) -> str:
+    named = [f for f in _frames_for(p) if not (f.native and f.name.startswith("0x"))]
+    return " <- ".join(f.name for f in named[:n])
+
+
+def _proc_hint(p: ProcessInfo) -> str:
+    """What the no-ptrace tier says about a process: state, wait channel, syscall and
+    the native threads it runs (gloo, NCCL watchdog), for when py-spy could not attach."""
+    bits = [f"state {p.state if isinstance(p.state, str) else '?'}"]
+    if isinstance(p.wchan, str) and p.wchan not in ("", "0"):
+        bits.append(f"wchan {p.wchan}")
+    if isinstance(p.syscall, str) and p.syscall not in ("running", "blocked"):
+        bits.append(f"in {p.syscall}()")
+    named = sorted(n for n in p.thread_names if n.startswith(("gloo", "pt_", "cuda")))
+    if named:
+        bits.append("threads " + ", ".join(named[:4]))
+    return ", ".join(bits)
+
+
+def _where_ranks_wait(ranked: Sequence[ProcessInfo]) -> list[str]:
+    """Measured, not judged: the wait sites of the ranks, the ranks with no stack (and
+    what /proc says of them), and which ranks were the same in every sample."""
+    if not ranked:
+        return []
+    parts: list[str] = []
+    by_site: dict[str, list[ProcessInfo]] = {}
+    for p in ranked:
+        site = p.stack.wait_site if p.stack is not None else None
+        by_site.setdefault(site or "an unclassified site", []).append(p)
+    if len(by_site) == 1:
+        site, procs = next(iter(by_site.items()))
+        parts.append(f"All {len(procs)} ranks wait at {site}.")
+    else:
+        top = max(by_site.items(), key=lambda kv: len(kv[1]))
+        parts.append(f"{len(top[1])} of {len(ranked)} ranks wait at {top[0]}.")
+        for site, procs in by_site.items():
+            if site == top[0]:
+                continue
+            where = _short(procs[0])
+            parts.append(f"{_collapse([_label(p) for p in procs])}: {site}"
+                         + (f" in {where}." if where else "."))
+    blind = [p for p in ranked if p.stack is None or not p.stack.threads]
+    if blind:
+        hints = "; ".join(f"{_label(p)} {_proc_hint(p)}" for p in blind[:8])
+        parts.append(f"No stack for {len(blind)} rank(s); /proc says: {hints}.")
+    stuck = [_label(p) for p in ranked if p.stack is not None and p.stack.moving is False]
+    moving = [_label(p) for p in ranked if p.stack is not None and p.stack.moving is True]
+    bits = []
+    if stuck:
+        bits.append(f"stuck (same frames in every sample): {_collapse(stuck)}")
+    if moving:
+        bits.append(f"moving (slow, not stuck): {_collapse(moving)}")
+    if bits:
+        text = "; ".join(bits)
+        parts.append(text[:1].upper() + text[1:] + ".")
+    return parts
+
+
+def _server_line(s: dict[str, object] | object) -> list[str]:
+    if not isinstance(s, dict):
+        return []
+    port = s.get("port")
+    if port is None:
+        state = "no HTTP port on its command line"
+    elif s.get("port_listening"):
+        state = f"port {port} is listening (pid {s.get('listening_pid')})"
+    else:
+        state = f"port {port} is not listening"
+    if s.get("launcher") is False:
+        out = [f"{s.get('framework')} processes with no launcher above them "
+               f"({s.get('processes')} of them; Ray workers, or a launcher that exited)."]
+    else:
+        out = [f"{s.get('framework')} server, launcher pid {s.get('launcher_pid')}: {state}."]
+    missing = s.get("missing_tp_ranks")
+    if isinstance(missing, list) and missing:
+        gone = ", ".join(f"TP{r}" for r in missing)
+        out.append(f"No process for {gone} of tp_size {s.get('tp_size')} "
+                   "(crashed or never started).")
+    return out
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    if not text:
+        return ""
+    text = text[:1].upper() + text[1:]
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+def verdict_text(snap: Snapshot) -> str:
+    """One paragraph: each server and its port, the findings (errors first, as the rules
+    worded them), where the ranks wait, the GPU readings, and what was not collected."""
+    if not snap.processes:
+        return "No SGLang or vLLM server process was found on this host."
+    parts: list[str] = []
+    single = len(snap.servers) <= 1
+    said: set[int] = set()
+    for index, s in enumerate(snap.servers):
+        procs = [p for p in snap.processes
+                 if p.server == index or (single and p.server is None)]
+        pids = {p.pid for p in procs}
+        parts += _server_line(s)
+        for n, f in enumerate(snap.findings):  # the findings whose evidence is this server's
+            if n not in said and (single or any(e.line in pids for e in f.evidence)):
+                said.add(n)
+                parts.append(_sentence(f.message))
+        parts += _where_ranks_wait([p for p in procs if p.role in RANK_ROLES])
+    parts += [_sentence(f.message) for n, f in enumerate(snap.findings) if n not in said]
+    if not snap.servers:
+        parts += _where_ranks_wait([p for p in snap.processes if p.role in RANK_ROLES])
+    if isinstance(snap.gpus, Unavailable):
+        parts.append(f"GPUs: {snap.gpus.reason}.")
+    elif snap.gpus:
+        shown = ", ".join(
+            f"GPU{g.index} {g.util_percent_mean:.0f}%"
+            if isinstance(g.util_percent_mean, float) else f"GPU{g.index} ?"
+            for g in snap.gpus
+        )
+        parts.append(f"GPU utilization: {shown}.")
+    for ev in snap.collective_evidence:
+        requested = ev.get("requested")
+        silent = requested.get("silent") if isinstance(requested, dict) else None
+        if ev.get("kind") == "flight_recorder" and isinstance(silent, list) and silent:
+            parts.append(
+                f"Flight Recorder: rank(s) {silent} did not answer a dump request "
+                "(a rank spinning with the GIL held, or stuck in native code, cannot)."
+            )
+    if snap.partial:
+        parts.append(
+            "Collection was partial: " + "; ".join(r.rstrip(".") for r in snap.partial) + "."
+        )
+    return " ".join(p for p in parts if p)

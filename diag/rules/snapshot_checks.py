@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-import regex
-
 from diag.model import Finding, GpuSample, ProcessInfo, Snapshot, Unavailable
 from diag.rules.checks import CheckOutcome, Hit
 
@@ -25,6 +23,7 @@ __all__ = [
 ]
 
 DEFAULT_PORTS = {"sglang": 30000, "vllm": 8000}
+_RANK_ROLES = ("scheduler", "worker")
 _GIB = 1024**3
 
 
@@ -170,42 +169,62 @@ def _outlier(ctx: SnapshotContext) -> CheckOutcome | None:
     )
 
 
-_RAS_RANK = regex.compile(
-    r"Rank (?P<rank>\d+) has launched up to operation (?P<op>\d+)(?: -- GPU (?P<gpu>\d+) "
-    r"managed by process (?P<pid>\d+))?"
-)
-_RAS_WHAT = regex.compile(r"Communicator ranks have different (?P<what>[^\n]+)")
+def _ras_behind(text: str) -> tuple[str, list[str], list[str], dict[str, int]] | None:
+    """From an NCCL RAS report (parsed by :func:`diag.collect.collective.parse_ras_status`,
+    the one RAS parser): what differs, the ranks behind (at the lowest count), the ranks
+    ahead (named ranks, or "N ranks" where RAS summarises a group)."""
+    from diag.collect.collective import parse_ras_status
+
+    for block in parse_ras_status(text):
+        ranks = [r for r in block.get("ranks") or () if isinstance(r, Mapping)]  # type: ignore[attr-defined]
+        groups = [g for g in block.get("groups") or () if isinstance(g, Mapping)]  # type: ignore[attr-defined]
+        ops = {int(str(r["count"])) for r in ranks} | {int(str(g["count"])) for g in groups}
+        if len(ops) < 2:
+            continue
+        low = min(ops)
+        behind = [str(r["rank"]) for r in ranks if int(str(r["count"])) == low]
+        behind += [f"{g['ranks']} ranks" for g in groups if int(str(g["count"])) == low]
+        ahead = [str(r["rank"]) for r in ranks if int(str(r["count"])) != low]
+        ahead += [f"{g['ranks']} ranks" for g in groups if int(str(g["count"])) != low]
+        op = block.get("operation")
+        pids = {str(r["rank"]): int(str(r["pid"])) for r in ranks
+                if isinstance(r.get("pid"), int)}
+        return (f"{op} operation counts" if op else "operation counts", behind, ahead, pids)
+    return None
 
 
-_RAS_GROUP = regex.compile(r"(?P<n>\d+) ranks have launched up to operation (?P<op>\d+)")
-
-
-def _ras_behind(text: str) -> tuple[str, list[str], list[str]] | None:
-    """From an NCCL RAS report: what differs, the ranks behind, the ranks ahead (named
-    ranks, or "N ranks" where RAS summarises a group)."""
-    named: dict[str, int] = {}
-    for m in _RAS_RANK.finditer(text):
-        named[m.group("rank")] = int(m.group("op"))
-    groups = [(int(m.group("n")), int(m.group("op"))) for m in _RAS_GROUP.finditer(text)]
-    ops = set(named.values()) | {op for _, op in groups}
-    if len(ops) < 2:
-        return None
-    low = min(ops)
-    behind = [r for r, op in named.items() if op == low]
-    behind += [f"{n} ranks" for n, op in groups if op == low]
-    ahead = [r for r, op in named.items() if op != low]
-    ahead += [f"{n} ranks" for n, op in groups if op != low]
-    what = _RAS_WHAT.search(text)
-    return (what.group("what").strip() if what else "operation counts", behind, ahead)
+def _ras_named(items: list[str], pids: Mapping[str, int], labels: Mapping[int, str]) -> str:
+    """RAS ranks with the pid RAS gives and the rank label of that process."""
+    out = []
+    for i in items:
+        if i.endswith("ranks"):
+            out.append(i)
+            continue
+        pid = pids.get(i)
+        extra = "" if pid is None else f" (pid {pid}" + (
+            f", {labels[pid]})" if pid in labels else ")")
+        out.append(f"rank {i}{extra}")
+    return ", ".join(out)
 
 
 def _collective_wait(ctx: SnapshotContext) -> CheckOutcome | None:
     snap = ctx.snapshot
+    split = _gpu_split(ctx)
+    gpu_text = ""
+    if split is not None:
+        hot, cold = split
+        gpu_text = (
+            f"the GPUs of {_collapse([_label(p) for p in hot])} spin at ~100% (a collective "
+            f"kernel waiting for its peers) while those of {_collapse([_label(p) for p in cold])}"
+            f" are idle: {_collapse([_label(p) for p in cold])} never joined"
+        )
+    tail = f"; {gpu_text}" if gpu_text else ""
     for ev in snap.collective_evidence:
         text = ev.get("text")
         found = _ras_behind(text) if isinstance(text, str) else None
         if found is not None:
-            what, behind, ahead = found
+            what, behind, ahead, pids = found
+            labels = {p.pid: _label(p) for p in snap.processes if p.rank is not None}
 
             def who(items: list[str]) -> str:
                 return ", ".join(i if i.endswith("ranks") else f"rank {i}" for i in items)
@@ -213,10 +232,11 @@ def _collective_wait(ctx: SnapshotContext) -> CheckOutcome | None:
             lines = [ln.strip() for ln in str(text).splitlines() if "launched up to" in ln]
             return CheckOutcome(
                 message=(
-                    f"NCCL RAS: communicator ranks have different {what}: {who(behind)} "
+                    f"NCCL RAS: communicator ranks have different {what}: "
+                    f"{_ras_named(behind, pids, labels)} "
                     f"launched fewer operations than {who(ahead).replace(' ranks', ' other ranks')}"
                     ", so the others wait for "
-                    f"{who(behind)}"
+                    f"{who(behind)}{tail}"
                 ),
                 hits=tuple(ctx.hit(None, ln) for ln in lines[:5]),
                 ranks=tuple(who([b]) for b in behind),
@@ -226,14 +246,30 @@ def _collective_wait(ctx: SnapshotContext) -> CheckOutcome | None:
             groups = "; ".join(
                 f"process group {pg} waits for rank(s) {r}" for pg, r in fr_behind.items()
             )
+            source = "Flight Recorder" if ev.get("kind") == "flight_recorder" else str(
+                ev.get("kind", "collective evidence"))
+            late: list[str] = []
+            for ranks in fr_behind.values():
+                for r in ranks if isinstance(ranks, list) else ():
+                    p = _rank_proc(snap, r)
+                    late.append(_label(p) if p is not None else f"rank {r}")
             return CheckOutcome(
-                message=f"{ev.get('kind', 'collective evidence')}: {groups}",
+                message=f"{source}: {groups}{tail}",
                 hits=(ctx.hit(None, groups[:300]),),
+                ranks=tuple(dict.fromkeys(late)),
             )
     waiting = [g for g in snap.groups if g.wait_site == "stack.nccl_collective"]
     others = [g for g in snap.groups if g.wait_site != "stack.nccl_collective"]
     if not waiting or not others:
-        return None
+        if split is None:
+            return None
+        hot, cold = split
+        return CheckOutcome(
+            message=gpu_text[:1].upper() + gpu_text[1:],
+            hits=tuple(ctx.hit(p, f"pid {p.pid} {_label(p)}: GPU {p.gpu_index}")
+                       for p in (*cold, *hot)[:5]),
+            ranks=tuple(_label(p) for p in cold),
+        )
     n_wait = sum(len(g.members) for g in waiting)
     odd = [m for g in others for m in g.members]
     sites = sorted({g.wait_site or "unknown" for g in others})
@@ -241,6 +277,7 @@ def _collective_wait(ctx: SnapshotContext) -> CheckOutcome | None:
         message=(
             f"{n_wait} ranks wait inside an NCCL collective for {', '.join(odd[:6])}, which "
             f"{'is' if len(odd) == 1 else 'are'} elsewhere ({', '.join(sites)})"
+            + (f"; {gpu_text}" if gpu_text else "")
         ),
         hits=tuple(
             ctx.hit(None, f"{', '.join(g.members)}: {g.wait_site or 'unknown'}")
@@ -250,7 +287,39 @@ def _collective_wait(ctx: SnapshotContext) -> CheckOutcome | None:
     )
 
 
-_RANK_ROLES = ("scheduler", "worker")
+def _label(p: ProcessInfo) -> str:
+    return p.rank.label if p.rank is not None else f"pid {p.pid}"
+
+
+def _collapse(labels: Sequence[str]) -> str:
+    return ", ".join(labels) if len(labels) <= 6 else (
+        f"{', '.join(labels[:5])} and {len(labels) - 5} more")
+
+
+def _gpu_split(ctx: SnapshotContext) -> tuple[list[ProcessInfo], list[ProcessInfo]] | None:
+    """(ranks on spinning GPUs, ranks on idle GPUs) when the ranks have GPUs of their own
+    and both kinds exist: in an NCCL hang the rank whose GPU is idle is the one missing
+    (the GPU lab: a rank waiting in a collective spins its GPU at 100%, one that never
+    joined shows 0%)."""
+    snap = ctx.snapshot
+    if isinstance(snap.gpus, Unavailable):
+        return None
+    busy, idle = ctx.param("busy_util_percent", 90.0), ctx.param("idle_util_percent", 10.0)
+    util = {g.index: g.util_percent_mean for g in snap.gpus}
+    ranked = [p for p in snap.processes if p.role in _RANK_ROLES and p.gpu_index is not None]
+    indexes = [p.gpu_index for p in ranked]
+    if len(ranked) < 2 or len(set(indexes)) != len(indexes):
+        return None  # ranks sharing a GPU cannot be told apart by its utilization
+    hot, cold = [], []
+    for p in ranked:
+        u = util.get(p.gpu_index) if p.gpu_index is not None else None
+        if isinstance(u, float) and u >= busy:
+            hot.append(p)
+        elif isinstance(u, float) and u <= idle:
+            cold.append(p)
+    return (hot, cold) if hot and cold else None
+
+
 
 
 def _rank_proc(snap: Snapshot, rank: object) -> ProcessInfo | None:

@@ -16,12 +16,12 @@ import datetime as dt
 import os
 import re
 import signal
-import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from diag.collect.facts import port_open
 from diag.errors import EXIT_STALLED
 from diag.limits import ascii_int
 from diag.model import Analysis, Finding, Snapshot, phase_index
@@ -132,14 +132,7 @@ def _config_line(a: Analysis | None) -> str:
     return " ".join(parts)
 
 
-def _port_open(port: int, timeout: float = 0.3) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
-        try:
-            s.connect(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
+_port_open = port_open  # the one connect probe (diag.collect.facts)
 
 
 def _read_bytes(pid: int, proc_root: Path = Path("/proc")) -> int | None:
