@@ -23,10 +23,10 @@ from diag.parse.grammars import (
     parse_line,
 )
 from diag.parse.text import split_physical, strip_ansi
-from diag.parse.unwrap import SourceUnwrapper, unwrap_line
+from diag.parse.unwrap import SourceUnwrapper, unwrap_line, wrap_breaks
 
-__all__ = ["Draft", "SourceParser", "apply_layout", "assign_path_ranks", "freeze",
-           "ranks_from_paths", "resolve_years"]
+__all__ = ["Draft", "SourceParser", "align_wrapper_clock", "apply_layout", "assign_path_ranks",
+           "freeze", "ranks_from_paths", "resolve_years", "starts_record"]
 
 MAX_CONTINUATION = 400  # continuation lines kept per record (the rest are counted)
 MAX_MESSAGE = 256_000  # characters of a message kept (multi-MB lines are cut)
@@ -79,6 +79,8 @@ class SourceParser:
         self._repeats = 0  # lines only counted: more of a kind than REPEAT_KEEP
         self._kinds: dict[str, int] = {}
         self._skipping = False
+        # a hard-wrapped line being joined back: [first line, last line, text, gutter, force]
+        self._pend: tuple[int, int, str, Coords | None, bool] | None = None
 
     # counters read after feeding: the held lines count too
     @property
@@ -109,17 +111,18 @@ class SourceParser:
     def _release_held(self) -> None:
         if self._held:
             self._release()
+        if self._pend is not None:
+            self._flush_wrap()
 
     @property
     def drafts(self) -> list[Draft]:
         """The records so far (lines held for the gutter decision are parsed first)."""
-        if self._held:
-            self._release()
+        self._release_held()
         return self._drafts
 
     def prime(self, sample: Iterable[str]) -> None:
         """Decide the source-wide gutters from ``sample`` (the source's first lines, raw)."""
-        self.unwrapper.decide(strip_ansi(x) for x in sample)
+        self.unwrapper.decide((strip_ansi(x) for x in sample), _starts_or_bar)
         if self._held:
             self._release()
 
@@ -129,7 +132,7 @@ class SourceParser:
 
     def _release(self) -> None:
         if not self.unwrapper.decided:
-            self.unwrapper.decide(strip_ansi(t) for _, t, _ in self._held)
+            self.unwrapper.decide((strip_ansi(t) for _, t, _ in self._held), _starts_or_bar)
         held, self._held = self._held, []
         for lineno, text, force in held:
             self._feed(lineno, text, force)
@@ -160,14 +163,55 @@ class SourceParser:
             else:
                 physical = physical[:MAX_PHYSICAL] + f" …[{cut} chars cut]"
         text = strip_ansi(physical)
+        wrap = self.unwrapper.wrap
+        if wrap is not None:
+            self._feed_wrapped(lineno, text, force, wrap)
+            return
         gutter: Coords | None = None
         if self.unwrapper.gutters:
             text, gutter = self.unwrapper.strip_gutters(text)
+        self._feed_text(lineno, text, gutter, force)
+
+    def _feed_text(self, lineno: int, text: str, gutter: Coords | None, force: bool) -> None:
         if len(self._drafts) >= REPEAT_CAP_AFTER and not force and self._capped(text):
             return
         for piece in split_physical(text):
             if piece:
                 self._piece(lineno, piece, gutter)
+
+    def _feed_wrapped(self, lineno: int, text: str, force: bool, wrap: tuple[int, bool]) -> None:
+        """A hard-wrapped source: a line the wrap broke is joined with the lines after it
+        that continue it (the next physical lines, up to one that is not full)."""
+        gutter = None
+        if self.unwrapper.gutters:
+            text, gutter = self.unwrapper.strip_gutters(text)
+        body = text[:-1] if text[-1:] == "\r" else text
+        if len(body) > wrap[0]:
+            # a line wider than the wrap: the source was not wrapped after all
+            self.unwrapper.wrap = None
+            if self._pend is not None:
+                self._flush_wrap()
+            self._feed_text(lineno, text, gutter, force)
+            return
+        pend = self._pend
+        if pend is not None:
+            first, last, joined, g, f = pend
+            if lineno == last + 1 and not starts_record(text):
+                joined += text[:-1] if text[-1:] == "\r" else text
+                self._pend = (first, lineno, joined, g, f or force)
+                if not wrap_breaks(body, wrap):
+                    self._flush_wrap()
+                return
+            self._flush_wrap()
+        if wrap_breaks(body, wrap):
+            self._pend = (lineno, lineno, text[:-1] if text[-1:] == "\r" else text, gutter, force)
+            return
+        self._feed_text(lineno, text, gutter, force)
+
+    def _flush_wrap(self) -> None:
+        pend, self._pend = self._pend, None
+        if pend is not None:
+            self._feed_text(pend[0], pend[2], pend[3], pend[4])
 
     def _capped(self, text: str) -> bool:
         """The repeat cap: True for a line only counted."""
@@ -283,6 +327,33 @@ class SourceParser:
         self._last_line = lineno
 
 
+def starts_record(text: str) -> bool:
+    """The line starts a record of its own (a stamp, a level, a process or rank prefix, a
+    traceback header): it does not continue a hard-wrapped line before it."""
+    return _starts(text, bars=False)
+
+
+def _starts_or_bar(text: str) -> bool:
+    """:func:`starts_record`, and a progress bar counts as a start (deciding whether a
+    source was wrapped: repeated bars as wide as the widest line are no wrap)."""
+    return _starts(text, bars=True)
+
+
+def _starts(text: str, *, bars: bool) -> bool:
+    if not text.strip():
+        return True
+    if text.startswith(("Traceback (", "During handling", "The above exception")):
+        return True
+    p = parse_line(text)
+    if bars and p.grammar == "progress":
+        return True
+    if p.grammar in ("plain", "progress", "traceback"):  # "traceback": named anywhere
+        return p.ts is not None or p.level is not None or p.pid is not None or (
+            p.rank is not None
+        )
+    return True
+
+
 def resolve_years(
     drafts: list[Draft], *, year: int | None, ref: dt.datetime | None
 ) -> str | None:
@@ -292,6 +363,69 @@ def resolve_years(
     to the next. Without it the last stamp is anchored at ``ref`` (the latest full date in
     the source, else the file's mtime) and earlier ones walk back across rollovers.
     Returns a note about the inference, or None when nothing needed it."""
+    note = _resolve_years(drafts, year=year, ref=ref)
+    shifted = align_wrapper_clock(drafts)
+    if shifted is not None:
+        note = f"{note}; {shifted}" if note else shifted
+    return note
+
+
+_ZONE_SLACK_S = 120.0
+
+
+def align_wrapper_clock(drafts: Sequence[Draft]) -> str | None:
+    """Lines that only a wrapper dated (a container runtime's or CI runner's stamp, often
+    UTC) are put on the framework's clock (often local time): they move by the time zone
+    between the two stamps on the lines that carry both (the median difference, when it
+    is a whole quarter hour give or take two minutes and 80% of the lines agree). Without
+    that, one wrapper-dated line hours away from the framework's times reads as hours of
+    silence. Returns a note, or None when nothing moved."""
+    offsets = [
+        (d.p.ts - w).total_seconds()
+        for d in drafts
+        if (w := d.p.wrapper_ts) is not None and d.p.ts is not None and d.p.ts is not w
+    ]
+    if not offsets:
+        return None
+    offsets.sort()
+    median = offsets[len(offsets) // 2]
+    # a time zone: a whole quarter hour within a day's zones, the stamps a moment apart
+    # (the runtime stamps a line when it reads it); anything else is left alone (stamps of
+    # unrelated runs pasted together, a clock that drifted)
+    zone = round(median / 900) * 900
+    if zone == 0 or abs(zone) > 14 * 3600 or abs(median - zone) > _ZONE_SLACK_S:
+        return None
+    near = sum(1 for o in offsets if abs(o - zone) <= _ZONE_SLACK_S)
+    if near * 5 < len(offsets) * 4:
+        return None
+    shift = dt.timedelta(seconds=zone)
+    n = 0
+    for d in drafts:
+        w = d.p.wrapper_ts
+        if w is not None and d.p.ts is w:
+            d.p.ts = d.p.wrapper_ts = w + shift
+            n += 1
+    if not n:
+        return None
+    return (
+        f"{n} lines dated only by a wrapper's stamp moved {_signed(zone)} onto the "
+        "framework's clock (the time zone between the two stamps on the lines with both)"
+    )
+
+
+def _signed(seconds: float) -> str:
+    sign = "+" if seconds >= 0 else "-"
+    s = abs(seconds)
+    if s >= 3600:
+        return f"{sign}{s / 3600:.4g} h"
+    if s >= 60:
+        return f"{sign}{s / 60:.4g} min"
+    return f"{sign}{s:.3g} s"
+
+
+def _resolve_years(
+    drafts: list[Draft], *, year: int | None, ref: dt.datetime | None
+) -> str | None:
     yl = [d for d in drafts if d.p.ts is not None and d.p.yearless]
     dl = [d for d in drafts if d.p.ts is not None and d.p.dateless]
     if not yl and not dl:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from diag.parse.coords import TAGS_RE_SRC, Coords, small_int
@@ -46,8 +46,10 @@ from diag.parse.coords import TAGS_RE_SRC, Coords, small_int
 __all__ = [
     "SourceUnwrapper",
     "Wrap",
+    "detect_wrap",
     "split_glued",
     "unwrap_line",
+    "wrap_breaks",
     "wrapper_dt",
 ]
 
@@ -304,7 +306,7 @@ class SourceUnwrapper:
     whole source carries (a quote, a line-number gutter, srun labels), strips them and the
     per-line wrappers, and counts what it removed (:meth:`notes`)."""
 
-    __slots__ = ("_gutters", "counts", "decided", "wrapped")
+    __slots__ = ("_gutters", "counts", "decided", "wrap", "wrapped")
 
     def __init__(self, sample: Iterable[str] | None = None) -> None:
         self._gutters: tuple[str, ...] = ()
@@ -314,12 +316,18 @@ class SourceUnwrapper:
         # prefix): a reader that looks at raw lines (indentation, prefixes) should unwrap
         # them first or read the source line by line
         self.wrapped = False
+        # hard-wrapped paste (a terminal's or a copy tool's fixed width): (width, words),
+        # see detect_wrap; None when the source's lines were not broken
+        self.wrap: tuple[int, bool] | None = None
         if sample is not None:
             self.decide(sample)
 
     # -- per-source detection ------------------------------------------------------------
-    def decide(self, lines: Iterable[str]) -> tuple[str, ...]:
-        """Look at (up to 60 non-blank) lines and fix the source-wide gutters."""
+    def decide(
+        self, lines: Iterable[str], is_start: Callable[[str], bool] | None = None
+    ) -> tuple[str, ...]:
+        """Look at (up to 60 non-blank) lines and fix the source-wide gutters (and, given
+        ``is_start``, whether the source was hard-wrapped: :func:`detect_wrap`)."""
         seen: list[str] = []
         for ln in lines:
             if ln.strip():
@@ -332,6 +340,8 @@ class SourceUnwrapper:
             inner = [self.strip_gutters(x)[0] for x in seen] if self._gutters else seen
             n = sum(1 for x in inner if unwrap_line(x)[1] is not None)
             self.wrapped = n * 10 >= len(seen) * 6
+            if is_start is not None:
+                self.wrap = detect_wrap(inner, is_start)
             self.counts.clear()  # the sample is counted again when it is parsed
         return self._gutters
 
@@ -381,6 +391,81 @@ class SourceUnwrapper:
             return []
         parts = ", ".join(f"{k} ({n})" for k, n in sorted(self.counts.items()))
         return [f"{name}: wrappers removed (lines): {parts}"]
+
+
+_WRAP_MIN_WIDTH = 40
+
+
+def wrap_breaks(body: str, wrap: tuple[int, bool]) -> bool:
+    """A physical line (no line end) that a hard wrap of ``wrap`` broke: as wide as the
+    wrap, or, breaking at spaces (``fold -s``), ending in the space it broke after."""
+    width, words = wrap
+    n = len(body)
+    if n == width:
+        return body[-2:] != "  "  # padded to the width: the line ended
+    return words and n * 2 > width and body[-1:] == " " and body[-2:-1] != " "
+
+
+def detect_wrap(inner: list[str], is_start: Callable[[str], bool]) -> tuple[int, bool] | None:
+    """Was this source hard-wrapped (a terminal's copy, ``fold``)? ``inner``: sample lines
+    without colour codes and without the source's gutters (a quote is added after the
+    copy that wrapped the lines).
+
+    Width W = the longest sample line. Wrapped at W when at least two lines of two kinds
+    (digits aside; three of one kind) are exactly W wide and the line after them does not
+    start a record (``is_start``: it continues the line), with few full lines that neither
+    continue nor end a run of full lines (one full line is enough at a terminal's usual
+    width when the next line starts mid-text); wrapped at spaces (``fold -s``) when
+    at least three long lines end in a space and are followed by no record start. A log
+    that was not wrapped has one longest line, or longest lines followed by records."""
+    n = len(inner)
+    if n < 3:
+        return None
+    lens = [len(x.rstrip("\r")) for x in inner]
+    width = max(lens)
+    if width < _WRAP_MIN_WIDTH:
+        return None
+    spaced = [
+        i for i in range(n - 1)
+        if lens[i] * 2 > width and lens[i] != width
+        and wrap_breaks(inner[i].rstrip("\r"), (width, True))
+    ]
+    spaced_cont = [i for i in spaced if not is_start(inner[i + 1])]
+    words = len(spaced_cont) >= 3 and len(spaced_cont) * 3 >= len(spaced) * 2
+    # a full line padded with spaces (a terminal copy keeps the padding) ended there
+    exact = [i for i in range(n - 1) if lens[i] == width and inner[i][width - 2 : width] != "  "]
+    if len(exact) >= 2:
+        cont = [i for i in exact if not is_start(inner[i + 1])]
+        kinds = {_DIGIT_RUN.sub("", inner[i]) for i in cont}
+        # a full line followed by a record is the last piece of a line exactly k times
+        # as wide (a full line before it); any other is evidence against the wrap
+        against = sum(
+            1 for i in exact if i not in cont and not (i > 0 and lens[i - 1] == width)
+        )
+        # the next lines mostly start mid-text (a line of a message and its indented
+        # detail line, or a traceback's frame line and its source line, are no wrap);
+        # one kind of line only (a wait message repeating): three of them
+        mid = sum(1 for i in cont if not _INDENTED.match(inner[i + 1]))
+        need = 2 if len(kinds) >= 2 or mid >= 2 else 3
+        if len(cont) >= need and against * 2 <= len(cont) and mid * 2 >= len(cont):
+            return (width, words)
+    elif len(exact) == 1 and width in _TERMINAL_WIDTHS:
+        # one wrapped line: only at a terminal's usual width, the next line mid-text
+        nxt = inner[exact[0] + 1]
+        if not _INDENTED.match(nxt) and not is_start(nxt) and not _EXCEPTION_START.match(nxt):
+            return (width, words)
+    if words:
+        return (width, True)
+    return None
+
+
+_DIGIT_RUN = re.compile(r"[0-9]+")
+# indentation (a wrap that broke at a space leaves one space before the text)
+_INDENTED = re.compile(r"\t|  | ?$")
+_TERMINAL_WIDTHS = frozenset({80, 100, 120, 132, 140, 150, 160, 180, 200, 220, 240, 250, 256})
+_EXCEPTION_START = re.compile(
+    r"[A-Za-z_][\w.]*(?:Error|Exception|Warning|Exit|Interrupt)(?::|\s*$)"
+)
 
 
 def detect_gutters(lines: list[str]) -> tuple[str, ...]:

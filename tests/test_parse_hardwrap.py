@@ -1,0 +1,151 @@
+"""Hard-wrapped pastes are joined back (diag.parse.unwrap.detect_wrap + SourceParser), and
+lines dated only by a wrapper's stamp are put on the framework's clock
+(diag.parse.records.align_wrapper_clock)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from diag.analyze import analyze_text
+from diag.parse.records import SourceParser, _starts_or_bar, align_wrapper_clock
+from diag.parse.unwrap import detect_wrap, wrap_breaks
+
+SG = [
+    "[2025-06-23 15:06:10 TP0] Init torch distributed begin.",
+    "[2025-06-23 15:06:12 TP0] Init torch distributed ends. mem usage=0.35 GB, elapsed=2.1 s",
+    "[2025-06-23 15:06:13 TP0] Load weight begin. avail mem=78.50 GiB",
+    "[2025-06-23 15:07:40 TP0] Load weight end. type=Qwen3ForCausalLM, dtype=torch.bfloat16, "
+    "avail mem=61.20 GB, mem usage=17.30 GB, elapsed=87.0 s",
+    "[2025-06-23 15:07:41 TP0] KV Cache is allocated. #tokens: 412345, K size: 23.50 GB, "
+    "V size: 23.50 GB",
+    "[2025-06-23 15:07:41 TP0] Memory pool end. avail mem=13.20 GB",
+    "[2025-06-23 15:07:42 TP0] Capture cuda graph begin. This can take up to several minutes. "
+    "avail mem=13.10 GB",
+    "[2025-06-23 15:08:30 TP0] Capture cuda graph end. Time elapsed: 48.12 s. mem usage=1.20 GB. "
+    "avail mem=11.90 GB.",
+    "[2025-06-23 15:08:31 TP0] max_total_num_tokens=412345, chunked_prefill_size=8192, "
+    "max_prefill_tokens=16384, max_running_requests=4096, context_len=40960",
+]
+
+
+def _hard_wrap(lines: list[str], width: int) -> list[str]:
+    out: list[str] = []
+    for ln in lines:
+        out.extend([ln[i : i + width] for i in range(0, len(ln), width)] or [""])
+    return out
+
+
+def _messages(lines: list[str]) -> list[str]:
+    sp = SourceParser("x.log")
+    for i, ln in enumerate(lines, 1):
+        sp.feed(i, ln)
+    return [d.p.message for d in sp.drafts]
+
+
+@pytest.mark.parametrize("width", [60, 80, 100])
+def test_hard_wrapped_lines_are_joined_back(width: int) -> None:
+    assert _messages(_hard_wrap(SG, width)) == _messages(SG)
+
+
+def test_joined_record_keeps_the_first_physical_line_number() -> None:
+    wrapped = _hard_wrap(SG, 80)
+    sp = SourceParser("x.log")
+    for i, ln in enumerate(wrapped, 1):
+        sp.feed(i, ln)
+    starts = [i for i, ln in enumerate(wrapped, 1) if ln.startswith("[2025")]
+    assert [d.line for d in sp.drafts] == starts
+
+
+def test_quoted_after_wrapping_is_joined_too() -> None:
+    quoted = [f"> {ln}" for ln in _hard_wrap(SG, 80)]
+    assert _messages(quoted) == _messages(SG)
+
+
+def test_longest_lines_followed_by_indented_details_are_no_wrap() -> None:
+    # a message and its indented detail line, many times: the longest lines are all one
+    # width, but what follows them is indented, not the middle of a word
+    lines = []
+    for i in range(30):
+        lines.append(
+            f"[2026-02-23 01:00:{i % 60:02d} TP0] WARNING x.py:1: queue is long ({i + 10})"
+        )
+        lines.append(f"    detail line {i}")
+    assert _messages(lines) == [f"queue is long ({i + 10})" for i in range(30)]
+
+
+def test_lines_padded_to_the_terminal_width_are_no_wrap() -> None:
+    lines = [ln[:78].ljust(100) for ln in SG] + ["  File \"a.py\", line 1, in f".ljust(100)]
+    assert detect_wrap(lines, _starts_or_bar) is None
+
+
+def test_a_wider_line_later_turns_joining_off() -> None:
+    wrapped = _hard_wrap(SG, 60) * 5  # more than the 60 lines the wrap is decided on
+    full = "x" * 60
+    later = [SG[3], full, "plain text after a full-width line"]
+    msgs = _messages(wrapped + later)
+    assert msgs[: len(SG)] == _messages(SG)
+    assert msgs[-3:] == [_messages([SG[3]])[0], full, "plain text after a full-width line"]
+
+
+def test_fold_s_breaks_at_spaces_are_joined_back() -> None:
+    out: list[str] = []
+    for ln in SG:
+        while len(ln) > 70:
+            cut = ln.rfind(" ", 0, 70) + 1
+            out.append(ln[:cut])
+            ln = ln[cut:]
+        out.append(ln)
+    assert _messages(out) == _messages(SG)
+
+
+def test_wrap_breaks() -> None:
+    assert wrap_breaks("x" * 80, (80, False))
+    assert not wrap_breaks("x" * 78 + "  ", (80, False))
+    assert not wrap_breaks("x" * 70 + " ", (80, False))
+    assert wrap_breaks("x" * 70 + " ", (80, True))
+
+
+def test_wrapped_log_gives_the_clean_answer() -> None:
+    clean = analyze_text("\n".join(SG) + "\n")
+    wrapped = analyze_text("\n".join(_hard_wrap(SG, 80)) + "\n")
+    assert wrapped.last_phase == clean.last_phase == "cuda_graph"
+    assert {f.id for f in wrapped.findings} == {f.id for f in clean.findings}
+
+
+# -- wrapper clocks ------------------------------------------------------------------------
+
+
+def _stamped(offset_h: int) -> list[str]:
+    """kubectl --timestamps in UTC around SGLang lines in local time (UTC+offset)."""
+    out = []
+    for ln in SG:
+        local = dt.datetime.fromisoformat(ln[1:20])
+        out.append(f"{local - dt.timedelta(hours=offset_h):%Y-%m-%dT%H:%M:%S}.123456789Z {ln}")
+    last = dt.datetime.fromisoformat(SG[-1][1:20]) - dt.timedelta(hours=offset_h)
+    out.append(f"{last:%Y-%m-%dT%H:%M:%S}.500000000Z some uncatalogued line of the runtime")
+    return out
+
+
+def test_wrapper_only_lines_move_onto_the_framework_clock() -> None:
+    sp = SourceParser("x.log")
+    for i, ln in enumerate(_stamped(8), 1):
+        sp.feed(i, ln)
+    note = align_wrapper_clock(sp.drafts)
+    assert note is not None and "+8 h" in note
+    last = sp.drafts[-1].p.ts
+    assert last is not None and last.hour == 15  # the framework's 15:08, not UTC 07:08
+
+
+def test_a_wrapper_clock_hours_off_is_no_silence() -> None:
+    clean = analyze_text("\n".join(SG) + "\n")
+    stamped = analyze_text("\n".join(_stamped(-5)) + "\n")
+    assert {f.id for f in stamped.findings} == {f.id for f in clean.findings}
+
+
+def test_unrelated_clocks_are_left_alone() -> None:
+    sp = SourceParser("x.log")
+    for i, ln in enumerate(SG, 1):
+        sp.feed(i, f"2019-01-0{1 + i % 3}T00:00:{i:02d}.0Z {ln}")  # no common offset
+    assert align_wrapper_clock(sp.drafts) is None

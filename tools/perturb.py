@@ -1,0 +1,454 @@
+#!/usr/bin/env python3
+"""Perturbation testing: the answer on a damaged or re-wrapped log is the answer on the clean one.
+
+Users paste logs that terminals, CI systems, container runtimes and issue trackers have
+changed on the way. Each perturbation below applies one such change, deterministically, to
+a TUNING case's log (never a held-out one); the answer diag gives (last phase, finding ids,
+stragglers and missing ranks) must stay the one it gives on the clean log. A perturbation
+that removes information (time stamps) compares only what the remaining text can still
+prove (:data:`IGNORED`).
+
+usage:
+  tools/perturb.py [--corpus DIR] [-v] [-k NAME,...]
+      DIR: a folder of tuning cases (``tools/corpus_split.py materialise OUT`` ->
+      OUT/tuning); default: the tuning part of fixtures/real, chosen by the split.
+Prints one line per perturbation (same/total) and, with -v, each case that changed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import random
+import re
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parent.parent
+
+__all__ = [
+    "IGNORED",
+    "PERTURBATIONS",
+    "Signature",
+    "compare",
+    "perturb",
+    "signature",
+    "tuning_logs",
+]
+
+RankKeys = frozenset[tuple[object, ...]]
+Signature = tuple[str | None, frozenset[str], RankKeys, RankKeys]
+
+
+def _split_module() -> ModuleType:
+    path = ROOT / "tools" / "corpus_split.py"
+    spec = importlib.util.spec_from_file_location("corpus_split", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tuning_logs(corpus: Path | None = None) -> list[Path]:
+    """The log files of the tuning part (the split decides from case.toml alone)."""
+    if corpus is not None:
+        return sorted(p for p in corpus.glob("*/*/log.txt") if p.parent.parent.name != "stacks")
+    split = _split_module()
+    return [
+        d / "log.txt" for d in split.case_dirs(split.REAL)
+        if d.parent.name in ("sglang", "vllm") and split.part_of(d) == "tuning"
+    ]
+
+
+# ---------------------------------------------------------------------------------------
+# perturbations: (text, rng) -> text
+
+Perturb = Callable[[str, random.Random], str]
+
+
+def _lines(text: str) -> list[str]:
+    return text.split("\n")
+
+
+def _hard_wrap(width: int) -> Perturb:
+    """A terminal or a copy tool that breaks every line at ``width`` columns."""
+
+    def f(text: str, rng: random.Random) -> str:
+        out: list[str] = []
+        for ln in _lines(text):
+            if len(ln) <= width:
+                out.append(ln)
+                continue
+            out.extend(ln[i : i + width] for i in range(0, len(ln), width))
+        return "\n".join(out)
+
+    return f
+
+
+def _word_wrap(width: int) -> Perturb:
+    """``fold -s``: breaks after the last space before ``width`` (the space stays)."""
+
+    def f(text: str, rng: random.Random) -> str:
+        out: list[str] = []
+        for ln in _lines(text):
+            while len(ln) > width:
+                cut = ln.rfind(" ", 0, width)
+                cut = width if cut <= 0 else cut + 1
+                out.append(ln[:cut])
+                ln = ln[cut:]
+            out.append(ln)
+        return "\n".join(out)
+
+    return f
+
+
+# a line that starts a framework record (not a continuation, not a bar)
+_START = re.compile(
+    r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|\[\d\d:\d\d:\d\d"
+    r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d "
+    r"|\([A-Za-z_]*[\w ]*pid=\d+"
+)
+
+
+def _lost_newlines(sep: str, share: float) -> Perturb:
+    """Newlines lost between records (a paste outside a code block, a chat client)."""
+
+    def f(text: str, rng: random.Random) -> str:
+        out: list[str] = []
+        for ln in _lines(text):
+            if out and out[-1].strip() and _START.match(ln) and rng.random() < share:
+                out[-1] = out[-1] + sep + ln
+            else:
+                out.append(ln)
+        return "\n".join(out)
+
+    return f
+
+
+def _prefix(make: Callable[[int, random.Random], str]) -> Perturb:
+    def f(text: str, rng: random.Random) -> str:
+        lines = _lines(text)
+        return "\n".join(make(i, rng) + ln if ln.strip() else ln for i, ln in enumerate(lines))
+
+    return f
+
+
+_FW_TIME = re.compile(
+    r"(?:\[|^)(?P<d>\d{4}-\d\d-\d\d)[ T](?P<t>\d\d:\d\d:\d\d)"
+    r"|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (?P<md>\d\d-\d\d) (?P<t2>\d\d:\d\d:\d\d)"
+    r"|^\[(?P<t3>\d\d:\d\d:\d\d)"
+)
+
+
+def _stamped(fmt: Callable[[dt.datetime, random.Random], str], offset_h: int) -> Perturb:
+    """A container runtime's or CI runner's stamp on every line, on the framework's own
+    clock shifted by ``offset_h`` hours (a runtime in UTC, the framework in local time);
+    a line without a time of its own gets the time of the line before."""
+
+    def f(text: str, rng: random.Random) -> str:
+        out = []
+        now = dt.datetime(2025, 3, 14, 6, 0, 0)
+        first = True
+        lines = _lines(text)
+        for ln in lines:  # the clock starts at the first time the log shows
+            m = _FW_TIME.search(ln)
+            if m and (m.group("d") or m.group("md")):
+                d, t = (m.group("d"), m.group("t")) if m.group("d") else (
+                    f"2025-{m.group('md')}", m.group("t2"))
+                try:
+                    now = dt.datetime.fromisoformat(f"{d} {t}")
+                except ValueError:
+                    continue
+                break
+        for ln in lines:
+            m = _FW_TIME.search(ln[:200])
+            if m:
+                try:
+                    if m.group("d"):
+                        d = dt.datetime.fromisoformat(f"{m.group('d')} {m.group('t')}")
+                    elif m.group("md"):
+                        d = dt.datetime.fromisoformat(f"2025-{m.group('md')} {m.group('t2')}")
+                    else:
+                        d = dt.datetime.fromisoformat(f"{now:%Y-%m-%d} {m.group('t3')}")
+                    if first or d >= now:
+                        now = d
+                    first = False
+                except ValueError:
+                    pass
+            out.append(fmt(now + dt.timedelta(hours=offset_h), rng) + ln if ln.strip() else ln)
+        return "\n".join(out)
+
+    return f
+
+
+def _gha(t: dt.datetime, rng: random.Random) -> str:
+    return f"{t:%Y-%m-%dT%H:%M:%S}.{rng.randrange(10**7):07d}Z "
+
+
+def _kubectl(t: dt.datetime, rng: random.Random) -> str:
+    return f"{t:%Y-%m-%dT%H:%M:%S}.{rng.randrange(10**9):09d}Z "
+
+
+def _cri(t: dt.datetime, rng: random.Random) -> str:
+    return f"{t:%Y-%m-%dT%H:%M:%S}.{rng.randrange(10**9):09d}+00:00 stdout F "
+
+
+def _journald(t: dt.datetime, rng: random.Random) -> str:
+    return f"{t:%b %d %H:%M:%S} gpu-node-3 python3[28059]: "
+
+
+_ANSI_WORD = re.compile(r"^(\[[^\]]{1,60}\]|\([^)]{1,80}\)|INFO|WARNING|ERROR|DEBUG)")
+
+
+def _ansi(real_esc: bool) -> Perturb:
+    """Colour codes around the first token and at the end of a line (a coloured terminal,
+    or the codes left behind as text where the ESC byte was lost)."""
+    esc = "\x1b" if real_esc else ""
+
+    def f(text: str, rng: random.Random) -> str:
+        out = []
+        for ln in _lines(text):
+            m = _ANSI_WORD.match(ln)
+            if m:
+                ln = f"{esc}[1;36m{m.group(1)}{esc}[0m" + ln[m.end() :]
+            elif ln.strip() and rng.random() < 0.3:
+                ln = f"{esc}[33m" + ln + f"{esc}[0m"
+            out.append(ln)
+        return "\n".join(out)
+
+    return f
+
+
+def _crlf(text: str, rng: random.Random) -> str:
+    return text.replace("\n", "\r\n")
+
+
+def _trailing_spaces(text: str, rng: random.Random) -> str:
+    return "\n".join(ln + " " * rng.randrange(1, 4) if ln.strip() else ln for ln in _lines(text))
+
+
+def _line_numbers(text: str, rng: random.Random) -> str:
+    return "\n".join(f"{i + 1:>5} | {ln}" for i, ln in enumerate(_lines(text)))
+
+
+def _quote(text: str, rng: random.Random) -> str:
+    return "\n".join(f"> {ln}" if ln else ">" for ln in _lines(text))
+
+
+_STAMP = re.compile(
+    r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?( [^\]]*)?\] ?"
+    r"|(?<=^)(INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+    r"|(?<=\) )(INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+    r"|\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?Z? "
+)
+
+
+def _no_timestamps(text: str, rng: random.Random) -> str:
+    """Time stamps cut out by the reporter (the level and tags stay)."""
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(1) is not None:
+            return f"[{m.group(1).strip()}] "
+        if m.group(2) is not None:
+            return f"{m.group(2)} "
+        if m.group(3) is not None:
+            return f"{m.group(3)} "
+        return ""
+
+    return "\n".join(_STAMP.sub(sub, ln, count=1) for ln in _lines(text))
+
+
+_SG_TP = re.compile(r"^(\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: DP\d+)?(?: PP\d+)?) TP(\d+)\]")
+_VL_RANK = re.compile(r"\(VllmWorker rank=(\d+) pid=(\d+)\)")
+_VL_TP = re.compile(r"\(Worker_TP(\d+) pid=(\d+)\)")
+
+
+def _rank_format(text: str, rng: random.Random) -> str:
+    """The same ranks in another release's prefix: SGLang's ``TPn`` gains the ``EPn`` of
+    an expert-parallel run; vLLM's ``VllmWorker rank=n`` <-> ``Worker_TPn``."""
+    out = []
+    for ln in _lines(text):
+        ln = _SG_TP.sub(lambda m: f"{m.group(1)} TP{m.group(2)} EP{m.group(2)}]", ln, count=1)
+        if "VllmWorker rank=" in ln:
+            ln = _VL_RANK.sub(lambda m: f"(Worker_TP{m[1]} pid={m[2]})", ln, count=1)
+        elif "(Worker_TP" in ln:
+            ln = _VL_TP.sub(lambda m: f"(VllmWorker rank={m[1]} pid={m[2]})", ln, count=1)
+        out.append(ln)
+    return "\n".join(out)
+
+
+_RANK_OF = re.compile(r" TP(\d+)(?: EP\d+)?\] |rank=(\d+) |Worker_TP(\d+) |\[rank(\d+)\]:")
+
+
+def _interleave(text: str, rng: random.Random) -> str:
+    """Two ranks' lines arrive in another order: adjacent one-line records of different
+    ranks swap (each rank's own order is kept)."""
+    lines = _lines(text)
+    i = 0
+    while i + 1 < len(lines):
+        a, b = lines[i], lines[i + 1]
+        ma, mb = _RANK_OF.search(a[:120]), _RANK_OF.search(b[:120])
+        nxt = lines[i + 2] if i + 2 < len(lines) else ""
+        if (
+            ma and mb and ma.group(0) != mb.group(0) and not nxt[:1].isspace()
+            and rng.random() < 0.5
+        ):
+            lines[i], lines[i + 1] = b, a
+            i += 2
+        else:
+            i += 1
+    return "\n".join(lines)
+
+
+def _excerpt_head(text: str, rng: random.Random) -> str:
+    """The paste starts late: lines before the first framework record are gone, and so
+    are the blank and uncatalogued lines at the top."""
+    lines = _lines(text)
+    for i, ln in enumerate(lines):
+        if _START.match(ln):
+            return "\n".join(lines[i:])
+    return text
+
+
+def _middle_cut(text: str, rng: random.Random) -> str:
+    """The reporter cut a run of repeated lines out of the middle and wrote ``...``: a
+    kind of line (digits removed) seen 3+ times in a row keeps its first and last."""
+    lines = _lines(text)
+    out: list[str] = []
+    i = 0
+    digits = re.compile(r"[0-9]+")
+    while i < len(lines):
+        kind = digits.sub("", lines[i])[:80]
+        j = i
+        while j + 1 < len(lines) and digits.sub("", lines[j + 1])[:80] == kind and kind.strip():
+            j += 1
+        if j - i >= 3:
+            out.extend([lines[i], "...", lines[j]])
+        else:
+            out.extend(lines[i : j + 1])
+        i = j + 1
+    return "\n".join(out)
+
+
+PERTURBATIONS: dict[str, Perturb] = {
+    "wrap80": _hard_wrap(80),
+    "wrap100": _hard_wrap(100),
+    "wrap120": _hard_wrap(120),
+    "wrap160": _hard_wrap(160),
+    "fold100": _word_wrap(100),
+    "glued": _lost_newlines("", 0.5),
+    "glued-space": _lost_newlines(" ", 0.5),
+    "gha": _stamped(_gha, 0),
+    "kubectl": _stamped(_kubectl, -8),
+    "cri": _stamped(_cri, 0),
+    "journald": _stamped(_journald, 0),
+    "compose": _prefix(lambda i, r: "sglang-server-1  | "),
+    "quote": _quote,
+    "line-numbers": _line_numbers,
+    "ansi": _ansi(True),
+    "ansi-text": _ansi(False),
+    "crlf": _crlf,
+    "trailing-spaces": _trailing_spaces,
+    "no-timestamps": _no_timestamps,
+    "rank-format": _rank_format,
+    "interleave": _interleave,
+    "excerpt-head": _excerpt_head,
+    "middle-cut": _middle_cut,
+    "quote+wrap100": lambda t, r: _quote(_hard_wrap(100)(t, r), r),
+    "compose+ansi": lambda t, r: _prefix(lambda i, _: "vllm-1  | ")(_ansi(True)(t, r), r),
+}
+
+# what a perturbation may legitimately change: a silence measured from time stamps is
+# gone with them, and so is a per-rank time comparison
+_TIME_FINDINGS = frozenset({
+    "startup.stalled", "startup.cut_excerpt", "startup.no_listen_port", "weights.slow_load",
+    "rank.straggler", "watchdog.timeout",
+})
+IGNORED: dict[str, frozenset[str]] = {"no-timestamps": _TIME_FINDINGS}
+
+
+def perturb(name: str, text: str, seed: str) -> str:
+    return PERTURBATIONS[name](text, random.Random(f"{name}:{seed}"))
+
+
+def _rank_key(r: object) -> tuple[object, ...]:
+    return tuple(getattr(r, k, None) for k in ("node", "dp", "pp", "tp"))
+
+
+def signature(text: str, name: str = "log.txt") -> Signature:
+    from diag.analyze import analyze_text
+    from diag.errors import InputError
+
+    try:
+        a = analyze_text(text, name=name)
+    except InputError as exc:
+        return (f"not read: {type(exc).__name__}", frozenset(), frozenset(), frozenset())
+    return (
+        a.last_phase,
+        frozenset(f.id for f in a.findings),
+        frozenset(map(_rank_key, a.stragglers)),
+        frozenset(map(_rank_key, a.missing_ranks)),
+    )
+
+
+def compare(clean: Signature, got: Signature, ignored: frozenset[str] = frozenset()) -> list[str]:
+    """What differs (empty: the same answer)."""
+    diffs = []
+    if clean[0] != got[0]:
+        diffs.append(f"last_phase {clean[0]} -> {got[0]}")
+    lost, extra = (clean[1] - got[1]) - ignored, (got[1] - clean[1]) - ignored
+    if lost:
+        diffs.append(f"lost {sorted(lost)}")
+    if extra:
+        diffs.append(f"extra {sorted(extra)}")
+    if "rank.straggler" not in ignored and clean[2] != got[2]:
+        diffs.append(f"stragglers {sorted(map(str, clean[2]))} -> {sorted(map(str, got[2]))}")
+    if clean[3] != got[3]:
+        diffs.append(f"missing {sorted(map(str, clean[3]))} -> {sorted(map(str, got[3]))}")
+    return diffs
+
+
+def run(logs: Iterable[Path], names: Iterable[str]) -> dict[str, list[tuple[str, list[str]]]]:
+    """perturbation -> [(case, diffs)] for every case (diffs empty when the same)."""
+    names = list(names)
+    out: dict[str, list[tuple[str, list[str]]]] = {n: [] for n in names}
+    for log in logs:
+        case = f"{log.parent.parent.name}/{log.parent.name}"
+        text = log.read_bytes().decode("utf-8", errors="surrogateescape")
+        clean = signature(text)
+        for n in names:
+            got = signature(perturb(n, text, case))
+            out[n].append((case, compare(clean, got, IGNORED.get(n, frozenset()))))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", type=Path)
+    ap.add_argument("-v", action="store_true")
+    ap.add_argument("-k", default="", help="comma-separated perturbation names")
+    a = ap.parse_args(argv)
+    names = [n for n in a.k.split(",") if n] or list(PERTURBATIONS)
+    res = run(tuning_logs(a.corpus), names)
+    total_same = total = 0
+    for n in names:
+        rows = res[n]
+        same = sum(1 for _, d in rows if not d)
+        total_same += same
+        total += len(rows)
+        print(f"{n:18} {same:4}/{len(rows)}")
+        if a.v:
+            for case, d in rows:
+                if d:
+                    print(f"    {case}: {'; '.join(d)}")
+    print(f"all {total_same}/{total} perturbed logs give the clean answer")
+    return 0 if total_same == total else 1
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    raise SystemExit(main(sys.argv[1:]))
