@@ -105,5 +105,14 @@ def test_rank_that_never_joined_the_store_is_named() -> None:
         assert stores, snap.collective_evidence
         assert [s["not_connected"] for s in stores] == [["TP2"]]
         assert set(stores[0]["connected"]) == {"TP0", "TP1"}  # type: ignore[arg-type]
+        # /proc thread names: every rank has its gloo group, TP0 hosts both stores (the
+        # rendezvous and the framework's), no rank has an NCCL thread
+        threads = stores[0]["threads"]
+        assert all(t["gloo"] > 0 and t["pt_nccl"] == t["nccl"] == 0  # type: ignore[union-attr]
+                   for t in threads.values())  # type: ignore[union-attr]
+        assert stores[0]["store_servers"] == {"TP0": 2}
+        text = str(stores[0]["text"])
+        assert "not connected: TP2 (TP2: a gloo process group, no NCCL thread)" in text
+        assert "no rank runs an NCCL thread yet" in text
         finding = next(f for f in snap.findings if f.id == "dist.init_hang")
         assert finding.ranks == ("TP2",)

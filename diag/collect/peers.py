@@ -7,6 +7,13 @@
   TCPStore (the rendezvous of ``init_process_group``, or a store of the framework's own)
   is a port some rank listens on and every rank opens a client connection to. Before the
   first NCCL communicator exists this is the one place that says which rank never came.
+- **Thread names** (``/proc/PID/task/*/comm``, read by the /proc tier): how far each rank
+  got in torch.distributed — ``pt_tcpstore_uv`` is a TCPStore server (libuv) it hosts,
+  ``gloo_tcp_loop`` / ``pt_gloo_runloop`` a gloo process group, ``pt_nccl_*`` (watchdog,
+  heartbeat monitor) a ProcessGroupNCCL, ``NCCL ...`` threads a live NCCL communicator.
+  Joined with the store census: a rank with no process-group thread never got through
+  ``init_process_group``; no rank with an NCCL thread means NCCL RAS and the Flight
+  Recorder cannot say anything yet.
 
 Both return plain dicts (``Snapshot.collective_evidence`` entries: ``kind``, what was
 found, and a one-line ``text``), or nothing when there is nothing to say.
@@ -20,9 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from diag.collect.procfs import socket_inodes
+from diag.limits import ascii_int
 from diag.model import ProcessInfo, Unavailable
 
-__all__ = ["LockEntry", "lock_waits", "parse_locks", "store_connections"]
+__all__ = ["LockEntry", "dist_threads", "lock_waits", "parse_locks", "store_connections"]
 
 _MAX_LOCK_LINES = 100_000  # a host with more locks than this is not read further
 _MAX_FDS = 65_536
@@ -40,7 +48,9 @@ class LockEntry:
 
 
 def _int(text: str, limit: int = 12) -> int | None:
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= limit else None
+    """A non-negative decimal of at most ``limit`` digits (an OFD lock's pid is -1: none)."""
+    value = ascii_int(text, max_digits=limit)
+    return value if value is not None and value >= 0 else None
 
 
 def parse_locks(text: str) -> list[LockEntry]:
@@ -238,6 +248,32 @@ def lock_waits(
     return out
 
 
+def dist_threads(p: ProcessInfo) -> dict[str, int]:
+    """How many threads of each torch.distributed / NCCL kind the process runs (from its
+    /proc thread names; comm names are cut to 15 characters by the kernel)."""
+    out = {"store_server": 0, "gloo": 0, "pt_nccl": 0, "nccl": 0}
+    for name, n in p.thread_names.items():
+        if name.startswith("pt_tcpstore"):
+            out["store_server"] += n
+        elif name.startswith(("gloo", "pt_gloo")):
+            out["gloo"] += n
+        elif name.startswith("pt_nccl"):
+            out["pt_nccl"] += n
+        elif name.startswith("NCCL"):
+            out["nccl"] += n
+    return out
+
+
+def _stage(t: Mapping[str, int]) -> str:
+    if t["nccl"]:
+        return "NCCL communicator threads"
+    if t["pt_nccl"]:
+        return "ProcessGroupNCCL threads, no NCCL communicator thread yet"
+    if t["gloo"]:
+        return "a gloo process group, no NCCL thread"
+    return "no process-group thread (before init_process_group)"
+
+
 def _tcp_table(pid: int, proc_root: Path) -> list[tuple[int, int, int, str]]:
     """(local port, remote port, inode, state hex) of the TCP sockets in the network
     namespace of ``pid``."""
@@ -327,10 +363,16 @@ def store_connections(
             return p.rank.label if p.rank is not None else f"pid {p.pid}"
 
         absent = want - len(readable)
+        threads = {label(p): dist_threads(p) for p in readable}
+        stages = [f"{label(p)}: {_stage(threads[label(p)])}" for p in missing]
+        no_nccl = bool(readable) and not any(t["pt_nccl"] or t["nccl"] for t in threads.values())
         text = (
             f"store on port {port} ({label(owner)} listens): {len(connected)} of {want} ranks "
             f"connected; not connected: {', '.join(label(p) for p in missing) or 'none'}"
+            + (f" ({'; '.join(stages)})" if stages else "")
             + (f"; {absent} expected rank(s) not running on this host" if absent > 0 else "")
+            + ("; no rank runs an NCCL thread yet (NCCL RAS and the Flight Recorder have "
+               "nothing to say)" if no_nccl else "")
         )
         out.append({
             "kind": "store_connections",
@@ -340,6 +382,9 @@ def store_connections(
             "not_connected": [label(p) for p in missing],
             "not_connected_pids": [p.pid for p in missing],
             "expected": want,
+            "threads": threads,
+            "store_servers": {k: v["store_server"] for k, v in threads.items()
+                              if v["store_server"]},
             "text": text,
         })
     return out
