@@ -362,6 +362,43 @@ def test_no_nvml_is_unavailable_not_an_error() -> None:
     assert isinstance(q, Unavailable) and "NVML" in q.reason
 
 
+def test_inventory_goes_through_the_same_nvml_door() -> None:
+    from diag.bundle.env import _gpus
+    from diag.collect.gpu import gpu_inventory
+
+    class Inventory(FakeNvml):
+        def nvmlSystemGetDriverVersion(self) -> bytes:  # noqa: N802
+            return b"570.86.15"
+
+        def nvmlSystemGetCudaDriverVersion(self) -> int:  # noqa: N802
+            return 12080
+
+        def nvmlDeviceGetCudaComputeCapability(self, h: int) -> tuple[int, int]:  # noqa: N802
+            if h == 1:
+                raise RuntimeError("Not Supported")
+            return (9, 0)
+
+    nvml = Inventory({0: [0], 1: [0]}, {})
+    inv = gpu_inventory(nvml=nvml)
+    assert not isinstance(inv, Unavailable) and nvml.shutdown
+    assert (inv["driver"], inv["cuda_driver"]) == ("570.86.15", "12.8")
+    d0, d1 = inv["devices"]  # type: ignore[misc]
+    assert d0 == {"index": 0, "name": "NVIDIA H200", "memory_total_bytes": 141 << 30,
+                  "compute_capability": "9.0"}
+    assert d1["compute_capability"] == Unavailable("Not Supported")
+
+    class Broken(FakeNvml):
+        def nvmlInit(self) -> None:  # noqa: N802
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    # one "unavailable" shape: the same reason from the snapshot's query and the inventory
+    a, b = gpu_inventory(nvml=Broken({}, {})), query_gpus(nvml=Broken({}, {}), use_env=False)
+    assert isinstance(a, Unavailable) and a == b
+    # env.json writes it as {"unavailable": reason} (on this host: no NVML, or a real one)
+    got = _gpus()
+    assert isinstance(got, dict) and ("unavailable" in got or "devices" in got)
+
+
 # ----------------------------------------------------------------- py-spy tiers
 
 

@@ -18,8 +18,8 @@ import re
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
+from diag.model import Unavailable
 from diag.redact import Redactor
 from diag.runner import Runner
 
@@ -177,54 +177,22 @@ def _text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _gpu(pynvml: Any, index: int) -> object:
-    try:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        device: dict[str, object] = {
-            "index": index,
-            "name": _text(pynvml.nvmlDeviceGetName(handle)),
-            "memory_total_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
-        }
-    except Exception as exc:
-        return {"index": index, "unavailable": str(exc)}
-    try:
-        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-        device["compute_capability"] = f"{major}.{minor}"
-    except Exception as exc:
-        device["compute_capability"] = _unavailable(str(exc))
-    return device
+def _plain(value: object) -> object:
+    """NVML's ``Unavailable`` fields as env.json writes them (``{"unavailable": why}``)."""
+    if isinstance(value, Unavailable):
+        return _unavailable(value.reason)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _gpus() -> object:
-    """GPU models, driver and CUDA versions through NVML (one query function)."""
-    try:
-        import pynvml
-    except ImportError as exc:
-        return _unavailable(f"nvidia-ml-py not importable: {exc}")
-    try:
-        pynvml.nvmlInit()
-    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        return _unavailable(f"NVML: {exc}")
-    try:
-        info: dict[str, object] = {}
-        try:
-            info["driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
-        except Exception as exc:
-            info["driver"] = _unavailable(str(exc))
-        try:
-            cuda = int(pynvml.nvmlSystemGetCudaDriverVersion())
-            info["cuda_driver"] = f"{cuda // 1000}.{cuda % 1000 // 10}"
-        except Exception as exc:
-            info["cuda_driver"] = _unavailable(str(exc))
-        count = int(pynvml.nvmlDeviceGetCount())
-        devices: list[object] = [_gpu(pynvml, index) for index in range(count)]
-        info["devices"] = devices
-        return info
-    except Exception as exc:
-        return _unavailable(f"NVML: {exc}")
-    finally:
-        with contextlib.suppress(Exception):  # a failed shutdown changes nothing reported
-            pynvml.nvmlShutdown()
+    """GPU models, driver and CUDA versions (through diag.collect.gpu, NVML's one module)."""
+    from diag.collect.gpu import gpu_inventory
+
+    return _plain(gpu_inventory())
 
 
 def _topology(runner: Runner | None) -> object:

@@ -1,6 +1,9 @@
 """GPUs through NVML: one query function, utilization sampled over a window.
 
-``query_gpus`` is the only place diag calls NVML. It reads each GPU's name, UUID and
+``query_gpus`` (utilization, memory, processes: the snapshot) and ``gpu_inventory``
+(models, driver, CUDA driver, compute capability: a bundle's env.json) are the only
+places diag calls NVML, and both open it through ``_open_nvml``, so a missing library or
+driver reads the same ``Unavailable(reason)`` everywhere. It reads each GPU's name, UUID and
 memory once, samples utilization ``samples`` times ``interval_s`` apart (one reading says
 little: an NCCL kernel spinning reads 100%, an idle rank 0%), and maps per-process GPU
 memory (``nvmlDeviceGetComputeRunningProcesses``) to pids. No NVML library, no driver or
@@ -20,7 +23,7 @@ from typing import Any
 
 from diag.model import GpuSample, Unavailable
 
-__all__ = ["GpuQuery", "parse_visible_devices", "query_gpus"]
+__all__ = ["GpuQuery", "gpu_inventory", "parse_visible_devices", "query_gpus"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,68 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _open_nvml(nvml: ModuleType | Any | None) -> ModuleType | Any | Unavailable:
+    """NVML, initialised (the caller shuts it down), or why not."""
+    if nvml is None:
+        try:
+            nvml = importlib.import_module("pynvml")
+        except ImportError:
+            return Unavailable("pynvml is not installed (pip install nvidia-ml-py)")
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:
+        return Unavailable(f"NVML not available: {_err(nvml, exc)} (no NVIDIA driver or GPU)")
+    return nvml
+
+
+def _try(nvml: Any, fn: Any) -> Any:
+    try:
+        return fn()
+    except Exception as exc:
+        return Unavailable(_err(nvml, exc))
+
+
+def gpu_inventory(*, nvml: ModuleType | Any | None = None) -> dict[str, object] | Unavailable:
+    """What the GPUs are: driver and CUDA driver versions, and per device its name, total
+    memory and compute capability (every field its own ``Unavailable`` when NVML refuses
+    it)."""
+    opened = _open_nvml(nvml)
+    if isinstance(opened, Unavailable):
+        return opened
+    nv = opened
+    try:
+        info: dict[str, object] = {
+            "driver": _try(nv, lambda: _text(nv.nvmlSystemGetDriverVersion()))
+        }
+        cuda = _try(nv, lambda: int(nv.nvmlSystemGetCudaDriverVersion()))
+        info["cuda_driver"] = (f"{cuda // 1000}.{cuda % 1000 // 10}"
+                               if isinstance(cuda, int) else cuda)
+        devices: list[object] = []
+        for index in range(int(nv.nvmlDeviceGetCount())):
+            h = _try(nv, lambda i=index: nv.nvmlDeviceGetHandleByIndex(i))
+            if isinstance(h, Unavailable):
+                devices.append({"index": index, "unavailable": h.reason})
+                continue
+            cc = _try(nv, lambda h=h: nv.nvmlDeviceGetCudaComputeCapability(h))
+            devices.append({
+                "index": index,
+                "name": _try(nv, lambda h=h: _text(nv.nvmlDeviceGetName(h))),
+                "memory_total_bytes": _try(
+                    nv, lambda h=h: int(nv.nvmlDeviceGetMemoryInfo(h).total)
+                ),
+                "compute_capability": (
+                    f"{cc[0]}.{cc[1]}" if isinstance(cc, (tuple, list)) and len(cc) == 2 else cc
+                ),
+            })
+        info["devices"] = devices
+        return info
+    except Exception as exc:
+        return Unavailable(f"NVML query failed: {_err(nv, exc)}")
+    finally:
+        with contextlib.suppress(Exception):
+            nv.nvmlShutdown()
+
+
 def query_gpus(
     *,
     samples: int = 5,
@@ -74,18 +139,13 @@ def query_gpus(
 ) -> GpuQuery | Unavailable:
     """Every (visible) GPU with utilization sampled over ``samples`` readings."""
     start = time.monotonic()
-    if nvml is None:
-        try:
-            nvml = importlib.import_module("pynvml")
-        except ImportError:
-            return Unavailable("pynvml is not installed (pip install nvidia-ml-py)")
+    opened = _open_nvml(nvml)
+    if isinstance(opened, Unavailable):
+        return opened
+    nvml = opened
     if visible_devices is None and use_env:
         visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
     visible = parse_visible_devices(visible_devices)
-    try:
-        nvml.nvmlInit()
-    except Exception as exc:
-        return Unavailable(f"NVML not available: {_err(nvml, exc)} (no NVIDIA driver or GPU)")
     try:
         count = int(nvml.nvmlDeviceGetCount())
         handles: list[tuple[int, Any, str | Unavailable, str | Unavailable]] = []
