@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -100,3 +101,14 @@ def test_ray_cluster_of_two_namespace_hosts(cluster: Cluster, tmp_path: Path) ->
     # the recording replays to the same view
     replay = _replay(json.loads(record.read_text()))
     assert replay.outliers == ("TP2@node1",)
+
+
+def test_refused_ray_address_is_one_line() -> None:
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "diag", "snapshot", "--ray", "--ray-address",
+                        "127.0.0.1:1"], capture_output=True, text=True, timeout=60)
+    if "not installed" in r.stderr:
+        pytest.skip("ray not installed")
+    assert r.returncode == 2 and "no Ray cluster there" in r.stderr, r.stderr[-500:]
+    assert "Traceback" not in r.stderr

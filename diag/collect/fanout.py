@@ -20,7 +20,7 @@ import json
 import re
 import shlex
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from diag.model import Snapshot
 
 __all__ = [
     "HostResult",
+    "Transport",
     "view_to_dict",
     "JobView",
     "fold_ranks",
@@ -61,6 +62,18 @@ class HostResult:
     offset_s: float | None = None  # remote clock minus ours
     offset_err_s: float | None = None
     bundle: Bundle | None = None  # the host's own bundle (``--out``), read and checked
+
+
+@dataclass(frozen=True, slots=True)
+class Transport:
+    """How a remote command is run: ssh (default) or ``kubectl exec``."""
+
+    name: str
+    argv: Callable[[str, str], list[str]]  # (host, remote shell command) -> argv
+    install: str = "apt-get install openssh-client"
+    missing_remedy: str = "ssh {host} pip install diag (or pass --remote-diag /path/to/diag)"
+    unreachable_remedy: str = "ssh {host} true  (keys, known_hosts, ProxyJump)"
+    unreachable_codes: tuple[int, ...] = (255,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +131,10 @@ async def _one(
     timeout_s: float,
     diag_cmd: str,
     bundle_mode: bool = False,
+    transport: Transport | None = None,
 ) -> HostResult:
     t_start = time.monotonic()
+    how = transport or Transport("ssh", lambda h, r: _ssh_argv(h, r, ssh_opts, timeout_s))
     diag = shlex.join([diag_cmd, *remote_args])
     remote = (
         f"{_CLOCK}; command -v {shlex.quote(diag_cmd)} >/dev/null 2>&1 || "
@@ -127,15 +142,15 @@ async def _one(
     )
     try:
         proc = await asyncio.create_subprocess_exec(
-            *_ssh_argv(host, remote, ssh_opts, timeout_s),
+            *how.argv(host, remote),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
         )
     except FileNotFoundError:
-        return HostResult(host, False, error="no ssh client on this host",
-                          remedy="apt-get install openssh-client")
+        return HostResult(host, False, error=f"no {how.name} client on this host",
+                          remedy=how.install)
     async def talk() -> tuple[bytes, bytes, int, float | None, float | None]:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         # stderr is drained all along (a chatty remote must not block on a full pipe)
@@ -178,13 +193,13 @@ async def _one(
     if (MISSING in text[:200] and not out.startswith(b"\x1f\x8b")) or code == 127:
         return HostResult(
             host, False, error="diag is not installed there (or not on its PATH)",
-            remedy=f"ssh {host} pip install diag (or pass --remote-diag /path/to/diag)",
+            remedy=how.missing_remedy.format(host=host),
             exit_code=code, elapsed_s=elapsed, offset_s=offset, offset_err_s=err,
         )
-    if code == 255 and not text.strip():
-        why = err_text[-1] if err_text else "ssh failed"
+    if code in how.unreachable_codes and not text.strip():
+        why = err_text[-1] if err_text else f"{how.name} failed"
         return HostResult(host, False, error=f"unreachable: {why}",
-                          remedy=f"ssh {host} true  (keys, known_hosts, ProxyJump)",
+                          remedy=how.unreachable_remedy.format(host=host),
                           exit_code=code, elapsed_s=elapsed)
     if bundle_mode and out[:2] == b"\x1f\x8b":
         return _from_bundle(host, out, code=code, elapsed=elapsed, offset=offset, err=err)
@@ -246,13 +261,14 @@ def snapshot_hosts(
     timeout_s: float = 60.0,
     diag_cmd: str = "diag",
     bundle_mode: bool = False,
+    transport: Transport | None = None,
 ) -> JobView:
     """Every host at once. ``bundle_mode``: the remote args make each host write its own
     bundle to stdout (``diag snapshot --out -``); each comes back read and checked."""
     t0 = time.monotonic()
     results = asyncio.run(
         _all(hosts, remote_args, ssh_opts=ssh_opts, timeout_s=timeout_s, diag_cmd=diag_cmd,
-             bundle_mode=bundle_mode)
+             bundle_mode=bundle_mode, transport=transport)
     )
     return merge(results, elapsed_s=time.monotonic() - t0)
 

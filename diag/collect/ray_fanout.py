@@ -139,6 +139,22 @@ def results_from_replies(
     return out
 
 
+def _reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A GCS address that refuses connections is an input error at once (Ray itself
+    retries for minutes)."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise InputError(f"--ray-address {address}: not HOST:PORT",
+                         help_text="--ray-address 10.0.0.1:6379 (the head's GCS port)")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise InputError(f"--ray-address {address}: no Ray cluster there "
+                         f"({exc.strerror or exc})",
+                         help_text="ray status (on the head node) shows the address") from None
+
+
 def snapshot_ray(
     *,
     address: str | None = None,
@@ -152,6 +168,8 @@ def snapshot_ray(
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     t0 = time.monotonic()
+    if address and address != "auto" and not address.startswith("ray://"):
+        _reachable(address)
     try:
         ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False,
                  include_dashboard=False, configure_logging=False)

@@ -142,8 +142,46 @@ def register(app: typer.Typer) -> None:
         ray_record: Annotated[
             Path | None, typer.Option("--ray-record", hidden=True)
         ] = None,
+        k8s: Annotated[
+            bool,
+            typer.Option("--k8s", help="The pods of one server (LeaderWorkerSet group, "
+                         "StatefulSet) found by -n/-l, each snapshot through kubectl exec."),
+        ] = False,
+        namespace: Annotated[
+            str | None, typer.Option("--namespace", "-n", help="--k8s: the namespace.")
+        ] = None,
+        selector: Annotated[
+            str | None, typer.Option("--selector", "-l", help="--k8s: the pods' label selector.")
+        ] = None,
+        k8s_group: Annotated[
+            str | None,
+            typer.Option("--k8s-group", help="--k8s: which server where the selector matches "
+                         "several (lws/NAME/GROUP, statefulset/NAME, or the group index)."),
+        ] = None,
+        container: Annotated[
+            str | None, typer.Option("--container", "-c", help="--k8s: the server container.")
+        ] = None,
+        k8s_debug_image: Annotated[
+            str | None,
+            typer.Option("--k8s-debug-image", help="--k8s: also dump stacks with py-spy from an "
+                         "ephemeral container of this image (kubectl debug --profile=general "
+                         "--target=<container>); it stays in the pod until the pod is deleted."),
+        ] = None,
+        k8s_context: Annotated[
+            str | None, typer.Option("--k8s-context", help="--k8s: the kubectl context.")
+        ] = None,
     ) -> None:
         """Find SGLang / vLLM servers on this host and say where every rank is stuck."""
+        if k8s:
+            if hosts is not None or ray:
+                raise InputError("--k8s with --hosts or --ray: pass one of them")
+            if not namespace or not selector:
+                raise InputError("--k8s needs -n NAMESPACE and -l SELECTOR",
+                                 help_text="diag snapshot --k8s -n serving -l app=sglang")
+            _k8s(namespace, selector, group=k8s_group, container=container,
+                 debug_image=k8s_debug_image, context=k8s_context, samples=samples,
+                 timeout=timeout, no_native=no_native, as_json=as_json, remote_diag=remote_diag)
+            return
         if ray:
             if hosts is not None:
                 raise InputError("--ray and --hosts: pass one of them")
@@ -284,3 +322,20 @@ def _partial(view: JobView) -> None:
             if not h.ok:
                 err.print(f"diag: partial collection: {h.host}: {h.error}", markup=False)
         raise typer.Exit(EXIT_PARTIAL)
+
+
+def _k8s(namespace: str, selector: str, *, group: str | None, container: str | None,
+         debug_image: str | None, context: str | None, samples: int, timeout: float,
+         no_native: bool, as_json: bool, remote_diag: str) -> None:
+    from diag.collect.k8s_fanout import DEBUG_NOTE, snapshot_k8s
+
+    remote = ["snapshot", "--json", "--samples", str(samples), "--timeout", str(timeout)]
+    if no_native:
+        remote.append("--no-native")
+    view, _server = snapshot_k8s(namespace, selector, group=group, container=container,
+                                 remote_args=remote, timeout_s=timeout + 30.0,
+                                 debug_image=debug_image, context=context, diag_cmd=remote_diag)
+    _show(view, as_json=as_json)
+    if debug_image:
+        Console(stderr=True, highlight=False).print(f"diag: note: {DEBUG_NOTE}", markup=False)
+    _partial(view)
