@@ -30,7 +30,7 @@ from diag.model import (
     Record,
     phase_index,
 )
-from diag.nodes import node_view
+from diag.nodes import node_view, with_folder_nodes
 from diag.parse.attribute import any_log_word as _any_log_word
 from diag.parse.attribute import attribute as _attribute
 from diag.parse.attribute import config_of as _config
@@ -196,6 +196,10 @@ def _finish(sources: Sequence[Source], col: Collected, rules_dirs: Sequence[Path
     _attribute(drafts, framework, config)
     # the serving figures of the whole input travel with the records (to the spec checks)
     records = RecordList((freeze(d) for d in drafts), col.serving)
+    # logs of several nodes, one folder each: a rank's node is its folder (diag.nodes)
+    noded = with_folder_nodes(records, [s.name for s in sources])
+    if noded is not None:
+        records = RecordList(noded, col.serving)
     cat = load_catalogue()
     events: list[Event] = []
     for r in records:

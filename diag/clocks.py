@@ -102,7 +102,8 @@ def node_key(folders: bool) -> Callable[[Record | Event], str | None]:
 
     def key(r: Record | Event) -> str | None:
         if r.rank is not None and r.rank.node is not None:
-            return r.rank.node
+            node = r.rank.node
+            return f"node{node}" if node.isdigit() else node
         host = getattr(r, "host", None)
         if host:
             return str(host)

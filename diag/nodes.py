@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from diag.clocks import node_key, several_folders
-from diag.model import Event, RankId
+from diag.model import Event, RankId, Record
 
-__all__ = ["NodeView", "node_view"]
+__all__ = ["NodeView", "folder_node", "node_view", "with_folder_nodes"]
 
 _NODE_RANK = re.compile(r"""['"]?node_rank['"]?\s*[=:]\s*(\d{1,5})\b""")
 _NNODES = re.compile(r"""['"]?nnodes['"]?\s*[=:]\s*(\d{1,5})\b""")
@@ -120,3 +120,40 @@ def _node_order(name: str) -> tuple[int, int, str]:
     if name.startswith("node") and name[4:].isdigit():
         return (0, int(name[4:]), name)
     return (1, 0, name)
+
+
+def folder_node(source: str) -> str | None:
+    """The node a file's folder names: ``node1/server.log`` -> ``1``, a job bundle's
+    ``hang.tar.gz:10.0.0.2/rank0.log`` -> ``10.0.0.2``; None for a file with no folder."""
+    if "/" not in source:
+        return None
+    folder = source.replace("\\", "/").rsplit("/", 2)[-2].rsplit(".tar.gz:", 1)[-1]
+    if not folder or folder in (".", ".."):
+        return None
+    if folder.lower().startswith("node") and folder[4:].isdigit():
+        return str(int(folder[4:]))
+    return folder
+
+
+def with_folder_nodes(records: Sequence[Record], sources: Sequence[str]) -> list[Record] | None:
+    """Where the logs come from several folders (one per node), each rank with no node of
+    its own gets its file's folder as node, so TP0 of node0 and TP0 of node1 stay two
+    ranks (``node0 TP0``, ``node1 TP0``) and a job bundle's log ranks carry the host its
+    live ranks carry. None where nothing changes."""
+    if not several_folders(list(sources)):
+        return None
+    nodes = {s: folder_node(s) for s in sources}
+    if not any(nodes.values()):
+        return None
+    out: list[Record] = []
+    changed = False
+    for r in records:
+        node = nodes.get(r.source)
+        if node is None and r.source not in nodes:
+            node = nodes.setdefault(r.source, folder_node(r.source))
+        if r.rank is not None and r.rank.node is None and node is not None:
+            out.append(replace(r, rank=replace(r.rank, node=node)))
+            changed = True
+        else:
+            out.append(r)
+    return out if changed else None

@@ -35,8 +35,23 @@ def test_two_node_logs_name_their_nodes(tmp_path: Path) -> None:
     a = analyze(paths)
     text = "\n".join(a.notes)
     assert "2 nodes: node0" in text, a.notes
-    assert "TP0 (local 0), TP1 (local 1)" in text and "TP2 (local 0), TP3 (local 1)" in text
+    assert "node0 TP0 (local 0), node0 TP1 (local 1)" in text, a.notes
+    assert "node1 TP2 (local 0), node1 TP3 (local 1)" in text
     assert "have no log" not in text
+    assert [r.rank.label for r in a.ranks] == ["node0 TP0", "node0 TP1", "node1 TP2", "node1 TP3"]
+
+
+def test_same_local_ranks_on_two_nodes_stay_apart(tmp_path: Path) -> None:
+    """vLLM-style local numbering: both nodes log a TP0 and a TP1; the folders keep them
+    four ranks."""
+    for node in (0, 1):
+        path = tmp_path / f"host-{'ab'[node]}" / "server.log"
+        path.parent.mkdir()
+        path.write_text("".join(
+            f"[2026-01-05 10:00:0{node} TP{t}] Init torch distributed begin.\n" for t in (0, 1)))
+    a = analyze(sorted(tmp_path.glob("*/server.log")))
+    assert sorted(r.rank.label for r in a.ranks) == [
+        "host-a TP0", "host-a TP1", "host-b TP0", "host-b TP1"]
 
 
 def test_missing_node_named_from_nnodes(tmp_path: Path) -> None:
