@@ -215,6 +215,35 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         ),
     ),
     (
+        # SGLang disaggregation/utils.py poll_and_all_reduce behind torch's logging wrapper
+        "framework-collective-name",
+        "stack.nccl_collective",
+        (
+            "wrapper (torch/distributed/c10d_logger.py:81)",
+            "poll_and_all_reduce (sglang/srt/disaggregation/utils.py:55)",
+            "process_disagg_prefill_inflight_queue (sglang/srt/disaggregation/prefill.py:490)",
+        ),
+    ),
+    (
+        # a collective library's connection set-up at worker init (MSCCL++)
+        "communicator-setup",
+        "stack.dist_init",
+        (
+            "make_connection (mscclpp/comm.py:104)",
+            "init_mscclpp_comm (vllm/worker/worker.py:141)",
+            "init_model (vllm/worker/worker.py:93)",
+        ),
+    ),
+    (
+        # a dump cut above torch's logging wrapper, the caller names nothing
+        "c10d-api-wrapper",
+        "stack.nccl_collective",
+        (
+            "wrapper (torch/distributed/c10d_logger.py:81)",
+            "step (my_trainer.py:55)",
+        ),
+    ),
+    (
         "sglang-pyobj",
         "stack.nccl_collective",
         (

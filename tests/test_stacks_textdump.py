@@ -406,3 +406,47 @@ def test_vllm_trace_function_tail_gives_the_open_calls() -> None:
         "Return from synchronize in /x/torch/cuda/streams.py:95 to",
     )
     assert [p.mode for p in parse_stack_text(done)] == ["trace"]  # still inside __init__
+
+
+def test_torch_fatal_signal_printer_is_read_innermost_first_as_native() -> None:
+    text = (
+        "!!!!!!! Segfault encountered !!!!!!!\n"
+        '  File "<unknown>", line 0, in pthread_kill\n'
+        '  File "<unknown>", line 0, in gsignal\n'
+        '  File "<unknown>", line 0, in cuMemcpyBatchAsync_v2\n'
+        '  File "<unknown>", line 0, in cudaMemcpyBatchAsync\n'
+        '  File "<unknown>", line 0, in transfer_kv_impl(at::Tensor const&, long)\n'
+    )
+    (p,) = parse_stack_text(text)
+    frames = p.threads[0].frames
+    assert [f.name for f in frames][:3] == ["pthread_kill", "gsignal", "cuMemcpyBatchAsync_v2"]
+    assert all(f.native for f in frames)
+    assert p.wait_site == "stack.cuda_sync"
+
+
+def test_pystack_gil_bracket_is_the_thread_state() -> None:
+    text = (
+        "Traceback for thread 31 (python) [Has the GIL] (most recent call last):\n"
+        '    (Python) File "/x/threading.py", line 1002, in _bootstrap\n'
+        '    (Python) File "/x/spin.py", line 5, in spin\n'
+        "\n"
+        "Traceback for thread 30 (python) [] (most recent call last):\n"
+        '    (Python) File "/x/spin.py", line 9, in <module>\n'
+    )
+    (p,) = parse_stack_text(text)
+    by_id = {t.thread_id: t for t in p.threads}
+    assert (by_id[31].idle, by_id[31].owns_gil) == (False, True)
+    assert (by_id[30].idle, by_id[30].owns_gil) == (None, None)
+
+
+def test_a_flattened_dump_is_cut_into_its_lines_again() -> None:
+    text = (
+        'Process 12: VLLM::EngineCore Python v3.12.3 (/usr/bin/python3.12) Thread 12 (idle): '
+        '"MainThread" poll (zmq/sugar/poll.py:106) recv (vllm/distributed/device_communicators/'
+        "shm_broadcast.py:802) get_response (vllm/v1/executor/multiproc_executor.py:387)"
+    )
+    (p,) = parse_stack_text(text)
+    assert (p.pid, p.title, p.wait_site) == (12, "VLLM::EngineCore", "stack.ipc_wait")
+    assert [f.name for f in p.threads[0].frames] == ["poll", "recv", "get_response"]
+    # a log line naming one place is not a dump
+    assert parse_stack_text("INFO loaded (model.py:12) in 3 s: ok (x)") == []

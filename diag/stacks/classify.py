@@ -95,6 +95,9 @@ class SiteRule:
     # True: matches only native frames py-spy could not symbolise (``0x7f..``), by their
     # shared object (``file``); every other rule skips those frames
     unsymbolised: bool = False
+    # True: only where every frame inside it is a pass-through wrapper (the dump was cut
+    # above it, or these are its innermost frames): the frame stands for the call it wraps
+    cut: bool = False
     why: str = ""
 
     def matches(self, frame: StackFrame) -> bool:
@@ -205,10 +208,28 @@ RULES: tuple[SiteRule, ...] = (
         "framework-dist-init",
         _INIT,
         native=False,
-        name=r"(^|\.)(init_distributed_environment|initialize_model_parallel|"
+        name=r"(^|\.)_?(init_distributed_environment|initialize_model_parallel|"
         r"init_model_parallel_group|ensure_model_parallel_initialized|init_world_group|"
         r"init_torch_distributed|init_worker_distributed_environment|"
+        r"init_test_distributed_environment|init_process_group|"
         r"stateless_init_torch_distributed_process_group|StatelessProcessGroup\.create)$",
+        why="the frameworks' distributed set-up: vLLM parallel_state.py "
+        "init_distributed_environment / initialize_model_parallel (0.4+; "
+        "model_executor/parallel_utils/parallel_state.py before), worker.py "
+        "_init_distributed_environment (0.2-0.3) and init_worker_distributed_environment "
+        "(0.4+, v1/worker/gpu_worker.py), SGLang ModelRunner.init_torch_distributed, "
+        "vLLM 0.2-0.3's cupy NCCL init_process_group (parallel_utils/cupy_utils.py)",
+    ),
+    SiteRule(
+        "communicator-setup",
+        _INIT,
+        native=False,
+        name=r"(^|\.)_?(init_\w*(comm|communicator|nccl|cupy|mscclpp)\w*|"
+        r"make_connection|connect_\w*(peers|ranks|comm)\w*|setup_\w*(comm|nccl)\w*|"
+        r"create_communicator\w*)$",
+        why="a communicator being built: "
+        "init_*_comm set-ups of collective libraries (MSCCL++ comm.make_connection), "
+        "GroupCoordinator communicator creation: every rank must arrive",
     ),
     # --- collectives (NCCL, gloo, custom all-reduce, CPU shm all-reduce) ---------------
     SiteRule(
@@ -299,6 +320,17 @@ RULES: tuple[SiteRule, ...] = (
         file=r"(^|/)(deep_ep|pplx_kernels|mori|uccl_ep)/",
         why="expert-parallel all-to-all libraries (DeepEP, pplx-kernels, MORI): dispatch "
         "and combine wait for every peer",
+    ),
+    SiteRule(
+        "framework-collective-name",
+        _NCCL,
+        leaf=True,
+        native=False,
+        name=r"(^|[._])(all_reduce|allreduce|all_gather|allgather|reduce_scatter|all_to_all|"
+        r"alltoall|broadcast)(_\w+)?$",
+        why="a framework function named for a collective (SGLang disaggregation/utils.py "
+        "poll_and_all_reduce, tensor_model_parallel_all_reduce, ..._all_gather) with only "
+        "wrappers, native or generic frames inside: the thread is in that collective",
     ),
     SiteRule(
         "sglang-pyobj",
@@ -639,6 +671,18 @@ RULES: tuple[SiteRule, ...] = (
     ),
     # --- weak: generic primitives and channels ---------------------------------------------
     SiteRule(
+        "c10d-api-wrapper",
+        _NCCL,
+        strength="weak",
+        native=False,
+        cut=True,
+        file=r"torch/distributed/c10d_logger\.py$",
+        why="torch.distributed's logging decorators (c10d_logger.py _exception_logger / "
+        "_time_logger, torch 2.1+) wrap every collective and init_process_group / "
+        "new_group: a dump cut above this frame is inside one; a collective unless a "
+        "caller names the init",
+    ),
+    SiteRule(
         "filelock",
         _JIT,
         strength="weak",
@@ -843,10 +887,16 @@ def classify_frames(frames: Sequence[StackFrame]) -> tuple[str | None, SiteRule 
     while every frame inside it is native, a weak (generic) wait or a pass-through
     wrapper; else the outermost weak frame of the innermost wait chain."""
     chain_open = True  # every frame so far is native, a generic wait or a wrapper
+    only_wrappers = True  # every frame so far is a pass-through wrapper
     weak: SiteRule | None = None
     for frame in frames:
         first, first_not_leaf = _first_matches(frame)
         hit = first if chain_open else first_not_leaf
+        if hit is not None and hit.cut:
+            if not only_wrappers:
+                continue  # a wrapper (pass-through) with a known wait inside it
+        elif frame.native or not is_pass_through(frame):
+            only_wrappers = False
         if hit is not None and hit.strength == "strong":
             return hit.site, hit
         if hit is not None:
@@ -935,7 +985,7 @@ def is_serving_worker_stack(frames: Sequence[StackFrame]) -> bool:
 # frames as they are; a thread of a hung worker whose innermost frame is framework Python
 # is in a native call there. (A Ctrl-C traceback is not: the interrupt lands between
 # bytecodes, after any native call returned.)
-_STATELESS_DUMPS = frozenset({"faulthandler", "pystack", "trace"})
+_STATELESS_DUMPS = frozenset({"faulthandler", "pystack", "trace", "pytest_timeout"})
 
 
 def in_native_call(thread: StackThread, mode: str | None = None) -> bool:

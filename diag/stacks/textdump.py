@@ -44,7 +44,12 @@ from diag.stacks.frames import make_frame, rank_from_title, split_pyspy_frame
 from diag.stacks.merge import merge_samples
 from diag.stacks.pyspy_json import parse_pyspy_json
 
-__all__ = ["extract_stack_processes", "parse_stack_text", "records_from_text"]
+__all__ = [
+    "extract_stack_processes",
+    "parse_stack_text",
+    "records_from_text",
+    "split_glued_dump",
+]
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # SGLang's log prefix before an embedded dump line: "[2026-07-14 08:34:44 TP3] "
@@ -71,7 +76,7 @@ _IGNORED = re.compile(
     r"^(Parent Process \d+:|Python v\d[\w.+]*\b|py-spy \d|Error: |Caused by:)"
     # banners people put between dumps: `----- pid 1 (vllm) -----`, `===== py-spy dump
     # --pid 12`, `####### user@host #######` (they neither end nor split a dump)
-    r"|^(?:-{3,}|={3,}|#{3,}|\*{3,})(?:\s.*)?$"
+    r"|^(?:-{3,}|={3,}|#{3,}|\*{3,}|\+{3,})(?:\s.*)?$"
 )
 # py-spy's thread header; reporters re-typing it drop the id: `Thread (idle) "MainThread"`
 _PYSPY_THREAD = re.compile(
@@ -84,6 +89,10 @@ _FH_THREAD = re.compile(
     r"\(most recent call first\):$"
 )
 _FH_STACK = re.compile(r"^Stack \(most recent call first\):$")
+# torch's fatal-signal stack printer: `!!!!!!! Segfault encountered !!!!!!!`, then frames as
+# `File "<unknown>", line 0, in cudaMemcpyBatchAsync` (C++ symbols; Python frames with
+# their file), innermost first
+_SIGNAL_TRACE = re.compile(r"^!{3,} ?\w[\w ]* encountered ?!{3,}$")
 _FH_C_STACK = re.compile(r"^Current thread's C stack trace|^<.*C stack trace")
 _FH_FRAME = re.compile(r'^\s*File "(.*)", line (\d+|\?\?\?) in (.+?)\s*$')
 _TB_HEADER = re.compile(r"^Traceback \(most recent call last\):$")
@@ -95,6 +104,13 @@ _TB_FRAME = re.compile(r'^\s*File "(.*)", line (\d+), in (.+?)\s*$')
 _PYSTACK_HEADER = re.compile(
     r"^Traceback for thread (\d+)(?: \(([^)]*)\))?.*\(most recent call last\):$"
 )
+# pystack's status bracket after the OS thread name: `[Has the GIL]`, `[Waiting for the GIL]`,
+# `[Dropping the GIL]`, `[Garbage collecting]`, `[Thread terminated]`, or `[]`
+_PYSTACK_STATUS = re.compile(r"\[([^\]]*)\] \(most recent call last\):$")
+# pytest-timeout's thread method (pytest_timeout.py dump_stacks): a `~~~ Stack of NAME
+# (IDENT) ~~~` title per thread, then traceback.format_stack (outermost first), between
+# `+++ Timeout +++` titles
+_PT_STACK = re.compile(r"^~{3,} Stack of (.+?) \((\d+)\) ~{3,}$")
 _PYSTACK_FRAME = re.compile(r'^\s*\((Python|C)\) File "(.*)", line (\d+), in (.+?)\s*$')
 _INTERRUPT = re.compile(r"^\s*(?:[\w.]+\.)?KeyboardInterrupt\s*$")
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*)(?::.*)?$")
@@ -156,7 +172,7 @@ def _split_prefixes(text: str) -> tuple[str, str, RankId | None, str | None]:
 # one of these; while no dump is open, other lines are skipped unparsed (one search).
 _CANDIDATE = re.compile(
     r'Thread |Process \d|File "|Traceback|Pyspy |Stack \(|Stack trace|KeyboardInterrupt|'
-    r"^#\d+ \S.* from \S"
+    r"^#\d+ \S.* from \S|Stack of | encountered !"
 )
 
 
@@ -239,6 +255,16 @@ def _idle(status: str | None) -> bool | None:
     if "active" in parts:
         return False
     return None
+
+
+def _pystack_status(header: str) -> str | None:
+    """py-spy's vocabulary for pystack's status bracket: a thread that has the GIL runs
+    Python (``active+gil``); any other bracket says nothing about whether it runs."""
+    m = _PYSTACK_STATUS.search(header)
+    if m is None:
+        return None
+    flags = {f.strip() for f in m.group(1).split(",")}
+    return "active+gil" if "Has the GIL" in flags else None
 
 
 def _failure_outcome(error: str) -> str:
@@ -427,9 +453,19 @@ class _Channel:
             tid = _small(m.group(1))
             if proc is None or any(t.tid == tid for t in proc.threads):
                 proc = self._open(ln, "pystack")
-            self._new_thread(proc, tid, None, None, outer_first=True)
+            self._new_thread(proc, tid, None, _pystack_status(stripped), outer_first=True)
             return True
-        if _PYBT_HEADER.match(stripped):
+        m = _PT_STACK.match(stripped)
+        if m:
+            kind = "pytest_timeout"
+            proc = self.proc if self.proc is not None and self.proc.kind == kind else None
+            tid = _small(m.group(2))
+            if proc is None or any(t.tid == tid for t in proc.threads):
+                proc = self._open(ln, kind)
+            name = None if m.group(1) == "<unknown>" else m.group(1)
+            self._new_thread(proc, tid, name, None, outer_first=True)
+            return True
+        if _PYBT_HEADER.match(stripped) or _SIGNAL_TRACE.match(stripped):
             self._new_thread(self._open(ln, "faulthandler"), None, None, None)
             self.pybt = True
             return True
@@ -445,7 +481,10 @@ class _Channel:
             if m:
                 lineno = m.group(2)
                 where = f"{m.group(1)}:{lineno}" if lineno.isdigit() else m.group(1)
-                self.thread.frames.append(make_frame(m.group(3), where))
+                frame = make_frame(m.group(3), where)
+                if m.group(1) == "<unknown>":  # a C/C++ symbol of torch's signal printer
+                    frame = replace(frame, native=True)
+                self.thread.frames.append(frame)
                 return True
         m = _PYSTACK_FRAME.match(text)
         if m and self.thread is not None and self.proc is not None and self.proc.kind == "pystack":
@@ -460,6 +499,18 @@ class _Channel:
                     frame = replace(frame, native=True)
                 self.thread.frames.append(frame)
             return True
+        if (
+            self.thread is not None
+            and self.proc is not None
+            and self.proc.kind == "pytest_timeout"
+            and self.tb is None
+        ):
+            m = _TB_FRAME.match(text)
+            if m:
+                self.thread.frames.append(make_frame(m.group(3), f"{m.group(1)}:{m.group(2)}"))
+                return True
+            if text[:1] in (" ", "\t"):
+                return True  # the source line under a frame
         m = _TB_FRAME.match(text)
         if m:
             if self.tb is None:  # header cut off
@@ -672,6 +723,8 @@ def extract_stack_processes(records: Sequence[Record]) -> list[StackProcess]:
         head_line = _line_of(rec, head, 0) if rec.continuation else None
         for i, text in enumerate(texts):
             pieces = text.split("\n") if "\n" in text else (text,)
+            if any(_maybe_glued(piece) for piece in pieces):
+                pieces = [cut for piece in pieces for cut in split_glued_dump(piece)]
             for piece in pieces:
                 if busy or piece.startswith(indent) or candidate(piece) or piece == "[":
                     feed(rec, piece, offset, head_line if i else None)
@@ -699,6 +752,63 @@ def extract_stack_processes(records: Sequence[Record]) -> list[StackProcess]:
             group = by_pid[item]
             result.append(group[0] if len(group) == 1 else merge_samples(group))
     return result
+
+
+# A dump whose newlines were lost (a paste flattened into one line): cut it again before
+# every header and frame py-spy, faulthandler and pystack begin a line with, and after
+# every py-spy frame's ``(file:line)`` / ``(lib.so)``. Only a line holding two or more
+# frames is cut (a log line that mentions one frame stays whole).
+_GLUED_FRAMES = re.compile(r"\((?:[^()\s]+:\d+|[^()\s]+\.so[\w.\-]*)\)|\bFile \"[^\"]*\", line \d+")
+_GLUED_CUT = re.compile(
+    r"\s+(?P<head>(?=Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil|most recent)"
+    r"|Current thread 0x|Process \d+: |Python v\d|Stack \(most recent|"
+    r"Traceback for thread \d+|\(Python\) File \"|\(C\) File \"|File \"))"
+    r"|(?<=[)\"])\s+(?=\S)"
+)
+_GLUED_HEADER = re.compile(
+    r"Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil|most recent)|Current thread 0x|"
+    r"Traceback for thread \d+|Stack \(most recent"
+)
+# what the part before a cut after ``)`` or ``"`` must end with: a py-spy frame's place or
+# a thread header
+_GLUED_PART_END = re.compile(
+    r"\((?:[^()\s]+:\d+|[^()\s]+\.so[\w.\-]*|python[\d.]*)\)$"
+    r"|\((?:idle|active|gil)[+\w]*\):?(?: \"[^\"]*\")?$"
+)
+
+
+def _maybe_glued(text: str) -> bool:
+    """Cheap guard before :func:`split_glued_dump`: long enough to hold a header and two
+    frames, with two ``)`` and a ``:`` at least."""
+    return len(text) >= 40 and text.count(")") >= 2 and ":" in text
+
+
+def split_glued_dump(text: str) -> list[str]:
+    """One flattened line of a dump -> its lines again (see :data:`_GLUED_CUT`); any other
+    line -> ``[text]`` (a line needs two frames, or a thread header and one). A cut after
+    ``)`` or ``"`` is kept only where the part before it ends a py-spy frame or thread
+    header (``file:line)``, ``lib.so)``, ``(idle): "name"``)."""
+    if len(text) < 40:
+        return [text]
+    one = text.strip()
+    if _PYSTACK_FRAME.match(one) or _FH_FRAME.match(one) or _PYBT_FRAME.match(one):
+        return [text]  # one whole frame line (pystack's names its file and its library)
+    frames = len(_GLUED_FRAMES.findall(text, 0, 20_000))
+    if frames < 1 or (frames < 2 and not _GLUED_HEADER.search(text)):
+        return [text]
+    parts: list[str] = []
+    start = 0
+    for m in _GLUED_CUT.finditer(text):
+        head = text[start : m.start()]
+        if m.group("head") is None and not _GLUED_PART_END.search(head):
+            continue
+        if head.strip():
+            parts.append(head.strip())
+        start = m.end()
+    tail = text[start:].strip()
+    if tail:
+        parts.append(tail)
+    return parts or [text]
 
 
 def records_from_text(text: str, *, source: str = "<text>") -> list[Record]:
