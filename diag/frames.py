@@ -48,6 +48,8 @@ _DIST_FUNCS = frozenset(
         "new_group", "_new_group_with_tag", "_new_process_group_helper",
         "init_distributed", "gpu_p2p_access_check", "can_actually_p2p",
         "init_worker_distributed_environment", "_init_distributed_environment",
+        # sglang/srt/distributed/parallel_state.py (0.5.x), vllm/v1/engine/core.py (0.11+)
+        "_create_global_tcp_store", "init_parallel_state", "reinitialize_distributed",
     }
 )
 # collectives (torch.distributed, vLLM/SGLang communicators): at least dist_init
@@ -70,6 +72,14 @@ _WEIGHT_FUNCS = frozenset(
         "get_attn_backend", "_cached_get_attn_backend", "which_attn_to_use",
         "get_attn_backend_cls", "_get_quantization_config", "verify_quantization",
         "_verify_quantization",
+        # layers' and quantization methods' weights, created while the model is built and
+        # post-processed right after loading (vllm/model_executor/layers/*, sglang/srt/layers/*)
+        "create_weights", "process_weights_after_loading", "load_model_cls_srt",
+        "load_model_with_memory_saver", "load_weights_only", "do_load_weights",
+        "multi_thread_safetensors_weights_iterator",
+        "buffered_multi_thread_safetensors_weights_iterator",
+        "fastsafetensors_weights_iterator", "runai_safetensors_weights_iterator",
+        "np_cache_weights_iterator", "default_weight_loader",
     }
 )
 _KV_FUNCS = frozenset(
@@ -79,10 +89,23 @@ _KV_FUNCS = frozenset(
         "profile_max_num_token", "initialize_cache", "_init_cache_engine",
         "init_cache_engine", "get_kv_cache_config", "check_enough_kv_cache_memory",
         "get_kv_cache_configs", "initialize_from_config", "raise_if_cache_size_invalid",
+        # vllm/v1/worker/gpu_model_runner.py, vllm/v1/core/kv_cache_utils.py,
+        # vllm/worker/worker.py, sglang/srt/managers/tp_worker.py (0.8-0.20, 0.4-0.5)
+        "initialize_kv_cache_tensors", "_allocate_kv_cache_tensors", "_reshape_kv_cache_tensors",
+        "_check_enough_kv_cache_memory", "get_kv_cache_config_from_groups",
+        "determine_available_kv_cache_memory", "alloc_memory_pool",
+        "_init_minimal_kv_cache_for_profiling",
     }
 )
 _GRAPH_FUNCS = frozenset(
-    {"capture_model", "init_cuda_graphs", "capture_one_batch_size", "init_device_graphs"}
+    {
+        "capture_model", "init_cuda_graphs", "capture_one_batch_size", "init_device_graphs",
+        # vllm/v1/worker/gpu_model_runner.py (0.9+), sglang/srt/model_executor/ (0.5.x:
+        # model_runner.py, runner/*_cuda_graph_runner.py, cuda_graph_setup.py)
+        "_capture_cudagraphs", "initialize_cudagraph_capture", "profile_cudagraph_memory",
+        "init_piecewise_cuda_graphs", "capture_one_shape", "capture_decode_graph",
+        "capture_prefill_graph", "ensure_decode_cuda_graphs", "warmup_graphs",
+    }
 )
 _LAUNCH_FUNCS = frozenset({"init_device", "set_device", "_lazy_init", "init_worker"})
 _SERVING_FUNCS = frozenset(
@@ -108,13 +131,24 @@ def frame_phase(path: str, func: str) -> str | None:
     """The phase one frame shows was running, or None."""
     p = path.replace("\\", "/")
     name = func.rsplit(".", 1)[-1]
-    if "/torch/_dynamo/" in p or "/torch/_inductor/" in p or "/vllm/compilation/" in p:
+    if (
+        "/torch/_dynamo/" in p or "/torch/_inductor/" in p or "/vllm/compilation/" in p
+        or "/sglang/srt/compilation/" in p
+    ):
+        return "compile"
+    # TPU/XLA warm-up compiles each shape (vllm/v1/worker/tpu_model_runner.py _precompile_*)
+    if name.startswith("_precompile_"):
         return "compile"
     # JIT builds: Triton's compiler, FlashInfer's and DeepGEMM's JIT; vLLM's kernel warm-up
     # (vllm/model_executor/warmup/kernel_warmup.py, run by compile_or_warm_up_model)
     if "/triton/compiler/" in p or "/flashinfer/jit/" in p or "/deep_gemm/jit" in p:
         return "compile"
     if name in ("kernel_warmup", "compile_or_warm_up_model", "deep_gemm_warmup"):
+        return "compile"
+    # SGLang's DeepGEMM wrapper compiles its kernels at start-up
+    # (srt/layers/quantization/deep_gemm_wrapper/compile_utils.py, 0.4.6.post3+:
+    # deep_gemm_execution_hook -> _maybe_compile_deep_gemm_one_type_all)
+    if "deep_gemm" in p and ("compile" in name or p.endswith("/compile_utils.py")):
         return "compile"
     if p.endswith("/torch/cuda/graphs.py") or (
         p.endswith("cuda_graph_runner.py") and name in ("capture", "__init__")
@@ -126,14 +160,18 @@ def frame_phase(path: str, func: str) -> str | None:
         return "kv_cache"
     if name in _WEIGHT_FUNCS:
         return "weights_load"
+    # the model loaders' own modules (vllm/model_executor/model_loader/, every release;
+    # sglang/srt/model_loader/): any frame there is loading the model
+    if "/model_loader/" in p and ("/vllm/" in p or "/sglang/" in p):
+        return "weights_load"
     if name in _DIST_FUNCS or "TCPStore" in func or p.endswith("/rendezvous.py"):
         return "dist_init"
     if name in _COLLECTIVES and (
         "/torch/distributed/" in p or "/distributed/" in p or "communicator" in p
     ):
         return "dist_init"
-    if p.endswith("/pynccl.py") and name == "__init__":
-        return "dist_init"
+    if name == "__init__" and "/device_communicators/" in p:
+        return "dist_init"  # pynccl, custom all-reduce, shm broadcast set up their groups
     if name in _LAUNCH_FUNCS:
         return "launch"
     if name in _SERVING_FUNCS:

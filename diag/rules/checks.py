@@ -272,6 +272,20 @@ def _is_trace(rec: Record) -> bool:
     return msg.startswith(("Traceback (most recent", 'File "')) or FRAME.search(msg) is not None
 
 
+def _completed(last: Record, tail: Sequence[Record]) -> Record:
+    """The log's last line, completed when the excerpt cut it mid-text and another rank
+    printed the same message whole just before (``Compiling a graph for dynamic shape ta``
+    is TP0's ``... takes 3.38 s``, a step that ended, not one that began)."""
+    text = last.message.strip()
+    if len(text) < 16:
+        return last
+    for r in reversed(tail[-64:-1]):
+        m = r.message.strip()
+        if len(m) > len(text) and m.startswith(text) and r.rank != last.rank:
+            return r
+    return last
+
+
 def _is_step_start(rec: Record) -> bool:
     text = rec.message[:2000]
     try:
@@ -434,12 +448,13 @@ def _stall_reason(
         return None, (), f"a progress bar that was still advancing ({what})", last_ts, gap
     ev = events_at.get((last.source, last.line))
     text = last.message.strip()[:160]
+    whole = _completed(last, tail)
     newest = max((r.ts for r in tail if r.ts is not None), default=None)
     late = (
         last.ts is not None and newest is not None and (newest - last.ts).total_seconds() > 1
     )  # delivered late (Ray forwards workers' lines with their own, earlier, times)
     short = text if len(text) <= 80 else text[:77] + "..."
-    if not late and ((ev is not None and ev.kind == "begin") or _is_step_start(last)):
+    if not late and ((ev is not None and ev.kind == "begin") or _is_step_start(whole)):
         return (
             f"the log ends on a line that starts a step which never ends ({text})",
             (Hit.of(last),),
@@ -660,9 +675,25 @@ _WAIT_FRAME = regex.compile(
 )
 
 
+_TB_FRAME = regex.compile(r'^\s*File "[^"]+", line \d+, in \S')
+
+
+def _is_fragment(rec: Record) -> bool:
+    """A last line cut by the excerpt to one word or a prefix that never closed
+    (``(EngineCore_DP0 pid=221135``, ``[2025-01-02 10:``), with no continuation."""
+    msg = rec.message.strip()
+    if rec.continuation or len(msg) >= 48:
+        return False
+    if not any(c.isspace() for c in msg):
+        return True
+    return (msg[:1] == "(" and ")" not in msg) or (msg[:1] == "[" and "]" not in msg)
+
+
 def _cut_traceback(tail: Sequence[Record]) -> tuple[Record, Record] | None:
     """The traceback the log ends inside, with no exception line: (its first record, its
     last record); None when the log does not end in a traceback or it shows a wait."""
+    if tail and len(tail) > 1 and _is_fragment(tail[-1]):
+        tail = tail[:-1]  # the excerpt's cut last line: a bare prefix, a word
     if not tail:
         return None
     last = tail[-1]
@@ -676,7 +707,18 @@ def _cut_traceback(tail: Sequence[Record]) -> tuple[Record, Record] | None:
         if not (_is_trace(r) or r.message.startswith((" ", "\t")) or not r.message.strip("^~ ")):
             return None
     if start is None:
-        return None
+        # the excerpt starts inside the traceback too (its header above the window): a
+        # text of traceback frames only (`File "f", line N, in g`: the comma form, which
+        # only a raised exception prints) is still a traceback cut off
+        first = tail[0]
+        if len(tail) > 400 or not (
+            _TB_FRAME.search(first.message) or first.message.startswith((" ", "\t"))
+        ):
+            return None
+        shown = [x for r in tail for x in (r.message, *r.continuation) if _TB_FRAME.search(x)]
+        if len(shown) < 2:
+            return None
+        start = first
     frames = [
         x for r in tail if start.line <= r.line <= last.line
         for x in (r.message, *r.continuation) if FRAME.search(x)

@@ -1,0 +1,96 @@
+"""Semantics that do not hang on one wording: frames of several releases -> phases, a
+traceback whose header and exception line both fell outside the excerpt, a last line the
+excerpt cut mid-word."""
+
+from __future__ import annotations
+
+import pytest
+
+from diag.analyze import analyze_text
+from diag.frames import frame_phase
+
+
+@pytest.mark.parametrize(
+    ("path", "func", "phase"),
+    [
+        # SGLang 0.5.x DeepGEMM wrapper (sglang/srt/layers/deep_gemm_wrapper/compile_utils.py)
+        ("/x/sglang/srt/layers/deep_gemm_wrapper/compile_utils.py",
+         "_maybe_compile_deep_gemm_one_type_all", "compile"),
+        ("/x/sglang/srt/layers/quantization/deep_gemm_wrapper/compile_utils.py",
+         "deep_gemm_execution_hook", "compile"),
+        ("/x/sglang/srt/compilation/backend.py", "compile", "compile"),
+        ("/x/vllm/v1/worker/tpu_model_runner.py", "_precompile_backbone", "compile"),
+        # any frame of the loaders' modules, any release
+        ("/x/vllm/model_executor/model_loader/default_loader.py", "_get_weights_iterator",
+         "weights_load"),
+        ("/x/sglang/srt/model_loader/loader.py", "_load_weights", "weights_load"),
+        ("/x/vllm/model_executor/layers/linear.py", "create_weights", "weights_load"),
+        ("/x/vllm/v1/worker/gpu_model_runner.py", "_allocate_kv_cache_tensors", "kv_cache"),
+        ("/x/sglang/srt/managers/tp_worker.py", "alloc_memory_pool", "kv_cache"),
+        ("/x/vllm/v1/worker/gpu_model_runner.py", "_capture_cudagraphs", "cuda_graph"),
+        ("/x/sglang/srt/model_executor/runner/decode_cuda_graph_runner.py",
+         "capture_one_shape", "cuda_graph"),
+        ("/x/vllm/distributed/device_communicators/custom_all_reduce.py", "__init__",
+         "dist_init"),
+        ("/x/sglang/srt/distributed/parallel_state.py", "_create_global_tcp_store",
+         "dist_init"),
+    ],
+)
+def test_frames_of_several_releases(path: str, func: str, phase: str) -> None:
+    assert frame_phase(path, func) == phase
+
+
+def test_forward_frames_name_no_phase() -> None:
+    # a model's forward runs in the profile, the capture and serving alike
+    assert frame_phase("/x/vllm/model_executor/models/llama.py", "forward") is None
+    assert frame_phase("/x/sglang/srt/layers/moe/moe_runner/deep_gemm.py", "run") is None
+
+
+_SG = "/usr/lib/python3.12/site-packages/sglang/srt/layers/deep_gemm_wrapper/compile_utils.py"
+FRAMES_ONLY = (
+    f'  File "{_SG}", line 332, in deep_gemm_execution_hook\n'
+    "    _maybe_compile_deep_gemm_one_type_all(kernel_type, n, k, num_groups)\n"
+    f'  File "{_SG}", line 297, in _maybe_compile_deep_gemm_one_type_all\n'
+    "    thread_map(compile_func, collected_configs, max_workers=4)\n"
+    '  File "/usr/lib/tqdm/contrib/concurrent.py", line 69, in thread_map\n'
+    "    return _executor_map(ThreadPoolExecutor, fn, *iterables, **tqdm_kwargs)\n"
+)
+
+
+def test_traceback_middle_only_is_a_cut_traceback() -> None:
+    a = analyze_text(FRAMES_ONLY)
+    assert a.last_phase == "compile"
+    f = {x.id: x for x in a.findings}["python.exception"]
+    assert f.evidence[0].line == 1
+
+
+def test_traceback_cut_to_a_bare_prefix_at_the_end() -> None:
+    text = "".join(
+        f"(EngineCore_DP0 pid=2211) {ln}\n" for ln in FRAMES_ONLY.splitlines()
+    ) + "(EngineCore_DP0 pid=221"
+    assert "python.exception" in {x.id for x in analyze_text(text).findings}
+
+
+def test_indented_lines_alone_are_no_traceback() -> None:
+    text = "    some indented text\n    more of it\n"
+    a = analyze_text("[2025-01-01 10:00:00] Load weight begin. avail mem=10 GB\n" + text)
+    assert "python.exception" not in {x.id for x in a.findings}
+
+
+_CAP = "Capture cuda graph"
+MUSA = "\n".join([
+    f"[2026-03-17 07:16:40 TP0] {_CAP} begin. This can take up to several minutes.",
+    f"[2026-03-17 07:16:40 TP1] {_CAP} begin. This can take up to several minutes.",
+    f"[2026-03-17 07:16:45 TP0] {_CAP} end. Time elapsed: 5.00 s. mem usage=0.50 GB.",
+    f"[2026-03-17 07:16:45 TP1] {_CAP} end. Time elapsed: 5.00 s. mem usage=0.50 GB.",
+    "[2026-03-17 07:16:51 TP0] Compiling a graph for dynamic shape takes 3.38 s",
+    "[2026-03-17 07:16:51 TP1] Compiling a graph for dynamic shape ta",
+])
+
+
+def test_a_last_line_cut_mid_word_reads_as_the_other_ranks_whole_line() -> None:
+    ids = {f.id for f in analyze_text(MUSA).findings}
+    assert "startup.stalled" not in ids  # TP0's line says the step ended ("takes 3.38 s")
+    assert "startup.cut_excerpt" in ids
+    begun = MUSA.rsplit("\n", 1)[0] + "\n[2026-03-17 07:16:51 TP1] Compiling a graph for"
+    assert "startup.stalled" not in {f.id for f in analyze_text(begun).findings}
