@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 from live.harness import MiniServer, gate_reason, mini_server, stopped_pids
@@ -173,5 +174,38 @@ def test_snapshot_names_the_rank_that_issued_another_collective(
         ), finding.message
         assert "while 2/3 issued all_reduce [8192] bf16" in finding.message
         assert frame in finding.message  # joined with that rank's live stack
+        assert "log phase weights_load]" in finding.message  # and its log's phase
+        (log,) = [e for e in snap.collective_evidence if e.get("kind") == "log_phase"]
+        assert log["file"] == str(srv.log)
         if kind == "size":  # then the others wait in seq 5, which TP0 never issued
             assert mm["later_seqs"] == [5] and fr["behind"] == {"0": [odd]}
+
+
+def test_log_phase_of_each_rank_from_the_file_its_stdout_points_at(tmp_path: Path) -> None:
+    from diag.collect.logphase import log_files, rank_log_phases
+    from diag.model import ProcessInfo, RankId
+
+    log = tmp_path / "server.log"
+    log.write_text(
+        "garbage first line cut by the tail\n" * 3
+        + "[2026-02-22 22:35:21 TP0] Load weight begin. avail mem=20.00 GB\n"
+        "[2026-02-22 22:35:21 TP1] Load weight begin. avail mem=20.00 GB\n"
+        "[2026-02-22 22:35:55 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16\n"
+        "[2026-02-22 22:36:01 TP0] KV Cache is allocated. #tokens: 8192\n"
+    )
+    root = tmp_path / "proc"
+    procs = []
+    for pid, tp in ((41, 0), (42, 1)):
+        (root / str(pid) / "fd").mkdir(parents=True)
+        (root / str(pid) / "fd" / "1").symlink_to(log)
+        (root / str(pid) / "fd" / "2").symlink_to("/dev/null")  # not a regular file
+        procs.append(ProcessInfo(pid=pid, ppid=1, role="scheduler", title=f"TP{tp}", cmdline=(),
+                                 framework="sglang", rank=RankId(tp=tp), rank_source="title",
+                                 state="S", rss_bytes=0, cpu_percent=0.0, threads=1,
+                                 listening_ports=()))
+    assert log_files(procs, root) == [str(log)]
+    (ev,) = rank_log_phases(procs, root, max_bytes=400)  # the tail starts at a line start
+    assert ev["file"] == str(log)
+    ranks = ev["ranks"]
+    assert ranks["TP0"]["last_phase"] == "kv_cache"  # type: ignore[index]
+    assert ranks["TP1"]["last_phase"] == "weights_load"  # type: ignore[index]

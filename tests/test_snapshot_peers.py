@@ -116,3 +116,5 @@ def test_rank_that_never_joined_the_store_is_named() -> None:
         assert "no rank runs an NCCL thread yet" in text
         finding = next(f for f in snap.findings if f.id == "dist.init_hang")
         assert finding.ranks == ("TP2",)
+        # the rank's log phase, from the log file the server writes (the harness's)
+        assert finding.message.endswith("last log phase: TP2 weights_load"), finding.message

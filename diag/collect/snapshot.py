@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from diag.collect import collective, peers, stackapi
+from diag.collect import collective, logphase, peers, stackapi
 from diag.collect.discover import (
     TP_OPTIONS,
     Discovery,
@@ -81,6 +81,7 @@ class SnapshotOptions:
     fr_dump: bool = False  # ask each rank's Flight Recorder for a fresh dump (debug pipe)
     fr_wait_s: float = 5.0
     nvml: Any = None  # an NVML module stand-in (tests); None imports pynvml
+    log_phase: bool | None = None  # read the server's log file: None = when ranks are named
 
 
 def _ticks_per_s() -> int:
@@ -562,6 +563,18 @@ def take_snapshot(
     )
     if fr is not None:
         evidence.append(fr)
+    # the log phase of the ranks, from the log file the server writes: always, never, or
+    # (None) when the evidence names ranks (a collective one rank issued alone, a store a
+    # rank never reached), since the log analysis costs more than the rest of the tier
+    named = any(
+        ev.get("mismatches") or ev.get("not_connected") for ev in evidence
+    )
+    if options.log_phase or (options.log_phase is None and named):
+        t = time.monotonic()
+        evidence += logphase.rank_log_phases(
+            [p for p in processes if p.server is not None or p.role in RANK_ROLES], proc_root
+        )
+        timings["log_phase_s"] = round(time.monotonic() - t, 3)
 
     partial = _partial_reasons(dumps)
     stopped_before = [p.pid for p in processes if p.stopped_before]

@@ -478,8 +478,12 @@ def _store_missing(ctx: SnapshotContext) -> CheckOutcome | None:
     if not found:
         return None
     missing = [str(r) for ev in found for r in ev.get("not_connected") or ()]  # type: ignore[attr-defined]
+    phases = _log_phases(ctx.snapshot)
+    logged = [f"{r} {phases[r]['last_phase']}" for r in dict.fromkeys(missing)
+              if phases.get(r, {}).get("last_phase")]
     return CheckOutcome(
-        message="; ".join(str(ev.get("text", "")) for ev in found[:3]),
+        message="; ".join(str(ev.get("text", "")) for ev in found[:3])
+        + (f"; last log phase: {', '.join(logged)}" if logged else ""),
         hits=tuple(ctx.hit(None, str(ev.get("text", ""))) for ev in found[:5]),
         ranks=tuple(dict.fromkeys(missing)),
     )
