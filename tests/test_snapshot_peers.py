@@ -12,7 +12,7 @@ from live.harness import MiniServer, gate_reason, mini_server, stopped_pids
 
 from diag.collect.peers import lock_waits, parse_locks
 from diag.collect.snapshot import SnapshotOptions, take_snapshot
-from diag.model import Snapshot
+from diag.model import Snapshot, Unavailable
 
 LOCKS = """\
 1: FLOCK  ADVISORY  WRITE 4242 fd:01:131090 0 EOF
@@ -118,3 +118,34 @@ def test_rank_that_never_joined_the_store_is_named() -> None:
         assert finding.ranks == ("TP2",)
         # the rank's log phase, from the log file the server writes (the harness's)
         assert finding.message.endswith("last log phase: TP2 weights_load"), finding.message
+
+
+@pytest.mark.live
+def test_store_key_census_is_read_only_on_real_gloo_ranks() -> None:
+    """Opt-in census of the store the ranks wait on: the keys come back, and reading them
+    adds none (the count is the same in a second census, and the ranks still wait)."""
+    _gate()
+    from diag.collect.peers import store_key_census
+
+    with mini_server(framework="sglang", tp=3, mode="store_missing") as srv:
+        srv.wait_ready(["rank0", "rank1", "rank2", "launcher"])
+        deadline = time.monotonic() + 40
+        while True:
+            snap = take_snapshot(SnapshotOptions(pid=srv.pid, timeout_s=30.0, samples=1,
+                                                 store_keys=True))
+            keys = [e for e in snap.collective_evidence if e.get("kind") == "store_keys"]
+            if keys or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert keys, (snap.collective_evidence, snap.notes)
+        (census,) = keys
+        (store,) = [e for e in snap.collective_evidence if e.get("kind") == "store_connections"]
+        assert census["port"] == store["port"]
+        assert census["num_keys"] == census["num_keys_after"]
+        again = store_key_census(int(str(census["port"])))
+        assert not isinstance(again, Unavailable)
+        assert again["num_keys"] == census["num_keys"] and again["keys"] == census["keys"]
+        # the ranks still wait where they waited (nothing set the key they wait for)
+        after = _snap(srv)
+        stores = [e for e in after.collective_evidence if e.get("kind") == "store_connections"]
+        assert [s["not_connected"] for s in stores] == [["TP2"]]

@@ -30,7 +30,14 @@ from diag.collect.procfs import socket_inodes
 from diag.limits import ascii_int
 from diag.model import ProcessInfo, Unavailable
 
-__all__ = ["LockEntry", "dist_threads", "lock_waits", "parse_locks", "store_connections"]
+__all__ = [
+    "LockEntry",
+    "dist_threads",
+    "lock_waits",
+    "parse_locks",
+    "store_connections",
+    "store_key_census",
+]
 
 _MAX_LOCK_LINES = 100_000  # a host with more locks than this is not read further
 _MAX_FDS = 65_536
@@ -388,3 +395,56 @@ def store_connections(
             "text": text,
         })
     return out
+
+
+def store_key_census(
+    port: int, host: str = "127.0.0.1", *, timeout_s: float = 2.0, max_keys: int = 200
+) -> dict[str, object] | Unavailable:
+    """Opt-in (``SnapshotOptions.store_keys``), read-only: the keys a TCPStore holds, read
+    with torch's own client. The client is made with no world size and without waiting
+    for workers, so it adds no key (a client given ``world_size`` bumps the store's
+    hidden worker counter; tested on real gloo ranks: ``num_keys`` is the same before and
+    after, and after a second census); it calls only ``num_keys``, ``list_keys`` (torch
+    >= 2.9 servers) and nothing that sets, adds, compares or deletes. The count is read
+    before and after and both are returned, so a store that changed meanwhile says so."""
+    try:
+        import datetime
+
+        import torch.distributed as dist
+    except Exception as exc:  # torch missing in diag's environment, or broken
+        return Unavailable(f"store key census needs torch in diag's environment ({exc})")
+    try:
+        client = dist.TCPStore(  # type: ignore[attr-defined]
+            host, port, is_master=False, wait_for_workers=False,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
+    except Exception as exc:
+        return Unavailable(f"store {host}:{port}: {str(exc).splitlines()[0][:200]}")
+    try:
+        before = int(client.num_keys())
+        keys: list[str] | Unavailable
+        try:
+            keys = sorted(str(k) for k in client.list_keys())
+        except Exception as exc:  # an older server: counts only
+            keys = Unavailable(f"list_keys: {str(exc).splitlines()[0][:200]}")
+        after = int(client.num_keys())
+    except Exception as exc:
+        return Unavailable(f"store {host}:{port}: {str(exc).splitlines()[0][:200]}")
+    finally:
+        del client
+    listed = keys if isinstance(keys, list) else []
+    shown = ", ".join(listed[:12]) + (f" and {len(listed) - 12} more" if len(listed) > 12 else "")
+    return {
+        "kind": "store_keys",
+        "port": port,
+        "num_keys": before,
+        "num_keys_after": after,
+        "keys": listed[:max_keys],
+        "keys_unavailable": keys.reason if isinstance(keys, Unavailable) else None,
+        "text": (
+            f"store on port {port}: {before} key(s)"
+            + (f" (then {after}: it changed while read)" if after != before else "")
+            + (f": {shown}" if listed else "")
+            + (f"; {keys.reason}" if isinstance(keys, Unavailable) else "")
+        ),
+    }

@@ -82,6 +82,7 @@ class SnapshotOptions:
     fr_wait_s: float = 5.0
     nvml: Any = None  # an NVML module stand-in (tests); None imports pynvml
     log_phase: bool | None = None  # read the server's log file: None = when ranks are named
+    store_keys: bool = False  # read-only census of each store's keys (torch's client)
 
 
 def _ticks_per_s() -> int:
@@ -529,6 +530,14 @@ def take_snapshot(
             proc_root,
             expected=tp if isinstance(tp, int) and 0 < tp <= 4096 else None,
         )
+    if options.store_keys:
+        for port in sorted({int(str(ev["port"])) for ev in evidence
+                            if ev.get("kind") == "store_connections"}):
+            census = peers.store_key_census(port)
+            if isinstance(census, Unavailable):
+                notes.append(census.reason)
+            else:
+                evidence.append(census)
     if options.ras and found:
         ras_listening = collective.RAS_PORT in listening.values() or any(
             not isinstance(f.listening_ports, Unavailable)
