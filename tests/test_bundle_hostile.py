@@ -331,11 +331,19 @@ def test_analyze_refuses_tampered_bundle(
     assert "checksum mismatch" in _cli(capsys, monkeypatch, "analyze", str(bundle))
 
 
+_VALID_TAR: list[bytes] = []
+
+
 def _valid_tar(tmp_path: Path) -> bytes:
-    log = tmp_path / "server.log"
-    log.write_bytes(LOG * 20)
-    info = write_bundle(tmp_path / "seed.tar.gz", logs=[log], analysis=None, snapshot=None)
-    return gzip.decompress(info.path.read_bytes())
+    """One real bundle's tar stream, written once per test session: a bundle holds its
+    creation time, so one written per example would change the draw bounds between
+    hypothesis' runs of the same example (FlakyStrategyDefinition)."""
+    if not _VALID_TAR:
+        log = tmp_path / "server.log"
+        log.write_bytes(LOG * 20)
+        info = write_bundle(tmp_path / "seed.tar.gz", logs=[log], analysis=None, snapshot=None)
+        _VALID_TAR.append(gzip.decompress(info.path.read_bytes()))
+    return _VALID_TAR[0]
 
 
 @settings(
