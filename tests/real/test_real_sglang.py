@@ -1,8 +1,9 @@
-"""Opt-in: a real SGLang 0.5.23 server (CPU engine, TP=2) starts, then hangs; diag sees both.
+"""A real SGLang 0.5.23 server (CPU engine, TP=2) starts, then hangs; diag sees both.
 
-Not in CI: SGLang's venv is 11 GB (~9 min to install) and its CUDA-only ``sgl_kernel`` is
-replaced by a test stub (tests/real/sgl_kernel_stub). Run by hand whenever the SGLang
-parsers or the snapshot change::
+In CI: ``.ci/run`` builds a slim SGLang venv (``--no-deps`` from .ci/sglang-cpu-0.5.23.txt,
+the CPU torch; SGLang's own pins would make it 11 GB) and sets ``DIAG_SGLANG_PYTHON``;
+without it these tests skip, saying how to get one. SGLang's CUDA-only ``sgl_kernel`` is
+replaced by a test stub (tests/real/sgl_kernel_stub). By hand::
 
     DIAG_SGLANG_PYTHON=.../bin/python .venv/bin/pytest -m real_server_sglang tests/real
 
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 from realserver import (
+    SGL_KERNEL_STUB,
     SGLANG_PYTHON_ENV,
     SGLANG_SKIP_HELP,
     SglangStarter,
@@ -47,7 +49,7 @@ READY_LINE = r"The server is fired up and ready to roll!"
 def sglang_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     python = find_server_python(SGLANG_PYTHON_ENV, "sglang", SGLANG_SKIP_HELP)
     model = tmp_path_factory.mktemp("tiny-llama-sglang")
-    build_tiny_model(python, model)
+    build_tiny_model(python, model, {"PYTHONPATH": str(SGL_KERNEL_STUB)})
     for starter in starter_for(python, model, tmp_path_factory, "sglang", kind=SglangStarter):
         server = starter.start(NAME)
         server.wait_for_log(READY_LINE, timeout=600)
