@@ -613,8 +613,41 @@ def test_samples_tell_stuck_from_slow(tmp_path: Path) -> None:
         interval_s=0.05,
     )
     assert res[101].moving is False and res[103].moving is True
-    assert res[101].stack is not None and res[101].stack.samples == 4  # python x3 + native
-    assert len(res[103].samples) == 2
+    # python, then native (its second look), then one more Python-only sample
+    assert res[101].stack is not None and res[101].stack.samples == 3
+    assert len(res[103].samples) == 1
+
+
+def test_the_second_look_waits_for_no_interval(tmp_path: Path) -> None:
+    """Two samples: the peers' second look runs beside the native dump, not interval_s later.
+
+    (With interval_s far past the deadline the old design took no second sample at all.)
+    """
+    root = fake_proc(tmp_path)
+    calls: list[tuple[int, str]] = []
+
+    def answer(a: tuple[str, ...], mode: str, pid: int) -> RunResult:
+        calls.append((pid, mode))
+        return ok(a, pid, native=mode == "native")
+
+    res = dump_all(
+        targets(root, [101, 103, 104]),
+        runner=ScriptedRunner(answer),
+        proc_root=root,
+        samples=2,
+        interval_s=60.0,
+        min_gap_s=0.01,
+        timeout_s=10.0,
+    )
+    assert all(r.moving is False for r in res.values()), res
+    rep = next(p for p in (101, 103, 104) if (p, "native") in calls)
+    assert sorted(calls) == sorted(
+        [(p, "python") for p in (101, 103, 104)]
+        + [(rep, "native")]
+        + [(p, "python") for p in (101, 103, 104) if p != rep]
+    )
+    peers = [r for p, r in res.items() if p != rep]
+    assert all(r.native_peer == rep and len(r.samples) == 1 for r in peers)
 
 
 def test_facts_of_real_processes() -> None:

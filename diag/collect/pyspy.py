@@ -13,8 +13,15 @@ targets in parallel:
    stacks is dumped natively and stands for the others (``native_peer``);
    ``native_all`` dumps every rank natively. The first rank always represents its
    group, so its native dump starts as soon as its own Python dump is in;
-3. further Python-only samples ``interval_s`` apart tell *stuck* (same frames) from
-   *slow* (moving).
+3. a second look tells *stuck* (same Python frames) from *slow* (moving) without a
+   wait of its own: a natively dumped rank's second sample is its ``--native`` dump (taken
+   after py-spy loaded the symbols, some 0.2-1 s after its Python dump); every other
+   target gets a Python-only dump, at least ``min_gap_s`` after its first, while the
+   native dumps run. More samples (``samples`` > 2) follow ``interval_s`` apart.
+
+Each dump pauses its target while py-spy reads it (the default modes; ``--nonblocking``
+never pauses): about 1-6 ms for a Python-only dump, the unwinding of every thread for a
+native one (see benchmarks/bench_snapshot.py, which measures both).
 
 After every dump the target's state is read again: if the dump left it stopped it is
 continued with SIGCONT, but a process that was stopped before diag came is left as it was
@@ -233,6 +240,7 @@ class _Dumper:
         # within its own share of the deadline
         work.d_state = state == "D"
         self.python_tiers(work)
+        work.first_done = time.monotonic()
         return work
 
     def python_tiers(self, work: _Work) -> None:
@@ -280,7 +288,12 @@ class _Dumper:
         else:
             work.outcome = "partial"
 
-    def sample(self, work: _Work) -> None:
+    def sample(self, work: _Work, not_before: float = 0.0) -> None:
+        wait = not_before - time.monotonic()
+        if wait > 0:
+            if time.monotonic() + wait >= self.deadline:
+                return
+            time.sleep(wait)
         mode = "nonblocking" if work.was_stopped or work.d_state else "python"
         attempt, stack = self.once(work.target, mode)
         if stack is not None:
@@ -304,12 +317,14 @@ class _Work:
     resumed: bool = False
     native_peer: int | None = None
     d_state: bool = False
+    first_done: float = 0.0  # time.monotonic() when the first (Python-only) dump was in
 
     def result(self, elapsed_s: float) -> DumpResult:
         first = self.native or self.python
         moving: bool | None = None
-        if self.python is not None and self.extra:
-            sigs = {python_signature(s) for s in (self.python, *self.extra)}
+        later = [*([self.native] if self.native is not None else []), *self.extra]
+        if self.python is not None and later:
+            sigs = {python_signature(s) for s in (self.python, *later)}
             moving = len(sigs) > 1
         if first is not None:
             errs = [a.error for a in self.attempts if a.error]
@@ -368,6 +383,10 @@ def _native_plan(works: Sequence[_Work], native_all: bool) -> dict[int, int | No
     return plan
 
 
+def _sampled(w: _Work) -> bool:
+    return w.python is not None and w.outcome != "not_found"
+
+
 def no_pyspy(targets: Sequence[DumpTarget]) -> dict[int, DumpResult]:
     """Every target's outcome when py-spy is not installed."""
     miss = DumpAttempt("-", "no_pyspy", 0.0, "py-spy is not installed")
@@ -382,6 +401,7 @@ def dump_all(
     timeout_s: float = 10.0,
     samples: int = 2,
     interval_s: float = 1.0,
+    min_gap_s: float = 0.25,
     pyspy: str | None = None,
     native_all: bool = False,
 ) -> dict[int, DumpResult]:
@@ -390,7 +410,9 @@ def dump_all(
     1. every target, Python-only (``--nonblocking`` for a stopped one), in parallel;
     2. ``--native`` for one rank per group of identical Python stacks (every rank with
        ``native_all``), in parallel;
-    3. further Python-only samples, ``interval_s`` apart from the first, in parallel.
+    3. with ``samples`` > 1, a second look at every target while the native dumps run
+       (a native dump is its rank's second look; the others get a Python-only dump at
+       least ``min_gap_s`` after their first); samples 3, 4, ... ``interval_s`` apart.
     """
     if not targets:
         return {}
@@ -421,19 +443,35 @@ def dump_all(
         plan = _native_plan(works, native_all)
         reps = sorted({rep for rep in plan.values() if rep is not None} - started)
         natives += [pool.submit(dumper.native, by_pid[r]) for r in reps]
+        native_pids = started | set(reps)
+        # The second look of every other target runs beside the native dumps.
+        looks: list[Future[None]] = []
+        if samples > 1:
+            looks = [
+                pool.submit(dumper.sample, w, w.first_done + min_gap_s)
+                for w in works
+                if w.target.pid not in native_pids and _sampled(w)
+            ]
         for f in natives:
             f.result()
         for pid, rep in plan.items():
             w = by_pid[pid]
             if rep != pid and rep is not None and by_pid[rep].native is not None:
                 w.native_peer = rep
-        for k in range(1, samples):
-            wait = t0 + k * interval_s - time.monotonic()
+        if samples > 1:  # a native dump that failed is no second look: a Python-only one is
+            looks += [
+                pool.submit(dumper.sample, by_pid[pid], by_pid[pid].first_done + min_gap_s)
+                for pid in sorted(native_pids)
+                if by_pid[pid].native is None and _sampled(by_pid[pid])
+            ]
+        for f in looks:
+            f.result()
+        for k in range(2, samples):
+            wait = t0 + (k - 1) * interval_s - time.monotonic()
             if time.monotonic() + max(wait, 0) >= deadline:
                 break
             if wait > 0:
                 time.sleep(wait)
-            live = [w for w in works if w.python is not None and w.outcome != "not_found"]
-            list(pool.map(dumper.sample, live))
+            list(pool.map(dumper.sample, [w for w in works if _sampled(w)]))
     elapsed = time.monotonic() - t0
     return {w.target.pid: w.result(elapsed) for w in works}
