@@ -318,15 +318,17 @@ def _post(analysis: Analysis, records: list[Record], rules_dirs: Sequence[Path])
     """Stacks found in the text, their groups, then the rules engine."""
     import dataclasses
 
-    from diag.stacks.merge import group_stacks
     from diag.stacks.textdump import extract_stack_processes
 
     processes = extract_stack_processes(records)
-    analysis = dataclasses.replace(
-        analysis,
-        stack_processes=tuple(processes),
-        stack_groups=group_stacks(processes) if processes else (),
-    )
+    if processes:  # (speed: the stack classifier's import compiles ~120 regexes)
+        from diag.stacks.merge import group_stacks
+
+        analysis = dataclasses.replace(
+            analysis, stack_processes=tuple(processes), stack_groups=group_stacks(processes)
+        )
+    else:
+        analysis = dataclasses.replace(analysis, stack_processes=(), stack_groups=())
     from diag.rules import apply_rules
 
     return apply_rules(analysis, records, extra_dirs=rules_dirs)

@@ -46,6 +46,15 @@ def content_key(parts: Iterable[str | bytes], *extra: str) -> str:
     return h.hexdigest()
 
 
+_KEEP = 12  # entries kept per name (the oldest beyond are deleted)
+
+
+def _entry(folder: Path, name: str, key: str) -> Path:
+    # the key is part of the file name: runs over different rule or catalogue files (other
+    # checkouts, other versions) keep their own entries instead of overwriting one
+    return folder / f"{name}@{key[:20]}.marshal"
+
+
 def load(name: str, key: str) -> object | None:
     """The data stored under ``name`` with ``key``, or None (no entry, another key,
     a damaged file, no cache)."""
@@ -53,7 +62,7 @@ def load(name: str, key: str) -> object | None:
     if folder is None:
         return None
     try:
-        raw = (folder / f"{name}.marshal").read_bytes()
+        raw = _entry(folder, name, key).read_bytes()
         stored = marshal.loads(raw)
     except (OSError, ValueError, EOFError, TypeError):
         return None
@@ -64,7 +73,8 @@ def load(name: str, key: str) -> object | None:
 
 
 def store(name: str, key: str, data: object) -> None:
-    """Store ``data`` (plain data only) under ``name``; silently does nothing on failure."""
+    """Store ``data`` (plain data only) under ``name``; silently does nothing on failure.
+    Only the newest :data:`_KEEP` entries of a name are kept."""
     folder = cache_dir()
     if folder is None:
         return
@@ -73,6 +83,16 @@ def store(name: str, key: str, data: object) -> None:
         blob = marshal.dumps((key, data))  # type: ignore[arg-type]
         tmp = folder / f".{name}.{os.getpid()}.tmp"
         tmp.write_bytes(blob)
-        os.replace(tmp, folder / f"{name}.marshal")
+        os.replace(tmp, _entry(folder, name, key))
+        old = sorted(folder.glob(f"{name}@*.marshal"), key=_mtime, reverse=True)[_KEEP:]
+        for path in old:
+            path.unlink(missing_ok=True)
     except (OSError, ValueError):
         return
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0

@@ -172,15 +172,21 @@ def _hs_escape(lit: str) -> bytes:
     return b"".join([table[b] for b in lit.encode("utf-8", "surrogatepass")])
 
 
-def hyperscan_db(hyperscan: Any, exprs: Sequence[bytes], flags: Sequence[int], name: str) -> Any:
-    """A Hyperscan block-mode database of ``exprs`` (ids = positions), compiled once and
-    kept in diag's cache under ``name`` (keyed by the expressions and flags)."""
+def hyperscan_db(
+    hyperscan: Any, exprs: Sequence[bytes], flags: Sequence[int], name: str,
+    ids: Sequence[int] | None = None,
+) -> Any:
+    """A Hyperscan block-mode database of ``exprs`` (``ids``: their ids, by default their
+    positions), compiled once and kept in diag's cache under ``name`` (keyed by the
+    expressions, ids and flags)."""
     import contextlib
 
     from diag import cache
 
+    ids = list(range(len(exprs))) if ids is None else list(ids)
     key = cache.content_key(
-        [b"\0".join(exprs), ",".join(map(str, flags))], "hyperscan", str(hyperscan.__version__)
+        [b"\0".join(exprs), ",".join(map(str, flags)), ",".join(map(str, ids))], "hyperscan",
+        str(hyperscan.__version__),
     )
     blob = cache.load(name, key)
     if isinstance(blob, bytes):
@@ -191,8 +197,7 @@ def hyperscan_db(hyperscan: Any, exprs: Sequence[bytes], flags: Sequence[int], n
         except Exception:  # noqa: BLE001 - a damaged or foreign entry: compile again
             pass
     db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-    db.compile(expressions=list(exprs), ids=list(range(len(exprs))), elements=len(exprs),
-               flags=list(flags))
+    db.compile(expressions=list(exprs), ids=ids, elements=len(exprs), flags=list(flags))
     with contextlib.suppress(Exception):  # no serialisation: the database still works
         cache.store(name, key, hyperscan.dumpb(db))
     return db

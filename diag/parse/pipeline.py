@@ -16,7 +16,9 @@ On both paths:
 - one repeat cap (:class:`RepeatCap`) spans all inputs: past the first
   :data:`REPEAT_CAP_AFTER` lines of the input, a candidate line whose kind (its first 160
   characters without digits) was parsed :data:`REPEAT_KEEP` times is only counted, and so
-  are the indented lines after it. Only candidate lines are capped (the bulk is never
+  are the indented lines after it; once :data:`REPEAT_BUDGET` lines were parsed under the
+  cap, :data:`REPEAT_KEEP_LATE` times (a log of thousands of kinds stays bounded; a note
+  says how many lines that cut). Only candidate lines are capped (the bulk is never
   parsed on the prefilter path), so on the line-by-line path the matcher is run on the
   chunks past the first :data:`REPEAT_CAP_AFTER` lines too.
 """
@@ -45,8 +47,10 @@ from diag.parse.text import decode
 
 __all__ = [
     "PREFILTER_MIN_BYTES",
+    "REPEAT_BUDGET",
     "REPEAT_CAP_AFTER",
     "REPEAT_KEEP",
+    "REPEAT_KEEP_LATE",
     "Collected",
     "RepeatCap",
     "read_sources",
@@ -56,6 +60,10 @@ __all__ = [
 PREFILTER_MIN_BYTES = 1 << 20
 REPEAT_CAP_AFTER = 20_000  # lines of the whole input before repeated kinds are capped
 REPEAT_KEEP = 200  # candidate lines of one kind parsed once capped (the rest only counted)
+# Candidate lines parsed under the cap (all kinds) after which a kind is parsed only
+# REPEAT_KEEP_LATE times: a log of thousands of kinds of line stays bounded too
+REPEAT_BUDGET = 10_000
+REPEAT_KEEP_LATE = 3
 # The prefilter parses a source's first and last lines whatever they hold (banners, the
 # args line, the last words before a hang): the checks that read the log's tail see the
 # same records on both paths.
@@ -91,32 +99,23 @@ class Collected:
 
 class RepeatCap:
     """The repeat cap over every source of one run (see the module docstring). A line's
-    kind is read from its bytes (the first 160, digits deleted), on both paths."""
+    kind is read from its bytes (the first 160, digits deleted), on both paths. Past
+    :data:`REPEAT_BUDGET` lines parsed under the cap (all kinds together), a kind is
+    parsed only :data:`REPEAT_KEEP_LATE` times (``late`` counts the lines that cut)."""
 
-    __slots__ = ("kinds", "skipping")
+    __slots__ = ("kinds", "late", "parsed", "skipping")
 
     def __init__(self) -> None:
         self.kinds: dict[bytes, int] = {}
         self.skipping = False
-
-    def admit(self, gline: int, raw: bytes) -> bool:
-        """Is candidate line number ``gline`` of the whole input (1-based) parsed?"""
-        if gline <= REPEAT_CAP_AFTER or not raw.strip():
-            return True
-        if raw[:1] in (b" ", b"\t"):
-            return not self.skipping
-        kind = raw[:160].translate(None, b"0123456789")
-        seen = self.kinds.get(kind, 0) + 1
-        self.kinds[kind] = seen
-        self.skipping = seen > REPEAT_KEEP
-        return not self.skipping
+        self.parsed = 0  # candidate lines parsed past the first REPEAT_CAP_AFTER lines
+        self.late = 0  # lines counted only because the budget was spent
 
     def split(
         self, g0: int, chunk: bytes | bytearray, lines: Lines, idx: Any
     ) -> tuple[list[int], set[int]]:
         """The candidate lines ``idx`` (numpy) of ``chunk`` (first line = input line
-        ``g0 + 1``) that are parsed, and those only counted: :meth:`admit` on each, in
-        one loop."""
+        ``g0 + 1``) that are parsed, and those only counted, in one loop."""
         keep: list[int] = []
         dropped: set[int] = set()
         if not len(idx):
@@ -127,33 +126,47 @@ class RepeatCap:
         if not len(idx):
             return keep, dropped
         starts, ends = lines.bounds(idx)
+        data = bytes(chunk) if isinstance(chunk, bytearray) and len(idx) > 256 else chunk
         kinds = self.kinds
         skipping = self.skipping
+        parsed = self.parsed
+        late = self.late
+        limit = REPEAT_KEEP if parsed < REPEAT_BUDGET else REPEAT_KEEP_LATE
         digits = b"0123456789"
-        blank = b" \t\r\x0b\x0c"
+        add_keep, add_drop = keep.append, dropped.add
         for i, a, b in zip(idx.tolist(), starts, ends, strict=True):
-            first = chunk[a : a + 1]
-            if first == b" " or first == b"\t":
-                if not chunk[a:b].strip():
-                    keep.append(i)
-                elif skipping:
-                    dropped.add(i)
+            if a == b:
+                add_keep(i)
+                continue
+            c = data[a]
+            if c == 32 or c == 9:  # noqa: PLR1714 - an indented line follows its head
+                if skipping and data[a:b].strip():
+                    add_drop(i)
                 else:
-                    keep.append(i)
+                    add_keep(i)
+                    parsed += 1
                 continue
-            raw = bytes(chunk[a : min(b, a + 160)])
-            if not raw.strip(blank):
-                keep.append(i)
+            raw = data[a : b if b - a <= 160 else a + 160]
+            if c in (13, 11, 12) and not raw.strip():
+                add_keep(i)
                 continue
-            kind = raw.translate(None, digits)
+            kind = bytes(raw).translate(None, digits) if type(raw) is not bytes else (
+                raw.translate(None, digits))
             seen = kinds.get(kind, 0) + 1
             kinds[kind] = seen
-            skipping = seen > REPEAT_KEEP
+            skipping = seen > limit
             if skipping:
-                dropped.add(i)
+                add_drop(i)
+                if seen <= REPEAT_KEEP:
+                    late += 1
             else:
-                keep.append(i)
+                add_keep(i)
+                parsed += 1
+                if parsed >= REPEAT_BUDGET:
+                    limit = REPEAT_KEEP_LATE
         self.skipping = skipping
+        self.parsed = parsed
+        self.late = late
         return keep, dropped
 
 
@@ -373,6 +386,12 @@ def read_sources(
     note = assign_path_ranks(col.drafts, [s.name for s in sources if s.name not in binary])
     if note:
         col.notes.append(note)
+    if run.cap.late:
+        col.notes.append(
+            f"the input holds more than {REPEAT_BUDGET} lines worth parsing: past them, "
+            f"{run.cap.late} lines of kinds already seen {REPEAT_KEEP_LATE} times were "
+            "counted, not parsed (they are in the repeat counts above)"
+        )
     if col.undecodable:
         col.notes.append(f"{col.undecodable} bytes of invalid UTF-8 replaced")
     if col.nul_bytes:

@@ -213,11 +213,25 @@ class Matcher:
         except ImportError:  # pragma: no cover - hyperscan ships wheels for x86-64 and arm64
             hyperscan = None
         if hyperscan is not None:
-            exprs = [_hs_escape(lit) for lit in self.literals] + [_CONT, _CR, _FRAME]
-            exprs += [_hs_escape(lab) for lab in self.labels]
-            flags = [hyperscan.HS_FLAG_CASELESS] * len(self.literals) + [0, 0, 0]
-            flags += [hyperscan.HS_FLAG_SINGLEMATCH] * len(self.labels)
-            self._hs = hyperscan_db(hyperscan, exprs, flags, "prefilter-hs")
+            # each literal as "literal, then to the end of its line", all under one id
+            # (0, or 1 for the literals whose line before is a candidate too): Hyperscan
+            # reports an id at an end offset once, so a candidate line is one report
+            ids: list[int] = []
+            exprs: list[bytes] = []
+            flags: list[int] = []
+            line_flags = hyperscan.HS_FLAG_CASELESS | hyperscan.HS_FLAG_MULTILINE
+            for i, lit in enumerate(self.literals):
+                exprs.append(_hs_escape(lit) + b"[^\\n]*$")
+                ids.append(1 if i in self._before else 0)
+                flags.append(line_flags)
+            exprs += [_CONT, _CR, _FRAME]
+            ids += [2, 3, 4]
+            flags += [0, 0, 0]
+            for j, lab in enumerate(self.labels):
+                exprs.append(_hs_escape(lab))
+                ids.append(5 + j)
+                flags.append(hyperscan.HS_FLAG_SINGLEMATCH)
+            self._hs = hyperscan_db(hyperscan, exprs, flags, "prefilter-hs", ids)
         self.engine = "hyperscan" if self._hs is not None else "polars"
 
     def newlines(self, chunk: bytes | bytearray) -> Any:
@@ -249,34 +263,40 @@ class Matcher:
         self, chunk: bytes | bytearray, nl: Any, n_lines: int
     ) -> tuple[Any, frozenset[str]]:
         np = self._np
-        n = len(self.literals)
-        before = self._before
-        at: list[int] = []  # offsets inside candidate lines
+        at: list[int] = []  # offsets inside (or at the end of) candidate lines
         prev: list[int] = []  # ... whose line before is a candidate too
         labels: list[int] = []
         add_at, add_prev = at.append, prev.append
 
         def on_match(ident: int, _frm: int, to: int, _flags: int, _ctx: object) -> None:
-            if ident < n:
-                add_at(to - 1)
-                if ident in before:
-                    add_prev(to - 1)
-            elif ident == n:  # newline + indentation: this line and the one before
-                add_prev(to - 1)
-            elif ident <= n + 2:
+            if ident == 0:  # a literal: ``to`` is its line's end
+                add_at(to)
+            elif ident == 1 or ident == 2:  # noqa: PLR1714 - the common case first
+                # a literal whose line before counts (at the line's end), or a newline +
+                # indentation (at the indentation): this line and the one before
+                add_prev(to if ident == 1 else to - 1)
+            elif ident <= 4:
                 add_at(to - 1)
             else:
-                labels.append(ident - n - 3)
+                labels.append(ident - 5)
 
         self._hs.scan(chunk, match_event_handler=on_match)
         present = frozenset(self.labels[i] for i in labels)
         if not at and not prev:
             return np.empty(0, dtype=np.int64), present
-        idx = np.searchsorted(nl, np.array(at + prev, dtype=np.int64), side="left")
+        idx = np.searchsorted(nl, np.array(at, dtype=np.int64), side="left")
         if prev:
-            before_idx = np.searchsorted(nl, np.array(prev, dtype=np.int64), side="left") - 1
-            idx = np.concatenate([idx, before_idx[before_idx >= 0]])
-        out = np.unique(idx)
+            pidx = np.searchsorted(nl, np.array(prev, dtype=np.int64), side="left")
+            idx = np.concatenate([idx, pidx, pidx[pidx > 0] - 1])
+            out = np.unique(idx)
+        elif len(idx) > 1 and bool((idx[1:] >= idx[:-1]).all()):
+            # reports come by end offset: sorted, only repeats to drop
+            keep = np.empty(len(idx), dtype=bool)
+            keep[0] = True
+            np.not_equal(idx[1:], idx[:-1], out=keep[1:])
+            out = idx[keep]
+        else:
+            out = np.unique(idx)
         return out[out < n_lines], present
 
     def _polars(self, chunk: bytes | bytearray, n_lines: int) -> Any:

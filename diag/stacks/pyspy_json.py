@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from diag.model import StackFrame, StackProcess, StackThread
-from diag.stacks.classify import classified
 from diag.stacks.frames import make_frame, rank_from_title
 
 __all__ = ["parse_pyspy_json"]
@@ -77,6 +76,8 @@ def parse_pyspy_json(
             pid = item["pid"]
     # py-spy lists threads in no useful order: put the main thread first.
     threads.sort(key=lambda t: t.name != "MainThread" and t.thread_id != pid)
+    from diag.stacks.classify import classified  # (speed) imported when a dump is read
+
     return classified(
         StackProcess(
             pid=pid, title=title, threads=tuple(threads), rank=rank_from_title(title), mode=mode

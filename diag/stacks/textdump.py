@@ -39,9 +39,7 @@ from dataclasses import dataclass, field, replace
 from diag.model import RankId, Record, StackFrame, StackProcess, StackThread
 from diag.parse.coords import TAGS_RE_SRC, Coords, match_proc_prefix, match_torch_rank, parse_tags
 from diag.parse.unwrap import SourceUnwrapper, unwrap_line
-from diag.stacks.classify import classified
 from diag.stacks.frames import make_frame, rank_from_title, split_pyspy_frame
-from diag.stacks.merge import merge_samples
 from diag.stacks.pyspy_json import parse_pyspy_json
 
 __all__ = [
@@ -50,6 +48,20 @@ __all__ = [
     "records_from_text",
     "split_glued_dump",
 ]
+
+
+# (speed) the classifier and the merger are imported when a dump is found: the
+# classifier's import compiles its ~120 frame patterns
+def classified(p: StackProcess) -> StackProcess:
+    from diag.stacks.classify import classified as classify
+
+    return classify(p)
+
+
+def merge_samples(samples: Sequence[StackProcess]) -> StackProcess:
+    from diag.stacks.merge import merge_samples as merge
+
+    return merge(samples)
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # SGLang's log prefix before an embedded dump line: "[2026-07-14 08:34:44 TP3] "
