@@ -277,6 +277,8 @@ def test_one_bundle_for_the_job(cluster: Cluster, tmp_path: Path) -> None:
     assert {m for m in members if m.startswith(f"logs/{a}/rank")} == {
         f"logs/{a}/rank0.log", f"logs/{a}/rank1.log"}, sorted(members)
     assert f"logs/{b}/rank2.log" in members, sorted(members)
+    report = members["report.md"].decode()  # the logs and the job's snapshot, as one
+    assert "Job of 2 hosts" in report and "weights_load" in report, report[:2000]
     job = json.loads(members["job.json"])
     assert job["outliers"] == [f"TP2@{b}"]
     assert [h["part"] for h in job["hosts"]] == [f"hosts/{a}/", f"hosts/{b}/"]

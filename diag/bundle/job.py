@@ -152,7 +152,10 @@ def _merged_servers(
             assert isinstance(hosts, list)
             hosts.append(part.host)
             procs = s.get("processes")
-            m["processes"] = int(m["processes"] or 0) + (procs if isinstance(procs, int) else 0)  # type: ignore[call-overload]
+            before = m["processes"]
+            m["processes"] = (before if isinstance(before, int) else 0) + (
+                procs if isinstance(procs, int) else 0
+            )
             if s.get("launcher") and not m["launcher"]:
                 m["launcher"], m["launcher_pid"] = True, s.get("launcher_pid")
                 m["launcher_host"] = part.host
@@ -387,10 +390,11 @@ def write_job_bundle(
     members["env.json"] = _dumps(env)
     job_value = {**dict(job), "hosts": host_entries}
     members[JOB_MEMBER] = _dumps(job_value)
+    from diag.report.markdown import render_markdown
+
     if snap is not None:
         members["snapshot.json"] = _dumps(snapshot_to_dict(snap))
         from diag.report.combined import combine, empty_analysis
-        from diag.report.markdown import render_markdown
 
         view = replace(combine(empty_analysis("job bundle", snap), snap), environment=env)
         members["report.md"] = render_markdown(view).encode("utf-8", "surrogateescape")
@@ -400,26 +404,44 @@ def write_job_bundle(
         local = socket.gethostname()
     except OSError:  # pragma: no cover
         local = "unknown"
-    manifest = {
-        "format": FORMAT,
-        "schema": SCHEMA_VERSION,
-        "diag_version": __version__,
-        "created": now.isoformat(),
-        "host": local,
-        "command_line": list(command_line),
-        "snapshot": snap is not None,
-        "job": {"hosts": host_entries, "members": JOB_MEMBER},
-        "logs": logs,
-        "summary": None,
-        "notes": notes,
-        "redactions": redactions,
-        "members": {
-            name: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-            for name, data in members.items()
-        },
-    }
-    archive = {MANIFEST: _dumps(manifest), **members}
+
+    def archive_of(members: Mapping[str, bytes]) -> dict[str, bytes]:
+        manifest = {
+            "format": FORMAT,
+            "schema": SCHEMA_VERSION,
+            "diag_version": __version__,
+            "created": now.isoformat(),
+            "host": local,
+            "command_line": list(command_line),
+            "snapshot": snap is not None,
+            "job": {"hosts": host_entries, "members": JOB_MEMBER},
+            "logs": logs,
+            "summary": None,
+            "notes": notes,
+            "redactions": redactions,
+            "members": {
+                name: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+                for name, data in members.items()
+            },
+        }
+        return {MANIFEST: _dumps(manifest), **members}
+
+    archive = archive_of(members)
     size = _write_atomically(out, archive, int(now.timestamp()))
+    if logs and snap is not None:
+        # report.md as `diag report` of this bundle gives it: the hosts' logs with the
+        # job's snapshot (the bundle is read back, so both views are one)
+        from diag.errors import DiagError
+        from diag.report.combined import load_case
+
+        try:
+            case = load_case([out])
+        except DiagError:
+            case = None
+        if case is not None:
+            members["report.md"] = render_markdown(case).encode("utf-8", "surrogateescape")
+            archive = archive_of(members)
+            size = _write_atomically(out, archive, int(now.timestamp()))
     return JobBundleInfo(out, size, tuple(archive), tuple(str(e["host"]) for e in hosts))
 
 
