@@ -209,3 +209,75 @@ def test_log_phase_of_each_rank_from_the_file_its_stdout_points_at(tmp_path: Pat
     ranks = ev["ranks"]
     assert ranks["TP0"]["last_phase"] == "kv_cache"  # type: ignore[index]
     assert ranks["TP1"]["last_phase"] == "weights_load"  # type: ignore[index]
+
+
+def _nccl_gpus() -> int:
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:
+        return 0
+    if not (torch.cuda.is_available() and dist.is_nccl_available()):
+        return 0
+    return int(torch.cuda.device_count())
+
+
+@pytest.mark.live
+@pytest.mark.gpu
+@pytest.mark.skipif(_nccl_gpus() < 3, reason="needs NCCL and 3+ GPUs (one per rank, a majority)")
+@pytest.mark.parametrize("odd", [0, 2])
+def test_nccl_flight_recorder_through_its_debug_pipe(odd: int) -> None:
+    """The same hang on NCCL: the ranks' recorders dump when diag writes to their debug
+    pipes (``--fr-dump``), and the rank that issued all_gather is named, also rank 0."""
+    _gate()
+    tp = min(4, _nccl_gpus())
+    extra = ("--backend", "nccl", "--odd-rank", str(odd), "--odd-kind", "type")
+    with mini_server(framework="sglang", tp=tp, mode="fr_mismatch", extra=extra) as srv:
+        srv.wait_ready([f"rank{r}" for r in range(tp)] + ["launcher"], timeout=180)
+        snap = take_snapshot(SnapshotOptions(pid=srv.pid, timeout_s=30.0, samples=1,
+                                             fr_dump=True, fr_wait_s=20.0))
+        (fr,) = [e for e in snap.collective_evidence if e.get("kind") == "flight_recorder"]
+        assert fr["requested"]["answered"] == list(range(tp)), fr  # type: ignore[index]
+        (mm,) = fr["mismatches"]  # type: ignore[misc]
+        assert [m["rank"] for m in mm["minority"]] == [odd]
+        finding = next(f for f in snap.findings if f.id == "nccl.collective_mismatch")
+        assert finding.ranks == (f"TP{odd}",)
+        assert f"TP{odd}: all_gather [4096] bf16 at seq 4" in finding.message
+        assert f"while {tp - 1}/{tp} issued all_reduce [8192] bf16" in finding.message
+
+
+def test_the_view_shows_the_mismatch_and_the_verdict_names_the_rank() -> None:
+    import dataclasses
+
+    from rich.console import Console
+    from test_snapshot_report import story_snapshot
+
+    from diag.report.snapshot_view import render_snapshot, verdict_text
+    from diag.rules import apply_snapshot_rules
+
+    world = 3
+    dumps = {r: dump([*common(3), entry(4)], world) for r in range(world)}
+    dumps[1] = dump(common(3), world)  # TP1 never issued seq 4
+    ev = {"kind": "flight_recorder", "files": {}, **summarise_fr(dumps)}
+    log = {"kind": "log_phase", "file": "/srv/server.log", "text": "log /srv/server.log: TP1 x",
+           "ranks": {"TP1": {"last_phase": "cuda_graph"}}}
+    snap = dataclasses.replace(story_snapshot(), collective_evidence=(ev, log))
+    snap = dataclasses.replace(snap, findings=tuple(apply_snapshot_rules(snap)))
+    finding = next(f for f in snap.findings if f.id == "nccl.collective_mismatch")
+    assert finding.ranks == ("TP1",)
+    assert "TP1: nothing (its last: all_reduce [8192] bf16 at seq 3) at seq 4" in finding.message
+    assert "log phase cuda_graph" in finding.message
+    assert finding.message in verdict_text(snap).replace(". ", ".\n") or (
+        finding.message[:60] in verdict_text(snap))
+    console = Console(width=200, record=True, color_system=None)
+    for part in render_snapshot(snap):
+        console.print(part)
+    text = console.export_text()
+    assert "mismatch: rank 1: nothing" in text and "log phase" in text
+    # two ranks, one issued seq 4 and one not: no majority, and the finding names nobody
+    two = {0: dump([*common(3), entry(4)], 2), 1: dump(common(3), 2)}
+    ev2 = {"kind": "flight_recorder", "files": {}, **summarise_fr(two)}
+    tied = dataclasses.replace(story_snapshot(), collective_evidence=(ev2,))
+    found = {f.id: f for f in apply_snapshot_rules(tied)}
+    assert found["nccl.collective_mismatch"].ranks == ()
+    assert "no majority at seq 4" in found["nccl.collective_mismatch"].message

@@ -293,6 +293,12 @@ def render_snapshot(snap: Snapshot, *, max_group_frames: int = 8) -> list[Render
             behind = ev.get("behind")
             if behind:
                 lines.append(f"behind the others: {behind}")
+            if ev.get("ahead"):
+                lines.append(f"ahead of the others: {ev.get('ahead')}")
+            mismatches = ev.get("mismatches")
+            lines += [f"mismatch: {mm.get('text')}"
+                      for mm in (mismatches if isinstance(mismatches, list) else [])
+                      if isinstance(mm, dict)]
             if ev.get("hint"):
                 lines.append(str(ev.get("hint")))
             out.append(
@@ -302,8 +308,9 @@ def render_snapshot(snap: Snapshot, *, max_group_frames: int = 8) -> list[Render
                     title_align="left",
                 )
             )
-        elif kind in ("file_lock", "store_connections"):
-            title = "file lock" if kind == "file_lock" else "store connections"
+        elif kind in ("file_lock", "store_connections", "store_keys", "log_phase"):
+            title = {"file_lock": "file lock", "store_connections": "store connections",
+                     "store_keys": "store keys", "log_phase": "log phase"}[kind]
             out.append(Panel(Text(str(ev.get("text", ""))[:2000]), title=title, title_align="left"))
     if snap.findings:
         table = Table(title="findings", title_justify="left")

@@ -390,8 +390,10 @@ def _collective_mismatch(ctx: SnapshotContext) -> CheckOutcome | None:
                 p = _rank_proc(snap, row.get("rank"))
                 label = p.rank.label if p is not None and p.rank is not None else (
                     f"rank {row.get('rank')}")
-                if row.get("kind") in ("type", "size", "dtype", "missing", "extra"):
-                    named.append(label)
+                if isinstance(majority, Mapping) and row.get("kind") in (
+                    "type", "size", "dtype", "missing", "extra"
+                ):
+                    named.append(label)  # a tie names nobody
                 if row.get("kind") == "missing":
                     last = row.get("last_issued")
                     what = "nothing" + (f" (its last: {last} at seq {row.get('last_seq')})"
@@ -403,7 +405,8 @@ def _collective_mismatch(ctx: SnapshotContext) -> CheckOutcome | None:
                 extra = "; ".join(b for b in (live, f"log phase {phase}" if phase else "") if b)
                 said.append(f"{label}: {what} at seq {mm.get('seq')}"
                             + (f" [{extra}]" if extra else ""))
-                hits.append(ctx.hit(p, f"{label} {row.get('kind')}: {row.get('why') or what}"))
+                hits.append(ctx.hit(p if isinstance(majority, Mapping) else None,
+                                    f"{label} {row.get('kind')}: {row.get('why') or what}"))
             if isinstance(majority, Mapping):
                 members = majority.get("ranks")
                 n = len(members) if isinstance(members, list) else 0

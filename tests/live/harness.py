@@ -130,7 +130,11 @@ def mini_server(
         *extra,
     ]
     env = dict(os.environ)
-    if mode == "fr_mismatch":  # set at launch, as a user would: ranks' environ shows it
+    if mode == "fr_mismatch" and "nccl" in extra:  # NCCL's recorder, its dumps and pipe
+        env["TORCH_NCCL_TRACE_BUFFER_SIZE"] = "2000"
+        env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = str(ready_dir / "nccl_trace_rank_")
+        env["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"] = str(ready_dir / "nccl_trace_rank_")
+    elif mode == "fr_mismatch":  # set at launch, as a user would: ranks' environ shows it
         env["TORCH_FR_BUFFER_SIZE"] = "2000"
         env["TORCH_FR_DUMP_TEMP_FILE"] = str(ready_dir / "fr_trace_rank_")
     with log.open("wb") as out:

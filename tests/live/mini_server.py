@@ -27,6 +27,9 @@ Hang modes (what each rank does after init_process_group):
   (``torch._C._distributed_c10d._dump_fr_trace()``, the pickle torch's DebugInfoWriter
   writes) to ``TORCH_FR_DUMP_TEMP_FILE`` + rank right after issuing its last collective:
   torch 2.13 writes FR dumps by itself only from ProcessGroupNCCL (timeout, debug pipe).
+  With ``--backend nccl`` (one GPU per rank) the tensors are on the GPUs, the ranks block
+  in ``torch.cuda.synchronize()`` behind the kernel that never completes, and the dumps
+  come from NCCL's recorder through its debug pipe (``diag snapshot --fr-dump``).
 - ``healthy``: all_reduce completes, ranks idle in their event loop, the launcher listens.
 
 Each rank writes ``DIR/rank<r>`` just before it starts to wait; the launcher writes
@@ -116,24 +119,27 @@ def write_fr_dump(rank: int) -> None:
     tmp.rename(path)
 
 
-def fr_mismatch(r: int, n: int, odd: int, kind: str) -> tuple[object, bool]:
+def fr_mismatch(r: int, n: int, odd: int, kind: str, device: str = "cpu") -> tuple[object, bool]:
     """The collective each rank issues at seq 4 (see ``fr_mismatch`` above)."""
     import torch
     import torch.distributed as dist
 
+    def ones(k: int, dtype: object = torch.float32) -> object:
+        return torch.ones(k, dtype=dtype, device=device)  # type: ignore[call-overload]
+
     for _ in range(3):
-        dist.all_reduce(torch.ones(8))
+        dist.all_reduce(ones(8))
     bf16 = torch.bfloat16
     if r == odd and kind == "type":
-        out = [torch.empty(4096, dtype=bf16) for _ in range(n)]
-        return dist.all_gather(out, torch.ones(4096, dtype=bf16), async_op=True), False
+        out = [torch.empty(4096, dtype=bf16, device=device) for _ in range(n)]
+        return dist.all_gather(out, ones(4096, bf16), async_op=True), False
     if r == odd:
-        dist.all_reduce(torch.ones(4096, dtype=torch.float32))
+        dist.all_reduce(ones(4096))
         return None, True
-    work = dist.all_reduce(torch.ones(8192, dtype=bf16), async_op=True)
+    work = dist.all_reduce(ones(8192, bf16), async_op=True)
     if kind == "size":
         work.wait()
-        work = dist.all_reduce(torch.ones(8), async_op=True)
+        work = dist.all_reduce(ones(8), async_op=True)
     return work, False
 
 
@@ -148,14 +154,19 @@ def rank_main(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
+    device = "cpu"
+    if args.backend == "nccl":
+        torch.cuda.set_device(r % torch.cuda.device_count())
+        device = f"cuda:{r % torch.cuda.device_count()}"
     dist.init_process_group(
-        "gloo",
+        args.backend,
         init_method=f"tcp://{getattr(args, 'master_addr', '127.0.0.1')}:{args.master_port}",
         rank=r,
         world_size=n,
         timeout=datetime.timedelta(hours=1),
     )
-    _log(fw, tag, f"world_size={n} rank={r} local_rank={r} backend=gloo", "parallel_state.py:2")
+    _log(fw, tag, f"world_size={n} rank={r} local_rank={r} backend={args.backend}",
+         "parallel_state.py:2")
     _log(fw, tag, "Init torch distributed ends. mem usage=0.00 GB", "parallel_state.py:3")
     _log(fw, tag, "Load weight begin. avail mem=20.00 GB", "model_runner.py:1")
     _log(
@@ -199,12 +210,15 @@ def rank_main(args: argparse.Namespace) -> None:
         dist.all_reduce(t)
     elif mode == "fr_mismatch":
         odd = last if args.odd_rank < 0 else args.odd_rank
-        work, busy = fr_mismatch(r, n, odd, args.odd_kind)
-        write_fr_dump(r)
+        work, busy = fr_mismatch(r, n, odd, args.odd_kind, device)
+        if args.backend == "gloo":
+            write_fr_dump(r)  # NCCL's recorder dumps itself (debug pipe, timeout)
         _ready(ready_dir, f"rank{r}", {"pid": os.getpid()})
         if busy:
             handle_first_request(3600)
         work.wait()  # type: ignore[attr-defined]
+        if device != "cpu":
+            torch.cuda.synchronize()  # the kernel that never completes
     elif mode == "ipc":
         conn = Client(args.ipc_address, authkey=b"mini")
         _ready(ready_dir, f"rank{r}", {"pid": os.getpid()})
@@ -304,7 +318,7 @@ def launcher_main(args: argparse.Namespace) -> None:
     args.master_port = _free_port()
     args.store_port = _free_port()
     lock = None
-    if args.mode == "fr_mismatch":
+    if args.mode == "fr_mismatch" and args.backend == "gloo":
         os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
         os.environ.setdefault("TORCH_FR_DUMP_TEMP_FILE", str(ready_dir / "fr_trace_rank_"))
     if args.mode == "compile":
@@ -376,6 +390,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--lock", default=None)
     ap.add_argument("--ipc-address", default=None)
     ap.add_argument("--report", default=None)
+    ap.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     ap.add_argument("--odd-rank", type=int, default=-1)
     ap.add_argument("--odd-kind", choices=("type", "size"), default="type")
     args = ap.parse_args(argv)
