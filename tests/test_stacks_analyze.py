@@ -84,3 +84,29 @@ def test_torch_failed_collective_report_through_analyze(prefilter: bool) -> None
         (0, "stack.nccl_collective")
     ]
     assert len(reports[0].threads[0].frames) == 9
+
+
+MADE = Path(__file__).resolve().parent.parent / "fixtures" / "stacks" / "made"
+ALONE = [
+    (case.name, view)
+    for case in sorted(MADE.iterdir())
+    if (case / "case.toml").is_file()
+    and not tomllib.loads((case / "case.toml").read_text()).get("native_only")
+    for view in (
+        "pyspy.txt",
+        "pyspy.json",
+        "pystack.txt",
+        "faulthandler.txt",
+        "pytest-timeout-thread.txt",
+    )
+    if (case / view).is_file()
+]
+
+
+@pytest.mark.parametrize(("case", "view"), ALONE, ids=[f"{c}/{v}" for c, v in ALONE])
+def test_a_real_dump_alone_is_analysed_not_refused(case: str, view: str) -> None:
+    """`diag analyze dump.txt` on a dump with no log line around it (pystack, py-spy --json,
+    pytest-timeout were refused as "not a log")."""
+    want = tomllib.loads((MADE / case / "case.toml").read_text())["wait_site"]
+    procs = analyze([MADE / case / view], prefilter=True).stack_processes
+    assert {p.wait_site for p in procs} == {want}

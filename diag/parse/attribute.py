@@ -39,8 +39,12 @@ def _catalogue() -> Catalogue:
 _LOG_LINE = re.compile(
     r"^(?:[\w.]+(?:Error|Exception|Interrupt|Exit)(?:: |$)|Killed$|Aborted(?: \(core dumped\))?$|"
     r"Segmentation fault|terminate called after throwing|Fatal Python error: |"
-    r'File "[^"]+", line \d+,? in \S+$|'  # a traceback or faulthandler frame
-    r"#\d+ \S+ from \S+:\d+$)"  # a frame of torch's failed-collective report
+    r'(?:\((?:Python|C)\) )?File "[^"]+", line \d+,? in \S+|'  # traceback/faulthandler/pystack
+    r"#\d+ \S+ from \S+:\d+$|"  # a frame of torch's failed-collective report
+    # stack dumps (diag.stacks.textdump): pystack and py-spy thread headers, py-spy --json,
+    # pytest-timeout's per-thread title, torch's fatal-signal printer
+    r"Traceback for thread \d+ |Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil)|"
+    r'"owns_gil": (?:true|false)|\[\{"pid": ?\d+|~{3,} Stack of |!{3,} ?\w[\w ]* encountered)'
 )
 
 
@@ -52,7 +56,7 @@ def any_log_word(drafts: Sequence[Draft]) -> bool:
         msg = d.p.message.strip()
         if _LOG_LINE.match(msg) or cat.matches_message(msg):
             return True
-        if any(_LOG_LINE.match(c.strip()) for c in d.continuation[-3:]):
+        if any(_LOG_LINE.match(c.strip()) for c in (*d.continuation[:40], *d.continuation[-3:])):
             return True
     return False
 

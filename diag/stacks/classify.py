@@ -35,9 +35,10 @@ GPU, a compile, the disk) while the main thread does not (the SGLang overlap sch
 forward thread in an NCCL call while the main thread waits on it), or the main thread's
 frames name no site while another thread's do; helper threads (tqdm
 monitor, watchdogs, Inductor's pipe reader, queue feeders) are never chosen. A py-spy
-dump whose threads are all idle helpers is an idle loop (:data:`IDLE_PROCESS_RULE`);
-helper threads whose state is unknown (a faulthandler dump, frames whose thread header
-was cut) give no wait site.
+dump whose threads are all idle helpers is an idle loop (:data:`IDLE_PROCESS_RULE`); in
+a dump without thread states (faulthandler, pystack, pytest-timeout) a helper parked in a
+generic wait counts as idle; helper threads whose state is unknown otherwise (frames whose
+thread header was cut) give no wait site.
 
 :func:`apply_gpu_facts` (live) and :func:`classify_wchan` (no ptrace) add what a stack
 cannot say.
@@ -939,8 +940,11 @@ GIL_CONTENTION_RULE = SiteRule(
 IDLE_PROCESS_RULE = SiteRule(
     "idle-helpers-only",
     _IDLE,
-    why="a py-spy dump in which every thread shown is idle and is a helper (progress bar, "
-    "watchdog, pipe reader, pool worker): no thread does work (LABELS.md, Conventions)",
+    why="a dump in which every thread shown is idle and is a helper (progress bar, "
+    "watchdog, pipe reader, pool worker): no thread does work (LABELS.md, Conventions). "
+    "py-spy says idle; in a dump without states (faulthandler, pystack, pytest-timeout) "
+    "a helper parked in a generic wait (Event/Condition wait, queue get, select, sleep) "
+    "counts as idle",
 )
 
 # Frames of a GPU serving worker: model forward, sampler, the scheduler/worker loops,
@@ -1059,7 +1063,20 @@ def _all_idle_helpers(p: StackProcess) -> bool:
     convention reads the visible threads (no main thread doing work in sight)."""
     if not p.threads:
         return False
-    return all(t.idle is True and (is_helper_thread(t) or not t.frames) for t in p.threads)
+    return all(
+        (t.idle is True or _parked(t, p.mode)) and (is_helper_thread(t) or not t.frames)
+        for t in p.threads
+    )
+
+
+def _parked(thread: StackThread, mode: str | None) -> bool:
+    """A thread of a dump without thread states (faulthandler, pystack, pytest-timeout)
+    whose innermost frames are a generic wait (an Event/Condition wait, a queue get, a
+    select, a sleep): it is parked, as py-spy would show it idle."""
+    if thread.idle is not None or mode not in _STATELESS_DUMPS or not thread.frames:
+        return False
+    site, rule = classify_frames(thread.frames)
+    return rule is not None and (rule.strength == "weak" or site == _IDLE)
 
 
 def pick_thread(p: StackProcess) -> tuple[StackThread | None, str | None]:
