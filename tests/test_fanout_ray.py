@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from test_fanout_ssh import Cluster, cluster  # noqa: F401  (the namespace hosts fixture)
 
-from diag.collect.fanout import JobView, merge
+from diag.collect.fanout import JobView, merge, odd_diffs
 from diag.collect.ray_fanout import alive_nodes, node_names, results_from_replies
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,6 +42,11 @@ def test_replay_of_a_real_two_node_run() -> None:
     assert sorted(sites["stack.nccl_collective"]) == ["TP0@node0", "TP1@node0"]
     for h in view.hosts:
         assert h.offset_err_s is not None and abs(h.offset_s) <= h.offset_err_s + 0.05
+    # the odd group against the majority: where their Python stacks part
+    (diff,) = odd_diffs(view)
+    assert diff["ranks"] == "TP2@node1" and diff["shared"].startswith("rank_main ")
+    assert diff["majority"][-1].startswith("all_reduce (distributed_c10d.py")
+    assert diff["odd"] == ["handle_first_request (mini_server.py:84)"]
 
 
 def test_replay_names_a_node_without_diag_and_a_lost_task() -> None:

@@ -229,6 +229,8 @@ def test_fanout_finds_the_outlier_on_the_remote_host(cluster: Cluster) -> None:
     r = _diag("snapshot", "--hosts", hosts, "--samples", "1", *cluster.ssh_opts())
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"TP2@{cluster.addr[1]}" in r.stdout and "odd ranks out" in r.stdout
+    assert f"TP2@{cluster.addr[1]} parts from the majority after rank_main" in r.stdout, r.stdout
+    assert view["odd_stack_diff"][0]["odd"][0].startswith("handle_first_request"), view
 
 
 def test_fanout_partial_when_a_host_is_down_or_lacks_diag(cluster: Cluster) -> None:

@@ -31,7 +31,14 @@ from typing import Any
 
 from diag import __version__
 from diag.bundle.read import FORMAT, MANIFEST, SCHEMA_VERSION, Bundle
-from diag.model import ProcessInfo, Snapshot, StackGroup, StackProcess, Unavailable
+from diag.model import (
+    ProcessInfo,
+    Snapshot,
+    StackFrame,
+    StackGroup,
+    StackProcess,
+    Unavailable,
+)
 
 __all__ = [
     "HostPart",
@@ -39,6 +46,7 @@ __all__ = [
     "cross_host_groups",
     "job_from_bundles",
     "at_host",
+    "frame_diff",
     "job_snapshot",
     "job_view",
     "merge_env",
@@ -128,6 +136,26 @@ def cross_host_groups(
     ]
     odd = tuple(outliers([g for g in ranks_only if g.members]))
     return tuple(shown), odd
+
+
+def frame_diff(
+    majority: StackGroup, odd: StackGroup, *, shown: int = 3
+) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """Where an odd group's stack leaves the majority's: the last Python frame both share
+    (from the outermost inwards, line numbers aside) and the next ``shown`` frames of each."""
+
+    def key(f: StackFrame) -> tuple[str, str]:
+        return (f.name, f.filename.rsplit("/", 1)[-1])
+
+    # Python frames (native ones differ per process: addresses, the interpreter's own)
+    a = [f for f in reversed(majority.frames) if not f.native]
+    b = [f for f in reversed(odd.frames) if not f.native]
+    n = 0
+    while n < min(len(a), len(b)) and key(a[n]) == key(b[n]):
+        n += 1
+    shared = a[n - 1].label if n else "(no frame in common)"
+    return (shared, tuple(f.label for f in a[n:n + shown]),
+            tuple(f.label for f in b[n:n + shown]))
 
 
 def _merged_servers(

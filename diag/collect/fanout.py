@@ -36,6 +36,7 @@ __all__ = [
     "JobView",
     "fold_ranks",
     "merge",
+    "odd_diffs",
     "parse_hosts",
     "snapshot_hosts",
 ]
@@ -341,6 +342,29 @@ def fold_ranks(labels: Sequence[str]) -> str:
     return ", ".join(parts + other)
 
 
+def odd_diffs(view: JobView) -> list[dict[str, Any]]:
+    """Each odd group's stack against the majority group's (the group with no odd rank):
+    the last frame they share, then the next frames of each (``frame_diff``)."""
+    from diag.bundle.job import at_host, frame_diff
+
+    snap = view.snapshot
+    if snap is None or len(snap.groups) < 2 or not view.outliers:
+        return []
+    odd = set(view.outliers)
+    groups = [g for g in snap.groups if g.frames]
+    ref = next((g for g in groups if not {at_host(m) for m in g.members} & odd), None)
+    if ref is None:
+        return []
+    out: list[dict[str, Any]] = []
+    for g in groups:
+        if g is ref or not {at_host(m) for m in g.members} & odd:
+            continue
+        shared, mine, theirs = frame_diff(ref, g)
+        out.append({"ranks": fold_ranks([at_host(m) for m in g.members]), "shared": shared,
+                    "majority": list(mine), "odd": list(theirs)})
+    return out
+
+
 def view_to_dict(view: JobView) -> dict[str, Any]:
     return {
         "schema_version": 1,
@@ -360,6 +384,7 @@ def view_to_dict(view: JobView) -> dict[str, Any]:
         ],
         "groups": [{"wait_site": site, "ranks": list(ranks)} for site, ranks in view.groups],
         "outliers": list(view.outliers),
+        "odd_stack_diff": odd_diffs(view),
         "elapsed_s": round(view.elapsed_s, 3),
         "slowest_host_s": round(view.slowest_host_s, 3),
         "notes": list(view.notes),

@@ -298,6 +298,8 @@ def _show(view: JobView, *, as_json: bool) -> None:
             console.print(f"  {site}: {fold_ranks(list(members))}", markup=False)
         if view.outliers:
             console.print(f"[bold red]odd ranks out:[/] {fold_ranks(list(view.outliers))}")
+            for line in _diff_lines(view):
+                console.print(line, markup=False)
         for note in view.notes:
             console.print(f"[dim]{note}[/]")
 
@@ -339,3 +341,16 @@ def _k8s(namespace: str, selector: str, *, group: str | None, container: str | N
     if debug_image:
         Console(stderr=True, highlight=False).print(f"diag: note: {DEBUG_NOTE}", markup=False)
     _partial(view)
+
+
+def _diff_lines(view: JobView) -> list[str]:
+    """Each odd group's stack against the majority's: where the two part."""
+    from diag.collect.fanout import odd_diffs
+    from diag.report.sanitize import visible as sanitize
+
+    out = []
+    for d in odd_diffs(view):
+        out.append(f"  {d['ranks']} parts from the majority after {d['shared']}:")
+        out.append(f"    majority: {' -> '.join(d['majority']) or '(ends here)'}")
+        out.append(f"    {d['ranks']}: {' -> '.join(d['odd']) or '(ends here)'}")
+    return [sanitize(line) for line in out]
