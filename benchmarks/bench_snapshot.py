@@ -1,19 +1,26 @@
 """Benchmark: `diag snapshot` end to end vs. a sequential shell loop of `py-spy dump --native`.
 
-Starts a mini server (tests/live/mini_server.py) with 8 real gloo ranks hung in a
-collective (rank 7 never joins), then, in one run and over the same pids (launcher, 8
-ranks, detokenizer):
+For each rank count (``--ranks 8,16``) it starts a mini server (tests/live/mini_server.py)
+with that many real gloo ranks hung in a collective (the last rank never joins), then, in
+one run and over the same pids (launcher, the ranks, detokenizer), side by side:
 
 - ``loop``: ``for p in PIDS; do py-spy dump --native --pid $p; done`` in bash (what a
   person does by hand),
 - ``diag snapshot --json`` as a fresh process (interpreter start, discovery, /proc, psutil
   CPU window, NVML, every dump in parallel under one deadline, analysis, rules), with the
-  default 2 samples ~1 s apart and with ``--samples 1``.
+  default 2 samples (the second look runs beside the native dumps) and with ``--samples 1``.
 
 Each is run ``--repeat`` times (after one warm-up of each, so that py-spy's symbol loading
-of libtorch is not counted against only one side) and the median is reported.
+of libtorch is not counted against only one side), interleaved, and the median is
+reported, with the load average before and after every rank count.
 
-    .venv/bin/python benchmarks/bench_snapshot.py [--ranks 8] [--repeat 3]
+``--pause`` also measures how long py-spy stops a target: a busy-loop probe (tests/live
+has none that logs its own stalls, so it is here) notes every gap in its loop longer
+than 0.2 ms; each mode is run ``--repeat`` times against it, and the longest gap inside
+each dump's window is its pause (median reported). ``diag snapshot --pid PROBE`` is
+measured the same way: the sum of the gaps is what the snapshot costs that target.
+
+    .venv/bin/python benchmarks/bench_snapshot.py [--ranks 8,16] [--repeat 5] [--pause]
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,7 +42,20 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from live.harness import mini_server  # noqa: E402
 
-CPU: dict[str, list[float]] = {}
+PROBE = r"""
+import sys, threading, time
+threshold, nthreads = float(sys.argv[2]), int(sys.argv[3])
+for _ in range(nthreads):
+    threading.Thread(target=lambda: [time.sleep(0.05) for _ in iter(int, 1)], daemon=True).start()
+out = open(sys.argv[1], "w", buffering=1)
+out.write("ready\n")
+last = time.perf_counter()
+while True:
+    now = time.perf_counter()
+    if now - last > threshold:
+        out.write(f"{time.monotonic():.6f} {now - last:.6f}\n")
+    last = now
+"""
 
 
 def _cpu() -> float:
@@ -42,90 +63,167 @@ def _cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def _timed(
-    argv: list[str], key: str | None = None
-) -> tuple[float, subprocess.CompletedProcess[str]]:
-    """Wall seconds of one run; its CPU seconds (all its descendants: py-spy included,
-    the target processes not) are kept under ``key``: CPU time depends far less on the
-    load of a shared machine than wall time does."""
+def _timed(argv: list[str]) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    """Wall and CPU seconds of one run (CPU: it and its descendants, py-spy included, the
+    targets not; CPU time depends far less on the load of a shared machine than wall)."""
     c0 = _cpu()
     t0 = time.perf_counter()
     res = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    wall = time.perf_counter() - t0
-    if key is not None:
-        CPU.setdefault(key, []).append(_cpu() - c0)
-    return wall, res
+    return time.perf_counter() - t0, _cpu() - c0, res
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ranks", type=int, default=8)
-    ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
-    pyspy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+def _load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def bench_ranks(ranks: int, repeat: int, pyspy: str) -> dict[str, object]:
     diag = [sys.executable, "-m", "diag", "snapshot"]
-    with mini_server(framework="sglang", tp=args.ranks, mode="collective") as srv:
-        names = [f"rank{r}" for r in range(args.ranks)] + ["launcher", "detokenizer"]
+    with mini_server(framework="sglang", tp=ranks, mode="collective") as srv:
+        names = [f"rank{r}" for r in range(ranks)] + ["launcher", "detokenizer"]
         t0 = time.monotonic()
         srv.wait_ready(names, timeout=300)
         startup = time.monotonic() - t0
         time.sleep(1.0)
+        load_before = _load()
         pids = sorted(p.pid for p in srv.tree())
         loop = (
             f"for p in {' '.join(map(str, pids))}; do {pyspy} dump --native --pid $p "
             "> /dev/null || echo fail $p; done"
         )
-        runs: dict[str, list[float]] = {"loop": [], "diag2": [], "diag1": []}
-        snap_doc: dict[str, object] = {}
-        for i in range(args.repeat + 1):
-            el, res = _timed(["bash", "-c", loop], "loop" if i else None)
-            if "fail" in res.stdout:  # e.g. another tracer held a rank at that moment
-                print(f"note: py-spy loop run {i}: {res.stdout.strip()}", file=sys.stderr)
-            if i:
-                runs["loop"].append(el)
-            el, res = _timed([*diag, "--pid", str(srv.pid), "--json"], "diag2" if i else None)
-            if res.returncode != 0:
-                raise SystemExit(f"diag snapshot failed ({res.returncode}): {res.stderr}")
-            snap_doc = json.loads(res.stdout)
-            if i:
-                runs["diag2"].append(el)
-            el, res = _timed(
-                [*diag, "--pid", str(srv.pid), "--json", "--samples", "1"], "diag1" if i else None
-            )
-            if i:
-                runs["diag1"].append(el)
-        med = {k: statistics.median(v) for k, v in runs.items()}
-        dumped = [p for p in snap_doc["processes"] if p["dump"]["outcome"] == "ok"]  # type: ignore[index]
+        methods = {
+            "loop": ["bash", "-c", loop],
+            "diag2": [*diag, "--pid", str(srv.pid), "--json"],
+            "diag1": [*diag, "--pid", str(srv.pid), "--json", "--samples", "1"],
+        }
+        wall: dict[str, list[float]] = {k: [] for k in methods}
+        cpu: dict[str, list[float]] = {k: [] for k in methods}
+        docs: list[dict[str, object]] = []
+        for i in range(repeat + 1):
+            for key, argv in methods.items():
+                el, c, res = _timed(argv)
+                if key == "loop" and "fail" in res.stdout:  # e.g. another tracer held a rank
+                    print(f"note: py-spy loop run {i}: {res.stdout.strip()}", file=sys.stderr)
+                elif key != "loop" and res.returncode != 0:
+                    raise SystemExit(f"diag snapshot failed ({res.returncode}): {res.stderr}")
+                if key == "diag2":
+                    docs.append(json.loads(res.stdout))
+                if i:  # run 0 is the warm-up
+                    wall[key].append(el)
+                    cpu[key].append(c)
+        return {
+            "ranks": ranks,
+            "pids": len(pids),
+            "startup_s": startup,
+            "load_before": load_before,
+            "load_after": _load(),
+            "wall": wall,
+            "cpu": cpu,
+            "doc": docs[-1],
+            "moving": [
+                sorted({str(p["stack"]["moving"]) for p in d["processes"] if p["stack"]})  # type: ignore[index,union-attr]
+                for d in docs
+            ],
+        }
+
+
+def print_table(r: dict[str, object], repeat: int) -> None:
+    wall: dict[str, list[float]] = r["wall"]  # type: ignore[assignment]
+    cpu: dict[str, list[float]] = r["cpu"]  # type: ignore[assignment]
+    med = {k: statistics.median(v) for k, v in wall.items()}
+    doc: dict[str, object] = r["doc"]  # type: ignore[assignment]
+    print(
+        f"\n{r['ranks']} gloo ranks + launcher + detokenizer ({r['pids']} pids), ready in "
+        f"{r['startup_s']:.1f} s; median of {repeat}; host {os.cpu_count()} cores, "
+        f"load average {r['load_before']} before, {r['load_after']} after"
+    )
+    print("| method | wall (s), median | min-max | vs loop | CPU (s), median |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    rows = (
+        ("loop", f"sequential `py-spy dump --native` loop, {r['pids']} pids"),
+        ("diag2", "`diag snapshot --json` (default: 2 samples)"),
+        ("diag1", "`diag snapshot --json --samples 1`"),
+    )
+    for key, label in rows:
+        speed = "1.0x" if key == "loop" else f"{med['loop'] / med[key]:.1f}x faster"
         print(
-            f"mini server: {args.ranks} gloo ranks + launcher + detokenizer "
-            f"({len(pids)} pids), ready in {startup:.1f} s; median of {args.repeat} runs"
+            f"| {label} | {med[key]:.2f} | {min(wall[key]):.2f}-{max(wall[key]):.2f} "
+            f"| {speed} | {statistics.median(cpu[key]):.2f} |"
         )
-        print()
-        load = os.getloadavg()[0]
-        print(f"host: {os.cpu_count()} cores, load average {load:.1f} at the end")
-        print("| method | wall (s), median | min-max | vs loop | CPU (s), median |")
-        print("| --- | ---: | ---: | ---: | ---: |")
-        spread = {k: f"{min(v):.2f}-{max(v):.2f}" for k, v in runs.items()}
-        cpu = {k: statistics.median(v) for k, v in CPU.items()}
+    procs = doc["processes"]
+    assert isinstance(procs, list)
+    dumped = [p for p in procs if p["dump"]["outcome"] == "ok"]
+    print(
+        f"last default snapshot: {len(dumped)} of {len(procs)} dumped ok, outliers "
+        f"{doc['outlier_tp_ranks']}, moving per run {r['moving']}, timings {doc['timings']}"
+    )
+    print(f"verdict: {doc['verdict']}")
+
+
+def _gaps(log: Path, start: float, end: float) -> list[float]:
+    out = []
+    for line in log.read_text().splitlines()[1:]:
+        at, gap = (float(x) for x in line.split())
+        if start <= at <= end + 0.05:
+            out.append(gap * 1000.0)
+    return out
+
+
+def bench_pause(repeat: int, pyspy: str, threads: int) -> None:
+    """How long each py-spy mode (and a whole snapshot) stops a busy Python target."""
+    tmp = Path(tempfile.mkdtemp(prefix="diag-pause-"))
+    log = tmp / "gaps.txt"
+    script = tmp / "probe.py"
+    script.write_text(PROBE)
+    probe = subprocess.Popen([sys.executable, str(script), str(log), "0.0002", str(threads)])
+    try:
+        while not log.exists() or not log.read_text().startswith("ready"):
+            time.sleep(0.05)
+        time.sleep(0.5)
+        modes = {
+            "nothing (baseline: a 1 s window, sum of stalls)": ["sleep", "1"],
+            "py-spy dump (Python-only)": [pyspy, "dump", "--pid", str(probe.pid)],
+            "py-spy dump --native": [pyspy, "dump", "--native", "--pid", str(probe.pid)],
+            "py-spy dump --nonblocking": [pyspy, "dump", "--nonblocking", "--pid", str(probe.pid)],
+            "diag snapshot --json --pid PROBE (sum of its pauses)": [
+                sys.executable, "-m", "diag", "snapshot", "--json", "--pid", str(probe.pid),
+            ],
+        }  # fmt: skip
         print(
-            f"| sequential `py-spy dump --native` loop, {len(pids)} pids | {med['loop']:.2f} "
-            f"| {spread['loop']} | 1.0x | {cpu['loop']:.2f} |"
+            f"\npause of a busy Python target ({threads + 1} threads), median of {repeat} "
+            f"(longest stall in the window, ms); load {_load()}"
         )
-        for key, label in (
-            ("diag2", "`diag snapshot --json` (2 samples, default)"),
-            ("diag1", "`diag snapshot --json --samples 1`"),
-        ):
-            print(
-                f"| {label} | {med[key]:.2f} | {spread[key]} | "
-                f"{med['loop'] / med[key]:.1f}x faster | {cpu[key]:.2f} |"
-            )
-        print()
-        print(
-            f"snapshot: {len(dumped)} of {len(snap_doc['processes'])} processes dumped ok, "  # type: ignore[arg-type]
-            f"outliers {snap_doc['outlier_tp_ranks']}, "
-            f"timings {snap_doc['timings']}"
-        )
-        print(f"verdict: {snap_doc['verdict']}")
+        print("| what | pause (ms), median | min-max |")
+        print("| --- | ---: | ---: |")
+        for label, argv in modes.items():
+            vals = []
+            for _ in range(repeat):
+                t0 = time.monotonic()
+                subprocess.run(argv, capture_output=True, timeout=120, check=False)
+                t1 = time.monotonic()
+                gaps = _gaps(log, t0, t1)
+                summed = label.startswith(("diag", "nothing"))
+                vals.append(sum(gaps) if summed else max(gaps, default=0.0))
+                time.sleep(0.3)
+            print(f"| {label} | {statistics.median(vals):.1f} | {min(vals):.1f}-{max(vals):.1f} |")
+    finally:
+        probe.kill()
+        probe.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ranks", default="8", help="comma-separated rank counts, e.g. 8,16")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--pause", action="store_true", help="also measure py-spy's pause")
+    ap.add_argument("--pause-threads", type=int, default=48)
+    args = ap.parse_args()
+    pyspy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    print(f"run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {_load()}")
+    for n in (int(x) for x in args.ranks.split(",")):
+        print_table(bench_ranks(n, args.repeat, pyspy), args.repeat)
+    if args.pause:
+        bench_pause(args.repeat, pyspy, args.pause_threads)
 
 
 if __name__ == "__main__":
