@@ -149,3 +149,62 @@ def test_store_key_census_is_read_only_on_real_gloo_ranks() -> None:
         after = _snap(srv)
         stores = [e for e in after.collective_evidence if e.get("kind") == "store_connections"]
         assert [s["not_connected"] for s in stores] == [["TP2"]]
+
+
+@pytest.mark.live
+def test_the_other_end_of_a_socket_a_rank_reads_is_named() -> None:
+    """vLLM-like IPC: each worker blocks in read() on a unix socket to the engine core
+    (sock_diag gives the peer socket, its holder is the engine core), and the engine core
+    in read() on its connection to one of the workers."""
+    _gate()
+    with mini_server(framework="vllm", tp=2, mode="ipc") as srv:
+        srv.wait_ready(["rank0", "rank1", "engine", "launcher"])
+        deadline = time.monotonic() + 30
+        while True:
+            snap = _snap(srv)
+            found = [e for e in snap.collective_evidence if e.get("kind") == "socket_peer"]
+            if len(found) >= 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        engine = next(p for p in snap.processes if p.role == "engine_core")
+        workers = {p.rank.label: p.pid for p in snap.processes
+                   if p.role == "worker" and p.rank is not None}
+        by_waiter = {e["waiter"]: e for e in found}
+        for label, pid in workers.items():
+            e = by_waiter[pid]
+            assert (e["waiter_rank"], e["what"], e["holders"]) == (label, "a unix socket",
+                                                                   [engine.pid])
+            assert f"{label} waits in read() on a unix socket" in str(e["text"])
+            assert "VLLM::EngineCore" in str(e["text"])
+        assert by_waiter[engine.pid]["holders"][0] in workers.values()  # type: ignore[index]
+
+
+def test_the_writer_of_a_pipe_a_process_reads_is_named() -> None:
+    """A real child blocked in read() on its stdin pipe; this test holds the write end."""
+    import subprocess
+    import sys
+
+    from diag.collect.peers import socket_peers
+    from diag.model import ProcessInfo, RankId
+
+    child = subprocess.Popen([sys.executable, "-c", "import os; os.read(0, 1)"],
+                             stdin=subprocess.PIPE)
+    try:
+        proc = ProcessInfo(pid=child.pid, ppid=os.getpid(), role="worker", title="w",
+                           cmdline=(), framework="vllm", rank=RankId(tp=3),
+                           rank_source="title", state="S", rss_bytes=0, cpu_percent=0.0,
+                           threads=1, listening_ports=())
+        deadline = time.monotonic() + 20
+        found: list[dict[str, object]] = []
+        while not found and time.monotonic() < deadline:
+            found = socket_peers([proc])
+            time.sleep(0.1)
+        (e,) = found
+        assert (e["waiter_rank"], e["call"], e["fd"], e["what"]) == ("TP3", "read", 0, "a pipe")
+        assert os.getpid() in e["holders"]  # type: ignore[operator]
+        assert e["holder_in_server"] == []
+    finally:
+        child.kill()
+        child.wait()
+        assert child.stdin is not None
+        child.stdin.close()

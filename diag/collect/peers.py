@@ -35,8 +35,10 @@ __all__ = [
     "dist_threads",
     "lock_waits",
     "parse_locks",
+    "socket_peers",
     "store_connections",
     "store_key_census",
+    "unix_socket_peers",
 ]
 
 _MAX_LOCK_LINES = 100_000  # a host with more locks than this is not read further
@@ -448,3 +450,176 @@ def store_key_census(
             + (f"; {keys.reason}" if isinstance(keys, Unavailable) else "")
         ),
     }
+
+
+# ------------------------------------------------------------ socket and pipe peers
+#
+# A rank blocked reading one file descriptor (read/recvfrom/recvmsg with the fd as the
+# first argument of /proc/PID/syscall) waits for whoever holds the other end: for a pipe,
+# the processes holding the same pipe inode open; for a unix socket, the holder of its
+# peer socket (the kernel says which through sock_diag, as `ss -xp` asks it); for a TCP
+# connection on this host, the holder of the socket whose local port is its remote port.
+
+_READS = {"x86_64": {0: "read", 19: "readv", 45: "recvfrom", 47: "recvmsg"},
+          "aarch64": {63: "read", 65: "readv", 207: "recvfrom", 212: "recvmsg"}}
+_MAX_SCAN = 4096  # processes whose fds are searched for the other end
+
+
+def _blocked_read(pid: int, proc_root: Path) -> tuple[str, int] | None:
+    import platform
+
+    text = _read(proc_root / str(pid) / "syscall")
+    cols = (text or "").split()
+    if len(cols) < 2:
+        return None
+    nr, arg0 = _int(cols[0], 4), cols[1]
+    name = _READS.get(platform.machine(), {}).get(nr if nr is not None else -1)
+    if name is None or not arg0.startswith("0x"):
+        return None
+    try:
+        return name, int(arg0, 16)
+    except ValueError:
+        return None
+
+
+def unix_socket_peers() -> dict[int, int] | Unavailable:
+    """inode -> peer inode of every connected unix socket in diag's network namespace,
+    from the kernel's sock_diag (NETLINK_SOCK_DIAG, UNIX_DIAG_PEER), read-only."""
+    import socket
+    import struct
+
+    af_netlink = getattr(socket, "AF_NETLINK", None)
+    if af_netlink is None:
+        return Unavailable("no netlink on this platform")
+    req = struct.pack("=BBHIIIII", socket.AF_UNIX, 0, 0, 0xFFFFFFFF, 0, 0x4, 0, 0)
+    msg = struct.pack("=IHHII", 16 + len(req), 20, 0x1 | 0x300, 1, 0) + req
+    out: dict[int, int] = {}
+    try:
+        with socket.socket(af_netlink, socket.SOCK_RAW, 4) as s:
+            s.settimeout(2.0)
+            s.sendto(msg, (0, 0))
+            done = False
+            while not done:
+                data = s.recv(1 << 16)
+                if not data:
+                    break
+                off = 0
+                while off + 16 <= len(data):
+                    length, kind = struct.unpack_from("=IH", data, off)
+                    if length < 16 or kind in (2, 3):  # NLMSG_ERROR, NLMSG_DONE
+                        done = True
+                        break
+                    body = data[off + 16 : off + length]
+                    if len(body) >= 16:
+                        ino = struct.unpack_from("=I", body, 4)[0]
+                        a = 16
+                        while a + 4 <= len(body):
+                            alen, atype = struct.unpack_from("=HH", body, a)
+                            if alen < 4:
+                                break
+                            if atype == 2 and alen >= 8:  # UNIX_DIAG_PEER
+                                out[ino] = struct.unpack_from("=I", body, a + 4)[0]
+                            a += (alen + 3) & ~3
+                    off += (length + 3) & ~3
+    except OSError as exc:
+        return Unavailable(f"sock_diag: {exc.strerror or exc}")
+    return out
+
+
+def _holders(target: str, proc_root: Path, first: Sequence[int], skip: int) -> list[int]:
+    """Pids (``first`` searched before the rest of /proc) holding an fd that links to
+    ``target`` (``pipe:[123]``, ``socket:[456]``), ``skip`` left out."""
+    found: list[int] = []
+    try:
+        rest = [int(n) for n in os.listdir(proc_root) if n.isdigit()]
+    except OSError:
+        rest = []
+    order = list(dict.fromkeys([*first, *sorted(rest)]))[:_MAX_SCAN]
+    inner = set(first)
+    for pid in order:
+        if pid == skip:
+            continue
+        if found and pid not in inner:
+            break  # held inside the server: the rest of the host is not searched
+        fd_dir = proc_root / str(pid) / "fd"
+        try:
+            names = os.listdir(fd_dir)[:_MAX_FDS]
+        except OSError:
+            continue
+        for name in names:
+            try:
+                if os.readlink(fd_dir / name) == target:
+                    found.append(pid)
+                    break
+            except OSError:
+                continue
+        if found and pid not in first:
+            break  # found outside the server: one holder is enough
+    return found
+
+
+def _tcp_peer_inode(pid: int, inode: int, proc_root: Path) -> int | None:
+    rows = _tcp_table(pid, proc_root)
+    mine = next((r for r in rows if r[2] == inode), None)
+    if mine is None:
+        return None
+    lport, rport = mine[0], mine[1]
+    other = next((r for r in rows if r[0] == rport and r[1] == lport and r[2] != inode), None)
+    return other[2] if other is not None and other[2] else None
+
+
+def socket_peers(
+    processes: Sequence[ProcessInfo], proc_root: Path = Path("/proc")
+) -> list[dict[str, object]]:
+    """One entry per rank (or engine core) blocked reading a pipe or a socket whose other
+    end /proc shows: the fd, what it is, and the processes holding the other end."""
+    mine = {p.pid: p for p in processes}
+    waiting = [p for p in processes if p.role in ("scheduler", "worker", "engine_core")]
+    unix: dict[int, int] | Unavailable | None = None
+    out: list[dict[str, object]] = []
+    for p in waiting:
+        got = _blocked_read(p.pid, proc_root)
+        if got is None:
+            continue
+        call, fd = got
+        try:
+            link = os.readlink(proc_root / str(p.pid) / "fd" / str(fd))
+        except OSError:
+            continue
+        inode = _int(link.split("[", 1)[-1].rstrip("]"), 20) if "[" in link else None
+        if inode is None:
+            continue
+        target: str | None = None
+        what = link
+        if link.startswith("pipe:"):
+            target, what = link, "a pipe"
+        elif link.startswith("socket:"):
+            peer = _tcp_peer_inode(p.pid, inode, proc_root)
+            if peer is not None:
+                what = "a TCP connection on this host"
+            else:
+                if unix is None:
+                    unix = unix_socket_peers()
+                peer = unix.get(inode) if isinstance(unix, dict) else None
+                what = "a unix socket"
+            target = f"socket:[{peer}]" if peer else None
+        if target is None:
+            continue
+        holders = _holders(target, proc_root, list(mine), p.pid)
+        if not holders:
+            continue
+        name = p.rank.label if p.rank is not None else f"pid {p.pid}"
+        who = ", ".join(f"pid {h} ({_title(h, proc_root, mine)})" for h in holders[:4])
+        out.append({
+            "kind": "socket_peer",
+            "waiter": p.pid,
+            "waiter_rank": p.rank.label if p.rank is not None else None,
+            "call": call,
+            "fd": fd,
+            "what": what,
+            "holders": holders,
+            "holder_in_server": [h for h in holders if h in mine],
+            "text": f"{name} waits in {call}() on {what} (fd {fd}) whose other end {who} "
+                    f"hold{'s' if len(holders) == 1 else ''}",
+        })
+    return out

@@ -523,6 +523,7 @@ def take_snapshot(
     notes = list(disc.notes)
     # who a waiting rank waits for, from /proc: lock holders, ranks missing from a store
     evidence += peers.lock_waits(processes, proc_root)
+    evidence += peers.socket_peers(processes, proc_root)  # the other end of a pipe/socket
     for index, srv in enumerate(servers):
         tp = srv.get("tp_size")
         evidence += peers.store_connections(

@@ -308,9 +308,11 @@ def render_snapshot(snap: Snapshot, *, max_group_frames: int = 8) -> list[Render
                     title_align="left",
                 )
             )
-        elif kind in ("file_lock", "store_connections", "store_keys", "log_phase"):
+        elif kind in ("file_lock", "store_connections", "store_keys", "log_phase",
+                      "socket_peer"):
             title = {"file_lock": "file lock", "store_connections": "store connections",
-                     "store_keys": "store keys", "log_phase": "log phase"}[kind]
+                     "store_keys": "store keys", "log_phase": "log phase",
+                     "socket_peer": "waits on"}[kind]
             out.append(Panel(Text(str(ev.get("text", ""))[:2000]), title=title, title_align="left"))
     if snap.findings:
         table = Table(title="findings", title_justify="left")
