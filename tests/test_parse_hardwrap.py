@@ -149,3 +149,30 @@ def test_unrelated_clocks_are_left_alone() -> None:
     for i, ln in enumerate(SG, 1):
         sp.feed(i, f"2019-01-0{1 + i % 3}T00:00:{i:02d}.0Z {ln}")  # no common offset
     assert align_wrapper_clock(sp.drafts) is None
+
+
+# -- per-line wrappers that a wrap or a partial paste left half-there ------------------------
+
+
+def test_box_border_without_its_closing_half() -> None:
+    from diag.parse.unwrap import unwrap_line
+
+    text, w = unwrap_line("│ INFO 03-21 20:19:24 [launcher.py:34] Route: /version, Methods: GET")
+    assert text.startswith("INFO 03-21") and w is not None and w.kinds == ["border"]
+    # a bare "|" needs both borders (a table row, a compose prefix are something else)
+    assert unwrap_line("| INFO 03-21 20:19:24 [launcher.py:34] Route")[1] is None
+
+
+def test_a_quote_before_a_record_goes_where_few_lines_are_quoted() -> None:
+    lines = [
+        "The server prints this and stops:",
+        "> [2025-07-11 17:40:04 TP0] Load weight begin. avail mem=70.00 GB",
+        "after that nothing happens, and the second node shows:",
+        "some more prose",
+        "> [2025-07-11 17:41:04 TP0] Load weight end. type=X, avail mem=50.00 GB",
+        "any idea?",
+    ]
+    msgs = _messages(lines)
+    assert "Load weight begin. avail mem=70.00 GB" in msgs
+    assert "Load weight end. type=X, avail mem=50.00 GB" in msgs
+    assert "> just a quoted sentence" in _messages(["> just a quoted sentence", "x", "y"])

@@ -345,6 +345,8 @@ def _starts(text: str, *, bars: bool) -> bool:
     if text.startswith(("Traceback (", "During handling", "The above exception")):
         return True
     p = parse_line(text)
+    if any(k != "html" for k in p.unwrapped):
+        return True  # a wrapper's prefix (a stamp, a compose service) starts output lines
     if bars and p.grammar == "progress":
         return True
     if p.grammar in ("plain", "progress", "traceback"):  # "traceback": named anywhere

@@ -18,6 +18,8 @@ Per line (unambiguous; tried on every line, outermost first, cheap guards first)
   python3[28059]: `` (any month language, or after an ISO stamp);
 - docker compose service prefixes ``sglang-1  | `` (also inside py-spy dumps);
 - OpenMPI ``--tag-output`` ``[1,3]<stdout>:``, torchrun ``[default3]:`` (a rank);
+- a markdown quote (``> ``) right before a framework record (the per-source gutter below
+  takes quotes on lines of any text, where most lines carry one);
 - a Python-logging launcher around a framework line:
   ``2025-03-07 23:50:27,531 - __main__ - INFO - [2025-03-07 23:50:27 TP0] ...``, and a
   ``[launcher] `` style bracketed word before a framework line.
@@ -170,7 +172,9 @@ def unwrap_line(line: str) -> tuple[str, Wrap | None]:
             if not line:
                 break
             c0 = line[0]
-        if c0 in "│|" and line.rstrip().endswith(("│", "|")) and len(line) > 2:
+        # a box border (k9s, a TUI): "│" is no log's own first character, so it goes even
+        # where the closing border was lost (a hard wrap, a cut); "|" only with both
+        if c0 in "│|" and len(line) > 2 and (c0 == "│" or line.rstrip().endswith(("│", "|"))):
             m = _K9S.match(line)
             if m and m.group("body") != line:
                 w = w or Wrap()
@@ -179,6 +183,15 @@ def unwrap_line(line: str) -> tuple[str, Wrap | None]:
                 if not line:
                     break
                 c0 = line[0]
+        if c0 == ">":
+            # a markdown quote before a framework record (unambiguous on its own line, where
+            # too few lines are quoted for the per-source gutter: a partly quoted paste)
+            m = _QUOTE.match(line)
+            if m and _RECORD_START.match(line, m.end()):
+                w = w or Wrap()
+                w.kinds.append("quote")
+                line = line[m.end() :]
+                c0 = line[:1]
         if "bk;t=" in line[:16]:
             m = _BUILDKITE.match(line)
             if m:
@@ -403,7 +416,9 @@ def wrap_breaks(body: str, wrap: tuple[int, bool]) -> bool:
     n = len(body)
     if n == width:
         return body[-2:] != "  "  # padded to the width: the line ended
-    return words and n * 2 > width and body[-1:] == " " and body[-2:-1] != " "
+    # fold -s breaks after the last space that fits: before a long word (a path) that may
+    # leave a short piece ("  File ")
+    return words and body[-1:] == " " and body[-2:-1] not in (" ", "") and bool(body.strip())
 
 
 def detect_wrap(inner: list[str], is_start: Callable[[str], bool]) -> tuple[int, bool] | None:
@@ -435,8 +450,14 @@ def detect_wrap(inner: list[str], is_start: Callable[[str], bool]) -> tuple[int,
     # a full line padded with spaces (a terminal copy keeps the padding) ended there
     exact = [i for i in range(n - 1) if lens[i] == width and inner[i][width - 2 : width] != "  "]
     if len(exact) >= 2:
-        cont = [i for i in exact if not is_start(inner[i + 1])]
-        kinds = {_DIGIT_RUN.sub("", inner[i]) for i in cont}
+        # what follows must read as the rest of a line: no record start, and no exception
+        # line (a traceback's last line follows its longest line often enough)
+        cont = [
+            i for i in exact
+            if not is_start(inner[i + 1]) and not _EXCEPTION_START.match(inner[i + 1])
+        ]
+        # kinds of (line, next line) pairs, digits aside: a pair repeated is one kind
+        kinds = {_DIGIT_RUN.sub("", inner[i] + "\n" + inner[i + 1]) for i in cont}
         # a full line followed by a record is the last piece of a line exactly k times
         # as wide (a full line before it); any other is evidence against the wrap
         against = sum(
