@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from diag.clocks import align_events, refuse_cross_host, several_folders, shift_times
@@ -62,15 +62,19 @@ def analyze(
     rules_dirs: Sequence[Path] = (),
     progress: ProgressFn | None = None,
     prefilter: bool | None = None,
+    clocks: Mapping[str, tuple[float, float]] | None = None,
 ) -> Analysis:
     """Analyse log files, folders, ``-`` (stdin), compressed files or bundles.
+
+    ``clocks``: node -> (offset, error bound) of its clock as measured when the logs were
+    collected (a job bundle's fan-out); they stand in for the offsets read from the logs.
 
     ``prefilter`` forces (True) or forbids (False) the streaming prefilter; by default it is
     used for inputs of at least :data:`PREFILTER_MIN_BYTES`. Raises :class:`InputError` for
     a missing path, empty input, or input with no recognisable log line."""
     sources = resolve_inputs(inputs)
     return _analyze_sources(sources, year=year, rules_dirs=rules_dirs, progress=progress,
-                            prefilter=prefilter)
+                            prefilter=prefilter, clocks=clocks)
 
 
 def analyze_text(text: str, name: str = "<text>", *, year: int | None = None,
@@ -112,6 +116,7 @@ def _analyze_sources(
     rules_dirs: Sequence[Path],
     progress: ProgressFn | None,
     prefilter: bool | None,
+    clocks: Mapping[str, tuple[float, float]] | None = None,
 ) -> Analysis:
     col = read_sources(
         sources,
@@ -129,7 +134,7 @@ def _analyze_sources(
         raise InputError(
             f"{', '.join(s.name for s in sources)}: not a log (no recognisable line)"
         )
-    return _finish(sources, col, rules_dirs)
+    return _finish(sources, col, rules_dirs, clocks)
 
 
 # Checks whose findings come from the serving columns, not from lines: their needles do
@@ -187,7 +192,12 @@ def _note_layout(config: dict[str, object], notes: list[str]) -> None:
         )
 
 
-def _finish(sources: Sequence[Source], col: Collected, rules_dirs: Sequence[Path]) -> Analysis:
+def _finish(
+    sources: Sequence[Source],
+    col: Collected,
+    rules_dirs: Sequence[Path],
+    clocks: Mapping[str, tuple[float, float]] | None = None,
+) -> Analysis:
     drafts = col.drafts
     framework = _detect_framework(drafts)
     config, version = _config(drafts)
@@ -212,7 +222,8 @@ def _finish(sources: Sequence[Source], col: Collected, rules_dirs: Sequence[Path
         events = sorted(events + frames, key=lambda e: (order.get(e.source, 0), e.line))
     notes = list(col.notes)
     # several nodes: each node's clock put on one reference clock (diag.clocks)
-    clock = align_events(events, folders=several_folders([r.source for r in events]))
+    clock = align_events(events, folders=several_folders([r.source for r in events]),
+                         known=clocks)
     if clock is not None:
         notes += clock.notes
         if clock.shifted:

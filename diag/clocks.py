@@ -116,6 +116,11 @@ def node_key(folders: bool) -> Callable[[Record | Event], str | None]:
     return key
 
 
+def _label(node: str) -> str:
+    """A node as :func:`node_key` names it (``1`` -> ``node1``)."""
+    return f"node{node}" if node.isdigit() else node
+
+
 def several_folders(sources: Sequence[str]) -> bool:
     """Do the inputs come from more than one folder (``node0/server.log``, ``node1/...``)?"""
     return len({s.replace("\\", "/").rsplit("/", 1)[0] for s in sources if "/" in s}) > 1
@@ -160,14 +165,35 @@ def _secs(ts: dt.datetime) -> float:
     return ts.timestamp()
 
 
-def align_events(events: Sequence[Event], *, folders: bool) -> ClockAlignment | None:
+def align_events(
+    events: Sequence[Event],
+    *,
+    folders: bool,
+    known: Mapping[str, tuple[float, float]] | None = None,
+) -> ClockAlignment | None:
     """Each node's clock against the reference node's, from the anchors among the
-    catalogue's events; None when the events name fewer than two nodes."""
+    catalogue's events; None when the events name fewer than two nodes. ``known``: node
+    -> (offset, error) measured when the logs were collected (the fan-out's Cristian
+    reading against the collecting machine); where it covers every node it is used
+    instead, the collector's clock being the reference."""
     key = node_key(folders)
     anchors_all, node_of = _anchors(events, key)
     nodes = sorted({n for e in events if e.ts is not None and (n := key(e)) is not None})
     if len(nodes) < 2:
         return None
+    measured = {_label(n): v for n, v in (known or {}).items()}
+    if measured and all(n in measured for n in nodes):
+        given = [NodeClock(n, round(measured[n][0], 3), round(measured[n][1], 3), 0,
+                           ("measured",), abs(measured[n][0]) > measured[n][1])
+                 for n in nodes]
+        told = [
+            f"clock of {c.node}: {c.offset_s:+.3f} s ± {c.error_s:.3f} s against the "
+            "collecting machine (measured by the fan-out); "
+            + (f"its times are shifted by {-c.offset_s:+.3f} s" if c.applied else "not shifted")
+            for c in given
+        ]
+        return ClockAlignment("the collecting machine", tuple(given), (), tuple(told),
+                              node_of=node_of, folders=folders)
     anchors = {k: v for k, v in anchors_all.items() if len(v) >= 2}
     if not anchors:
         return ClockAlignment(

@@ -54,6 +54,12 @@ def test_alignment_from_events() -> None:
     assert abs(c.offset_s - 12.0) <= c.error_s
     # one node's log only: nothing to align
     assert align_events(events[::2], folders=True) is None
+    # offsets measured at collection stand in for the anchors where they cover every node
+    m = align_events(events, folders=True, known={"node0": (0.01, 0.02), "node1": (12.0, 0.03)})
+    assert m is not None and m.reference == "the collecting machine"
+    assert [(c.node, c.offset_s, c.applied) for c in m.nodes] == [("node0", 0.01, False),
+                                                                  ("node1", 12.0, True)]
+    assert "measured by the fan-out" in m.notes[1]
 
 
 def test_cross_host_straggler_within_the_bound_is_refused() -> None:

@@ -296,6 +296,8 @@ def test_one_bundle_for_the_job(cluster: Cluster, tmp_path: Path) -> None:
     view = json.loads(j.stdout)
     text = json.dumps(view)
     assert f"TP2@{b}" in text and f"{a} TP0" in text, text[:3000]
+    # the logs are put on one clock with the offsets the fan-out measured
+    assert f"clock of {b}: " in text and "(measured by the fan-out)" in text, text[:3000]
     md = _diag("report", str(out))
     assert md.returncode == 0, md.stderr[-2000:]
     assert f"TP2@{b}" in md.stdout and "Job of 2 hosts" in md.stdout

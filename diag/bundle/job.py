@@ -49,6 +49,7 @@ __all__ = [
     "frame_diff",
     "job_snapshot",
     "job_view",
+    "measured_clocks",
     "merge_env",
     "write_job_bundle",
 ]
@@ -531,3 +532,22 @@ def job_from_bundles(bundles: Sequence[Bundle]) -> tuple[Snapshot | None, list[s
 
 def _num(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def measured_clocks(bundles: Sequence[Bundle]) -> dict[str, tuple[float, float]]:
+    """node (its folder under ``logs/``) -> (clock offset, error bound) that the fan-out
+    measured for each host of the job bundles among ``bundles``."""
+    from diag.nodes import folder_node
+
+    out: dict[str, tuple[float, float]] = {}
+    for bundle in bundles:
+        if JOB_MEMBER not in bundle.members:
+            continue
+        for entry in (bundle.manifest.get("job") or {}).get("hosts") or ():
+            if not isinstance(entry, dict) or not isinstance(entry.get("part"), str):
+                continue
+            off, err = _num(entry.get("clock_offset_s")), _num(entry.get("clock_error_s"))
+            node = folder_node(f"{entry['part'].rstrip('/')}/x")
+            if off is not None and err is not None and node:
+                out[node] = (off, err)
+    return out

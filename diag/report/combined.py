@@ -450,7 +450,7 @@ def load_case(
 ) -> Combined:
     """Analyse logs and bundles; the first bundle's snapshot joins the analysis."""
     from diag.analyze import analyze
-    from diag.bundle.job import JOB_MEMBER, job_from_bundles, merge_env
+    from diag.bundle.job import JOB_MEMBER, job_from_bundles, measured_clocks, merge_env
     from diag.bundle.read import bundle_logs, is_bundle, read_bundle
     from diag.errors import InputError
     from diag.report.snapshot_read import snapshot_from_dict
@@ -493,7 +493,8 @@ def load_case(
                 continue  # a bundle of a snapshot alone: nothing for the log reader
         logs.append(item)
     if logs:
-        analysis = analyze(logs, year=year, rules_dirs=rules_dirs, progress=progress)
+        analysis = analyze(logs, year=year, rules_dirs=rules_dirs, progress=progress,
+                           clocks=measured_clocks(read) or None)
     else:
         analysis = empty_analysis(first_bundle or "bundle", snapshot)
     if unread:
