@@ -11,8 +11,8 @@ targets in parallel:
    ``flock`` — is invisible without them). They cost 0.2-3 s of CPU each (py-spy loads
    libtorch's symbols per process), so by default one rank per group of identical Python
    stacks is dumped natively and stands for the others (``native_peer``);
-   ``native_all`` dumps every rank natively. The first rank always represents its
-   group, so its native dump starts as soon as its own Python dump is in;
+   ``native_all`` dumps every rank natively. The first of a group to be dumped
+   represents it, so its native dump starts as soon as its own Python dump is in;
 3. a second look tells *stuck* (same Python frames) from *slow* (moving) without a
    wait of its own: a natively dumped rank's second sample is its ``--native`` dump (taken
    after py-spy loaded the symbols, some 0.2-1 s after its Python dump); every other
@@ -362,27 +362,6 @@ def _can_native(w: _Work) -> bool:
     )
 
 
-def _native_plan(works: Sequence[_Work], native_all: bool) -> dict[int, int | None]:
-    """pid -> the pid whose native dump stands for it (itself, a peer, or None).
-
-    Native dumps cost 0.2-1.5 s of CPU each (py-spy loads libtorch's symbols per
-    process), so by default one rank per group of identical Python stacks is dumped with
-    ``--native`` and stands for the others: ranks whose Python frames are the same wait
-    in the same C++ call. ``native_all`` dumps every rank natively."""
-    plan: dict[int, int | None] = {}
-    reps: dict[tuple[tuple[str, str, int | None], ...], int] = {}
-    for w in works:
-        if not _can_native(w) or w.python is None:
-            continue
-        if native_all:
-            plan[w.target.pid] = w.target.pid
-            continue
-        sig = python_signature(w.python)
-        rep = reps.setdefault(sig, w.target.pid)
-        plan[w.target.pid] = rep
-    return plan
-
-
 def _sampled(w: _Work) -> bool:
     return w.python is not None and w.outcome != "not_found"
 
@@ -422,47 +401,41 @@ def dump_all(
     t0 = time.monotonic()
     deadline = t0 + timeout_s
     dumper = _Dumper(runner, exe, proc_root, deadline)
-    workers = min(32, max(1, len(targets)))
+    workers = min(64, 2 * len(targets) + 2)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pyspy") as pool:
         # Every target gets its Python-only dump first (fast, all in parallel). The first
-        # rank always stands for its group (with native_all every rank stands for
-        # itself), so its --native dump starts the moment its own Python dump is done;
-        # the other groups' representatives start once every Python dump is in.
-        eligible = [t.pid for t in targets if t.native]
-        early = set(eligible if native_all else eligible[:1])
+        # of each group of identical Python stacks to come in stands for its group (with
+        # native_all every rank stands for itself): its --native dump starts at once. Every
+        # other target's second look (a Python-only dump, at least min_gap_s after its
+        # first) is queued as soon as its first dump is in, so it runs beside the natives.
         by_pid: dict[int, _Work] = {}
+        reps: dict[tuple[tuple[str, str, int | None], ...], int] = {}
+        plan: dict[int, int] = {}
         natives: list[Future[None]] = []
-        started: set[int] = set()
+        looks: list[Future[None]] = []
         for fut in as_completed([pool.submit(dumper.first, t) for t in targets]):
             w = fut.result()
-            by_pid[w.target.pid] = w
-            if w.target.pid in early and _can_native(w):
-                natives.append(pool.submit(dumper.native, w))
-                started.add(w.target.pid)
+            pid = w.target.pid
+            by_pid[pid] = w
+            if _can_native(w) and w.python is not None:
+                rep = pid if native_all else reps.setdefault(python_signature(w.python), pid)
+                plan[pid] = rep
+                if rep == pid:
+                    natives.append(pool.submit(dumper.native, w))
+                    continue  # (its native dump is its second look)
+            if samples > 1 and _sampled(w):
+                looks.append(pool.submit(dumper.sample, w, w.first_done + min_gap_s))
         works = [by_pid[t.pid] for t in targets]
-        plan = _native_plan(works, native_all)
-        reps = sorted({rep for rep in plan.values() if rep is not None} - started)
-        natives += [pool.submit(dumper.native, by_pid[r]) for r in reps]
-        native_pids = started | set(reps)
-        # The second look of every other target runs beside the native dumps.
-        looks: list[Future[None]] = []
-        if samples > 1:
-            looks = [
-                pool.submit(dumper.sample, w, w.first_done + min_gap_s)
-                for w in works
-                if w.target.pid not in native_pids and _sampled(w)
-            ]
         for f in natives:
             f.result()
         for pid, rep in plan.items():
-            w = by_pid[pid]
-            if rep != pid and rep is not None and by_pid[rep].native is not None:
-                w.native_peer = rep
+            if rep != pid and by_pid[rep].native is not None:
+                by_pid[pid].native_peer = rep
         if samples > 1:  # a native dump that failed is no second look: a Python-only one is
             looks += [
                 pool.submit(dumper.sample, by_pid[pid], by_pid[pid].first_done + min_gap_s)
-                for pid in sorted(native_pids)
-                if by_pid[pid].native is None and _sampled(by_pid[pid])
+                for pid, rep in sorted(plan.items())
+                if rep == pid and by_pid[pid].native is None and _sampled(by_pid[pid])
             ]
         for f in looks:
             f.result()
