@@ -19,7 +19,7 @@ from live.harness import MiniServer, gate_reason, mini_server, stopped_pids
 
 from diag.collect.collective import describe_entry, match_fr, summarise_fr
 from diag.collect.snapshot import SnapshotOptions, take_snapshot
-from diag.model import Snapshot
+from diag.model import Snapshot, Unavailable
 
 
 def entry(seq: int, op: str = "all_reduce", sizes: list[list[int]] | None = None,
@@ -281,3 +281,26 @@ def test_the_view_shows_the_mismatch_and_the_verdict_names_the_rank() -> None:
     found = {f.id: f for f in apply_snapshot_rules(tied)}
     assert found["nccl.collective_mismatch"].ranks == ()
     assert "no majority at seq 4" in found["nccl.collective_mismatch"].message
+
+
+def test_the_json_form_of_a_dump_reads_like_the_pickle(tmp_path: Path) -> None:
+    """torch 2.13's ``fr_trace_json`` (the debug worker server's handler, answered while
+    the rank was blocked in a gloo all_reduce) writes pg_status counters as strings."""
+    import json
+
+    from diag.collect.collective import load_fr_dump
+
+    def as_json(d: dict[str, object], seq: int) -> str:
+        return json.dumps({**d, "pg_status": {"0": {"last_enqueued_collective": str(seq),
+                                                    "last_started_collective": "-1"}}})
+
+    world = 3
+    for r in range(world):
+        entries = [*common(3), entry(4)] if r else common(3)
+        (tmp_path / f"t{r}").write_text(as_json(dump(entries, world), 4 if r else 3))
+    dumps = {r: load_fr_dump(tmp_path / f"t{r}") for r in range(world)}
+    assert not any(isinstance(d, Unavailable) for d in dumps.values())
+    s = summarise_fr(dumps)  # type: ignore[arg-type]
+    assert s["behind"] == {"0": [0]}
+    (mm,) = s["mismatches"]  # type: ignore[misc]
+    assert [(m["rank"], m["kind"]) for m in mm["minority"]] == [(0, "missing")]

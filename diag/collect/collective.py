@@ -17,6 +17,7 @@ Stacks say *where* each rank waits; these say *who* the collective is waiting fo
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 import pickle
@@ -26,6 +27,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from diag.limits import ascii_int
 from diag.model import Unavailable
 
 __all__ = [
@@ -178,7 +180,10 @@ def load_fr_dump(path: Path, *, max_bytes: int = 64 << 20) -> FlightRecorderDump
     except OSError as exc:
         return Unavailable(f"{path}: {exc.strerror or exc}")
     try:
-        data = _PlainUnpickler(io.BytesIO(raw)).load()
+        if raw.lstrip()[:1] == b"{":  # the JSON form (fr_trace_json, _dump_fr_trace_json)
+            data = json.loads(raw.decode("utf-8", "replace"))
+        else:
+            data = _PlainUnpickler(io.BytesIO(raw)).load()
     except Exception as exc:
         return Unavailable(f"{path}: not a Flight Recorder dump ({exc})")
     if not isinstance(data, dict) or "entries" not in data:
@@ -226,8 +231,12 @@ def summarise_fr(dumps: Mapping[int, FlightRecorderDump]) -> dict[str, object]:
         if isinstance(status, dict):
             row["pg_status"] = status
             for pg, st in status.items():
-                if isinstance(st, dict) and isinstance(st.get("last_enqueued_collective"), int):
-                    per_pg.setdefault(str(pg), {})[rank] = int(st["last_enqueued_collective"])
+                # an int in the pickle, a string in the JSON form ("last_enqueued_collective":
+                # "1" from torch 2.13's fr_trace_json)
+                last = st.get("last_enqueued_collective") if isinstance(st, dict) else None
+                seq = ascii_int(last)
+                if seq is not None:
+                    per_pg.setdefault(str(pg), {})[rank] = seq
         ranks.append(row)
     # behind / ahead of the sequence number most ranks have enqueued (the highest one
     # would blame every rank when one rank, rank 0 say, issued a collective the rest never
