@@ -205,11 +205,9 @@ def _finish(
     version = version or _version(drafts, framework)
     _attribute(drafts, framework, config)
     # the serving figures of the whole input travel with the records (to the spec checks)
-    records = RecordList((freeze(d) for d in drafts), col.serving)
     # logs of several nodes, one folder each: a rank's node is its folder (diag.nodes)
-    noded = with_folder_nodes(records, [s.name for s in sources])
-    if noded is not None:
-        records = RecordList(noded, col.serving)
+    with_folder_nodes(drafts, [s.name for s in sources])
+    records = RecordList((freeze(d) for d in drafts), col.serving)
     cat = load_catalogue()
     events: list[Event] = []
     for r in records:

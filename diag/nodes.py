@@ -21,7 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from diag.clocks import node_key, several_folders
-from diag.model import Event, RankId, Record
+from diag.model import Event, RankId
+from diag.parse.records import Draft
 
 __all__ = ["NodeView", "folder_node", "node_view", "with_folder_nodes"]
 
@@ -135,25 +136,29 @@ def folder_node(source: str) -> str | None:
     return folder
 
 
-def with_folder_nodes(records: Sequence[Record], sources: Sequence[str]) -> list[Record] | None:
+def with_folder_nodes(drafts: Sequence[Draft], sources: Sequence[str]) -> int:
     """Where the logs come from several folders (one per node), each rank with no node of
     its own gets its file's folder as node, so TP0 of node0 and TP0 of node1 stay two
     ranks (``node0 TP0``, ``node1 TP0``) and a job bundle's log ranks carry the host its
-    live ranks carry. None where nothing changes."""
+    live ranks carry. Sets the drafts' ranks in place (before they are frozen); returns
+    how many it changed."""
     if not several_folders(list(sources)):
-        return None
-    nodes = {s: folder_node(s) for s in sources}
-    if not any(nodes.values()):
-        return None
-    out: list[Record] = []
-    changed = False
-    for r in records:
-        node = nodes.get(r.source)
-        if node is None and r.source not in nodes:
-            node = nodes.setdefault(r.source, folder_node(r.source))
-        if r.rank is not None and r.rank.node is None and node is not None:
-            out.append(replace(r, rank=replace(r.rank, node=node)))
-            changed = True
-        else:
-            out.append(r)
-    return out if changed else None
+        return 0
+    nodes: dict[str, str | None] = {}
+    made: dict[tuple[RankId, str], RankId] = {}
+    changed = 0
+    for d in drafts:
+        rank = d.rank
+        if rank is None or rank.node is not None:
+            continue
+        if d.source not in nodes:
+            nodes[d.source] = folder_node(d.source)
+        node = nodes[d.source]
+        if node is None:
+            continue
+        new = made.get((rank, node))
+        if new is None:
+            new = made[(rank, node)] = replace(rank, node=node)
+        d.rank = new
+        changed += 1
+    return changed
