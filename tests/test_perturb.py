@@ -49,7 +49,7 @@ FLOORS: dict[str, float] = {
     "ansi-text": 0.99,
     "crlf": 0.99,
     "trailing-spaces": 0.99,
-    "no-timestamps": 0.82,
+    "bare-messages": 0.80,
     "rank-format": 0.99,
     "interleave": 0.98,
     "excerpt-head": 0.94,

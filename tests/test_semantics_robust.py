@@ -94,3 +94,28 @@ def test_a_last_line_cut_mid_word_reads_as_the_other_ranks_whole_line() -> None:
     assert "startup.cut_excerpt" in ids
     begun = MUSA.rsplit("\n", 1)[0] + "\n[2026-03-17 07:16:51 TP1] Compiling a graph for"
     assert "startup.stalled" not in {f.id for f in analyze_text(begun).findings}
+
+
+def test_process_prefixed_records_glued_by_spaces_are_cut_again() -> None:
+    from diag.parse.unwrap import split_glued
+
+    a = "(EngineCore_0 pid=1399) INFO 08-19 14:58:40 [kv_cache_utils.py:853] Max concurrency: 2.1x"
+    b = "(EngineCore_0 pid=1399) INFO 08-19 14:58:40 [core.py:215] init engine took 1.06 seconds"
+    assert split_glued(f"{a} {b}") == [a, b]
+    # never after a wrapper's "]: " (journald) or an outer prefix's ")" (Ray nested in vLLM)
+    j = f"авг 18 14:15:04 llm python3[28059]: {b}"
+    assert split_glued(j) == [j]
+    nested = f"(EngineCore_DP0 pid=2557) {b}"
+    assert split_glued(nested) == [nested]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "EZ9999: [PID: 696742] 2025-10-31-21:35:03.992.057 The error from device(chipId:7)",
+        "[gpu-node-1:12796:1:13303] Caught signal 11 (Segmentation fault: invalid permissions)",
+    ],
+)
+def test_runtime_error_formats_are_log_lines(line: str) -> None:
+    a = analyze_text(line + "\n==== backtrace (tid:  13303) ====\n 0  /x/libucs.so.0(+0x1)\n")
+    assert a.records >= 1

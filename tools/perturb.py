@@ -237,27 +237,22 @@ def _quote(text: str, rng: random.Random) -> str:
     return "\n".join(f"> {ln}" if ln else ">" for ln in _lines(text))
 
 
-_STAMP = re.compile(
-    r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?( [^\]]*)?\] ?"
-    r"|(?<=^)(INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
-    r"|(?<=\) )(INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
-    r"|\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?Z? "
+_PREFIX = re.compile(
+    r"^(?:\([\w\- ]{1,80}pid=\d+(?:, ip=[\w.:]+)?\) )*"  # vLLM / Ray process prefixes
+    r"(?:\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[ \w]*)\] "  # SGLang stamp and rank tags
+    r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w./\-]+\.py:\d+: )?"
+    r"|\[\d\d:\d\d:\d\d(?: [\w ]*)?\] "  # SGLang 2024, time only
+    r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+    r"\[?[\w./\-]+\.py:\d+\] )"  # vLLM level, time, logger
 )
 
 
-def _no_timestamps(text: str, rng: random.Random) -> str:
-    """Time stamps cut out by the reporter (the level and tags stay)."""
-
-    def sub(m: re.Match[str]) -> str:
-        if m.group(1) is not None:
-            return f"[{m.group(1).strip()}] "
-        if m.group(2) is not None:
-            return f"{m.group(2)} "
-        if m.group(3) is not None:
-            return f"{m.group(3)} "
-        return ""
-
-    return "\n".join(_STAMP.sub(sub, ln, count=1) for ln in _lines(text))
+def _bare_messages(text: str, rng: random.Random) -> str:
+    """Only the messages: the framework's line prefixes (time stamps, levels, loggers,
+    rank tags, process prefixes) cut off by the reporter or a log viewer. What the
+    messages say (phases, errors) must still be read; what needs the times or ranks is
+    compared no more (:data:`IGNORED`)."""
+    return "\n".join(_PREFIX.sub("", ln, count=1) for ln in _lines(text))
 
 
 _SG_TP = re.compile(r"^(\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: DP\d+)?(?: PP\d+)?) TP(\d+)\]")
@@ -302,14 +297,25 @@ def _interleave(text: str, rng: random.Random) -> str:
     return "\n".join(lines)
 
 
+_CONFIG_LINE = re.compile(r"server_args=|non-default args|with config:|args=Namespace|engine_args")
+
+
 def _excerpt_head(text: str, rng: random.Random) -> str:
-    """The paste starts late: lines before the first framework record are gone, and so
-    are the blank and uncatalogued lines at the top."""
+    """The paste starts late: the lines before the first one the clean analysis uses (a
+    phase event, a finding's evidence, the configuration) are gone."""
+    from diag.analyze import analyze_text
+    from diag.errors import InputError
+
     lines = _lines(text)
-    for i, ln in enumerate(lines):
-        if _START.match(ln):
-            return "\n".join(lines[i:])
-    return text
+    try:
+        a = analyze_text(text, name="log.txt")
+    except InputError:
+        return text
+    used = [e.line for e in a.events if not e.pattern.startswith("fallback.")]
+    used += [ev.line for f in a.findings for ev in f.evidence]
+    used += [i + 1 for i, ln in enumerate(lines) if _CONFIG_LINE.search(ln)]
+    first = min(used, default=1)
+    return "\n".join(lines[first - 1 :])
 
 
 def _middle_cut(text: str, rng: random.Random) -> str:
@@ -351,7 +357,7 @@ PERTURBATIONS: dict[str, Perturb] = {
     "ansi-text": _ansi(False),
     "crlf": _crlf,
     "trailing-spaces": _trailing_spaces,
-    "no-timestamps": _no_timestamps,
+    "bare-messages": _bare_messages,
     "rank-format": _rank_format,
     "interleave": _interleave,
     "excerpt-head": _excerpt_head,
@@ -361,12 +367,12 @@ PERTURBATIONS: dict[str, Perturb] = {
 }
 
 # what a perturbation may legitimately change: a silence measured from time stamps is
-# gone with them, and so is a per-rank time comparison
+# gone with them, and so are per-rank comparisons once the rank tags are gone
 _TIME_FINDINGS = frozenset({
     "startup.stalled", "startup.cut_excerpt", "startup.no_listen_port", "weights.slow_load",
-    "rank.straggler", "watchdog.timeout",
+    "rank.straggler", "rank.missing", "watchdog.timeout",
 })
-IGNORED: dict[str, frozenset[str]] = {"no-timestamps": _TIME_FINDINGS}
+IGNORED: dict[str, frozenset[str]] = {"bare-messages": _TIME_FINDINGS}
 
 
 def perturb(name: str, text: str, seed: str) -> str:
@@ -405,7 +411,7 @@ def compare(clean: Signature, got: Signature, ignored: frozenset[str] = frozense
         diffs.append(f"extra {sorted(extra)}")
     if "rank.straggler" not in ignored and clean[2] != got[2]:
         diffs.append(f"stragglers {sorted(map(str, clean[2]))} -> {sorted(map(str, got[2]))}")
-    if clean[3] != got[3]:
+    if "rank.missing" not in ignored and clean[3] != got[3]:
         diffs.append(f"missing {sorted(map(str, clean[3]))} -> {sorted(map(str, got[3]))}")
     return diffs
 

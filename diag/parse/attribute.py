@@ -44,7 +44,12 @@ _LOG_LINE = re.compile(
     # stack dumps (diag.stacks.textdump): pystack and py-spy thread headers, py-spy --json,
     # pytest-timeout's per-thread title, torch's fatal-signal printer
     r"Traceback for thread \d+ |Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil)|"
-    r'"owns_gil": (?:true|false)|\[\{"pid": ?\d+|~{3,} Stack of |!{3,} ?\w[\w ]* encountered)'
+    r'"owns_gil": (?:true|false)|\[\{"pid": ?\d+|~{3,} Stack of |!{3,} ?\w[\w ]* encountered|'
+    # Ascend CANN's error-code lines ("EZ9999: [PID: 696742] 2025-10-31-21:35:03.992 ...");
+    # UCX's fatal-signal report ("[host:pid:tid] Caught signal 11 (Segmentation fault: ...)",
+    # then "==== backtrace (tid: N) ====")
+    r"[A-Z]{2}[0-9]{4}: \[PID: ?[0-9]+\]|\[[\w.\-]+:[0-9]+:[0-9]+:[0-9]+\] +Caught signal [0-9]+|"
+    r"=+ backtrace \(tid: *[0-9]+\) =+$)"
 )
 
 
@@ -66,6 +71,13 @@ def any_log_word(drafts: Sequence[Draft]) -> bool:
 
 
 _WORLD_RANK = re.compile(r"world_size=([0-9]{1,9}) rank=([0-9]{1,9}) local_rank=[0-9]")
+# vllm/distributed/parallel_state.py (initialize_model_parallel, 0.8.5 .. 0.20.0): each
+# worker names its place; with Ray's "(RayWorkerWrapper pid=N, ip=X)" prefix it binds the
+# pid (on that host) to its rank
+_ASSIGNED = re.compile(
+    r"rank [0-9]{1,9} in world size [0-9]{1,9} is assigned as DP rank ([0-9]{1,9}), "
+    r"PP rank ([0-9]{1,9}), (?:PCP rank [0-9]{1,9}, )?TP rank ([0-9]{1,9})"
+)
 
 
 def detect_framework(drafts: Sequence[Draft]) -> str:
@@ -169,6 +181,18 @@ def attribute(drafts: Sequence[Draft], framework: str, config: dict[str, object]
             reason = f"pid {d.p.pid} logged world_size={m.group(1)} rank={m.group(2)}"
             rank = RankId(node=d.p.host, tp=int(m.group(2)))
             pid_rank.setdefault((d.source, d.p.pid), (rank, reason))
+        a = _ASSIGNED.search(d.p.message) if "is assigned as DP rank" in d.p.message else None
+        if a and (d.rank is None or d.rank_reason != "tag"):
+            dp, pp = config.get("dp"), config.get("pp")
+            rank = RankId(
+                node=d.p.host,
+                dp=int(a.group(1)) if isinstance(dp, int) and dp > 1 else None,
+                pp=int(a.group(2)) if isinstance(pp, int) and pp > 1 else None,
+                tp=int(a.group(3)),
+            )
+            where = f" on {d.p.host}" if d.p.host else ""
+            pid_rank[(d.source, d.p.pid)] = (rank, f"pid {d.p.pid}{where} logged its place "
+                                             f"({a.group(0)[a.group(0).index('DP rank'):]})")
     # ... and a process whose other lines name its rank (NCCL lines of a tagged worker)
     tagged_pids: dict[tuple[str, int], set[RankId]] = defaultdict(set)
     for d in drafts:

@@ -544,7 +544,14 @@ def _is_cut(part: str, m: re.Match[str]) -> bool:
     prev = part[i - 1]
     if not prev.isspace():
         return m.lastgroup != "pp" or prev != "("
-    if m.lastgroup == "pp" or i < 2 or part[i - 2] not in _SENTENCE_END:
+    if i < 2:
+        return False
+    if m.lastgroup == "pp":
+        # a process prefix with its level and date after a space that ends a message (a
+        # paste that turned newlines into spaces); never after a wrapper's "]: ", " | ",
+        # " - " or an outer prefix's ")"
+        return part[i - 2] in _SENTENCE_END or part[i - 2] == "]" and part[i - 3 : i - 1] != "]]"
+    if part[i - 2] not in _SENTENCE_END:
         return False
     end = m.end()
     if m.lastgroup == "sg":
