@@ -176,34 +176,3 @@ def test_a_quote_before_a_record_goes_where_few_lines_are_quoted() -> None:
     assert "Load weight begin. avail mem=70.00 GB" in msgs
     assert "Load weight end. type=X, avail mem=50.00 GB" in msgs
     assert "> just a quoted sentence" in _messages(["> just a quoted sentence", "x", "y"])
-
-
-# -- ranks from folders ----------------------------------------------------------------------
-
-
-def test_one_rank_logged_in_two_node_folders_is_two_ranks() -> None:
-    from diag.parse.records import assign_path_ranks
-
-    drafts = []
-    for name in ("logs/node0/server.log", "logs/node1/server.log", "logs/gpu-b/server.log"):
-        sp = SourceParser(name)
-        sp.feed(1, "[2025-06-23 15:06:10 TP0] Init torch distributed begin.")
-        sp.feed(2, "[2025-06-23 15:06:11] Uvicorn running on http://0.0.0.0:30000")
-        drafts += sp.drafts
-    note = assign_path_ranks(drafts, [d.source for d in drafts])
-    assert note is not None and "folder" in note
-    nodes = [d.rank.node for d in drafts if d.rank is not None]
-    assert nodes == ["0", "1", "gpu-b"]
-    assert [d.rank for d in drafts if d.p.grammar != "sglang" or d.rank is None] == [None] * 3
-
-
-def test_ranks_of_distinct_folders_that_never_collide_keep_no_node() -> None:
-    from diag.parse.records import assign_path_ranks
-
-    drafts = []
-    for name, tp in (("a/node0/x.log", 0), ("a/node1/x.log", 1)):
-        sp = SourceParser(name)
-        sp.feed(1, f"[2025-06-23 15:06:10 TP{tp}] Init torch distributed begin.")
-        drafts += sp.drafts
-    assert assign_path_ranks(drafts, [d.source for d in drafts]) is None
-    assert all(d.rank is not None and d.rank.node is None for d in drafts)

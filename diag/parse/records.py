@@ -504,8 +504,9 @@ def assign_path_ranks(drafts: Sequence[Draft], names: Sequence[str]) -> str | No
     """Give the rank-less lines of per-rank files the rank their file name names (lines
     with a rank of their own keep it; HTTP-server lines stay rank-less). Returns a note,
     or None when the file names name no ranks."""
-    notes = []
     ranks = ranks_from_paths(names)
+    if not ranks:
+        return None
     n = 0
     for d in drafts:
         r = ranks.get(d.source)
@@ -515,59 +516,9 @@ def assign_path_ranks(drafts: Sequence[Draft], names: Sequence[str]) -> str | No
             continue
         d.rank, d.rank_reason = r, f"the file name {d.source.rsplit('/', 1)[-1]} names {r.label}"
         n += 1
-    if n:
-        notes.append(
-            f"{n} lines given the rank their file name names ({len(ranks)} per-rank files)"
-        )
-    moved = _folder_nodes(drafts)
-    if moved:
-        notes.append(moved)
-    return "; ".join(notes) or None
-
-
-_NODE_FOLDER = re.compile(r"(?:node|host|machine|nnode)[_\-]?([0-9]{1,6})", re.I)
-
-
-def _folder(source: str) -> str | None:
-    """The folder a source lies in (a bundle's member ``B.tar.gz:HOST/x.log`` -> HOST)."""
-    path = source.replace("\\", "/")
-    if "/" not in path:
+    if not n:
         return None
-    folder = path.rsplit("/", 2)[-2]
-    return folder.rsplit(".tar.gz:", 1)[-1] or None
-
-
-def _folder_nodes(drafts: Sequence[Draft]) -> str | None:
-    """Logs of several nodes, one folder each (``node0/server.log``, ``node1/server.log``,
-    a job bundle's ``HOST/``): where one rank (TP0) is logged in files of two folders and
-    names no node itself, each folder is its node (``node1`` -> node 1, else the folder's
-    name), so the two nodes' TP0 stay two ranks. Returns a note, or None."""
-    folders_of: dict[RankId, set[str]] = {}
-    for d in drafts:
-        if d.rank is not None and d.rank.node is None:
-            f = _folder(d.source)
-            if f is not None:
-                folders_of.setdefault(d.rank, set()).add(f)
-    if not any(len(v) > 1 for v in folders_of.values()):
-        return None
-    n = 0
-    for d in drafts:
-        r = d.rank
-        if r is None or r.node is not None or len(folders_of.get(r, ())) < 2:
-            continue
-        f = _folder(d.source)
-        if f is None:
-            continue
-        m = _NODE_FOLDER.fullmatch(f)
-        node = str(int(m.group(1))) if m else f
-        d.rank = RankId(node=node, dp=r.dp, pp=r.pp, tp=r.tp, ep=r.ep)
-        d.rank_reason = f"{d.rank_reason or 'rank'}; node from its folder {f}"
-        n += 1
-    folders = sorted({f for v in folders_of.values() if len(v) > 1 for f in v})
-    return (
-        f"{n} lines of ranks logged in several folders ({', '.join(folders[:6])}) take "
-        "their folder as their node"
-    ) if n else None
+    return f"{n} lines given the rank their file name names ({len(ranks)} per-rank files)"
 
 
 def apply_layout(
