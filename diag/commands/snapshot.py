@@ -92,7 +92,11 @@ def register(app: typer.Typer) -> None:
                          "processes write stdout/stderr to (on by default with --hosts --out)."),
         ] = False,
         samples: Annotated[
-            int, typer.Option("--samples", min=1, max=10, help="Stack samples ~1 s apart.")
+            int,
+            typer.Option(
+                "--samples", min=1, max=10,
+                help="Stack samples per process: the 2nd beside the native dumps, more ~1 s apart.",
+            ),
         ] = 2,
         timeout: Annotated[
             float, typer.Option("--timeout", min=0.5, max=600, help="Deadline for all dumps (s).")
