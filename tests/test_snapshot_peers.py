@@ -208,3 +208,34 @@ def test_the_writer_of_a_pipe_a_process_reads_is_named() -> None:
         child.wait()
         assert child.stdin is not None
         child.stdin.close()
+
+
+def test_thread_census_names_the_rank_with_no_process_group() -> None:
+    import dataclasses
+
+    from test_snapshot_report import story_snapshot
+
+    from diag.collect.peers import thread_census
+    from diag.model import ProcessInfo, RankId
+    from diag.rules import apply_snapshot_rules
+
+    def rank(tp: int, names: dict[str, int]) -> ProcessInfo:
+        return ProcessInfo(pid=900 + tp, ppid=10, role="scheduler", title=f"TP{tp}",
+                           cmdline=(), framework="sglang", rank=RankId(tp=tp),
+                           rank_source="title", state="S", rss_bytes=0, cpu_percent=0.0,
+                           threads=1, listening_ports=(), thread_names=names, server=0)
+
+    gloo = {"sglang::schedul": 2, "gloo_tcp_loop": 1, "pt_gloo_runloop": 2}
+    ranks = [rank(0, {**gloo, "pt_tcpstore_uv": 1}), rank(1, gloo), rank(2, {"python": 3})]
+    (ev,) = thread_census(ranks)
+    assert ev["behind"] == ["TP2"] and ev["ahead"] == ["TP0", "TP1"]
+    assert ev["text"] == ("TP2 runs no process-group thread (gloo or NCCL) while 2 of 3 "
+                          "ranks do (thread names in /proc)")
+    assert thread_census(ranks[:2]) == []  # agreeing ranks: nothing
+    nccl = {**gloo, "pt_nccl_watchdg": 1, "pt_nccl_heartbt": 1}
+    (ev2,) = thread_census([rank(0, nccl), rank(1, nccl), rank(2, gloo)])
+    assert ev2["behind"] == ["TP2"] and str(ev2["text"]).startswith("TP2 runs no NCCL thread")
+    # no store on this host to read: dist.init_hang from the thread names alone
+    snap = dataclasses.replace(story_snapshot(), collective_evidence=(ev,))
+    found = {f.id: f for f in apply_snapshot_rules(snap)}
+    assert found["dist.init_hang"].ranks == ("TP2",)

@@ -33,6 +33,7 @@ from diag.model import ProcessInfo, Unavailable
 __all__ = [
     "LockEntry",
     "dist_threads",
+    "thread_census",
     "lock_waits",
     "parse_locks",
     "socket_peers",
@@ -270,6 +271,39 @@ def dist_threads(p: ProcessInfo) -> dict[str, int]:
             out["pt_nccl"] += n
         elif name.startswith("NCCL"):
             out["nccl"] += n
+    return out
+
+
+def thread_census(ranks: Sequence[ProcessInfo]) -> list[dict[str, object]]:
+    """The ranks of one server that lag the others in torch.distributed by their thread
+    names alone: no process-group thread while others have one (never got through
+    ``init_process_group``), or no NCCL thread while others have one (no communicator
+    yet). Works where the store's port is on another host (multi-node: the store census
+    has nothing to read here). Nothing when the ranks agree."""
+    if len(ranks) < 2:
+        return []
+    labels = {p.pid: p.rank.label if p.rank is not None else f"pid {p.pid}" for p in ranks}
+    threads = {p.pid: dist_threads(p) for p in ranks if p.thread_names}
+    if len(threads) < 2:
+        return []
+    out: list[dict[str, object]] = []
+    stages: tuple[tuple[str, tuple[str, ...]], ...] = (
+        ("process-group thread (gloo or NCCL)", ("gloo", "pt_nccl", "nccl")),
+        ("NCCL thread", ("pt_nccl", "nccl")),
+    )
+    for what, keys in stages:
+        with_it = [pid for pid, t in threads.items() if any(t[k] for k in keys)]
+        without = [pid for pid, t in threads.items() if not any(t[k] for k in keys)]
+        if with_it and without and len(with_it) >= len(without):
+            out.append({
+                "kind": "dist_threads",
+                "behind": [labels[p] for p in without],
+                "ahead": [labels[p] for p in with_it],
+                "text": (f"{', '.join(labels[p] for p in without)} "
+                         f"{'runs' if len(without) == 1 else 'run'} no {what} while "
+                         f"{len(with_it)} of {len(threads)} ranks do (thread names in /proc)"),
+            })
+            break  # the earlier stage is the one that matters
     return out
 
 

@@ -526,6 +526,9 @@ def take_snapshot(
     evidence += peers.socket_peers(processes, proc_root)  # the other end of a pipe/socket
     for index, srv in enumerate(servers):
         tp = srv.get("tp_size")
+        evidence += peers.thread_census(
+            [p for p in processes if p.server == index and p.role in RANK_ROLES]
+        )
         evidence += peers.store_connections(
             [p for p in processes if p.server == index and p.role in RANK_ROLES],
             proc_root,

@@ -479,7 +479,18 @@ def _store_missing(ctx: SnapshotContext) -> CheckOutcome | None:
              or (isinstance(ev.get("expected"), int) and isinstance(ev.get("connected"), list)
                  and len(ev["connected"]) < ev["expected"])]  # type: ignore[arg-type,operator]
     if not found:
-        return None
+        # no store to read on this host (multi-node: it is on another), but the thread
+        # names say which ranks never got a process group while the others did
+        lag = [ev for ev in _evidence(ctx, "dist_threads")
+               if "process-group" in str(ev.get("text"))]
+        if not lag:
+            return None
+        behind = [str(r) for ev in lag for r in ev.get("behind") or ()]  # type: ignore[attr-defined]
+        return CheckOutcome(
+            message="; ".join(str(ev.get("text", "")) for ev in lag[:3]),
+            hits=tuple(ctx.hit(None, str(ev.get("text", ""))) for ev in lag[:5]),
+            ranks=tuple(dict.fromkeys(behind)),
+        )
     missing = [str(r) for ev in found for r in ev.get("not_connected") or ()]  # type: ignore[attr-defined]
     phases = _log_phases(ctx.snapshot)
     logged = [f"{r} {phases[r]['last_phase']}" for r in dict.fromkeys(missing)
