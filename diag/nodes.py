@@ -65,19 +65,22 @@ def node_view(events: Sequence[Event], config: Mapping[str, object]) -> NodeView
     if isinstance(cfg, int) and not isinstance(cfg, bool) and cfg > 0:
         nnodes = max(nnodes or 0, cfg)
     ranks: dict[str, list[RankId]] = {}
+    seen_in: dict[str, set[str]] = {}  # node -> its sources
     for e in events:
-        node = source_node.get(e.source)
+        # a rank's own node (tags, Ray's ip=, a folder) first, then its source's args line
+        k = key(e)
+        node = (f"node{k}" if k.isdigit() else k) if k is not None else source_node.get(e.source)
         if node is None:
-            k = key(e)
-            node = (f"node{k}" if k is not None and k.isdigit() else k)
-            if node is not None:
-                source_node.setdefault(e.source, node)
-        if node is None or e.rank is None:
+            continue
+        seen_in.setdefault(node, set()).add(e.source)
+        if e.rank is None:
             continue
         have = ranks.setdefault(node, [])
         if e.rank not in have:
             have.append(e.rank)
-    nodes = sorted(set(source_node.values()), key=_node_order)
+    for src, node in source_node.items():
+        seen_in.setdefault(node, set()).add(src)
+    nodes = sorted(seen_in, key=_node_order)
     if len(nodes) < 2 and not (nnodes and nnodes > 1):
         return None
     notes: list[str] = []
@@ -101,7 +104,7 @@ def node_view(events: Sequence[Event], config: Mapping[str, object]) -> NodeView
     parts = []
     for node in nodes:
         rs = sorted(ranks.get(node, []), key=lambda r: r.sort_key)
-        srcs = sorted(s for s, n in source_node.items() if n == node)
+        srcs = sorted(seen_in.get(node, ()))
         listed = ", ".join(
             f"{r.label} (local {i})" if len(rs) > 1 else r.label for i, r in enumerate(rs)
         )
@@ -110,7 +113,7 @@ def node_view(events: Sequence[Event], config: Mapping[str, object]) -> NodeView
         notes.append(f"{len(nodes)} node{'s' if len(nodes) != 1 else ''}: " + "; ".join(parts))
     return NodeView(
         nodes={n: tuple(sorted(ranks.get(n, []), key=lambda r: r.sort_key)) for n in nodes},
-        sources=source_node,
+        sources={src: n for n, srcs in seen_in.items() for src in sorted(srcs)},
         expected=nnodes,
         missing=tuple(missing),
         notes=tuple(notes),

@@ -74,3 +74,31 @@ def test_cli_shows_the_missing_node(tmp_path: Path, fmt: str) -> None:
     assert r.returncode in (0, 1), r.stderr
     notes = json.loads(r.stdout)["notes"]
     assert any("node0 (TP0-TP1)" in n for n in notes), notes
+
+
+def test_ray_executor_log_binds_each_worker_to_its_host_and_place(tmp_path: Path) -> None:
+    """vLLM V0 with Ray: worker lines come prefixed '(RayWorkerWrapper pid=N, ip=X)'; each
+    worker's 'rank R in world size W is assigned as DP rank d, PP rank p, TP rank t'
+    (vllm/distributed/parallel_state.py) binds its pid on that host to its rank; the
+    driver's own line (no prefix) places the driver."""
+    log = tmp_path / "ray.log"
+    log.write_text(
+        "INFO 01-05 10:00:00 [api_server.py:1] vLLM API server version 0.8.5\n"
+        "INFO 01-05 10:00:01 [api_server.py:2] args: Namespace(model='m', "
+        "tensor_parallel_size=2, pipeline_parallel_size=2, distributed_executor_backend='ray')\n"
+        "(RayWorkerWrapper pid=1201, ip=10.0.0.1) INFO 01-05 10:00:10 [parallel_state.py:1] "
+        "rank 1 in world size 4 is assigned as DP rank 0, PP rank 0, TP rank 1\n"
+        "(RayWorkerWrapper pid=2301, ip=10.0.0.2) INFO 01-05 10:00:10 [parallel_state.py:1] "
+        "rank 2 in world size 4 is assigned as DP rank 0, PP rank 1, TP rank 0\n"
+        "(RayWorkerWrapper pid=2302, ip=10.0.0.2) INFO 01-05 10:00:10 [parallel_state.py:1] "
+        "rank 3 in world size 4 is assigned as DP rank 0, PP rank 1, TP rank 1\n"
+        "INFO 01-05 10:00:10 [parallel_state.py:1] rank 0 in world size 4 is assigned as "
+        "DP rank 0, PP rank 0, TP rank 0\n"
+        "(RayWorkerWrapper pid=2301, ip=10.0.0.2) INFO 01-05 10:00:20 [model_runner.py:1] "
+        "Starting to load model m...\n"
+    )
+    a = analyze([log], year=2026)
+    assert sorted(r.rank.label for r in a.ranks) == [
+        "10.0.0.1 PP0 TP1", "10.0.0.2 PP1 TP0", "10.0.0.2 PP1 TP1", "PP0 TP0"]
+    assert a.missing_ranks == ()
+    assert any("2 nodes: 10.0.0.1" in n for n in a.notes), a.notes

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from diag.model import RankId
@@ -78,6 +78,22 @@ _ASSIGNED = re.compile(
     r"rank [0-9]{1,9} in world size [0-9]{1,9} is assigned as DP rank ([0-9]{1,9}), "
     r"PP rank ([0-9]{1,9}), (?:PCP rank [0-9]{1,9}, )?TP rank ([0-9]{1,9})"
 )
+
+
+def _place(
+    m: re.Match[str] | None, host: str | None, config: Mapping[str, object]
+) -> RankId | None:
+    """The rank an ``is assigned as DP rank d, PP rank p, TP rank t`` line names (dp and
+    pp only where the layout has more than one, as the expected ranks have them)."""
+    if m is None:
+        return None
+    dp, pp = config.get("dp"), config.get("pp")
+    return RankId(
+        node=host,
+        dp=int(m.group(1)) if isinstance(dp, int) and dp > 1 else None,
+        pp=int(m.group(2)) if isinstance(pp, int) and pp > 1 else None,
+        tp=int(m.group(3)),
+    )
 
 
 def detect_framework(drafts: Sequence[Draft]) -> str:
@@ -173,8 +189,11 @@ def attribute(drafts: Sequence[Draft], framework: str, config: dict[str, object]
     # 1. vLLM workers without rank in their prefix: the pid's own "rank=N" line. Pids
     #    are per source (one file per node: pids of two hosts may collide)
     pid_rank: dict[tuple[str, int], tuple[RankId, str]] = {}
+    driver: RankId | None = None  # the V0 driver's own place, where it logs one
     for d in drafts:
         if d.p.pid is None:
+            if driver is None and d.p.process is None and "is assigned as DP rank" in d.p.message:
+                driver = _place(_ASSIGNED.search(d.p.message), None, config)
             continue
         m = _WORLD_RANK.search(d.p.message)
         if m and (d.rank is None or d.rank_reason != "tag"):
@@ -183,13 +202,7 @@ def attribute(drafts: Sequence[Draft], framework: str, config: dict[str, object]
             pid_rank.setdefault((d.source, d.p.pid), (rank, reason))
         a = _ASSIGNED.search(d.p.message) if "is assigned as DP rank" in d.p.message else None
         if a and (d.rank is None or d.rank_reason != "tag"):
-            dp, pp = config.get("dp"), config.get("pp")
-            rank = RankId(
-                node=d.p.host,
-                dp=int(a.group(1)) if isinstance(dp, int) and dp > 1 else None,
-                pp=int(a.group(2)) if isinstance(pp, int) and pp > 1 else None,
-                tp=int(a.group(3)),
-            )
+            rank = _place(a, d.p.host, config) or RankId(tp=0)
             where = f" on {d.p.host}" if d.p.host else ""
             pid_rank[(d.source, d.p.pid)] = (rank, f"pid {d.p.pid}{where} logged its place "
                                              f"({a.group(0)[a.group(0).index('DP rank'):]})")
@@ -234,8 +247,9 @@ def attribute(drafts: Sequence[Draft], framework: str, config: dict[str, object]
                     d.rank, d.rank_reason = RankId(tp=i), reason
         for d in drafts:
             if d.rank is None and d.p.process is None and d.p.grammar == "vllm":
-                d.rank = RankId(tp=0)
-                d.rank_reason = "vLLM V0 driver (lines with no process prefix) is TP0"
+                d.rank = driver or RankId(tp=0)
+                d.rank_reason = (f"vLLM V0 driver (lines with no process prefix) is "
+                                 f"{d.rank.label}")
         return
     # 3. single-rank layouts: every line belongs to the one rank
     world = 1
