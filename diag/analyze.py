@@ -38,7 +38,7 @@ from diag.parse.attribute import detect_framework as _detect_framework
 from diag.parse.attribute import version_of as _version
 from diag.parse.pipeline import PREFILTER_MIN_BYTES, Collected, read_sources
 from diag.parse.reader import Source, resolve_inputs
-from diag.parse.records import SourceParser, freeze
+from diag.parse.records import Draft, SourceParser, freeze
 from diag.phases import load_catalogue
 from diag.rules.specdec import RecordList
 from diag.timeline import (
@@ -259,6 +259,7 @@ def _finish(
     if nodes is not None:
         notes = [*(n for n in nodes.notes if nodes.missing and "have no log" in n), *notes,
                  *(n for n in nodes.notes if not (nodes.missing and "have no log" in n))]
+    reached = _stage_reached(drafts, events, notes) or reached_phase(events)
     analysis = Analysis(
         sources=tuple(s.name for s in sources),
         framework=framework,
@@ -274,9 +275,40 @@ def _finish(
         global_phases=global_phases,
         notes=tuple(notes),
         undecodable_bytes=col.undecodable,
-        reached=reached_phase(events),
+        reached=reached,
     )
     return _post(analysis, records, rules_dirs)
+
+
+def _stage_reached(
+    drafts: Sequence[Draft], events: Sequence[Event], notes: list[str]
+) -> str | None:
+    """Several engines in one log (vLLM-Omni's ``[Stage-N]`` tags): the phase the engine
+    whose error ends the run reached, not the furthest phase of any engine (another stage
+    loading its model proves nothing for the one that failed). None when the log holds
+    one engine, or no stage logged an error."""
+    if not any(d.p.stage is not None for d in drafts[:20000]):
+        return None
+    stage_at: dict[tuple[str, int], int] = {}
+    failing: int | None = None
+    for d in drafts:
+        st = d.p.stage
+        if st is None:
+            continue
+        for i in range(len(d.continuation) + 1):
+            stage_at[(d.source, d.line + i)] = st
+        if (d.p.level or "").upper() in ("ERROR", "CRITICAL") or d.in_traceback:
+            failing = st
+    if failing is None or len(set(stage_at.values())) < 2:
+        return None
+    mine = [e for e in events if stage_at.get((e.source, e.line)) == failing]
+    reached = reached_phase(mine) or "launch"
+    stages = ", ".join(map(str, sorted(set(stage_at.values()))))
+    notes.append(
+        f"several engine stages log here ({stages}): the last phase is that of stage "
+        f"{failing}, whose error ends the run"
+    )
+    return reached
 
 
 def _server_up(ranks: Sequence[RankTimeline], glob: Sequence[PhaseInterval]) -> bool:

@@ -67,11 +67,6 @@ XFAIL: dict[str, str] = {
 }
 # Known misses among the new tuning cases (names are visible: they are tuned on).
 TUNING_XFAIL: dict[str, str] = {
-    "vllm/omni-stage0-free-memory-stage1-diffusion-loads": (
-        "vLLM-Omni '[Stage-N]' tags: two engines' lines interleave and the phase should be "
-        "the failing stage's (launch), not the furthest over all stages; needs the stage "
-        "as a coordinate from the parser (parse/coords.py)"
-    ),
 }
 
 MIN_PASS_RATIO = 0.90  # old cases: at most 10% xfailed
@@ -157,11 +152,15 @@ def _run(path: Path) -> tuple[Analysis, tuple[Record, ...]]:
 
 def _covers(records: Sequence[Record], evidence_line: int, want: int) -> bool:
     """The evidence line is the wanted line, or both lie in one record (a traceback's
-    header and its continuation lines)."""
+    header and its continuation lines; a hard-wrapped line joined back from the physical
+    lines up to the next record)."""
     if evidence_line == want:
         return True
-    for r in records:
+    for i, r in enumerate(records):
         lo, hi = r.line, r.line + len(r.continuation)
+        nxt = records[i + 1] if i + 1 < len(records) else None
+        if nxt is not None and nxt.source == r.source and not r.continuation:
+            hi = max(hi, nxt.line - 1)
         if lo <= evidence_line <= hi and lo <= want <= hi:
             return True
     return False

@@ -119,3 +119,21 @@ def test_process_prefixed_records_glued_by_spaces_are_cut_again() -> None:
 def test_runtime_error_formats_are_log_lines(line: str) -> None:
     a = analyze_text(line + "\n==== backtrace (tid:  13303) ====\n 0  /x/libucs.so.0(+0x1)\n")
     assert a.records >= 1
+
+
+def test_several_engine_stages_take_the_failing_stages_phase() -> None:
+    w = "(Worker pid=22) [Stage-0]"
+    text = "\n".join([
+        f"{w} INFO 03-12 08:22:20 [parallel_state.py:1165] world_size=1 rank=0 local_rank=0 "
+        "distributed_init_method=tcp://127.0.0.1:1 backend=nccl",
+        f"{w} ERROR 03-12 08:22:28 [multiproc_executor.py:800] ValueError: Free memory on "
+        "device cuda:0 (111.99/139.8 GiB) on startup is less than desired GPU memory "
+        "utilization (0.95, 132.81 GiB).",
+        "[Stage-1] INFO 03-12 08:22:28 [diffusion_model_runner.py:133] Model loading took "
+        "26.4738 GiB and 13.178609 seconds",
+    ])
+    a = analyze_text(text)
+    assert a.last_phase == "dist_init"  # stage 0's, not stage 1's weights_load
+    assert any("stage 0" in n for n in a.notes)
+    one = analyze_text(text.replace("[Stage-1]", "[Stage-0]"))
+    assert one.last_phase == "weights_load"  # one engine: its furthest phase
