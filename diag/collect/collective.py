@@ -391,15 +391,20 @@ def _members(dump: Mapping[str, object], pg: str) -> list[int] | None:
 _PerRank = dict[int, dict[int, list[dict[str, object]]]]
 
 
-def _by_pg(dumps: Mapping[int, FlightRecorderDump]) -> dict[str, _PerRank]:
-    """pg name -> rank -> collective seq -> that rank's entries (collectives only)."""
+def _by_pg(dumps: Mapping[int, FlightRecorderDump], tail: int = _MAX_ENTRIES
+           ) -> dict[str, _PerRank]:
+    """pg name -> rank -> collective seq -> that rank's entries (collectives only), from
+    the last ``tail`` entries of each rank."""
     out: dict[str, _PerRank] = {}
     for rank, dump in dumps.items():
         entries = dump.get("entries")
         if not isinstance(entries, list):
             continue
-        for e in entries[:_MAX_ENTRIES]:
-            if not isinstance(e, dict) or e.get("is_p2p") or _op_type(e) in _P2P:
+        for e in entries[-min(tail, _MAX_ENTRIES):]:
+            if not isinstance(e, dict) or e.get("is_p2p"):
+                continue
+            name = e.get("profiling_name")
+            if isinstance(name, str) and (":send" in name or ":recv" in name):
                 continue
             pg = e.get("process_group")
             seq = e.get("collective_seq_id")
@@ -425,6 +430,13 @@ def _pg_desc(entry: Mapping[str, object]) -> str:
     return str(pg[1]) if isinstance(pg, (list, tuple)) and len(pg) > 1 else ""
 
 
+def _raw(e: Mapping[str, object]) -> str:
+    """The fields the checks read, as one text: equal texts pass every check."""
+    g = e.get
+    return repr((g("profiling_name"), g("input_sizes"), g("output_sizes"), g("input_dtypes"),
+                 g("output_dtypes")))
+
+
 def _groups(entries: Mapping[int, dict[str, object]], pg_size: int) -> list[list[int]]:
     """Ranks whose entries pass fr_trace's checks against each other (state aside: dumps
     are taken at different moments), largest group first."""
@@ -439,14 +451,19 @@ def _groups(entries: Mapping[int, dict[str, object]], pg_size: int) -> list[list
     return sorted(groups, key=lambda g: (-len(g), g[0]))
 
 
-def match_fr(dumps: Mapping[int, FlightRecorderDump]) -> list[dict[str, object]]:
+def match_fr(
+    dumps: Mapping[int, FlightRecorderDump], *, max_seqs: int = 1000
+) -> list[dict[str, object]]:
     """Per process group, the first collective (by sequence id) where the ranks disagree:
     the signature most ranks issued, and each other rank with what it issued instead (or
     that it issued nothing there, or issued one the majority never did). Ranks are the
     dumps' ranks (each dump file is one global rank). A tie has no majority: every side is
-    listed and ``majority`` is None."""
+    listed and ``majority`` is None. Only the last ``max_seqs`` sequence ids of each group
+    are compared (a live snapshot has a time budget; a hang's divergence is near the end),
+    and ``checked_seqs`` says which."""
     out: list[dict[str, object]] = []
-    for pg, per_rank in sorted(_by_pg(dumps).items()):
+    # the tail of each rank's buffer that can hold the last max_seqs of a few groups
+    for pg, per_rank in sorted(_by_pg(dumps, tail=max_seqs * 8).items()):
         ranks = sorted(per_rank)
         members = next((m for r in ranks if (m := _members(dumps[r], pg))), None)
         pg_size = len(members) if members else len(ranks)
@@ -461,12 +478,14 @@ def match_fr(dumps: Mapping[int, FlightRecorderDump]) -> list[dict[str, object]]
             if r not in per_rank:
                 lows[r], highs[r] = 0, 0
         start = max(lows.values())
-        seqs = sorted({s for r in ranks for s in per_rank[r] if s >= start})
+        seqs = sorted({s for r in ranks for s in per_rank[r] if s >= start})[-max_seqs:]
         found: dict[str, object] | None = None
         later: list[int] = []
         for seq in seqs:
             here = {r: per_rank[r][seq][-1] for r in ranks if seq in per_rank[r]}
             absent = [r for r in expected if r not in here and highs[r] < seq]
+            if not absent and len({_raw(e) for e in here.values()}) == 1:
+                continue  # every rank issued the very same entry: nothing to check
             groups = _groups(here, pg_size)
             if len(groups) <= 1 and not absent:
                 continue
@@ -477,6 +496,7 @@ def match_fr(dumps: Mapping[int, FlightRecorderDump]) -> list[dict[str, object]]
                                   pg_size)
         if found is not None:
             found["later_seqs"] = later[:20]
+            found["checked_seqs"] = [seqs[0], seqs[-1]]
             out.append(found)
     return out
 
