@@ -440,12 +440,15 @@ def detect_wrap(inner: list[str], is_start: Callable[[str], bool]) -> tuple[int,
     width = max(lens)
     if width < _WRAP_MIN_WIDTH:
         return None
+    # fold -s: lines that end in the one space they broke after, of any length (a long
+    # word after it moves whole to the next line), followed by the rest mid-text
     spaced = [
         i for i in range(n - 1)
-        if lens[i] * 2 > width and lens[i] != width
-        and wrap_breaks(inner[i].rstrip("\r"), (width, True))
+        if lens[i] != width and wrap_breaks(inner[i].rstrip("\r"), (width, True))
     ]
-    spaced_cont = [i for i in spaced if not is_start(inner[i + 1])]
+    spaced_cont = [
+        i for i in spaced if not is_start(inner[i + 1]) and not _INDENTED.match(inner[i + 1])
+    ]
     words = len(spaced_cont) >= 3 and len(spaced_cont) * 3 >= len(spaced) * 2
     # a full line padded with spaces (a terminal copy keeps the padding) ended there
     exact = [i for i in range(n - 1) if lens[i] == width and inner[i][width - 2 : width] != "  "]
