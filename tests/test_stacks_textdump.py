@@ -441,7 +441,7 @@ def test_pystack_gil_bracket_is_the_thread_state() -> None:
 
 def test_a_flattened_dump_is_cut_into_its_lines_again() -> None:
     text = (
-        'Process 12: VLLM::EngineCore Python v3.12.3 (/usr/bin/python3.12) Thread 12 (idle): '
+        "Process 12: VLLM::EngineCore Python v3.12.3 (/usr/bin/python3.12) Thread 12 (idle): "
         '"MainThread" poll (zmq/sugar/poll.py:106) recv (vllm/distributed/device_communicators/'
         "shm_broadcast.py:802) get_response (vllm/v1/executor/multiproc_executor.py:387)"
     )
@@ -450,3 +450,35 @@ def test_a_flattened_dump_is_cut_into_its_lines_again() -> None:
     assert [f.name for f in p.threads[0].frames] == ["poll", "recv", "get_response"]
     # a log line naming one place is not a dump
     assert parse_stack_text("INFO loaded (model.py:12) in 3 s: ok (x)") == []
+
+
+def test_gdb_thread_apply_all_bt() -> None:
+    text = (
+        'Thread 2 (Thread 0x7f33519ff6c0 (LWP 2236) "pt_nccl_watchdg"):\n'
+        "#0  __futex_abstimed_wait_common64 (private=0, cancel=true) at ./nptl/futex.c:57\n"
+        "#1  0x00007f33569f812f in ?? () from /usr/lib/libstdc++.so.6\n"
+        "\n"
+        'Thread 1 (Thread 0x7f337001eb80 (LWP 2175) "VLLM::Worker_TP1"):\n'
+        "#0  0x00007f336f91a26f in __GI___poll (fds=0x7fff, nfds=1, timeout=300000) at "
+        "../sysdeps/unix/sysv/linux/poll.c:29\n"
+        "#1  0x00007f335f142d35 in c10d::TCPStore::doWait(c10::ArrayRef<std::string>, "
+        "std::chrono::duration<long, std::ratio<1l, 1000l> >) () from /x/libtorch_cpu.so\n"
+        "#2  0x00007f336fafd9c3 in _PyEval_EvalFrameDefault (tstate=<optimized out>) at "
+        "Python/ceval.c:4769\n"
+    )
+    (p,) = parse_stack_text(text)
+    assert (p.pid, p.title, p.mode, p.wait_site, p.wait_thread) == (
+        2175,
+        "VLLM::Worker_TP1",
+        "gdb",
+        "stack.dist_init",
+        2175,
+    )
+    main = p.threads[1]
+    assert [f.name for f in main.frames] == [
+        "__poll",
+        "c10d::TCPStore::doWait",
+        "_PyEval_EvalFrameDefault",
+    ]
+    assert all(f.native for f in main.frames)
+    assert p.threads[0].frames[1].name == "0x00007f33569f812f"  # `??`: its address

@@ -49,6 +49,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
 from typing import Literal
 
 from diag.model import STACK_SITES, StackFrame, StackProcess, StackThread
@@ -63,7 +65,9 @@ __all__ = [
     "RULES",
     "SiteRule",
     "WCHAN_RULES",
+    "CATALOGUE_WHY",
     "apply_gpu_facts",
+    "catalogue_rule",
     "classified",
     "classify_frames",
     "classify_process",
@@ -880,6 +884,88 @@ def _first_matches(frame: StackFrame) -> tuple[SiteRule | None, SiteRule | None]
     return first, first_not_leaf
 
 
+# --- the wait-site catalogue from the sources (tools/stack_catalogue.py) -----------------
+_CATALOGUE_PATH = Path(__file__).with_name("wait_catalogue.tsv")
+_FRAMEWORK_DIR = re.compile(r"(?:^|/)(?=(?:vllm|sglang)/)")
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    site: str
+    lines: frozenset[int]  # call lines of the primitive, over every version read
+
+
+@lru_cache(maxsize=1)
+def _catalogue() -> dict[tuple[str, str], tuple[_Entry, ...]]:
+    """(package-relative path, qualified name) -> its blocking calls; also keyed by the bare
+    function name (py-spy before Python 3.11 shows no class)."""
+    out: dict[tuple[str, str], list[_Entry]] = {}
+    try:
+        text = _CATALOGUE_PATH.read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    for row in text.splitlines():
+        if not row or row.startswith("#") or row.startswith("framework\t"):
+            continue
+        parts = row.split("\t")
+        if len(parts) != 6 or parts[3] not in STACK_SITES:
+            continue
+        _fw, rel, qual, site, _prims, per = parts
+        lines = frozenset(
+            int(n) for chunk in per.split(";") for n in chunk.partition(":")[2].split(",") if n
+        )
+        entry = _Entry(site, lines)
+        out.setdefault((rel, qual), []).append(entry)
+        bare = qual.rsplit(".", 1)[-1]
+        if bare != qual:
+            out.setdefault((rel, bare), []).append(entry)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+_CATALOGUE_RULES: dict[str, SiteRule] = {}
+
+
+def catalogue_rule(frame: StackFrame) -> SiteRule | None:
+    """The catalogue's word on a Python frame of vLLM or SGLang: the frame sits on a line
+    where the function calls a primitive that has no Python frame of its own (``.item()``,
+    a ZeroMQ ``recv``, ``TCPStore.get``, ``fcntl.flock``, ``get_tensor``), in some release
+    read (:data:`CATALOGUE_WHY`)."""
+    if frame.native or frame.line is None:
+        return None
+    path = normalise_path(frame.filename)
+    if not path.endswith(".py") or ("vllm/" not in path and "sglang/" not in path):
+        return None
+    cat = _catalogue()
+    entries: tuple[_Entry, ...] = ()
+    # a source checkout nests the package (/workspace/vllm/vllm/..., sglang/python/sglang/):
+    # try every package directory in the path, outermost first
+    for m in _FRAMEWORK_DIR.finditer(path):
+        entries = cat.get((path[m.end() :], frame.name), ())
+        if entries:
+            break
+    if not entries:
+        return None
+    sites = {e.site for e in entries if frame.line in e.lines}
+    if len(sites) != 1:
+        return None
+    site = sites.pop()
+    rule = _CATALOGUE_RULES.get(site)
+    if rule is None:
+        rule = _CATALOGUE_RULES[site] = SiteRule("catalogue", site, leaf=True, why=CATALOGUE_WHY)
+    return rule
+
+
+CATALOGUE_WHY = (
+    "the wait-site catalogue (diag/stacks/wait_catalogue.tsv, written by "
+    "tools/stack_catalogue.py from the vLLM 0.2.7-0.32 and SGLang 0.3.6-0.5.23 sources): "
+    "the frame's line is a call of that function into C with no Python frame of its own "
+    "(tensor.item()/.tolist()/.cpu() -> cuda_sync, zmq socket.recv -> ipc_wait, "
+    "store.get/wait -> dist_init, fcntl.flock -> jit_compile, safetensors get_tensor -> "
+    "weights_io, lock.acquire -> gil_or_lock), and only native or generic frames are "
+    "inside it"
+)
+
+
 def classify_frames(frames: Sequence[StackFrame]) -> tuple[str | None, SiteRule | None]:
     """The wait site of one stack (innermost frame first) and the rule that decided it.
 
@@ -898,6 +984,8 @@ def classify_frames(frames: Sequence[StackFrame]) -> tuple[str | None, SiteRule 
                 continue  # a wrapper (pass-through) with a known wait inside it
         elif frame.native or not is_pass_through(frame):
             only_wrappers = False
+        if hit is None and chain_open and weak is None:
+            hit = catalogue_rule(frame)
         if hit is not None and hit.strength == "strong":
             return hit.site, hit
         if hit is not None:
@@ -989,7 +1077,7 @@ def is_serving_worker_stack(frames: Sequence[StackFrame]) -> bool:
 # frames as they are; a thread of a hung worker whose innermost frame is framework Python
 # is in a native call there. (A Ctrl-C traceback is not: the interrupt lands between
 # bytecodes, after any native call returned.)
-_STATELESS_DUMPS = frozenset({"faulthandler", "pystack", "trace", "pytest_timeout"})
+_STATELESS_DUMPS = frozenset({"faulthandler", "pystack", "trace", "pytest_timeout", "gdb"})
 
 
 def in_native_call(thread: StackThread, mode: str | None = None) -> bool:

@@ -63,6 +63,7 @@ def merge_samples(samples: Sequence[StackProcess]) -> StackProcess:
 
     return merge(samples)
 
+
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # SGLang's log prefix before an embedded dump line: "[2026-07-14 08:34:44 TP3] "
 _SGLANG_PREFIX = re.compile(
@@ -84,6 +85,16 @@ _PYSPY_ERROR = re.compile(r"^Error: (.+)$")
 _C10D_HEADER = re.compile(r"Stack trace of the failed collective:")
 _C10D_FRAME = re.compile(r"^#(\d+) (.+?) from (.+):(\d+)$")
 _PYSPY_CAUSE = re.compile(r"^\d+: (.+)$")
+# gdb's `thread apply all bt`: `Thread 4 (Thread 0x7f33 (LWP 2618) "pt_nccl_watchdg"):`
+# then `#0  0x00007f33 in __GI___poll (fds=..., nfds=1) at ../poll.c:29` / `#4  0x.. in ??
+# () from /lib/libstdc++.so.6` / `#1  __futex_abstimed_wait_common (...) at x.c:87`,
+# innermost first; with CPython's gdb extension also `#12 Frame 0x7f.., for file x.py,
+# line 327, in wait (self=...)`
+_GDB_THREAD = re.compile(
+    r"^Thread (\d+) \((?:Thread (?:0x[0-9a-fA-F]+) )?\(LWP (\d+)\)(?: \"([^\"]*)\")?\):$"
+)
+_GDB_FRAME = re.compile(r"^#(\d+)\s+(?:(0x[0-9a-fA-F]+) in )?(.+)$")
+_GDB_PY_FRAME = re.compile(r"Frame 0x[0-9a-fA-F]+, for file (.+?), line (\d+), in ([\w<>.]+)")
 _IGNORED = re.compile(
     r"^(Parent Process \d+:|Python v\d[\w.+]*\b|py-spy \d|Error: |Caused by:)"
     # banners people put between dumps: `----- pid 1 (vllm) -----`, `===== py-spy dump
@@ -184,7 +195,7 @@ def _split_prefixes(text: str) -> tuple[str, str, RankId | None, str | None]:
 # one of these; while no dump is open, other lines are skipped unparsed (one search).
 _CANDIDATE = re.compile(
     r'Thread |Process \d|File "|Traceback|Pyspy |Stack \(|Stack trace|KeyboardInterrupt|'
-    r"^#\d+ \S.* from \S|Stack of | encountered !"
+    r"^#\d+ \S.* from \S|^#\d+ |Stack of | encountered !"
 )
 
 
@@ -269,6 +280,47 @@ def _idle(status: str | None) -> bool | None:
     return None
 
 
+def _strip_group(text: str) -> str:
+    """``name (args)`` -> ``name``: the final balanced parenthesised group off."""
+    text = text.rstrip()
+    if not text.endswith(")"):
+        return text
+    depth = 0
+    for i in range(len(text) - 1, -1, -1):
+        if text[i] == ")":
+            depth += 1
+        elif text[i] == "(":
+            depth -= 1
+            if depth == 0:
+                return text[:i].rstrip()
+    return text
+
+
+def _gdb_frame(address: str | None, rest: str) -> StackFrame | None:
+    """One frame of gdb's ``bt``: a Python frame of CPython's gdb extension, or a native
+    frame named without its arguments and C++ signature (``c10d::TCPStore::doWait``), its
+    place ``at file:line`` or ``from lib.so``; ``??`` is the address in its library."""
+    m = _GDB_PY_FRAME.search(rest)
+    if m:
+        return make_frame(m.group(3), f"{m.group(1)}:{m.group(2)}")
+    where = ""
+    for sep in (" from ", " at "):
+        head, found, tail = rest.rpartition(sep)
+        if found and ("/" in tail or "." in tail) and " " not in tail.strip():
+            rest, where = head, tail.strip()
+            break
+    name = _strip_group(rest)  # the arguments
+    if "::" in name or name.endswith(")"):
+        name = _strip_group(name)  # a C++ signature
+    name = re.sub(r"^__GI_+", "__", name).strip()
+    if not name or name == "??":
+        if address is None:
+            return None
+        name = address
+    frame = make_frame(name, where or "??")
+    return replace(frame, native=True)
+
+
 def _pystack_status(header: str) -> str | None:
     """py-spy's vocabulary for pystack's status bracket: a thread that has the GIL runs
     Python (``active+gil``); any other bracket says nothing about whether it runs."""
@@ -320,6 +372,7 @@ class _Channel:
         self.json: list[str] | None = None
         self.json_at: _Line | None = None
         self.pybt = False  # the open thread is gdb py-bt's (innermost first)
+        self.gdb = False  # the open process is gdb's native `bt`
 
     @property
     def in_c10d(self) -> bool:
@@ -342,6 +395,7 @@ class _Channel:
         self.locals = False
         self.foreign = 0
         self.pybt = False
+        self.gdb = False
 
     def _open(
         self, ln: _Line, kind: str, pid: int | None = None, title: str | None = None
@@ -414,6 +468,28 @@ class _Channel:
         if _C10D_HEADER.search(stripped):
             self._new_thread(self._open(ln, "c10d"), None, None, None)
             return True
+        m = _GDB_THREAD.match(stripped)
+        if m:
+            proc = self.proc if self.proc is not None and self.proc.kind == "gdb" else None
+            lwp = _small(m.group(2))
+            if proc is None or any(t.tid == lwp for t in proc.threads):
+                proc = self._open(ln, "gdb")
+            main = m.group(1) == "1"  # gdb numbers the main thread 1 (its LWP is the pid)
+            if main:
+                proc.pid = lwp
+                comm = m.group(3)
+                if comm and not re.match(r"^(python[\d.]*|pt_main_thread)$", comm):
+                    proc.title = proc.title or comm  # the process title: VLLM::Worker_TP0
+            self._new_thread(proc, lwp, "MainThread" if main else m.group(3), None)
+            self.gdb = True
+            return True
+        if self.gdb and self.thread is not None:
+            m = _GDB_FRAME.match(stripped)
+            if m:
+                frame = _gdb_frame(m.group(2), m.group(3))
+                if frame is not None:
+                    self.thread.frames.append(frame)
+                return True
         m = _C10D_FRAME.match(stripped)
         if m and not self.in_c10d and self.proc is None and self.tb is None:
             # torch's `#N f from file:line` frames whose header was cut off: only torch's
