@@ -82,3 +82,22 @@ def test_merge_env_and_labels() -> None:
     assert at_host("node1 TP3") == "TP3@node1"
     assert at_host("10.0.0.2 DP0 TP3") == "DP0 TP3@10.0.0.2"
     assert at_host("DP0 TP3") == "DP0 TP3" and at_host("pid 12") == "pid 12"
+
+
+def test_a_host_that_sent_its_snapshot_alone(tmp_path: Path) -> None:
+    """A host whose diag cannot send a bundle (older than `--out -`) answers with its JSON
+    snapshot: its part of the job bundle is that snapshot, the job view still whole."""
+    hosts = _hosts(tmp_path)
+    first, second = hosts[0][2], hosts[1][2]
+    view = merge([first, HostResult(second.host, True, snapshot=second.snapshot,
+                                    raw=second.raw)])
+    doc = view_to_dict(view)
+    out = tmp_path / "job.tar.gz"
+    assert first.bundle is not None
+    write_job_bundle(out, hosts=doc["hosts"], parts={first.host: first.bundle},
+                     job={k: v for k, v in doc.items() if k != "hosts"})
+    b = read_bundle(out)
+    assert "hosts/node1/snapshot.json" in b.members and "hosts/node1/env.json" not in b.members
+    assert "hosts/node0/env.json" in b.members
+    case = load_case([out])
+    assert "odd ranks out: TP2@node1" in case.verdict and "not collected" not in case.verdict

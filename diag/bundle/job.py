@@ -379,6 +379,15 @@ def write_job_bundle(
         host = str(entry["host"])
         item = {k: v for k, v in entry.items() if k != "snapshot"}
         bundle = parts.get(host)
+        if bundle is None and entry.get("ok") and isinstance(entry.get("snapshot"), dict):
+            # a host whose diag sent its snapshot alone (too old for --out -)
+            data = _dumps(entry["snapshot"])
+            bundle = Bundle(path=Path(f"{host}.tar.gz"), manifest={"logs": []}, members={
+                "snapshot.json": data,
+                MANIFEST: _dumps({"format": FORMAT, "schema": SCHEMA_VERSION, "host": host,
+                                  "notes": ["snapshot only: the host's diag cannot send a "
+                                            "bundle (--out -)"]}),
+            })
         if bundle is None:
             host_entries.append({**item, "part": None})
             continue
@@ -413,7 +422,7 @@ def write_job_bundle(
             ))
         host_entries.append({**item, "part": prefix})
     failed = [(str(e["host"]), str(e.get("error") or "not collected"))
-              for e in hosts if parts.get(str(e["host"])) is None]
+              for e in hosts if not e.get("ok")]
     snap = job_snapshot(snapshots, failed=failed) if snapshots else None
     env = merge_env(envs)
     members["env.json"] = _dumps(env)

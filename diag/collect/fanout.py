@@ -21,7 +21,7 @@ import re
 import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -250,8 +250,31 @@ def _from_bundle(
                       offset_s=offset, offset_err_s=err, bundle=bundle)
 
 
+_BUNDLE_ARGS = ("--out", "-", "--logs")
+
+
+async def _one_or_json(host: str, remote_args: Sequence[str], **kw: Any) -> HostResult:
+    """A host whose diag predates ``--out -`` (a usage error, exit 2) is asked again for
+    its ``--json`` snapshot alone: its part of the job bundle is then that snapshot."""
+    first = await _one(host, remote_args, **kw)
+    if first.ok or not kw.get("bundle_mode") or first.exit_code != 2:
+        return first
+    args = list(remote_args)
+    for i in range(len(args) - len(_BUNDLE_ARGS) + 1):
+        if tuple(args[i:i + len(_BUNDLE_ARGS)]) == _BUNDLE_ARGS:
+            args[i:i + len(_BUNDLE_ARGS)] = ["--json"]
+            break
+    else:
+        return first
+    again = await _one(host, args, **{**kw, "bundle_mode": False})
+    if not again.ok:
+        return first
+    return replace(again, remedy="its diag cannot send a bundle (--out -): upgrade it for "
+                   "its env, stacks and logs in the job bundle")
+
+
 async def _all(hosts: Sequence[str], remote_args: Sequence[str], **kw: Any) -> list[HostResult]:
-    return list(await asyncio.gather(*(_one(h, remote_args, **kw) for h in hosts)))
+    return list(await asyncio.gather(*(_one_or_json(h, remote_args, **kw) for h in hosts)))
 
 
 def snapshot_hosts(
