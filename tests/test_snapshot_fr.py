@@ -304,3 +304,24 @@ def test_the_json_form_of_a_dump_reads_like_the_pickle(tmp_path: Path) -> None:
     assert s["behind"] == {"0": [0]}
     (mm,) = s["mismatches"]  # type: ignore[misc]
     assert [(m["rank"], m["kind"]) for m in mm["minority"]] == [(0, "missing")]
+
+
+@pytest.mark.parametrize("odd", range(8))
+@pytest.mark.parametrize("kind", ["type", "size", "dtype", "missing", "extra"])
+def test_the_culprit_is_named_wherever_it_sits(odd: int, kind: str) -> None:
+    """First-rank matching blames the seven others when the culprit comes first; the
+    majority names the culprit at every position, for every kind of difference."""
+    world = 8
+    ok = [*common(5), entry(6)]
+    bad = {
+        "type": [*common(5), entry(6, "all_gather", [[8192]], out=[[8192]] * world)],
+        "size": [*common(5), entry(6, sizes=[[4096]])],
+        "dtype": [*common(5), entry(6, dtype="Half")],
+        "missing": common(5),
+        "extra": [*common(5), entry(6), entry(7, "broadcast")],
+    }[kind]
+    dumps = {r: dump(bad if r == odd else ok, world) for r in range(world)}
+    (mm,) = match_fr(dumps)
+    assert [(m["rank"], m["kind"]) for m in mm["minority"]] == [(odd, kind)]  # type: ignore[attr-defined]
+    assert mm["seq"] == (7 if kind == "extra" else 6)
+    assert "while 7/8 issued" in str(mm["text"])
