@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""The wait-site catalogue from the sources: framework functions that block in a call no
+Python-only stack dump can show.
+
+py-spy without ``--native``, faulthandler and pystack show Python frames only. Where a
+framework function calls straight into C (``tensor.item()``, a ZeroMQ ``socket.recv()``,
+``TCPStore.get``, ``fcntl.flock``, ``safe_open(...).get_tensor``, ``lock.acquire()``), the
+innermost frame of a thread blocked there is that function itself, and only its own call
+says what it waits for. This script reads the sources of several releases WITHOUT importing
+them (``ast`` only), finds every such call in the functions of vLLM and SGLang, and writes
+one row per function and site: framework, package-relative path, qualified name, site, the
+primitive, and the call lines per version. :mod:`diag.stacks.classify` looks a frame up
+there (``catalogue`` rule) when no frame of the stack names a wait.
+
+usage:
+  tools/stack_catalogue.py [--out diag/stacks/wait_catalogue.tsv] SRC...
+SRC is ``NAME==VERSION@DIR`` (DIR holds the ``vllm/`` or ``sglang/`` package: an unpacked
+wheel or a site-packages), e.g.
+  vllm==0.8.5@/work/cache/src/vllm-0.8.5 sglang==0.5.23@.venv-sglang/lib/python3.11/site-packages
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "diag" / "stacks" / "wait_catalogue.tsv"
+
+__all__ = ["PRIMITIVES", "calls_of", "main"]
+
+_NCCL = "stack.nccl_collective"
+_INIT = "stack.dist_init"
+_SYNC = "stack.cuda_sync"
+_JIT = "stack.jit_compile"
+_WEIGHTS = "stack.weights_io"
+_IPC = "stack.ipc_wait"
+_LOCK = "stack.gil_or_lock"
+
+# what the loaders call a safetensors handle (``with safe_open(p) as f: f.get_slice(k)``)
+_SAFE_HANDLES = ("safe", "st_file", "reader", "handle")
+
+# (method or function name, words one of which the receiver's text must hold ("" = any),
+# site, primitive label). Only calls that enter C with no Python frame of their own.
+PRIMITIVES: tuple[tuple[str, tuple[str, ...], str, str], ...] = (
+    ("item", ("",), _SYNC, "tensor.item()"),
+    ("tolist", ("",), _SYNC, "tensor.tolist()"),
+    ("cpu", ("",), _SYNC, "tensor.cpu()"),
+    ("numpy", ("",), _SYNC, "tensor.numpy()"),
+    ("synchronize", ("",), _SYNC, "synchronize()"),
+    ("get", ("store",), _INIT, "store.get()"),
+    ("wait", ("store",), _INIT, "store.wait()"),
+    ("add", ("store",), _INIT, "store.add()"),
+    ("compare_set", ("store",), _INIT, "store.compare_set()"),
+    ("TCPStore", ("",), _INIT, "TCPStore()"),
+    ("recv", ("sock", "socket", "zmq"), _IPC, "zmq socket.recv()"),
+    ("send", ("sock", "socket", "zmq"), _IPC, "zmq socket.send()"),
+    ("recv_bytes", ("sock", "socket", "conn", "pipe"), _IPC, "recv_bytes()"),
+    ("select", ("select",), _IPC, "select.select()"),
+    ("waitpid", ("os",), _IPC, "os.waitpid()"),
+    ("flock", ("fcntl",), _JIT, "fcntl.flock()"),
+    ("lockf", ("fcntl",), _JIT, "fcntl.lockf()"),
+    ("safe_open", ("",), _WEIGHTS, "safetensors safe_open()"),
+    ("get_tensor", _SAFE_HANDLES, _WEIGHTS, "safetensors get_tensor()"),
+    ("get_slice", _SAFE_HANDLES, _WEIGHTS, "safetensors get_slice()"),
+    ("acquire", ("lock", "mutex", "sem"), _LOCK, "lock.acquire()"),
+)
+# what c10d stores are called where the frameworks keep them
+_STORES = frozenset(
+    {
+        "store",
+        "_store",
+        "tcp_store",
+        "_tcp_store",
+        "prefix_store",
+        "master_store",
+        "c10d_store",
+        "dist_store",
+        "pg_store",
+        "self.store",
+    }
+)
+_BY_NAME: dict[str, list[tuple[tuple[str, ...], str, str]]] = defaultdict(list)
+for _n, _words, _site, _label in PRIMITIVES:
+    _BY_NAME[_n].append((_words, _site, _label))
+
+
+def _callee(node: ast.Call) -> tuple[str, str] | None:
+    """(name, receiver text) of a call: ``a.b.item()`` -> ("item", "a.b")."""
+    f = node.func
+    if isinstance(f, ast.Attribute):
+        try:
+            recv = ast.unparse(f.value)
+        except (ValueError, RecursionError):
+            recv = ""
+        return f.attr, recv.lower()
+    if isinstance(f, ast.Name):
+        return f.id, ""
+    return None
+
+
+def calls_of(fn: ast.AST) -> list[tuple[int, str, str]]:
+    """(line, site, primitive) of the primitive calls in a function's own body (nested
+    functions and classes are theirs, not its)."""
+    out: list[tuple[int, str, str]] = []
+    stack = list(ast.iter_child_nodes(fn))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Call):
+            got = _callee(node)
+            if got is not None:
+                name, recv = got
+                for words, site, label in _BY_NAME.get(name, ()):
+                    if name in ("item", "tolist", "cpu", "numpy") and node.args:
+                        continue  # dict.item? no: .item() takes no argument
+                    if name == "synchronize" and not recv:
+                        continue
+                    if "store" in words and recv.rsplit(".", 1)[-1] not in _STORES:
+                        continue  # a dict-like store of something else
+                    if (
+                        words is _SAFE_HANDLES
+                        and recv not in ("f", "fp", "sf", "st")
+                        and not any(w in recv for w in words)
+                    ):
+                        continue  # CuTe/other tensors' get_slice
+                    if (
+                        words is _SAFE_HANDLES
+                        or any(w in recv for w in words if w)
+                        or words == ("",)
+                    ):
+                        out.append((node.lineno, site, label))
+                        break
+        stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _functions(tree: ast.Module) -> list[tuple[str, ast.AST]]:
+    """(qualified name, node) of every function, as ``__qualname__`` (py-spy's name on
+    Python 3.11+): ``Class.method``, ``outer.<locals>.inner``."""
+    out: list[tuple[str, ast.AST]] = []
+
+    def walk(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                q = f"{prefix}{child.name}"
+                out.append((q, child))
+                walk(child, f"{q}.<locals>.")
+            elif isinstance(child, ast.ClassDef):
+                walk(child, f"{prefix}{child.name}.")
+
+    walk(tree, "")
+    return out
+
+
+def scan(name: str, version: str, root: Path, rows: dict[tuple[str, str, str, str], dict]) -> int:
+    pkg = root / name
+    if not pkg.is_dir():
+        raise SystemExit(f"{root}: no {name}/ package inside")
+    n = 0
+    for path in sorted(pkg.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if "/tests/" in rel or "/test/" in rel or "/benchmarks/" in rel:
+            continue
+        try:
+            tree = ast.parse(path.read_bytes(), filename=rel)
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+        for qual, fn in _functions(tree):
+            for line, site, label in calls_of(fn):
+                key = (name, rel, qual, site)
+                row = rows.setdefault(key, {"primitives": set(), "lines": defaultdict(set)})
+                row["primitives"].add(label)
+                row["lines"][version].add(line)
+                n += 1
+    return n
+
+
+def _vkey(v: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else 0 for p in v.replace("+", ".").split("."))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("sources", nargs="+", help="NAME==VERSION@DIR")
+    a = ap.parse_args(argv)
+    rows: dict[tuple[str, str, str, str], dict] = {}
+    versions: dict[str, list[str]] = defaultdict(list)
+    for src in a.sources:
+        spec, _, where = src.partition("@")
+        name, _, version = spec.partition("==")
+        if not (name and version and where):
+            raise SystemExit(f"{src}: expected NAME==VERSION@DIR")
+        n = scan(name, version, Path(where), rows)
+        versions[name].append(version)
+        print(f"{name} {version}: {n} calls", file=sys.stderr)
+    lines = [
+        "# wait-site catalogue: framework functions that block in a call with no Python frame",
+        "# written by tools/stack_catalogue.py from the sources of: "
+        + "; ".join(f"{k} {', '.join(sorted(v, key=_vkey))}" for k, v in sorted(versions.items())),
+        "framework\tpath\tfunction\tsite\tprimitives\tlines",
+    ]
+    for (fw, rel, qual, site), row in sorted(rows.items()):
+        per = ";".join(
+            f"{v}:{','.join(map(str, sorted(ls)))}"
+            for v, ls in sorted(row["lines"].items(), key=lambda kv: _vkey(kv[0]))
+        )
+        lines.append(f"{fw}\t{rel}\t{qual}\t{site}\t{','.join(sorted(row['primitives']))}\t{per}")
+    a.out.write_text("\n".join(lines) + "\n")
+    print(f"{len(rows)} rows -> {a.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
