@@ -9,8 +9,9 @@ fire. Nothing here prints: the command hands the renderable to a Console.
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.padding import Padding
@@ -55,6 +56,7 @@ __all__ = [
     "PHASE_LETTERS",
     "PHASE_STYLES",
     "SEVERITY_STYLES",
+    "short_names",
     "GanttChart",
     "LiveTable",
     "render_terminal",
@@ -528,8 +530,33 @@ def _clip(message: str, limit: int = MAX_MESSAGE_LINES) -> str:
     return "\n".join([*lines[:limit], f"… ({len(lines) - limit} more lines)"])
 
 
+_SHORT_NAMES: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "diag_short_names", default=None
+)
+
+
+def short_names(sources: Sequence[str]) -> dict[str, str]:
+    """Each source by its shortest trailing path that no other source shares:
+    ``node0/server.log`` and ``node1/server.log``, not ``server.log`` twice."""
+    parts = {s: [p for p in s.split("/") if p] or [s] for s in dict.fromkeys(sources)}
+    out: dict[str, str] = {}
+    for s, ps in parts.items():
+        k = 1
+        while k < len(ps) and any(
+            o != s and parts[o][-k:] == ps[-k:] for o in parts
+        ):
+            k += 1
+        out[s] = "/".join(ps[-k:])
+    return out
+
+
 def _short_source(source: str) -> str:
-    return source.rsplit("/", 1)[-1] if source else "?"
+    if not source:
+        return "?"
+    table = _SHORT_NAMES.get()
+    if table is not None and source in table:
+        return table[source]
+    return source.rsplit("/", 1)[-1]
 
 
 def _frames_text(frames: tuple[StackFrame, ...], indent: str, limit: int = 5) -> list[Text]:
@@ -766,6 +793,20 @@ def render_terminal(
     evidence lines per finding, the quiet rules counted, not listed."""
     view = as_combined(analysis)
     a = view.analysis
+    token = _SHORT_NAMES.set(short_names([*a.sources, *_evidence_sources(a)]))
+    try:
+        return _render(view, a, verbose=verbose, context=context)
+    finally:
+        _SHORT_NAMES.reset(token)
+
+
+def _evidence_sources(a: Analysis) -> list[str]:
+    return [ev.source for f in a.findings for ev in f.evidence if ev.source]
+
+
+def _render(
+    view: Combined, a: Analysis, *, verbose: bool, context: ContextLines | None
+) -> RenderableType:
     parts: list[RenderableType] = [_header(a, verbose)]
     if view.verdict:
         parts += [_verdict_view(view)]
