@@ -69,6 +69,9 @@ EXTRA_LITERALS = (
     "terminate called", "what():", "[W", "[E", "[F", "Interrupt",
     # torch's per-rank prefix on tracebacks and dumps: "[rank0]:   File ..."
     "[rank",
+    # vLLM's worker processes (start-up and failures; the serving lines are the API
+    # server's): each worker's rank key is seen even when it logs a lone line
+    "(VllmWorker", "(Worker",
     # C++ backtraces: "frame #0: c10::Error::Error(...)"
     "frame #",
     # stack dumps and faulthandler

@@ -146,7 +146,8 @@ _SPARSE: tuple[tuple[str, str, float], ...] = (
 )
 _BNUM = _NUM.encode()
 _NUM_B = re.compile(_BNUM)
-_RATE = re.compile(rb"(?:Avg )?Draft acceptance rate: (" + _BNUM + rb")(%?)")
+# ("Avg " may come before the label: it does not change the number read)
+_RATE = re.compile(rb"Draft acceptance rate: (" + _BNUM + rb")(%?)")
 _ACCEPTED = re.compile(rb"Accepted: ([0-9]{1,15}) tokens, Drafted: ([0-9]{1,15}) tokens")
 _V0_COUNTS = re.compile(
     rb"Number of accepted tokens: ([0-9]{1,15}), Number of draft tokens: ([0-9]{1,15})"
@@ -339,9 +340,8 @@ def _spec_lines(
     fig.spec_reports += sg + vl
     if vl and not read:
         # vLLM's report lines (a few per minute): read one by one
-        for m in _RATE.finditer(data):
-            v = float(m.group(1))
-            fig.accept_rate.add_many(1, v / 100.0 if m.group(2) else v, None)
+        rates = [float(v) / 100.0 if pct else float(v) for v, pct in _RATE.findall(data)]
+        fig.accept_rate.add_many(len(rates), sum(rates), None)
         for rx in (_ACCEPTED, _V0_COUNTS):
             for a, d in rx.findall(data):
                 fig.accepted += int(a)
