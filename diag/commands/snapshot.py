@@ -121,6 +121,22 @@ def register(app: typer.Typer) -> None:
                 "debug pipe (TORCH_NCCL_DEBUG_INFO_PIPE_FILE) and wait up to 5 s for it.",
             ),
         ] = False,
+        store_keys: Annotated[
+            bool,
+            typer.Option(
+                "--store-keys",
+                help="Also count the keys of each rendezvous store (TCPStore), read-only "
+                "through torch's client: who registered and who did not. Needs torch.",
+            ),
+        ] = False,
+        log_phase: Annotated[
+            bool | None,
+            typer.Option(
+                "--log-phase/--no-log-phase",
+                help="Read each rank's phase from the log file its output goes to "
+                "(default: only when the evidence names ranks).",
+            ),
+        ] = None,
         hosts: Annotated[
             str | None,
             typer.Option("--hosts", help="Snapshot these hosts at once over ssh and merge: "
@@ -213,6 +229,8 @@ def register(app: typer.Typer) -> None:
                 native=not no_native,
                 native_all=native_all,
                 fr_dump=fr_dump,
+                store_keys=store_keys,
+                log_phase=log_phase,
             )
         )
         console = Console(highlight=False)
