@@ -28,34 +28,35 @@ def _load() -> ModuleType:
 
 P = _load()
 
-# share of tuning logs with the clean answer, per perturbation (measured on 170 logs,
-# 2026-12-02; the misses left are printed when one falls below)
+# share of tuning logs with the clean answer, per perturbation, one case below the measure
+# (170 logs, 2026-12-02 02:00 UTC: 4220/4250 in all; 3923 with the analyser of the
+# session's start). The misses left are printed when one falls below.
 FLOORS: dict[str, float] = {
-    "wrap80": 0.96,
-    "wrap100": 0.97,  # spec-decode figures are read from raw lines (parse/serving.py)
-    "wrap120": 0.98,
-    "wrap160": 0.98,
-    "fold100": 0.88,
+    "wrap80": 0.97,
+    "wrap100": 0.98,  # spec-decode figures are read from raw lines (parse/serving.py)
+    "wrap120": 0.99,
+    "wrap160": 0.99,
+    "fold100": 0.95,
     "glued": 0.98,
-    "glued-space": 0.93,
-    "gha": 0.98,
-    "kubectl": 0.98,
-    "cri": 0.98,
-    "journald": 0.98,
-    "compose": 0.98,
+    "glued-space": 0.95,
+    "gha": 0.99,
+    "kubectl": 0.99,
+    "cri": 0.99,
+    "journald": 0.99,
+    "compose": 0.99,
     "quote": 0.99,
-    "line-numbers": 0.98,
+    "line-numbers": 0.99,
     "ansi": 0.99,
     "ansi-text": 0.99,
     "crlf": 0.99,
     "trailing-spaces": 0.99,
-    "bare-messages": 0.80,
+    "bare-messages": 0.97,
     "rank-format": 0.99,
-    "interleave": 0.98,
-    "excerpt-head": 0.94,
+    "interleave": 0.99,
+    "excerpt-head": 0.98,
     "middle-cut": 0.98,
-    "quote+wrap100": 0.97,
-    "compose+ansi": 0.98,
+    "quote+wrap100": 0.98,
+    "compose+ansi": 0.99,
 }
 
 
