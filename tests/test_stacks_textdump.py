@@ -482,3 +482,31 @@ def test_gdb_thread_apply_all_bt() -> None:
     ]
     assert all(f.native for f in main.frames)
     assert p.threads[0].frames[1].name == "0x00007f33569f812f"  # `??`: its address
+
+
+PARKED = """\
+Thread 0x00007fbc4bfff640 (most recent call first):
+  File "/usr/lib/python3.10/threading.py", line 324 in wait
+  File "/usr/lib/python3.10/threading.py", line 607 in wait
+  File "/usr/local/lib/python3.10/dist-packages/tqdm/_monitor.py", line 60 in run
+  File "/usr/lib/python3.10/threading.py", line 1016 in _bootstrap_inner
+
+Thread 0x00007fbc5ffff640 (most recent call first):
+  File "/usr/lib/python3.10/threading.py", line 320 in wait
+  File "/x/sglang/srt/disaggregation/common/utils.py", line 24 in get
+"""
+MAIN_IN_ALL_REDUCE = """
+Current thread 0x00007fbc70000000 (most recent call first):
+  File "/x/torch/distributed/distributed_c10d.py", line 2050 in all_reduce
+  File "/workspace/x/train.py", line 12 in <module>
+"""
+
+
+def test_a_faulthandler_dump_of_parked_workers_only_is_an_idle_loop() -> None:
+    """A queue worker parked in Condition.wait inside a queue's get (SGLang's FastQueue)
+    is an idle helper in a dump without thread states; with a main thread at work it is
+    that thread that counts."""
+    (p,) = parse_stack_text(PARKED)
+    assert p.wait_site == "stack.idle_loop"
+    (p,) = parse_stack_text(PARKED + MAIN_IN_ALL_REDUCE)
+    assert p.wait_site == "stack.nccl_collective"

@@ -1152,9 +1152,30 @@ def _all_idle_helpers(p: StackProcess) -> bool:
     if not p.threads:
         return False
     return all(
-        (t.idle is True or _parked(t, p.mode)) and (is_helper_thread(t) or not t.frames)
+        _parked_worker(t, p)
+        or ((t.idle is True or _parked(t, p.mode)) and (is_helper_thread(t) or not t.frames))
         for t in p.threads
     )
+
+
+_THREAD_WAIT_PY = re.compile(r"(^|/)threading\.py$")
+_QUEUE_GET_NAME = re.compile(r"(^|\.)_?(get|get_nowait|pop|take|get_batch|next_item)$")
+
+
+def _parked_worker(thread: StackThread, p: StackProcess) -> bool:
+    """In a dump without thread states, a thread that is not the main one, parked in a
+    Condition/Event wait right inside a queue's ``get`` (queue.Queue.get, SGLang's
+    FastQueue.get in disaggregation/common/utils.py): a worker thread waiting for its
+    next item, i.e. an idle helper."""
+    if p.mode not in _STATELESS_DUMPS or thread.idle is not None or not thread.frames:
+        return False
+    if is_main_thread(thread, p.pid):
+        return False
+    python = [f for f in thread.frames if not f.native]
+    if len(python) < 2 or not _THREAD_WAIT_PY.search(normalise_path(python[0].filename)):
+        return False
+    rest = [f for f in python[1:] if not _THREAD_WAIT_PY.search(normalise_path(f.filename))]
+    return bool(rest) and bool(_QUEUE_GET_NAME.search(rest[0].name))
 
 
 def _parked(thread: StackThread, mode: str | None) -> bool:
@@ -1174,7 +1195,11 @@ def pick_thread(p: StackProcess) -> tuple[StackThread | None, str | None]:
         return None, None
     serving = bool(p.title and _SERVING_TITLE.match(p.title))
     sites = [classify_thread_rule(t, p.mode, serving=serving)[0] for t in p.threads]
-    candidates = [i for i, t in enumerate(p.threads) if t.frames and not is_helper_thread(t)]
+    candidates = [
+        i
+        for i, t in enumerate(p.threads)
+        if t.frames and not is_helper_thread(t) and not _parked_worker(t, p)
+    ]
     if not candidates:
         return None, (IDLE_PROCESS_RULE.site if _all_idle_helpers(p) else None)
     mains = [i for i in candidates if is_main_thread(p.threads[i], p.pid)]

@@ -208,7 +208,8 @@ def build_tree(processes: Sequence[StackProcess], *, lines: bool = False) -> Sta
 
 def merge_samples(samples: Sequence[StackProcess]) -> StackProcess:
     """Several dumps of one process (taken a second apart live, or found one after the
-    other in a file) as one: the latest dump with native frames, else the latest; with
+    other in a file) as one: the latest dump with Python and native frames (py-spy
+    --native), else the latest with native frames (gdb), else the latest; with
     ``samples`` counted and ``moving`` set when the innermost Python frame of the thread
     that matters changed between them (slow, not stuck). None with a single sample."""
     if not samples:
@@ -219,8 +220,16 @@ def merge_samples(samples: Sequence[StackProcess]) -> StackProcess:
     def has_native(p: StackProcess) -> bool:
         return any(f.native for t in p.threads for f in t.frames)
 
+    def has_python(p: StackProcess) -> bool:
+        return any(not f.native for t in p.threads for f in t.frames)
+
     usable = [p for p in samples if p.threads] or list(samples)  # failed dumps last
-    best = ([p for p in usable if has_native(p)] or usable)[-1]
+    # a py-spy --native dump (Python and native frames) over a native-only one (gdb bt)
+    best = (
+        [p for p in usable if has_native(p) and has_python(p)]
+        or [p for p in usable if has_native(p)]
+        or usable
+    )[-1]
     leaves = set()
     for p in usable:
         thread = _thread_of(p)
