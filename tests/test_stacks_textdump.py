@@ -510,3 +510,24 @@ def test_a_faulthandler_dump_of_parked_workers_only_is_an_idle_loop() -> None:
     assert p.wait_site == "stack.idle_loop"
     (p,) = parse_stack_text(PARKED + MAIN_IN_ALL_REDUCE)
     assert p.wait_site == "stack.nccl_collective"
+
+
+def test_parked_threads_without_the_main_thread_are_an_idle_loop() -> None:
+    """pytest-timeout's signal method dumps every thread but the main one: threads parked
+    in generic waits, no main thread in sight -> stack.idle_loop; the main thread in the
+    same wait is a thread waiting on a lock."""
+    block = (
+        "~~~~~~~~~~~~~~~~~~~ Stack of {name} (1397520) ~~~~~~~~~~~~~~~~~~~~\n"
+        '  File "/usr/lib/python3.12/threading.py", line 1012, in run\n'
+        "    self._target(*self._args, **self._kwargs)\n"
+        '  File "/srv/app/poller.py", line 40, in serve\n'
+        "    self.stop.wait()\n"
+        '  File "/usr/lib/python3.12/threading.py", line 655, in wait\n'
+        "    signaled = self._cond.wait(timeout)\n"
+        '  File "/usr/lib/python3.12/threading.py", line 355, in wait\n'
+        "    waiter.acquire()\n"
+    )
+    (p,) = parse_stack_text(block.format(name="Thread-3 (serve)"))
+    assert (p.mode, p.wait_site) == ("pytest_timeout", "stack.idle_loop")
+    (p,) = parse_stack_text(block.format(name="MainThread"))
+    assert p.wait_site == "stack.gil_or_lock"

@@ -1158,6 +1158,32 @@ def _all_idle_helpers(p: StackProcess) -> bool:
     )
 
 
+# generic in-process waits: a parked thread, not one waiting on another process
+_PARKING_RULES = frozenset(
+    {"threading-py", "queue-get", "selectors", "sleep", "future-result", "mp-synchronize"}
+)
+
+
+def _parked_without_main(p: StackProcess) -> bool:
+    """A dump without thread states whose threads are all parked in a generic in-process
+    wait (an Event/Condition wait, a queue get, a select, a sleep) and none of which is the
+    main thread (pytest-timeout's signal method leaves it out, a cut paste loses it): no
+    thread in sight does work (LABELS.md, Conventions: stack.idle_loop)."""
+    if p.mode not in _STATELESS_DUMPS or not p.threads:
+        return False
+    seen = False
+    for t in p.threads:
+        if not t.frames:
+            continue
+        if t.idle is not None or is_main_thread(t, p.pid):
+            return False
+        site, rule = classify_frames(t.frames)
+        if rule is None or not (site == _IDLE or rule.id in _PARKING_RULES or _parked_worker(t, p)):
+            return False
+        seen = True
+    return seen
+
+
 _THREAD_WAIT_PY = re.compile(r"(^|/)threading\.py$")
 _QUEUE_GET_NAME = re.compile(r"(^|\.)_?(get|get_nowait|pop|take|get_batch|next_item)$")
 
@@ -1200,8 +1226,10 @@ def pick_thread(p: StackProcess) -> tuple[StackThread | None, str | None]:
         for i, t in enumerate(p.threads)
         if t.frames and not is_helper_thread(t) and not _parked_worker(t, p)
     ]
-    if not candidates:
-        return None, (IDLE_PROCESS_RULE.site if _all_idle_helpers(p) else None)
+    if not candidates or _parked_without_main(p):
+        return None, (
+            IDLE_PROCESS_RULE.site if (_all_idle_helpers(p) or _parked_without_main(p)) else None
+        )
     mains = [i for i in candidates if is_main_thread(p.threads[i], p.pid)]
 
     def key(i: int) -> tuple[int, int, int]:
