@@ -176,3 +176,44 @@ def test_a_quote_before_a_record_goes_where_few_lines_are_quoted() -> None:
     assert "Load weight begin. avail mem=70.00 GB" in msgs
     assert "Load weight end. type=X, avail mem=50.00 GB" in msgs
     assert "> just a quoted sentence" in _messages(["> just a quoted sentence", "x", "y"])
+
+
+def test_a_log_copied_with_its_html_entities() -> None:
+    clean = [
+        "[2025-03-14 06:55:09 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/x/sglang/srt/model_executor/model_runner.py", line 3, in load_model',
+        "    raise ValueError(\"can't load <weights>\")",
+        "ValueError: can't load <weights>",
+    ]
+    esc = [
+        ln.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+        .replace(">", "&gt;").replace("'", "&#39;")
+        for ln in clean
+    ]
+    sp_c, sp_e = SourceParser("c"), SourceParser("e")
+    for i, (a, b) in enumerate(zip(clean, esc, strict=True), 1):
+        sp_c.feed(i, a)
+        sp_e.feed(i, b)
+    assert [(d.p.message, d.continuation) for d in sp_e.drafts] == [
+        (d.p.message, d.continuation) for d in sp_c.drafts
+    ]
+    from diag.parse.unwrap import unescape_entities
+
+    assert unescape_entities("GET /x?a=1&copy=2;") == "GET /x?a=1&copy=2;"
+
+
+def test_a_traceback_that_lost_its_indentation_stays_one_record() -> None:
+    lines = [
+        "[2025-03-14 06:55:09 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        'File "/x/sglang/srt/managers/scheduler.py", line 10, in run_scheduler_process',
+        "scheduler.event_loop_normal()",
+        'File "/x/sglang/srt/managers/scheduler.py", line 20, in event_loop_normal',
+        "result = self.run_batch(batch)",
+        "^^^^^^^^^^^^^^^^^^^^^",
+        "RuntimeError: CUDA error: out of memory",
+    ]
+    sp = SourceParser("x")
+    for i, ln in enumerate(lines, 1):
+        sp.feed(i, ln)
+    assert len(sp.drafts) == 1
+    assert sp.drafts[0].continuation[-1] == "RuntimeError: CUDA error: out of memory"

@@ -56,6 +56,9 @@ FLOORS: dict[str, float] = {
     "excerpt-head": 0.98,
     "middle-cut": 0.98,
     "quote+wrap100": 0.98,
+    "lost-indent": 0.98,
+    "html-escaped": 0.98,
+    "tabs": 0.99,
     "compose+ansi": 0.99,
 }
 

@@ -338,6 +338,30 @@ def _middle_cut(text: str, rng: random.Random) -> str:
     return "\n".join(out)
 
 
+def _lost_indent(text: str, rng: random.Random) -> str:
+    """A paste outside a code block: every line's indentation gone (traceback frames and
+    their source lines start at column 0)."""
+    return "\n".join(ln.lstrip(" \t") for ln in _lines(text))
+
+
+def _html_escaped(text: str, rng: random.Random) -> str:
+    """Text copied from an HTML view: quotes and angle brackets as entities."""
+    return (
+        text.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+        .replace(">", "&gt;").replace("'", "&#39;")
+    )
+
+
+def _tabs(text: str, rng: random.Random) -> str:
+    """Indentation re-typed with tabs (an editor's paste)."""
+    out = []
+    for ln in _lines(text):
+        body = ln.lstrip(" ")
+        n = len(ln) - len(body)
+        out.append("\t" * (n // 4) + " " * (n % 4) + body if n else ln)
+    return "\n".join(out)
+
+
 PERTURBATIONS: dict[str, Perturb] = {
     "wrap80": _hard_wrap(80),
     "wrap100": _hard_wrap(100),
@@ -364,6 +388,9 @@ PERTURBATIONS: dict[str, Perturb] = {
     "middle-cut": _middle_cut,
     "quote+wrap100": lambda t, r: _quote(_hard_wrap(100)(t, r), r),
     "compose+ansi": lambda t, r: _prefix(lambda i, _: "vllm-1  | ")(_ansi(True)(t, r), r),
+    "lost-indent": _lost_indent,
+    "html-escaped": _html_escaped,
+    "tabs": _tabs,
 }
 
 # what a perturbation may legitimately change: a silence measured from time stamps is

@@ -25,7 +25,7 @@ from diag.parse.coords import (
     small_int,
     tags_rank,
 )
-from diag.parse.unwrap import Wrap, unwrap_line
+from diag.parse.unwrap import Wrap, unescape_entities, unwrap_line
 
 __all__ = [
     "LEVELS",
@@ -269,7 +269,12 @@ def _unwrap(line: str, p: Parsed) -> str:
 def parse_line(raw: str) -> Parsed:
     """Parse one logical line (ANSI already stripped)."""
     p = Parsed(message=raw)
-    line = _unwrap(raw, p) if raw[:1] not in " \t" else raw
+    if raw[:1] not in " \t":
+        line = _unwrap(raw, p)
+    elif "&" in raw and ";" in raw:
+        line = unescape_entities(raw)  # an indented line copied from an HTML view
+    else:
+        line = raw
     if "[repeated " in line:
         m = _REPEATED.search(line)
         if m:

@@ -285,6 +285,9 @@ class SourceParser:
             if is_continuation_text(msg) and p.grammar != "progress":
                 self._attach(last, msg, lineno)
                 return
+            if p.grammar == "plain" and last.continuation and _lost_indent_body(last, msg):
+                self._attach(last, msg, lineno)
+                return
             if last.in_traceback and last.continuation and is_exception_line(msg):
                 self._attach(last, msg, lineno)
                 last.in_traceback = False
@@ -325,6 +328,19 @@ class SourceParser:
         if "Traceback (most recent call last)" in text:
             d.in_traceback = True
         self._last_line = lineno
+
+
+def _lost_indent_body(last: Draft, msg: str) -> bool:
+    """A traceback pasted without its indentation: the source line under a frame
+    (``File "x.py", line 3, in f`` then ``return g()`` at column 0) and the caret line under
+    that belong to the frame's record, as they would indented."""
+    prev = last.continuation[-1]
+    if prev.startswith('File "') and is_continuation_text(prev):
+        return True  # the line right under an unindented frame: its source line
+    stripped = msg.strip()
+    return bool(stripped) and not stripped.strip("^~") and len(last.continuation) >= 2 and (
+        last.continuation[-2].startswith('File "')
+    )
 
 
 def starts_record(text: str) -> bool:

@@ -50,6 +50,7 @@ __all__ = [
     "Wrap",
     "detect_wrap",
     "split_glued",
+    "unescape_entities",
     "unwrap_line",
     "wrap_breaks",
     "wrapper_dt",
@@ -153,6 +154,15 @@ def _html(line: str, w: Wrap) -> str:
     return out
 
 
+def unescape_entities(line: str) -> str:
+    """``&lt;`` ``&gt;`` ``&quot;`` ``&#39;`` ``&#x27;`` ``&nbsp;`` ``&amp;`` decoded (the
+    entities an HTML view writes; no others, so a URL's ``&copy=`` stays)."""
+    for a, b in _ENTITIES:
+        if a in line:
+            line = line.replace(a, b)
+    return line
+
+
 def unwrap_line(line: str) -> tuple[str, Wrap | None]:
     """Strip the per-line wrappers of one logical line (ANSI already stripped).
 
@@ -161,6 +171,13 @@ def unwrap_line(line: str) -> tuple[str, Wrap | None]:
     if not line:
         return line, None
     w: Wrap | None = None
+    if "&" in line and ";" in line and "<" not in line:
+        # text copied from an HTML view with its entities (no tags around them; a line
+        # with tags has them stripped first, below)
+        out = unescape_entities(line)
+        if out != line:
+            w = Wrap(kinds=["html"])
+            line = out
     for _ in range(_MAX_ROUNDS):
         if not line:
             break
