@@ -11,6 +11,7 @@ blocked process with the real tools, one file per dumper:
 - ``pyspy.txt`` / ``pyspy-native.txt`` / ``pyspy-locals.txt`` / ``pyspy.json``:
   ``py-spy dump`` (text, ``--native``, ``--locals``, ``--json``);
 - ``pystack.txt``: ``pystack remote`` (if pystack is installed);
+- ``gdb-bt.txt``: ``gdb -p PID -batch -ex "thread apply all bt"`` (if gdb is installed);
 - ``faulthandler.txt``: the process's own ``faulthandler.dump_traceback(all_threads=True)``
   on SIGUSR1 (every scenario registers it first);
 
@@ -383,6 +384,9 @@ def run_scenario(sc: Scenario, out_root: Path) -> str:
             pystack = shutil.which("pystack") or os.environ.get("DIAG_LAB_PYSTACK")
             if pystack:
                 dumps["pystack.txt"] = [pystack, "remote", str(pid)]
+            gdb = shutil.which("gdb")
+            if gdb:
+                dumps["gdb-bt.txt"] = [gdb, "-p", str(pid), "-batch", "-ex", "thread apply all bt"]
             for fname, cmd in dumps.items():
                 rc, text = _run(cmd)
                 if rc == 0:
