@@ -196,14 +196,19 @@ class SourceParser:
         pend = self._pend
         if pend is not None:
             first, last, joined, g, f = pend
-            if lineno == last + 1 and not starts_record(text):
+            # a full line that ends in spaces was padded to the width (it ended there)
+            # unless the wrap broke inside an indentation: then the text goes on mid-line
+            padded = joined[-2:] == "  "
+            if lineno == last + 1 and not starts_record(text) and not (
+                padded and text[:1] in (" ", "\t")
+            ):
                 joined += text[:-1] if text[-1:] == "\r" else text
                 self._pend = (first, lineno, joined, g, f or force)
-                if not wrap_breaks(body, wrap):
+                if not _full(body, wrap):
                     self._flush_wrap()
                 return
             self._flush_wrap()
-        if wrap_breaks(body, wrap):
+        if _full(body, wrap):
             self._pend = (lineno, lineno, text[:-1] if text[-1:] == "\r" else text, gutter, force)
             return
         self._feed_text(lineno, text, gutter, force)
@@ -341,6 +346,12 @@ def _lost_indent_body(last: Draft, msg: str) -> bool:
     return bool(stripped) and not stripped.strip("^~") and len(last.continuation) >= 2 and (
         last.continuation[-2].startswith('File "')
     )
+
+
+def _full(body: str, wrap: tuple[int, bool]) -> bool:
+    """A physical line the wrap may have broken (as wide as the wrap, padded or not; or a
+    ``fold -s`` piece): the next line decides (:meth:`SourceParser._feed_wrapped`)."""
+    return len(body) == wrap[0] or wrap_breaks(body, wrap)
 
 
 def starts_record(text: str) -> bool:
