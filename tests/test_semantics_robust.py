@@ -137,3 +137,18 @@ def test_several_engine_stages_take_the_failing_stages_phase() -> None:
     assert any("stage 0" in n for n in a.notes)
     one = analyze_text(text.replace("[Stage-1]", "[Stage-0]"))
     assert one.last_phase == "weights_load"  # one engine: its furthest phase
+
+
+def test_a_last_line_cut_inside_the_vllm_prefix_is_a_fragment() -> None:
+    p = "(VllmWorkerProcess pid=563) ERROR 04-12 05:35:29 [multiproc_worker_utils.py:238]"
+    text = "\n".join([
+        f'{p}   File "/x/vllm/worker/worker.py", line 229, in determine_num_available_blocks',
+        f"{p}     self.model_runner.profile_run()",
+        f'{p}   File "/x/vllm/worker/model_runner.py", line 1243, in profile_run',
+        f"{p}     self._dummy_run(max_num_batched_tokens, max_num_seqs)",
+        "(VllmWorkerProcess pid=563) ERROR 0",
+    ])
+    a = analyze_text(text)
+    assert a.last_phase == "kv_cache"
+    f = {x.id: x for x in a.findings}["python.exception"]
+    assert f.evidence[0].line == 1  # where the visible traceback starts

@@ -678,13 +678,17 @@ _WAIT_FRAME = regex.compile(
 _TB_FRAME = regex.compile(r'^\s*File "[^"]+", line \d+, in \S')
 
 
+# a vLLM line cut inside its own prefix: the level and part of the time stamp
+_CUT_PREFIX = regex.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)(?: [0-9][0-9:\- .]*)?$")
+
+
 def _is_fragment(rec: Record) -> bool:
     """A last line cut by the excerpt to one word or a prefix that never closed
     (``(EngineCore_DP0 pid=221135``, ``[2025-01-02 10:``), with no continuation."""
     msg = rec.message.strip()
     if rec.continuation or len(msg) >= 48:
         return False
-    if not any(c.isspace() for c in msg):
+    if not any(c.isspace() for c in msg) or _CUT_PREFIX.match(msg):
         return True
     return (msg[:1] == "(" and ")" not in msg) or (msg[:1] == "[" and "]" not in msg)
 
