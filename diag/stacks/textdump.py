@@ -866,9 +866,15 @@ _GLUED_PART_END = re.compile(
 
 
 def _maybe_glued(text: str) -> bool:
-    """Cheap guard before :func:`split_glued_dump`: long enough to hold a header and two
-    frames, with two ``)`` and a ``:`` at least."""
-    return len(text) >= 40 and text.count(")") >= 2 and ":" in text
+    """Cheap guard before :func:`split_glued_dump` (it runs on every line of a log): two
+    frame places at least (``.py:``, ``.so``, ``<string>:``, ``File "``), or one and a
+    thread header. A log line names one place at most (``[gpu_model_runner.py:1234]``)."""
+    if len(text) < 40:
+        return False
+    n = text.count(".py:") + text.count('File "')
+    if n < 2:
+        n += text.count(".so") + text.count("<string>:")
+    return n >= 2 or (n == 1 and ("Thread " in text or "thread 0x" in text or "Stack (" in text))
 
 
 def split_glued_dump(text: str) -> list[str]:
