@@ -29,10 +29,10 @@ def _load() -> ModuleType:
 P = _load()
 
 # share of tuning logs with the clean answer, per perturbation, one case below the measure
-# (170 logs, 2026-12-02 02:00 UTC: 4220/4250 in all; 3923 with the analyser of the
-# session's start). The misses left are printed when one falls below.
+# (170 logs x 28, 2026-12-02 02:15 UTC: 4730/4760 in all; 4399 with the analyser of the
+# session's start, 121d48a). The misses left are printed when one falls below.
 FLOORS: dict[str, float] = {
-    "wrap80": 0.97,
+    "wrap80": 0.98,
     "wrap100": 0.98,  # spec-decode figures are read from raw lines (parse/serving.py)
     "wrap120": 0.99,
     "wrap160": 0.99,
@@ -53,7 +53,7 @@ FLOORS: dict[str, float] = {
     "bare-messages": 0.97,
     "rank-format": 0.99,
     "interleave": 0.99,
-    "excerpt-head": 0.98,
+    "excerpt-head": 0.99,
     "middle-cut": 0.98,
     "quote+wrap100": 0.98,
     "lost-indent": 0.98,
