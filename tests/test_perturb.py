@@ -59,6 +59,7 @@ FLOORS: dict[str, float] = {
     "lost-indent": 0.98,
     "html-escaped": 0.98,
     "tabs": 0.99,
+    "mid-line": 0.98,
     "compose+ansi": 0.99,
 }
 

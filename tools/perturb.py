@@ -300,6 +300,23 @@ def _interleave(text: str, rng: random.Random) -> str:
 _CONFIG_LINE = re.compile(r"server_args=|non-default args|with config:|args=Namespace|engine_args")
 
 
+def _mid_line(text: str, rng: random.Random) -> str:
+    """Two processes writing at once: a ranked line cut by another rank's whole line, its
+    rest on the next line (``[.. TP0] Load wei[.. TP1] Capture ...\nght end. ...``)."""
+    lines = _lines(text)
+    i = 0
+    while i + 1 < len(lines):
+        a, b = lines[i], lines[i + 1]
+        ma, mb = _RANK_OF.search(a[:120]), _RANK_OF.search(b[:120])
+        if ma and mb and ma.group(0) != mb.group(0) and len(a) > 60 and rng.random() < 0.3:
+            k = rng.randrange(ma.end() + 5, len(a) - 5)
+            lines[i], lines[i + 1] = a[:k] + b, a[k:]
+            i += 2
+        else:
+            i += 1
+    return "\n".join(lines)
+
+
 def _excerpt_head(text: str, rng: random.Random) -> str:
     """The paste starts late: the lines before the first one the clean analysis uses (a
     phase event, a finding's evidence, the configuration) are gone."""
@@ -391,6 +408,7 @@ PERTURBATIONS: dict[str, Perturb] = {
     "lost-indent": _lost_indent,
     "html-escaped": _html_escaped,
     "tabs": _tabs,
+    "mid-line": _mid_line,
 }
 
 # what a perturbation may legitimately change: a silence measured from time stamps is
