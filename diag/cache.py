@@ -85,6 +85,7 @@ def store(name: str, key: str, data: object) -> None:
         tmp.write_bytes(blob)
         os.replace(tmp, _entry(folder, name, key))
         old = sorted(folder.glob(f"{name}@*.marshal"), key=_mtime, reverse=True)[_KEEP:]
+        old.append(folder / f"{name}.marshal")  # the entry as diag named it before
         for path in old:
             path.unlink(missing_ok=True)
     except (OSError, ValueError):
