@@ -556,6 +556,9 @@ _GLUE_FROM = 24
 _VLLM_FILE = re.compile(r"\[[\w./\-]{1,200}\.py:[0-9]{1,9}\] ")
 # after a space, only a word or a closing mark may end the record before (never a
 # wrapper's " - " / " | " / "]: " / ") ")
+# what a wrapper's prefix ends with before a process prefix (journald "]: ", compose
+# " | ", Python logging " - ", an outer Ray/vLLM prefix ") ", a quote "> ", a box border)
+_WRAPPER_END = frozenset(":|-)>│┃║")
 _SENTENCE_END = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.!'\"%")
 
 
@@ -570,7 +573,7 @@ def _is_cut(part: str, m: re.Match[str]) -> bool:
         # a process prefix with its level and date after a space that ends a message (a
         # paste that turned newlines into spaces); never after a wrapper's "]: ", " | ",
         # " - " or an outer prefix's ")"
-        return part[i - 2] in _SENTENCE_END or part[i - 2] == "]" and part[i - 3 : i - 1] != "]]"
+        return not part[i - 2].isspace() and part[i - 2] not in _WRAPPER_END
     if part[i - 2] not in _SENTENCE_END:
         return False
     end = m.end()
