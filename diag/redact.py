@@ -86,7 +86,32 @@ def is_secret_name(name: str) -> bool:
     if _ENV_NAME.match(name) and is_secret_env_name(name):
         return True
     words = {w.lower() for w in _WORD_SPLIT.split(name) if w}
-    return not words.isdisjoint(_SECRET_WORDS)
+    secret = words & _SECRET_WORDS
+    if (
+        secret <= {"key", "keys"}
+        and not words.isdisjoint(_PLAIN_KEY_WORDS)
+        and words.isdisjoint({"api", "access", "private", "signing", "encryption", "ssh"})
+    ):
+        return False  # torch's 'dispatch key: XPU', a cache or sort key: names, not secrets
+    return bool(secret)
+
+
+def _prose_plain_key(text: str, start: int) -> bool:
+    """The word before a bare ``key`` (one space apart) makes it a lookup key."""
+    i = start - 1
+    if i < 1 or text[i] != " ":
+        return False
+    j = i
+    while j > 0 and text[j - 1].isalpha():
+        j -= 1
+    return text[j:i].lower() in _PLAIN_KEY_WORDS
+
+
+# Words that make "key" a lookup key rather than a credential (torch's DispatchKey names in
+# c10/core/DispatchKey.cpp's 'dispatch key: XPU' messages; cache, sort and hash keys).
+_PLAIN_KEY_WORDS = frozenset(
+    {"dispatch", "cache", "sort", "hash", "lookup", "partition", "routing", "shard", "dict"}
+)
 
 
 def is_secret_env_name(name: str) -> bool:
@@ -247,6 +272,7 @@ _PEM_BLOCK = re.compile(
     r"PRIVATE KEY-----|\Z)",
     re.S,
 )
+_INT_LIST = re.compile(r"[\d\s,\[\]()-]+")  # [311], [[1, 2], [3]]: token ids
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?[%A-Za-z]{0,3}\.?")  # (a count ending a sentence)
 _NOT_SECRET_VALUES = frozenset({"", "None", "none", "null", "True", "False", "true", "false"})
 
@@ -450,6 +476,10 @@ class Redactor:
             inner = value[1:-1].strip()
             if not inner or inner in _NOT_SECRET_VALUES:
                 return match.group(0)
+            if _INT_LIST.fullmatch(inner) and not any(
+                w in name.lower() for w in ("pass", "secret", "cred", "pin")
+            ):
+                return match.group(0)  # a list of ints (new_token_ids=[311]): token ids
             mask = _mask("field")
             masked = _QUOTED.sub(lambda m: m.group(0)[0] + mask + m.group(0)[0], inner)
             if masked == inner:  # no quoted items: mask it all
@@ -545,6 +575,8 @@ class Redactor:
                 start += 1  # a name starts with a letter or _
             if not is_secret_name(text[start:end]):
                 continue
+            if text[start:end].lower() in ("key", "keys") and _prose_plain_key(text, start):
+                continue  # 'dispatch key: XPU' (torch's dispatcher messages)
             at = start - 1 if start > 0 and text[start - 1] in "'\"" else start
             match = _FIELD_AT.match(text, at)
             if match is None and at != start:  # a quote that does not close the name

@@ -331,3 +331,22 @@ def test_adversarial_lines_stay_linear(text: str) -> None:
     start = time.process_time()
     Redactor(redact_hosts=True).text(text)
     assert time.process_time() - start < 3.0
+
+
+def test_token_id_lists_are_not_secrets() -> None:
+    """vLLM's SchedulerOutput dump holds ``new_token_ids=[311]``: token ids, not a token;
+    a quoted or non-numeric list under a secret name is still masked."""
+    r = Redactor()
+    line = "CachedRequestData(req_ids=['a'], new_token_ids=[311], new_block_ids=[[]])"
+    assert r.text(line) == line
+    assert "sk-abcdefghijklmnopqrstuv" not in r.text('api_key=["sk-abcdefghijklmnopqrstuv"]')
+    assert "abc123secretvalue" not in r.text("hf_token=[abc123secretvalue]")
+    assert "123456" not in r.text("password=[123456]")
+
+
+def test_lookup_keys_are_not_secrets() -> None:
+    r = Redactor()
+    for line in ["  dispatch key: XPU", "cache_key=abc123def456", "sort key: name"]:
+        assert r.text(line) == line
+    assert "s3cr3tvalue99" not in r.text("api_key: s3cr3tvalue99")
+    assert "s3cr3tvalue99" not in r.text("cache_api_key=s3cr3tvalue99")
