@@ -131,6 +131,8 @@ def frame_phase(path: str, func: str) -> str | None:
     """The phase one frame shows was running, or None."""
     p = path.replace("\\", "/")
     name = func.rsplit(".", 1)[-1]
+    if name == "<module>":
+        return None  # a module body running at import time: the file's path shows no step
     if (
         "/torch/_dynamo/" in p or "/torch/_inductor/" in p or "/vllm/compilation/" in p
         or "/sglang/srt/compilation/" in p

@@ -153,3 +153,10 @@ def test_negative_sizes_still_mark_their_phase() -> None:
 def test_registry_py_of_another_package_is_not_vllms_model_registry() -> None:
     other = "2025-01-01 10:00:00,000 - INFO - [registry.py:12] plugin registered\n"
     assert analyze_text(other).last_phase != "model_config"
+
+
+def test_module_bodies_at_import_time_are_no_step() -> None:
+    """An import chain through a loader package (SGLang 0.5.23's server_args resolution
+    importing sglang/srt/model_loader/, then sgl_kernel) is not weight loading."""
+    assert frame_phase("/x/sglang/srt/model_loader/loader.py", "<module>") is None
+    assert frame_phase("/x/sglang/srt/model_loader/loader.py", "load_model") == "weights_load"
