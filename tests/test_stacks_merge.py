@@ -162,3 +162,16 @@ def test_processes_without_rank_are_labelled_by_pid_and_left_out_of_tp_outliers(
 def test_dumps_without_pid_or_rank_are_labelled_by_where_they_start() -> None:
     anon = replace(proc(None, SLEEP), source="/var/log/x/dump.txt", line=12)
     assert group_stacks([anon])[0].members == ("dump.txt:12",)
+
+
+def test_a_tie_with_a_rank_seen_running_python_names_nobody() -> None:
+    """A healthy idle SGLang scheduler TP0 caught between two broadcasts (py-spy: active,
+    no wait site) against TP1 waiting in the broadcast: nobody is odd; the same tie with
+    a rank whose state py-spy did not give (a sleeper) still names it."""
+    from dataclasses import replace
+
+    ranks = [proc(0, ALL_REDUCE), proc(1, SLEEP)]
+    running = [ranks[0], replace(ranks[1], threads=tuple(
+        replace(t, idle=False) for t in ranks[1].threads))]
+    assert outlier_tp_ranks(running, group_stacks(running)) == ()
+    assert outlier_tp_ranks(ranks, group_stacks(ranks)) == (1,)

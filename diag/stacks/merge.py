@@ -245,7 +245,9 @@ def merge_samples(samples: Sequence[StackProcess]) -> StackProcess:
     )
 
 
-def reference_group(groups: Sequence[StackGroup]) -> int | None:
+def reference_group(
+    groups: Sequence[StackGroup], running: frozenset[str] = frozenset()
+) -> int | None:
     """Index of the group the others are compared with, or None when no group can be.
 
     The largest group; a tie for largest goes to the one tied group parked at a
@@ -259,10 +261,17 @@ def reference_group(groups: Sequence[StackGroup]) -> int | None:
     if len(tied) == 1:
         return tied[0]
     waiting = [i for i in tied if groups[i].wait_site in RENDEZVOUS_SITES]
+    for i in tied:
+        g = groups[i]
+        if i not in waiting and g.wait_site is None and set(g.members) <= running:
+            # py-spy saw that side running Python, not waiting: one look cannot tell a
+            # rank that never came from one mid-way through its loop (a healthy idle
+            # SGLang scheduler TP0 between two broadcasts to TP1)
+            return None
     return waiting[0] if len(waiting) == 1 else None
 
 
-def outliers(groups: Sequence[StackGroup]) -> list[str]:
+def outliers(groups: Sequence[StackGroup], running: frozenset[str] = frozenset()) -> list[str]:
     """Members of every group but the reference group (see :func:`reference_group`).
 
     Where no group is the reference (a tie of identical paths), the wait sites decide:
@@ -270,7 +279,7 @@ def outliers(groups: Sequence[StackGroup]) -> list[str]:
     the odd ones (ranks parked in different collectives, and one rank in none of them)."""
     if len(groups) < 2:
         return []
-    ref = reference_group(groups)
+    ref = reference_group(groups, running)
     if ref is not None:
         return [m for i, g in enumerate(groups) if i != ref for m in g.members]
     by_site = Counter[str | None]()
@@ -298,4 +307,9 @@ def outlier_tp_ranks(
         for g in groups
     ]
     ranked = [g for g in ranked if g.members]
-    return tuple(sorted({tp_of[m] for m in outliers(ranked)}))
+    running = frozenset(
+        member_label(p)
+        for p in processes
+        if (t := _thread_of(p)) is not None and t.idle is False
+    )
+    return tuple(sorted({tp_of[m] for m in outliers(ranked, running)}))
