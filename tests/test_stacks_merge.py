@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from diag.model import RankId, StackProcess, StackThread
 from diag.stacks.classify import classified
 from diag.stacks.frames import make_frame, split_pyspy_frame
@@ -175,3 +177,16 @@ def test_a_tie_with_a_rank_seen_running_python_names_nobody() -> None:
         replace(t, idle=False) for t in ranks[1].threads))]
     assert outlier_tp_ranks(running, group_stacks(running)) == ()
     assert outlier_tp_ranks(ranks, group_stacks(ranks)) == (1,)
+
+
+def test_a_serving_server_idle_rank_against_a_broadcast_waiter_names_nobody() -> None:
+    """Port open: TP0 in its idle serving loop, TP1 waiting in the broadcast TP0 feeds
+    (SGLang's idle TP=2 schedulers) is no hang; with the port closed the idle one is odd."""
+    idle = ("poll (zmq/sugar/socket.py:800)", "recv_requests (scheduler.py:1000)",
+            "event_loop_normal (scheduler.py:900)")
+    ranks = [proc(0, idle), proc(1, ALL_REDUCE)]
+    groups = group_stacks(ranks)
+    if {g.wait_site for g in groups} != {"stack.idle_loop", "stack.nccl_collective"}:
+        pytest.skip("the fixture frames do not classify as expected")
+    assert outlier_tp_ranks(ranks, groups, serving=True) == ()
+    assert outlier_tp_ranks(ranks, groups) == (0,)

@@ -487,9 +487,10 @@ def take_snapshot(
         if not ranked:
             continue
         server_groups = stackapi.group(ranked)
+        serving = _port_owner(disc.servers[index].port, facts, tiers) is not None
         outliers_by_server[index] = tuple(
             sorted(
-                set(stackapi.outliers(ranked, server_groups))
+                set(stackapi.outliers(ranked, server_groups, serving))
                 | set(_halted_ranks([p for p in processes if p.server == index]))
             )
         )

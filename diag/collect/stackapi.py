@@ -40,5 +40,7 @@ def group(processes: Sequence[StackProcess]) -> tuple[StackGroup, ...]:
     return tuple(group_stacks(list(processes)))
 
 
-def outliers(processes: Sequence[StackProcess], groups: Sequence[StackGroup]) -> tuple[int, ...]:
-    return tuple(outlier_tp_ranks(list(processes), list(groups)))
+def outliers(
+    processes: Sequence[StackProcess], groups: Sequence[StackGroup], serving: bool = False
+) -> tuple[int, ...]:
+    return tuple(outlier_tp_ranks(list(processes), list(groups), serving))

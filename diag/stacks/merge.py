@@ -263,7 +263,11 @@ def reference_group(
     waiting = [i for i in tied if groups[i].wait_site in RENDEZVOUS_SITES]
     for i in tied:
         g = groups[i]
-        if i not in waiting and g.wait_site is None and set(g.members) <= running:
+        if (
+            i not in waiting
+            and g.wait_site in (None, "stack.idle_loop")
+            and set(g.members) <= running
+        ):
             # py-spy saw that side running Python, not waiting: one look cannot tell a
             # rank that never came from one mid-way through its loop (a healthy idle
             # SGLang scheduler TP0 between two broadcasts to TP1)
@@ -293,10 +297,14 @@ def outliers(groups: Sequence[StackGroup], running: frozenset[str] = frozenset()
 
 
 def outlier_tp_ranks(
-    processes: Sequence[StackProcess], groups: Sequence[StackGroup]
+    processes: Sequence[StackProcess],
+    groups: Sequence[StackGroup],
+    serving: bool = False,
 ) -> tuple[int, ...]:
     """TP ranks of the outliers among the processes that have a TP rank; launchers,
-    detokenizers and other rank-less processes in ``groups`` are left out first."""
+    detokenizers and other rank-less processes in ``groups`` are left out first.
+    ``serving``: the server's port is open, so a rank in its idle serving loop is where a
+    healthy rank waits for work, and a 1-1 tie against it names nobody."""
     tp_of = {
         member_label(p): p.rank.tp
         for p in processes
@@ -310,6 +318,7 @@ def outlier_tp_ranks(
     running = frozenset(
         member_label(p)
         for p in processes
-        if (t := _thread_of(p)) is not None and t.idle is False
+        if ((t := _thread_of(p)) is not None and t.idle is False)
+        or (serving and p.wait_site == "stack.idle_loop")
     )
     return tuple(sorted({tp_of[m] for m in outliers(ranked, running)}))
