@@ -531,3 +531,78 @@ def test_parked_threads_without_the_main_thread_are_an_idle_loop() -> None:
     assert (p.mode, p.wait_site) == ("pytest_timeout", "stack.idle_loop")
     (p,) = parse_stack_text(block.format(name="MainThread"))
     assert p.wait_site == "stack.gil_or_lock"
+
+
+# --- paste damage at the edges of an excerpt (session 4) ---------------------------------
+
+_C10D_TAIL = """\
+#3 all_reduce from /usr/lib/python3.12/dist-packages/torch/distributed/distributed_c10d.py:2810
+#4 wrapper from /usr/local/lib/python3.12/dist-packages/torch/distributed/c10d_logger.py:81
+#5 forward_extend from /sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py:1698
+"""
+
+
+def test_torch_report_frames_behind_a_compose_or_container_prefix_are_read() -> None:
+    for prefix in ("sglang-1  | ", "2025-03-01T10:00:00.123456789Z ", "(Worker pid=12) "):
+        text = "\n".join(prefix + ln for ln in _C10D_TAIL.splitlines())
+        procs = parse_stack_text(text)
+        assert [(p.mode, p.wait_site) for p in procs] == [("c10d", "stack.nccl_collective")]
+
+
+def test_no_break_space_indentation_is_indentation() -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '\xa0\xa0File "/x/multiprocessing/connection.py", line 395, in _recv\n'
+        "\xa0\xa0\xa0\xa0chunk = read(handle, remaining)\n"
+        "KeyboardInterrupt\n"
+    )
+    procs = parse_stack_text(text)
+    assert [(p.mode, p.wait_site) for p in procs] == [("traceback", "stack.ipc_wait")]
+
+
+def test_pystack_frames_whose_thread_header_was_cut_off() -> None:
+    text = (
+        '    (Python) File "/usr/lib/python3.10/threading.py", line 973, in _bootstrap\n'
+        "        self._bootstrap_inner()\n"
+        '    (Python) File "/x/vllm/worker/worker.py", line 300, in execute_model\n'
+        '    (Python) File "/x/torch/distributed/distributed_c10d.py", line 2050, in all_reduce\n'
+        "        work = group.allreduce([tensor], opts)\n"
+    )
+    procs = parse_stack_text(text)
+    assert [(p.mode, p.wait_site) for p in procs] == [("pystack", "stack.nccl_collective")]
+    assert procs[0].threads[0].frames[0].name == "all_reduce"  # innermost first
+
+
+def test_a_faulthandler_frame_cut_at_the_excerpts_start_keeps_its_path_tail() -> None:
+    text = (
+        'es/torch/distributed/distributed_c10d.py", line 3000 in barrier\n'
+        '  File "/x/sglang/srt/model_executor/model_runner.py", line 500 in init_torch_dist\n'
+        '  File "<string>", line 1 in <module>\n'
+    )
+    procs = parse_stack_text(text)
+    assert [(p.mode, p.wait_site) for p in procs] == [("faulthandler", "stack.nccl_collective")]
+    assert procs[0].threads[0].frames[0].filename == "es/torch/distributed/distributed_c10d.py"
+
+
+def test_torch_signal_printer_frames_without_their_banner_are_innermost_first() -> None:
+    text = (
+        '  File "<unknown>", line 0, in pthread_kill\n'
+        '  File "<unknown>", line 0, in cudaStreamSynchronize\n'
+        '  File "<unknown>", line 0, in at::native::_local_scalar_dense_cuda(at::Tensor const&)\n'
+    )
+    procs = parse_stack_text(text)
+    assert [(p.mode, p.wait_site) for p in procs] == [("faulthandler", "stack.cuda_sync")]
+    assert procs[0].threads[0].frames[0].name == "pthread_kill"
+
+
+def test_a_paste_of_py_spy_frames_alone_is_analysed_not_refused() -> None:
+    from diag.analyze import analyze_text
+
+    text = (
+        "    wait (threading.py:359)\n"
+        "    get (queue.py:180)\n"
+        "    _process_input_queue (vllm/v1/engine/core.py:668)\n"
+        "    run_busy_loop (vllm/v1/engine/core.py:650)\n"
+    )
+    sites = [p.wait_site for p in analyze_text(text).stack_processes]
+    assert sites == ["stack.idle_loop"]

@@ -41,6 +41,7 @@ _LOG_LINE = re.compile(
     r"Segmentation fault|terminate called after throwing|Fatal Python error: |"
     r'(?:\((?:Python|C)\) )?File "[^"]+", line \d+,? in \S+|'  # traceback/faulthandler/pystack
     r"#\d+ \S+ from \S+:\d+$|"  # a frame of torch's failed-collective report
+    r"[\w<>.]+ \([^()\s]+\.py:\d+\)$|"  # a py-spy frame (a dump's frames without a header)
     # stack dumps (diag.stacks.textdump): pystack and py-spy thread headers, py-spy --json,
     # pytest-timeout's per-thread title, torch's fatal-signal printer
     r"Traceback for thread \d+ |Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil)|"

@@ -118,6 +118,8 @@ _FH_STACK = re.compile(r"^Stack \(most recent call first\):$")
 _SIGNAL_TRACE = re.compile(r"^!{3,} ?\w[\w ]* encountered ?!{3,}$")
 _FH_C_STACK = re.compile(r"^Current thread's C stack trace|^<.*C stack trace")
 _FH_FRAME = re.compile(r'^\s*File "(.*)", line (\d+|\?\?\?) in (.+?)\s*$')
+# the same frame with its start cut off (an excerpt that begins mid-line): its path's tail
+_FH_FRAME_CUT = re.compile(r'^([^"\s]*\.py)", line (\d+) in ([\w<>.]+)$')
 _TB_HEADER = re.compile(r"^Traceback \(most recent call last\):$")
 # gdb's `py-bt`: `Traceback (most recent call first):` then `  File "x.py", line 145, in f`
 # (innermost first; `line ?` where gdb could not read it), `<built-in method ...>` lines
@@ -195,12 +197,15 @@ def _split_prefixes(text: str) -> tuple[str, str, RankId | None, str | None]:
 # one of these; while no dump is open, other lines are skipped unparsed (one search).
 _CANDIDATE = re.compile(
     r'Thread |Process \d|File "|Traceback|Pyspy |Stack \(|Stack trace|KeyboardInterrupt|'
-    r"^#\d+ \S.* from \S|^#\d+ |Stack of | encountered !"
+    r'\.py", line \d+ in |'
+    r"^#\d+ |(?<=\s)#\d+ \S+ from \S|(?<=\s)#\d+ +0x[0-9a-fA-F]+ in |Stack of | encountered !"
 )
 
 
 def _line_of(rec: Record, text: str, offset: int) -> _Line:
     clean = _ANSI.sub("", text).rstrip("\r\n ")
+    if "\xa0" in clean:  # a paste through a web page: indentation as no-break spaces
+        clean = clean.replace("\xa0", " ")
     rest, channel, rank, title = _split_prefixes(clean)
     if rank is None and not channel and rec.rank is not None and offset == 0:
         rank = rec.rank
@@ -575,6 +580,9 @@ class _Channel:
                 self.thread.frames.append(frame)
                 return True
         m = _PYSTACK_FRAME.match(text)
+        if m and (self.thread is None or self.proc is None or self.proc.kind != "pystack"):
+            # pystack frames whose `Traceback for thread` header was cut off
+            self._new_thread(self._open(ln, "pystack"), None, None, None, outer_first=True)
         if m and self.thread is not None and self.proc is not None and self.proc.kind == "pystack":
             name = re.sub(r" \([^()]*\)$", "", m.group(4)) if m.group(1) == "C" else m.group(4)
             if name != "???":
@@ -600,13 +608,21 @@ class _Channel:
             if text[:1] in (" ", "\t"):
                 return True  # the source line under a frame
         m = _TB_FRAME.match(text)
+        if m and m.group(1) == "<unknown>" and self.tb is None and not self.pybt:
+            # torch's fatal-signal printer (C++ symbols as `File "<unknown>", line 0, in
+            # f`, innermost first) whose `!!!!!!! Segfault encountered !!!!!!!` was cut off
+            self._new_thread(self._open(ln, "faulthandler"), None, None, None)
+            self.pybt = True
+            return self._feed_frame(ln, text, stripped)
         if m:
             if self.tb is None:  # header cut off
                 self.tb = _Proc("traceback", ln.source, ln.line, None, ln.title, ln.rank)
                 self.tb.threads.append(_Thread(None, None, None, outer_first=True))
             self.tb.threads[0].frames.append(make_frame(m.group(3), f"{m.group(1)}:{m.group(2)}"))
             return True
-        m = _FH_FRAME.match(text)
+        m = _FH_FRAME.match(text) or (
+            _FH_FRAME_CUT.match(text) if self.proc is None and self.tb is None else None
+        )
         if m:
             if self.thread is None or self.proc is None or self.proc.kind != "faulthandler":
                 proc = self._open(ln, "faulthandler")

@@ -1,0 +1,123 @@
+"""Paste damage around real dumps changes no wait site: every tuning-part stack dump of the
+corpus (fixtures/real/stacks, held-out cases never read) and the lab's py-spy, faulthandler
+and pystack views (fixtures/stacks/made) go through ``diag analyze``'s own path (the log
+reader's unwrapping and hard-wrap joining, then the dump parser) once clean and once per
+kind of damage a bug report shows: a terminal's hard wrap, blank lines between lines,
+indentation lost, container stamps, compose and Ray prefixes, nested quotes, an excerpt that
+starts mid-line, HTML entities, no-break spaces."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from diag.analyze import analyze_text
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+MADE = ROOT / "fixtures" / "stacks" / "made"
+
+
+def _split_module() -> ModuleType:
+    path = ROOT / "tools" / "corpus_split.py"
+    spec = importlib.util.spec_from_file_location("corpus_split", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _dumps() -> list[tuple[str, str, str]]:
+    """(id, text, wait site): tuning-part corpus dumps, then the lab's views."""
+    split = _split_module()
+    out = []
+    for d in split.case_dirs():
+        if d.parent.name != "stacks" or split.part_of(d) != "tuning":
+            continue  # held-out cases are never read here
+        case = tomllib.loads((d / "case.toml").read_text())
+        out.append((f"corpus/{d.name}", (d / "dump.txt").read_text(), case["wait_site"]))
+    for d in sorted(MADE.iterdir()):
+        if not (d / "case.toml").is_file():
+            continue
+        case = tomllib.loads((d / "case.toml").read_text())
+        if case.get("native_only"):
+            continue
+        for view in ("pyspy.txt", "faulthandler.txt", "pystack.txt"):
+            if not (d / view).is_file():
+                continue
+            text = (d / view).read_text()
+            # the lab's `Process N: python -c <program>` title spans lines; a pasted one does not
+            first, _, rest = text.partition("\nPython v")
+            if rest:
+                text = first.splitlines()[0] + "\nPython v" + rest
+            want = case.get("sites", {}).get(view, case["wait_site"])
+            out.append((f"made/{d.name}/{view}", text, want))
+    return out
+
+
+def _hard_wrap(width: int) -> Callable[[str], str]:
+    def wrap(text: str) -> str:
+        out = []
+        for line in text.splitlines():
+            while len(line) > width:
+                out.append(line[:width])
+                line = line[width:]
+            out.append(line)
+        return "\n".join(out)
+
+    return wrap
+
+
+def _each(fn: Callable[[str], str]) -> Callable[[str], str]:
+    return lambda text: "\n".join(fn(line) for line in text.splitlines())
+
+
+DAMAGE: dict[str, Callable[[str], str]] = {
+    "hard wrap at 80": _hard_wrap(80),
+    "hard wrap at 120": _hard_wrap(120),
+    "double spaced": lambda t: "\n\n".join(t.splitlines()),
+    "indentation lost": _each(str.strip),
+    "container stamps": _each(lambda ln: f"2025-03-01T10:00:00.123456789Z {ln}"),
+    "CRI log lines": _each(lambda ln: f"2025-03-01T10:00:00.123456789Z stdout F {ln}"),
+    "nested quote": _each(lambda ln: f"> > {ln}"),
+    "quote without a space": _each(lambda ln: f">{ln}"),
+    "compose prefix": _each(lambda ln: f"sglang-1  | {ln}"),
+    "Ray prefix": _each(lambda ln: f"(RayWorkerWrapper pid=1234, ip=10.0.0.1) {ln}"),
+    "starts mid-line": lambda t: t.split("\n", 1)[-1][25:] if t.count("\n") > 3 else t,
+    "HTML entities": lambda t: t.replace("&", "&amp;")
+    .replace("<", "&lt;")
+    .replace(">", "&gt;")
+    .replace('"', "&quot;"),
+    "no-break spaces": lambda t: t.replace("    ", "\xa0" * 4),
+}
+
+DUMPS = _dumps()
+
+
+def _sites(text: str) -> set[str | None]:
+    return {p.wait_site for p in analyze_text(text).stack_processes}
+
+
+def test_the_tuning_dumps_and_the_lab_views_are_all_here() -> None:
+    assert sum(1 for d in DUMPS if d[0].startswith("corpus/")) >= 18
+    assert sum(1 for d in DUMPS if d[0].startswith("made/")) >= 25
+
+
+@pytest.mark.parametrize("how", list(DAMAGE))
+def test_paste_damage_keeps_every_wait_site(how: str) -> None:
+    wrong = []
+    for name, text, want in DUMPS:
+        assert want in _sites(text), name  # the clean dump (test_corpus checks it too)
+        got = _sites(DAMAGE[how](text))
+        if want not in got:
+            wrong.append((name, sorted(map(str, got))))
+    assert wrong == []
