@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -97,7 +98,8 @@ def bench_ranks(ranks: int, repeat: int, pyspy: str) -> dict[str, object]:
         }
         wall: dict[str, list[float]] = {k: [] for k in methods}
         cpu: dict[str, list[float]] = {k: [] for k in methods}
-        docs: list[dict[str, object]] = []
+        docs: list[dict[str, Any]] = []
+        outside: list[float] = []  # wall minus the snapshot's own total: start, imports, output
         for i in range(repeat + 1):
             for key, argv in methods.items():
                 el, c, res = _timed(argv)
@@ -110,6 +112,8 @@ def bench_ranks(ranks: int, repeat: int, pyspy: str) -> dict[str, object]:
                 if i:  # run 0 is the warm-up
                     wall[key].append(el)
                     cpu[key].append(c)
+                    if key == "diag2":
+                        outside.append(el - float(docs[-1]["timings"]["total_s"]))
         return {
             "ranks": ranks,
             "pids": len(pids),
@@ -119,11 +123,19 @@ def bench_ranks(ranks: int, repeat: int, pyspy: str) -> dict[str, object]:
             "wall": wall,
             "cpu": cpu,
             "doc": docs[-1],
+            "timings": _median_timings(docs[1:]),
+            "outside_s": statistics.median(outside),
             "moving": [
-                sorted({str(p["stack"]["moving"]) for p in d["processes"] if p["stack"]})  # type: ignore[index,union-attr]
+                sorted({str(p["stack"]["moving"]) for p in d["processes"] if p["stack"]})
                 for d in docs
             ],
         }
+
+
+def _median_timings(docs: list[dict[str, Any]]) -> dict[str, float]:
+    """The median of each of the snapshot's own ``timings`` over the measured runs."""
+    keys = [k for k in docs[-1]["timings"] if all(k in d["timings"] for d in docs)]
+    return {k: round(statistics.median(float(d["timings"][k]) for d in docs), 3) for k in keys}
 
 
 def print_table(r: dict[str, object], repeat: int) -> None:
@@ -157,6 +169,11 @@ def print_table(r: dict[str, object], repeat: int) -> None:
         f"{doc['outlier_tp_ranks']}, moving per run {r['moving']}, timings {doc['timings']}"
     )
     print(f"verdict: {doc['verdict']}")
+    print(
+        f"default snapshot, medians: {r['timings']}; outside the snapshot's own total "
+        f"(interpreter start, imports, JSON out) {r['outside_s']:.3f} s; one native dump "
+        f"(loop / pids) {med['loop'] / int(r['pids']):.3f} s"  # type: ignore[call-overload]
+    )
 
 
 def _gaps(log: Path, start: float, end: float) -> list[float]:

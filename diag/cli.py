@@ -6,7 +6,8 @@ Each subcommand lives in ``diag/commands/<name>.py`` and registers itself on the
 
 The app (typer, rich and every command module) is built on first use: the plain
 ``diag analyze --json PATHS`` / ``--example`` runs without it (:mod:`diag.commands.fast`),
-so a scripted run does not pay for the interactive CLI's imports.
+and so does the plain ``diag snapshot --json`` (:mod:`diag.commands.fast_snapshot`), so a
+scripted run does not pay for the interactive CLI's imports.
 """
 
 from __future__ import annotations
@@ -70,6 +71,10 @@ def main() -> None:
     from diag.errors import DiagError
 
     code = run_fast(sys.argv[1:])
+    if code is None:
+        from diag.commands.fast_snapshot import run_fast_snapshot
+
+        code = run_fast_snapshot(sys.argv[1:])
     if code is not None:
         sys.exit(code)
     from rich.console import Console

@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from diag.collect import collective, logphase, peers, stackapi
+from diag.collect import stackapi
 from diag.collect.discover import (
     TP_OPTIONS,
     Discovery,
@@ -30,7 +30,6 @@ from diag.collect.discover import (
     discover,
     int_option,
 )
-from diag.collect.facts import ProcessFacts, collect_facts, port_open
 from diag.collect.gpu import GpuQuery, query_gpus
 from diag.collect.procfs import (
     ProcTier,
@@ -57,6 +56,9 @@ from diag.model import (
     Unavailable,
 )
 from diag.runner import Runner, SubprocessRunner
+
+if TYPE_CHECKING:
+    from diag.collect.facts import ProcessFacts
 
 __all__ = ["SnapshotOptions", "take_snapshot"]
 
@@ -121,14 +123,31 @@ def _halted_ranks(server_procs: Sequence[ProcessInfo]) -> tuple[int, ...]:
     return tuple(sorted(halted)) if halted and running else ()
 
 
-def _prewarm_rules() -> None:
-    """Load (and cache) the rule library while the dumps run, not after them."""
+def _prewarm() -> None:
+    """While the dumps run (py-spy works in its own processes), import what the analysis
+    after them needs and load (and cache) the rule library: none of it is on the critical
+    path then. (The collector starts the dumps with only discovery, /proc and py-spy's
+    runner imported.)"""
+    import diag.collect.collective
+    import diag.collect.logphase
+    import diag.collect.peers
+    import diag.report.snapshot_json
+    import diag.report.snapshot_view
+    import diag.stacks.classify
+    import diag.stacks.merge  # noqa: F401 - imported to be warm
+    from diag.rules import apply_snapshot_rules  # noqa: F401 - imported to be warm
     from diag.rules.loader import builtin_rules
 
     try:
         builtin_rules()
     except DiagError:
         return  # a broken rule file is reported when the rules are applied
+
+
+def _facts(pids: Sequence[int], window_s: float) -> dict[int, ProcessFacts]:
+    from diag.collect.facts import collect_facts  # (psutil: imported in the pool's thread)
+
+    return collect_facts(pids, window_s=window_s)
 
 
 def _apply_rules(snap: Snapshot) -> tuple[Finding, ...]:
@@ -307,7 +326,7 @@ def take_snapshot(
             timings[name] = round(time.monotonic() - t0, 3)
 
     with ThreadPoolExecutor(max_workers=4, thread_name_prefix="snapshot") as pool:
-        f_rules = pool.submit(_timed, "rules_load_s", _prewarm_rules)
+        f_rules = pool.submit(_timed, "rules_load_s", _prewarm)
         f_dumps = pool.submit(
             _timed,
             "pyspy_s",
@@ -327,7 +346,7 @@ def take_snapshot(
             ),
         )
         f_facts = pool.submit(
-            _timed, "facts_s", lambda: collect_facts(pids, window_s=options.cpu_window_s)
+            _timed, "facts_s", lambda: _facts(pids, options.cpu_window_s)
         )
         f_gpu = pool.submit(
             _timed,
@@ -498,6 +517,9 @@ def take_snapshot(
     groups = tuple(groups_list)
     outliers = tuple(sorted({r for odd in outliers_by_server.values() for r in odd}))
     timings["analysis_s"] = round(time.monotonic() - t, 3)
+
+    from diag.collect import collective, logphase, peers  # (warm: _prewarm imported them)
+    from diag.collect.facts import port_open
 
     servers: list[dict[str, object]] = []
     for s in disc.servers:
