@@ -26,8 +26,9 @@ On both paths:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import count, repeat
 from typing import Any
 
 from diag.errors import InputError
@@ -101,12 +102,22 @@ class RepeatCap:
     """The repeat cap over every source of one run (see the module docstring). A line's
     kind is read from its bytes (the first 160, digits deleted), on both paths. Past
     :data:`REPEAT_BUDGET` lines parsed under the cap (all kinds together), a kind is
-    parsed only :data:`REPEAT_KEEP_LATE` times (``late`` counts the lines that cut)."""
+    parsed only :data:`REPEAT_KEEP_LATE` times (``late`` counts the lines that cut).
 
-    __slots__ = ("kinds", "late", "parsed", "skipping")
+    Decided per chunk in columns: each head line's kind is cut and digit-stripped by
+    C-level ``map`` calls and numbered through one dict (a kind's number is the first one
+    handed out for it); how many times each kind was seen before a line follows from a
+    sort of those numbers; whether an indented line follows a dropped head from a running
+    maximum; the point where the budget is spent from a cumulative sum (past it the
+    chunk's rest is decided again with the late limit). The result is that of
+    :meth:`split_lines`, the line-by-line loop it replaces (tests compare the two)."""
+
+    __slots__ = ("count", "ids", "late", "next_id", "parsed", "skipping")
 
     def __init__(self) -> None:
-        self.kinds: dict[bytes, int] = {}
+        self.ids: dict[bytes, int] = {}  # kind -> its number
+        self.count: dict[int, int] = {}  # kind number -> lines of that kind seen
+        self.next_id = 0
         self.skipping = False
         self.parsed = 0  # candidate lines parsed past the first REPEAT_CAP_AFTER lines
         self.late = 0  # lines counted only because the budget was spent
@@ -115,7 +126,90 @@ class RepeatCap:
         self, g0: int, chunk: bytes | bytearray, lines: Lines, idx: Any
     ) -> tuple[list[int], set[int]]:
         """The candidate lines ``idx`` (numpy) of ``chunk`` (first line = input line
-        ``g0 + 1``) that are parsed, and those only counted, in one loop."""
+        ``g0 + 1``) that are parsed, and those only counted."""
+        import numpy as np
+
+        if not len(idx):
+            return [], set()
+        free = int((idx < REPEAT_CAP_AFTER - g0).sum()) if g0 < REPEAT_CAP_AFTER else 0
+        if free == len(idx):
+            return idx.tolist(), set()
+        head_free = idx[:free].tolist()
+        idx = idx[free:]
+        n = len(idx)
+        starts, ends = lines.bounds_np(idx)
+        arr = np.frombuffer(chunk, dtype=np.uint8)
+        empty = starts == ends
+        first = arr[np.minimum(starts, max(len(arr) - 1, 0))] if len(arr) else (
+            np.zeros(n, dtype=np.uint8))
+        indented = ~empty & ((first == 32) | (first == 9))
+        head = ~empty & ~indented
+        # (bytes: a kind is a dict key; a chunk of few candidates is not copied whole)
+        data = bytes(chunk) if isinstance(chunk, bytearray) and n > 256 else chunk
+        ctl = np.flatnonzero(head & ((first == 13) | (first == 11) | (first == 12)))
+        for j in ctl.tolist():  # a line of only control white space: kept, like a blank
+            a = int(starts[j])
+            if not data[a : min(int(ends[j]), a + 160)].strip():
+                head[j] = False
+        hpos = np.flatnonzero(head)
+        seen = np.zeros(n, dtype=np.int64)
+        if len(hpos):
+            hs = starts[hpos]
+            he = np.minimum(ends[hpos], hs + 160)
+            cut: Iterator[Any] = map(data.__getitem__, map(slice, hs.tolist(), he.tolist()))
+            raws: Iterator[bytes] = map(bytes, cut) if isinstance(data, bytearray) else cut
+            kinds = map(bytes.translate, raws, repeat(None), repeat(b"0123456789"))
+            ids = np.fromiter(map(self.ids.setdefault, kinds, count(self.next_id)),
+                              dtype=np.int64, count=len(hpos))
+            self.next_id += len(hpos)
+            uniq, inv, cnt = np.unique(ids, return_inverse=True, return_counts=True)
+            inv = inv.reshape(-1)
+            counts = self.count
+            prior = np.array([counts.get(u, 0) for u in uniq.tolist()], dtype=np.int64)
+            order = np.argsort(inv, kind="stable")
+            group0 = np.concatenate(([0], np.cumsum(cnt)[:-1]))
+            rank = np.empty(len(hpos), dtype=np.int64)
+            rank[order] = np.arange(len(hpos)) - group0[inv[order]]
+            seen[hpos] = prior[inv] + rank + 1
+            for u, total in zip(uniq.tolist(), (prior + cnt).tolist(), strict=True):
+                counts[u] = total
+        pos = np.arange(n)
+        lasthead = np.maximum.accumulate(np.where(head, pos, -1))
+        ind_pos = np.flatnonzero(indented)
+
+        def decide(limit: Any) -> tuple[Any, Any]:
+            drop = head & (seen > limit)
+            # an indented line after a dropped head is dropped too (unless blank)
+            state = np.where(lasthead >= 0, drop[np.maximum(lasthead, 0)], self.skipping)
+            for j in ind_pos[state[ind_pos]].tolist():
+                if data[int(starts[j]) : int(ends[j])].strip():
+                    drop[j] = True
+            kept = ~drop & (head | indented)
+            return drop, kept
+
+        if self.parsed >= REPEAT_BUDGET:
+            limit: Any = REPEAT_KEEP_LATE
+            drop, kept = decide(limit)
+        else:
+            drop, kept = decide(REPEAT_KEEP)
+            cum = self.parsed + np.cumsum(kept)
+            spent = np.flatnonzero(head & kept & (cum >= REPEAT_BUDGET))
+            if len(spent):
+                limit = np.where(pos <= spent[0], REPEAT_KEEP, REPEAT_KEEP_LATE)
+                drop, kept = decide(limit)
+        self.late += int((drop & head & (seen <= REPEAT_KEEP)).sum())
+        self.parsed += int(kept.sum())
+        if len(hpos):
+            self.skipping = bool(drop[hpos[-1]])
+        return head_free + idx[~drop].tolist(), set(idx[drop].tolist())
+
+    # the line-by-line loop the columns above replace (the tests' reference)
+    @staticmethod
+    def split_lines(
+        state: dict[str, Any], g0: int, chunk: bytes | bytearray, lines: Lines, idx: Any
+    ) -> tuple[list[int], set[int]]:
+        """The same decision, one line at a time; ``state``: kinds (dict), skipping,
+        parsed, late (updated)."""
         keep: list[int] = []
         dropped: set[int] = set()
         if not len(idx):
@@ -126,47 +220,40 @@ class RepeatCap:
         if not len(idx):
             return keep, dropped
         starts, ends = lines.bounds(idx)
-        data = bytes(chunk) if isinstance(chunk, bytearray) and len(idx) > 256 else chunk
-        kinds = self.kinds
-        skipping = self.skipping
-        parsed = self.parsed
-        late = self.late
+        data = bytes(chunk)
+        kinds: dict[bytes, int] = state["kinds"]
+        skipping, parsed, late = state["skipping"], state["parsed"], state["late"]
         limit = REPEAT_KEEP if parsed < REPEAT_BUDGET else REPEAT_KEEP_LATE
-        digits = b"0123456789"
-        add_keep, add_drop = keep.append, dropped.add
         for i, a, b in zip(idx.tolist(), starts, ends, strict=True):
             if a == b:
-                add_keep(i)
+                keep.append(i)
                 continue
             c = data[a]
-            if c == 32 or c == 9:  # noqa: PLR1714 - an indented line follows its head
+            if c == 32 or c == 9:  # noqa: PLR1714
                 if skipping and data[a:b].strip():
-                    add_drop(i)
+                    dropped.add(i)
                 else:
-                    add_keep(i)
+                    keep.append(i)
                     parsed += 1
                 continue
             raw = data[a : b if b - a <= 160 else a + 160]
             if c in (13, 11, 12) and not raw.strip():
-                add_keep(i)
+                keep.append(i)
                 continue
-            kind = bytes(raw).translate(None, digits) if type(raw) is not bytes else (
-                raw.translate(None, digits))
+            kind = raw.translate(None, b"0123456789")
             seen = kinds.get(kind, 0) + 1
             kinds[kind] = seen
             skipping = seen > limit
             if skipping:
-                add_drop(i)
+                dropped.add(i)
                 if seen <= REPEAT_KEEP:
                     late += 1
             else:
-                add_keep(i)
+                keep.append(i)
                 parsed += 1
                 if parsed >= REPEAT_BUDGET:
                     limit = REPEAT_KEEP_LATE
-        self.skipping = skipping
-        self.parsed = parsed
-        self.late = late
+        state.update(skipping=skipping, parsed=parsed, late=late)
         return keep, dropped
 
 
