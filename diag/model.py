@@ -287,6 +287,9 @@ class StackThread:
     owns_gil: bool | None = None
     os_state: str | None = None  # from /proc/<pid>/task/<tid>/stat when known
     wchan: str | None = None
+    # the thread a faulthandler dump names `Current thread` (or its one `Stack`): where a
+    # fatal signal was delivered
+    current: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -606,3 +606,64 @@ def test_a_paste_of_py_spy_frames_alone_is_analysed_not_refused() -> None:
     )
     sites = [p.wait_site for p in analyze_text(text).stack_processes]
     assert sites == ["stack.idle_loop"]
+
+
+def test_a_fatal_signals_current_thread_is_the_thread_that_matters() -> None:
+    # SIGSEGV is delivered to the thread that faulted: faulthandler names it `Current
+    # thread`; the main thread's collective is not where this process stopped
+    text = (
+        "Fatal Python error: Segmentation fault\n\n"
+        "Thread 0x00007f1 (most recent call first):\n"
+        '  File "/x/torch/distributed/distributed_c10d.py", line 2050 in all_reduce\n'
+        '  File "/x/vllm/worker/worker.py", line 300 in execute_model\n'
+        '  File "<string>", line 1 in <module>\n\n'
+        "Current thread 0x00007f2 (most recent call first):\n"
+        '  File "/x/zmq/sugar/socket.py", line 700 in recv_pyobj\n'
+        '  File "/x/vllm/engine/output_proc.py", line 30 in handle_requests\n'
+        '  File "/usr/lib/python3.10/threading.py", line 953 in run\n'
+    )
+    (p,) = parse_stack_text(text)
+    assert [t.current for t in p.threads] == [False, True]
+    assert (p.wait_site, p.wait_thread) == ("stack.ipc_wait", 0x7F2)
+
+
+def test_a_lone_current_thread_keeps_its_header() -> None:
+    text = (
+        "Fatal Python error: Aborted\n\n"
+        "Current thread 0x00007f4858f86740 (most recent call first):\n"
+        '  File "/x/sglang/srt/distributed/device_communicators/pynccl_wrapper.py", line 351'
+        " in ncclCommInitRank\n"
+    )
+    (p,) = parse_stack_text(text)
+    assert p.threads[0].thread_id == 0x00007F4858F86740 and p.threads[0].current
+    assert p.wait_site == "stack.dist_init"
+
+
+PY314_CRASH = """\
+Fatal Python error: Segmentation fault
+
+Current thread 0x00007f4858f86740 [python3] (most recent call first):
+  File "/usr/lib/python3.14/site-packages/vllm/distributed/parallel_state.py", line 500 in {fn}
+  File "<string>", line 1 in <module>
+
+Current thread's C stack trace (most recent call first):
+  Binary file "/usr/bin/python3.14", at _Py_DumpStack+0x42 [0x5b27f7d7147e]
+  Binary file "/usr/bin/python3.14", at +0x32dcbd [0x5b27f7d85cbd]
+  Binary file "/usr/lib/x86_64-linux-gnu/libc.so.6", at +0x3def0 [0x77b73226bef0]
+  Binary file "/usr/lib/python3.14/torch/lib/libtorch_cpu.so", at {sym}+0x1a [0x7f0003]
+  Binary file "/usr/lib/x86_64-linux-gnu/libc.so.6", at __libc_start_main+0x80 [0x7f0004]
+  <truncated rest of calls>
+
+Extension modules: numpy._core._multiarray_umath, torch._C (total: 2)
+"""
+
+
+def test_python_314s_c_stack_is_the_current_threads_innermost_frames() -> None:
+    # Python/traceback.c (3.14) _Py_DumpStack: dladdr's symbols, C++ ones mangled
+    sym = "_ZN4c10d8TCPStore6doWaitEN3c108ArrayRefINSt7__cxx1112basic_stringIcEEEE"
+    (p,) = parse_stack_text(PY314_CRASH.format(fn="helper", sym=sym))
+    frames = p.threads[0].frames
+    # faulthandler's own frames and the signal trampoline are cut; the rest leads
+    assert [f.name for f in frames[:3]] == ["c10d::TCPStore::doWait", "__libc_start_main", "helper"]
+    assert frames[0].native and frames[0].filename.endswith("libtorch_cpu.so")
+    assert p.wait_site == "stack.dist_init"

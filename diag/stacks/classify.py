@@ -29,7 +29,9 @@ native-only?) -> site. A thread's frames are read innermost first:
    a Python frame that names nothing, while another thread runs holding the GIL, waits
    for the GIL (:data:`GIL_CONTENTION_RULE`).
 
-The thread that matters (:func:`pick_thread`) is the main thread unless another
+The thread that matters (:func:`pick_thread`) is, in a fatal signal's faulthandler dump,
+its ``Current thread`` (the signal went to the thread that faulted) where its frames name a
+site; otherwise the main thread unless another
 non-helper thread waits at a hard site (:data:`HARD_SITES`: a collective, a store, the
 GPU, a compile, the disk) while the main thread does not (the SGLang overlap scheduler's
 forward thread in an NCCL call while the main thread waits on it), or the main thread's
@@ -1235,6 +1237,12 @@ def pick_thread(p: StackProcess) -> tuple[StackThread | None, str | None]:
     def key(i: int) -> tuple[int, int, int]:
         return (site_priority(sites[i]), 1 if i in mains else 0, -i)
 
+    current = [i for i in candidates if p.threads[i].current and sites[i] is not None]
+    if current:
+        # a fatal signal's dump: the thread it was delivered to (faulthandler's `Current
+        # thread`; SIGSEGV/SIGBUS/SIGFPE/SIGABRT go to the thread that faulted) is where
+        # the process stopped, whatever its other threads wait for
+        return p.threads[current[0]], sites[current[0]]
     if mains:
         main = mains[0]
         best = max(candidates, key=key)

@@ -117,6 +117,11 @@ _FH_STACK = re.compile(r"^Stack \(most recent call first\):$")
 # their file), innermost first
 _SIGNAL_TRACE = re.compile(r"^!{3,} ?\w[\w ]* encountered ?!{3,}$")
 _FH_C_STACK = re.compile(r"^Current thread's C stack trace|^<.*C stack trace")
+# its frames (Python/traceback.c _Py_backtrace_symbols_fd, 3.14): `Binary file "/x/libc.so.6",
+# at pthread_kill+0x11c [0x7f..]`, `at +0x45330 [0x7f..]` where dladdr found no symbol
+_FH_C_FRAME = re.compile(
+    r'^Binary file "([^"]*)", at ([^\s\[]*?)(?:[+-]0x[0-9a-fA-F]+)? \[(0x[0-9a-fA-F]+)\]$'
+)
 _FH_FRAME = re.compile(r'^\s*File "(.*)", line (\d+|\?\?\?) in (.+?)\s*$')
 # the same frame with its start cut off (an excerpt that begins mid-line): its path's tail
 _FH_FRAME_CUT = re.compile(r'^([^"\s]*\.py)", line (\d+) in ([\w<>.]+)$')
@@ -196,8 +201,8 @@ def _split_prefixes(text: str) -> tuple[str, str, RankId | None, str | None]:
 # A line can start or continue a dump only if it is indented, is a lone "[" or contains
 # one of these; while no dump is open, other lines are skipped unparsed (one search).
 _CANDIDATE = re.compile(
-    r'Thread |Process \d|File "|Traceback|Pyspy |Stack \(|Stack trace|KeyboardInterrupt|'
-    r'\.py", line \d+ in |'
+    r'Thread |Current thread|Process \d|File "|Traceback|Pyspy |Stack \(|Stack trace|'
+    r'KeyboardInterrupt|\.py", line \d+ in |'
     r"^#\d+ |(?<=\s)#\d+ \S+ from \S|(?<=\s)#\d+ +0x[0-9a-fA-F]+ in |Stack of | encountered !"
 )
 
@@ -219,6 +224,8 @@ class _Thread:
     status: str | None
     frames: list[StackFrame] = field(default_factory=list)
     outer_first: bool = False
+    current: bool = False  # faulthandler's `Current thread` (or its lone `Stack`)
+    cstack: list[StackFrame] = field(default_factory=list)  # its C stack, innermost first
 
 
 @dataclass(slots=True)
@@ -236,6 +243,8 @@ class _Proc:
         threads = []
         for t in self.threads:
             frames = tuple(reversed(t.frames)) if t.outer_first else tuple(t.frames)
+            if t.cstack:
+                frames = (*_crash_site(t.cstack), *frames)
             threads.append(
                 StackThread(
                     thread_id=t.tid,
@@ -243,6 +252,7 @@ class _Proc:
                     frames=frames,
                     idle=_idle(t.status),
                     owns_gil=None if t.status is None else "gil" in t.status.split("+"),
+                    current=t.current,
                 )
             )
         rank = rank_from_title(self.title) or self.rank
@@ -271,6 +281,72 @@ class _Proc:
                 line=self.line,
             )
         )
+
+
+
+# The frames of a C stack trace before the crash site: faulthandler's own (_Py_DumpStack,
+# the handler, in the interpreter's binary) and the C library's signal trampoline.
+_PY_BINARY = re.compile(r"(^|/)(python[\d.]*t?d?|libpython[\w.]*\.so[\w.]*)$")
+_LIBC = re.compile(r"(^|/)(libc|libpthread)[.-]")
+
+
+def _c_frame(path: str, symbol: str, address: str) -> StackFrame:
+    """One frame of faulthandler's C stack trace; a C++ symbol as dladdr gives it (mangled)
+    is read back to its qualified name, a frame without a symbol is its address."""
+    name = _demangle(symbol) if symbol else address
+    return replace(make_frame(name, path), native=True)
+
+
+def _crash_site(frames: list[StackFrame]) -> list[StackFrame]:
+    """The C frames from where the signal was raised: the handler's frames in the
+    interpreter and the C library's before it are cut (an abort's raise/pthread_kill in
+    the C library stays, from the first frame of another library on)."""
+    for i, f in enumerate(frames):
+        if not (_PY_BINARY.search(f.filename) or _LIBC.search(f.filename)):
+            return frames[i:]
+    return []
+
+
+def _demangle(symbol: str) -> str:
+    """``_ZN4c10d16ProcessGroupNCCL9allreduceERSt6vectorI...`` -> ``c10d::ProcessGroupNCCL::
+    allreduce``: the Itanium ABI's nested name (or plain ``_Z<len><name>``) read far enough
+    for the rules' names; anything else is returned as it is (extern "C" names are plain)."""
+    if not symbol.startswith("_Z"):
+        return symbol
+    text, i = symbol, 2
+    nested = text.startswith("_ZN")
+    if nested:
+        i = 3
+        while i < len(text) and text[i] in "rVKRO":
+            i += 1
+    parts: list[str] = []
+    while i < len(text):
+        ch = text[i]
+        if ch.isdigit():
+            j = i
+            while j < len(text) and text[j].isdigit():
+                j += 1
+            n = int(text[i:j])
+            if n <= 0 or j + n > len(text):
+                break
+            parts.append(text[j : j + n])
+            i = j + n
+            if not nested:
+                break
+        elif ch in "CD" and i + 1 < len(text) and text[i + 1] in "0123" and parts:
+            parts.append(("~" if ch == "D" else "") + parts[-1])
+            i += 2
+        elif ch == "I":  # template arguments: not needed for a name the rules read
+            depth, i = 1, i + 1
+            while i < len(text) and depth:
+                depth += {"I": 1, "E": -1}.get(text[i], 0)
+                i += 1
+        elif ch == "S" and text.startswith("St", i):  # std::
+            parts.append("std")
+            i += 2
+        else:
+            break
+    return "::".join(parts) if parts else symbol
 
 
 def _idle(status: str | None) -> bool | None:
@@ -378,6 +454,7 @@ class _Channel:
         self.json_at: _Line | None = None
         self.pybt = False  # the open thread is gdb py-bt's (innermost first)
         self.gdb = False  # the open process is gdb's native `bt`
+        self.cstack: _Thread | None = None  # the thread a C stack trace being read is of
 
     @property
     def in_c10d(self) -> bool:
@@ -401,6 +478,7 @@ class _Channel:
         self.foreign = 0
         self.pybt = False
         self.gdb = False
+        self.cstack = None
 
     def _open(
         self, ln: _Line, kind: str, pid: int | None = None, title: str | None = None
@@ -425,6 +503,7 @@ class _Channel:
         self.thread = _Thread(tid, name, status, outer_first=outer_first)
         proc.threads.append(self.thread)
         self.locals = False
+        self.cstack = None
 
     # -- feeding -------------------------------------------------------------------------
     def feed(self, ln: _Line) -> None:
@@ -536,10 +615,23 @@ class _Channel:
             if proc is None or (tid is not None and any(t.tid == tid for t in proc.threads)):
                 proc = self._open(ln, "faulthandler")
             self._new_thread(proc, tid, m.group(3) if m else None, None)
+            assert self.thread is not None
+            self.thread.current = m is None or m.group(1) == "Current thread"
             return True
         if _FH_C_STACK.match(stripped):
-            self.thread = None  # native frames of Python >= 3.14: not parsed
+            # Python >= 3.14: the C stack of the current thread, after its Python frames
+            proc = self.proc if self.proc is not None and self.proc.kind == "faulthandler" else None
+            current = [t for t in proc.threads if t.current] if proc is not None else []
+            self.cstack = current[-1] if current else None
+            self.thread = None
             return True
+        if self.cstack is not None:
+            m = _FH_C_FRAME.match(stripped)
+            if m:
+                self.cstack.cstack.append(_c_frame(m.group(1), m.group(2), m.group(3)))
+                return True
+            if stripped.startswith("<") and stripped.endswith(">"):
+                return True  # <truncated rest of calls>, <system returned no stack trace>
         m = _PYSTACK_HEADER.match(stripped)
         if m:
             proc = self.proc if self.proc is not None and self.proc.kind == "pystack" else None
