@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-__all__ = ["run_fast"]
+__all__ = ["run_fast", "write_stdout"]
 
 EXAMPLE_RESOURCE = "example.log"  # as diag.commands.analyze.EXAMPLE_RESOURCE
 
@@ -72,7 +72,12 @@ def run_fast(argv: Sequence[str]) -> int | None:
             case = load_case(paths, year=None, rules_dirs=[], progress=None)
     except DiagError:
         return None
-    text = render_combined_json(case) + "\n"
+    write_stdout(render_combined_json(case) + "\n")
+    return 0
+
+
+def write_stdout(text: str) -> None:
+    """``text`` on stdout, whatever its encoding; a reader gone (``| head``) is fine."""
     try:
         try:
             sys.stdout.write(text)
@@ -80,7 +85,6 @@ def run_fast(argv: Sequence[str]) -> int | None:
             sys.stdout.flush()
             sys.stdout.buffer.write(text.encode(sys.stdout.encoding or "ascii", "replace"))
         sys.stdout.flush()
-    except BrokenPipeError:  # `diag analyze --json ... | head`: fine
+    except BrokenPipeError:  # `diag ... --json | head`: fine
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-    return 0

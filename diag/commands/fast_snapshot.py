@@ -83,19 +83,6 @@ def _styled(text: str, code: str, stream: Any) -> str:
     return f"\x1b[{code}m{text}\x1b[0m"
 
 
-def _write_stdout(text: str) -> None:
-    try:
-        try:
-            sys.stdout.write(text)
-        except UnicodeEncodeError:  # a non-UTF-8 stdout
-            sys.stdout.flush()
-            sys.stdout.buffer.write(text.encode(sys.stdout.encoding or "ascii", "replace"))
-        sys.stdout.flush()
-    except BrokenPipeError:  # `diag snapshot --json | head`: fine
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-
-
 def run_fast_snapshot(argv: Sequence[str]) -> int | None:
     """Run the plain ``snapshot --json`` form; its exit code, or None (not this form)."""
     opts = parse_plain_snapshot(argv)
@@ -104,6 +91,7 @@ def run_fast_snapshot(argv: Sequence[str]) -> int | None:
     import json
 
     from diag.collect.snapshot import SnapshotOptions, take_snapshot
+    from diag.commands.fast import write_stdout
     from diag.errors import EXIT_PARTIAL, DiagError
 
     err = sys.stderr
@@ -121,7 +109,7 @@ def run_fast_snapshot(argv: Sequence[str]) -> int | None:
         return 130
     from diag.report.snapshot_json import snapshot_to_dict
 
-    _write_stdout(json.dumps(snapshot_to_dict(snap), indent=2) + "\n")
+    write_stdout(json.dumps(snapshot_to_dict(snap), indent=2) + "\n")
     if snap.partial:
         from diag.report.sanitize import visible
 
