@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -76,6 +78,19 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         (
             "_store_based_barrier (torch/distributed/distributed_c10d.py:4512)",
             "init_process_group (torch/distributed/distributed_c10d.py:1700)",
+        ),
+    ),
+    (
+        "inductor-pipe",
+        "stack.ipc_wait",
+        ("_recv_msg (torch/_inductor/compile_worker/subproc_pool.py:75)",),
+    ),
+    (
+        "device-mesh-init",
+        "stack.dist_init",
+        (
+            "DeviceMesh._init_process_groups (torch/distributed/device_mesh.py:800)",
+            "init_device_mesh (torch/distributed/device_mesh.py:1200)",
         ),
     ),
     (
@@ -1198,3 +1213,47 @@ def test_a_serving_worker_title_makes_any_native_call_a_cuda_sync() -> None:
         None,
         None,
     )
+
+
+def test_a_main_thread_syncing_on_its_gpu_gives_way_to_a_thread_in_a_collective() -> None:
+    """SGLang's overlap scheduler: the main thread syncs on copy_done while the forward
+    thread sits in an NCCL all-reduce; the device's queue waits on that collective."""
+    main = _thread(
+        10,
+        "MainThread",
+        "synchronize (torch/cuda/streams.py:231)",
+        "resolve_last_batch_result (sglang/srt/managers/tp_worker_overlap_thread.py:180)",
+        "Scheduler.event_loop_overlap (sglang/srt/managers/scheduler.py:800)",
+    )
+    forward = _thread(
+        11,
+        "Thread-2 (forward_thread_func)",
+        "all_reduce (sglang/srt/distributed/device_communicators/pynccl.py:140)",
+        "forward_thread_func_ (sglang/srt/managers/tp_worker_overlap_thread.py:150)",
+    )
+    p = StackProcess(pid=10, title=None, threads=(main, forward))
+    assert classify_process(p) == ("stack.nccl_collective", 11)
+    # the same main thread beside a thread that only compiles: its own sync stands
+    jit = _thread(12, "Thread-3", "compile (triton/compiler/compiler.py:300)")
+    assert classify_process(StackProcess(pid=10, title=None, threads=(main, jit))) == (
+        "stack.cuda_sync",
+        10,
+    )
+
+
+def test_a_fatal_signal_in_a_thread_outranks_the_main_threads_wait() -> None:
+    main = replace(
+        _thread(10, "MainThread", "all_reduce (torch/distributed/distributed_c10d.py:3252)"),
+        idle=None,
+    )
+    crashed = replace(
+        _thread(11, None, "recv_pyobj (zmq/sugar/socket.py:700)", "run (threading.py:953)"),
+        idle=None,
+        current=True,
+    )
+    p = StackProcess(pid=10, title=None, threads=(main, crashed), mode="faulthandler")
+    assert classify_process(p) == ("stack.ipc_wait", 11)
+    # a current thread whose frames name nothing does not decide
+    silent = replace(crashed, frames=frames("encode (tokenizers/implementations.py:10)"))
+    p = StackProcess(pid=10, title=None, threads=(main, silent), mode="faulthandler")
+    assert classify_process(p) == ("stack.nccl_collective", 10)

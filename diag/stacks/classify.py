@@ -146,7 +146,8 @@ _COLLECTIVE_NAMES = (
     r"broadcast_object_list|barrier|monitored_barrier|reduce|reduce_scatter|"
     r"reduce_scatter_tensor|_reduce_scatter_base|gather|gather_object|scatter|"
     r"scatter_object_list|all_to_all|all_to_all_single|send|recv|isend|irecv|"
-    r"send_object_list|recv_object_list|batch_isend_irecv|wait)$"
+    r"send_object_list|recv_object_list|batch_isend_irecv|wait|all_gather_single|"
+    r"reduce_scatter_single|_coalescing_manager)$"
 )
 _FRAMEWORK_COLLECTIVE = (
     r"(all_reduce|all_gather|gather|broadcast|barrier|reduce_scatter|all_to_all|"
@@ -193,7 +194,19 @@ RULES: tuple[SiteRule, ...] = (
         file=_C10D_PY,
         name=r"(^|\.)(init_process_group|_new_process_group_helper|new_group|"
         r"_new_group_with_tag|_store_based_barrier|new_subgroups\w*|split_group|"
-        r"_create_process_group_wrapper|init_device_mesh)$",
+        r"_create_process_group_wrapper|init_device_mesh|_new_group_via_split_group|"
+        r"_find_or_create_pg_by_ranks_and_tag|shrink_group|_create_shrunk_process_group)$",
+        why="torch.distributed's group creation (distributed_c10d.py, torch 2.x-2.13: "
+        "init_process_group, new_group, split_group, shrink_group and their helpers)",
+    ),
+    SiteRule(
+        "device-mesh-init",
+        _INIT,
+        native=False,
+        file=r"torch/distributed/device_mesh\.py$",
+        name=r"(^|\.)(init_device_mesh|_init_process_groups|_get_or_create_default_group|"
+        r"__init__|_setup_world_group_and_device)$",
+        why="torch.distributed.device_mesh building its process groups (init_device_mesh)",
     ),
     SiteRule(
         "stateless-group-store",
@@ -631,12 +644,15 @@ RULES: tuple[SiteRule, ...] = (
         native=False,
         file=r"(multiprocessing/(resource_tracker|forkserver|pool)\.py$|(^|/)socketserver\.py$|"
         r"concurrent/futures/process\.py$|ray/_private/(worker|workers/default_worker)\.py$|"
-        r"torch/distributed/elastic/agent/server/api\.py$)",
+        r"torch/distributed/elastic/agent/server/api\.py$|"
+        r"torch/_inductor/compile_worker/subproc_pool\.py$)",
         name=r"(^|\.)(main|serve_forever|main_loop|run_task_loop|worker|_process_worker|"
         r"_invoke_run)$",
         why="a helper process or actor waiting for work: multiprocessing's resource "
         "tracker, fork server and pool workers, a process-pool worker, a socketserver, an "
-        "idle Ray worker's main_loop, torchrun's elastic agent polling its workers",
+        "idle Ray worker's main_loop, torchrun's elastic agent polling its workers, "
+        "Inductor's compile sidecar (compile_worker/subproc_pool.py SubprocMain.main) "
+        "reading its next job",
     ),
     SiteRule(
         "asyncio-loop",
@@ -708,6 +724,16 @@ RULES: tuple[SiteRule, ...] = (
         "GroupCoordinator over a MessageQueue) is named by its caller",
     ),
     SiteRule("zmq-native", _IPC, strength="weak", native=True, name=r"^zmq::|^zmq_"),
+    SiteRule(
+        "inductor-pipe",
+        _IPC,
+        strength="weak",
+        native=False,
+        file=r"torch/_inductor/compile_worker/subproc_pool\.py$",
+        name=r"(^|\.)(_recv_msg|_send_msg)$",
+        why="Inductor's compile-worker pipe (torch 2.4+ subproc_pool.py): generic, its "
+        "caller says whose turn it is (the sidecar's main loop idles, a submit compiles)",
+    ),
     SiteRule(
         "zmq-wrapper",
         _IPC,
@@ -895,6 +921,7 @@ _FRAMEWORK_DIR = re.compile(r"(?:^|/)(?=(?:vllm|sglang)/)")
 class _Entry:
     site: str
     lines: frozenset[int]  # call lines of the primitive, over every version read
+    spans: tuple[tuple[int, int], ...] = ()  # the function's first and last line per version
 
 
 @lru_cache(maxsize=1)
@@ -910,13 +937,18 @@ def _catalogue() -> dict[tuple[str, str], tuple[_Entry, ...]]:
         if not row or row.startswith("#") or row.startswith("framework\t"):
             continue
         parts = row.split("\t")
-        if len(parts) != 6 or parts[3] not in STACK_SITES:
+        if len(parts) not in (6, 7) or parts[3] not in STACK_SITES:
             continue
-        _fw, rel, qual, site, _prims, per = parts
+        _fw, rel, qual, site, _prims, per = parts[:6]
         lines = frozenset(
             int(n) for chunk in per.split(";") for n in chunk.partition(":")[2].split(",") if n
         )
-        entry = _Entry(site, lines)
+        spans = []
+        for chunk in parts[6].split(";") if len(parts) == 7 else ():
+            a, _, b = chunk.partition(":")[2].partition("-")
+            if a.isdigit() and b.isdigit():
+                spans.append((int(a), int(b)))
+        entry = _Entry(site, lines, tuple(spans))
         out.setdefault((rel, qual), []).append(entry)
         bare = qual.rsplit(".", 1)[-1]
         if bare != qual:
@@ -924,7 +956,7 @@ def _catalogue() -> dict[tuple[str, str], tuple[_Entry, ...]]:
     return {k: tuple(v) for k, v in out.items()}
 
 
-_CATALOGUE_RULES: dict[str, SiteRule] = {}
+_CATALOGUE_RULES: dict[tuple[str, str], SiteRule] = {}
 
 
 def catalogue_rule(frame: StackFrame) -> SiteRule | None:
@@ -947,13 +979,26 @@ def catalogue_rule(frame: StackFrame) -> SiteRule | None:
             break
     if not entries:
         return None
-    sites = {e.site for e in entries if frame.line in e.lines}
+    line = frame.line
+    rule_id = "catalogue"
+    sites = {e.site for e in entries if line in e.lines}
+    # No call line of a release read. Inside the function in one of them: elsewhere than
+    # its calls, says nothing. Inside it in none: a release not read (they come every few
+    # weeks), where the function's calls, if they agree, say the site.
+    if (
+        not sites
+        and all(e.spans for e in entries)
+        and not any(a <= line <= b for e in entries for a, b in e.spans)
+    ):
+        sites = {e.site for e in entries}
+        rule_id = "catalogue-other-release"
     if len(sites) != 1:
         return None
     site = sites.pop()
-    rule = _CATALOGUE_RULES.get(site)
+    rule = _CATALOGUE_RULES.get((rule_id, site))
     if rule is None:
-        rule = _CATALOGUE_RULES[site] = SiteRule("catalogue", site, leaf=True, why=CATALOGUE_WHY)
+        why = CATALOGUE_WHY if rule_id == "catalogue" else CATALOGUE_OTHER_RELEASE_WHY
+        rule = _CATALOGUE_RULES[(rule_id, site)] = SiteRule(rule_id, site, leaf=True, why=why)
     return rule
 
 
@@ -965,6 +1010,11 @@ CATALOGUE_WHY = (
     "store.get/wait -> dist_init, fcntl.flock -> jit_compile, safetensors get_tensor -> "
     "weights_io, lock.acquire -> gil_or_lock), and only native or generic frames are "
     "inside it"
+)
+CATALOGUE_OTHER_RELEASE_WHY = (
+    "the wait-site catalogue, for a release it did not read: the frame's line lies inside "
+    "the function in none of the releases read (a release between or after them), and "
+    "every blocking call the function makes in those releases is of this one site"
 )
 
 
@@ -1252,6 +1302,14 @@ def pick_thread(p: StackProcess) -> tuple[StackThread | None, str | None]:
         hard = site_priority(sites[best]) == 3 and site_priority(sites[main]) < 3
         silent = sites[main] is None and sites[best] is not None
         chosen = best if hard or silent else main
+        if sites[main] == _SYNC:
+            # the main thread waits on its GPU while another thread is in a collective or
+            # a communicator's set-up: the device's queue waits on that thread's call
+            # (SGLang's overlap scheduler syncing on copy_done while its forward thread
+            # sits in NCCL), so the collective is where the process is held
+            peers = [i for i in candidates if i != main and sites[i] in (_NCCL, _INIT)]
+            if peers:
+                chosen = peers[0]
     else:
         chosen = max(candidates, key=key)
     thread = p.threads[chosen]
