@@ -1,8 +1,20 @@
 """The phase catalogue: log message patterns -> startup phase events.
 
-The catalogue is data (``diag/data/phases.yaml``); this module loads it, checks it, and
-matches records against it. Each entry names the sglang/vllm source file and version its
-message comes from.
+The catalogue is data: ``diag/data/phases.yaml``, written by hand, and
+``diag/data/phases_generated.yaml``, written by ``tools/gen_catalogue.py`` from the
+messages the releases' sources log (``fixtures/messages/messages.tsv``) and the phase their
+source function marks (``fixtures/messages/phase_map.yaml``). This module loads them,
+checks them, and matches records against them. Each entry names the sglang/vllm source
+file and version its message comes from.
+
+An entry is a *position marker* (``position: true``, the default of the hand-written
+file) when its message is printed by every rank as it passes the step, so a rank's
+furthest marker is where that rank stands (stragglers, stuck ranks). A generated entry is
+a *notice* (``position: false``, the default of the generated file): a message printed
+once, by one rank or by none, on the way through a phase (a warning about a flag, an
+info line of the front end). A notice proves that the phase was reached, so it counts for
+the phase the log reached, but a rank that printed one says nothing about where the rank
+stopped: a TP3 whose only line is an early warning is not a rank at ``launch``.
 
 Loading is cheap after the first run: the checked entries (with their required literals)
 are cached by the file's content hash (:mod:`diag.cache`), so a run reads no YAML, and
@@ -27,13 +39,22 @@ __all__ = [
     "Catalogue",
     "PhaseEntry",
     "load_catalogue",
+    "notice_patterns",
     "match_record",
     "parse_catalogue",
 ]
 
 KINDS: tuple[EventKind, ...] = ("begin", "progress", "end", "mark")
 _FRAMEWORKS = ("sglang", "vllm", "any")
-_KEYS = {"id", "phase", "kind", "regex", "framework", "source", "version", "where"}
+_KEYS = {
+    "id", "phase", "kind", "regex", "framework", "source", "version", "where", "position",
+}
+# the catalogue files, in match order (the first entry that matches a message wins, so a
+# hand-written entry is always preferred), and whether their entries mark positions
+FILES: tuple[tuple[str, bool], ...] = (
+    ("phases.yaml", True),
+    ("phases_generated.yaml", False),
+)
 
 
 _COMPILED: dict[str, re.Pattern[str]] = {}
@@ -68,6 +89,8 @@ class PhaseEntry:
     where: str = "message"  # message | text (plus continuation lines) | raw (the whole line)
     # one of these is in every match (a cheap test before the regex); () when unknown
     literals: tuple[str, ...] = ()
+    # a position marker (every rank prints it at this step) or a notice (module docstring)
+    position: bool = True
 
     @property
     def regex(self) -> re.Pattern[str]:
@@ -88,6 +111,8 @@ class Catalogue:
     # literal -> indices of the entries it gates; entries gated by no literal
     literal_index: tuple[tuple[str, tuple[int, ...]], ...] = ()
     unguarded: tuple[int, ...] = ()
+    # ids of the entries that are notices, not position markers
+    notices: frozenset[str] = frozenset()
 
     def gated(self, haystack: str, *, message: bool) -> list[PhaseEntry]:
         """The message-scoped (or the other) entries whose literals occur in
@@ -117,7 +142,9 @@ class Catalogue:
         return any(e.regex.search(msg) is not None for e in self.gated(msg, message=True))
 
 
-def _check_entry(raw: dict[str, Any], where_from: str) -> dict[str, Any]:
+def _check_entry(
+    raw: dict[str, Any], where_from: str, position: bool = True
+) -> dict[str, Any]:
     """The entry checked, as plain data (with its required literals)."""
     unknown = set(raw) - _KEYS
     missing = {"id", "phase", "kind", "regex", "framework", "source", "version"} - set(raw)
@@ -136,6 +163,9 @@ def _check_entry(raw: dict[str, Any], where_from: str) -> dict[str, Any]:
     where = raw.get("where", "message")
     if where not in ("message", "text", "raw"):
         raise DiagError(f"{where_from}: phase entry {ident}: bad where {where!r}")
+    pos = raw.get("position", position)
+    if not isinstance(pos, bool):
+        raise DiagError(f"{where_from}: phase entry {ident}: position must be true or false")
     pattern = str(raw["regex"])
     try:
         re.compile(pattern)
@@ -151,6 +181,7 @@ def _check_entry(raw: dict[str, Any], where_from: str) -> dict[str, Any]:
         "version": str(raw["version"]),
         "where": where,
         "literals": sorted(required_literals(pattern) or ()),
+        "position": pos,
     }
 
 
@@ -166,6 +197,7 @@ def _build(checked: list[dict[str, Any]]) -> Catalogue:
             version=c["version"],
             where=c["where"],
             literals=tuple(c["literals"]),
+            position=bool(c.get("position", True)),
         )
         for c in checked
     )
@@ -181,25 +213,35 @@ def _build(checked: list[dict[str, Any]]) -> Catalogue:
         any_text_pattern="|".join(f"(?:{p})" for p in txt) if txt else None,
         literal_index=tuple((lit, tuple(idx)) for lit, idx in index.items()),
         unguarded=tuple(i for i, e in enumerate(entries) if not e.literals),
+        notices=frozenset(e.id for e in entries if not e.position),
     )
 
 
-def _check_catalogue(text: str, where_from: str) -> list[dict[str, Any]]:
+def _check_catalogue(
+    text: str, where_from: str, position: bool = True
+) -> list[dict[str, Any]]:
     import yaml
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     data = yaml.load(text, Loader=loader)
     if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
         raise DiagError(f"{where_from}: expected a mapping with an 'entries' list")
-    checked = [_check_entry(e, where_from) for e in data["entries"]]
-    ids = [c["id"] for c in checked]
-    if len(set(ids)) != len(ids):
-        raise DiagError(f"{where_from}: duplicate entry ids")
+    checked = [_check_entry(e, where_from, position) for e in data["entries"]]
+    _no_duplicates(checked, where_from)
     return checked
 
 
-def parse_catalogue(text: str, where_from: str = "phases.yaml") -> Catalogue:
-    return _build(_check_catalogue(text, where_from))
+def _no_duplicates(checked: list[dict[str, Any]], where_from: str) -> None:
+    ids = [c["id"] for c in checked]
+    if len(set(ids)) != len(ids):
+        raise DiagError(f"{where_from}: duplicate entry ids")
+
+
+def parse_catalogue(
+    text: str, where_from: str = "phases.yaml", *, position: bool = True
+) -> Catalogue:
+    """A catalogue from one file's text (``position``: what its entries are by default)."""
+    return _build(_check_catalogue(text, where_from, position))
 
 
 def _anon(pattern: str) -> str:
@@ -209,18 +251,30 @@ def _anon(pattern: str) -> str:
 
 @lru_cache(maxsize=1)
 def load_catalogue() -> Catalogue:
-    """The built-in catalogue (kept for the process; its checked form is cached on disk)."""
-    text = resources.files("diag.data").joinpath("phases.yaml").read_text(encoding="utf-8")
-    key = cache.content_key([text], f"literals-{LITERALS_VERSION}")
+    """The built-in catalogue: the hand-written entries, then the generated ones (kept for
+    the process; its checked form is cached on disk)."""
+    data = resources.files("diag.data")
+    texts = [data.joinpath(name).read_text(encoding="utf-8") for name, _ in FILES]
+    key = cache.content_key(texts, f"literals-{LITERALS_VERSION}", "position-1")
     hit = cache.load("phases", key)
     if isinstance(hit, list):
         try:
             return _build(hit)
         except (KeyError, TypeError, ValueError):
-            pass  # an entry of another shape: parse the file again
-    checked = _check_catalogue(text, "phases.yaml")
+            pass  # an entry of another shape: parse the files again
+    checked = [
+        c
+        for text, (name, position) in zip(texts, FILES, strict=True)
+        for c in _check_catalogue(text, name, position)
+    ]
+    _no_duplicates(checked, " + ".join(name for name, _ in FILES))
     cache.store("phases", key, checked)
     return _build(checked)
+
+
+def notice_patterns() -> frozenset[str]:
+    """Ids of the built-in entries that are notices, not position markers."""
+    return load_catalogue().notices
 
 
 def _fields(m: re.Match[str]) -> dict[str, str | float]:

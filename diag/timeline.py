@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from diag.limits import MAX_EXPECTED_RANKS
@@ -180,14 +180,27 @@ def build_timelines(
     events: Sequence[Event],
     stats: Mapping[RankId, RankStats],
     log_end: dt.datetime | None,
+    notices: Collection[str] | None = None,
 ) -> tuple[tuple[RankTimeline, ...], tuple[PhaseInterval, ...]]:
-    """(per-rank timelines sorted by rank, phases of rank-less lines)."""
+    """(per-rank timelines sorted by rank, phases of rank-less lines).
+
+    ``notices``: ids of catalogue entries that are notices, not position markers (by
+    default the built-in catalogue's, :func:`diag.phases.notice_patterns`). A notice a
+    rank printed is no part of that rank's timeline: SGLang and vLLM print most of them
+    from one rank or from the front end, so a rank's one early warning would make it a
+    rank that stopped at ``launch`` beside peers whose markers went on. A notice counts
+    for the phase the log reached (the caller's :func:`reached_phase` over all events),
+    and a rank-less one, or one of a server-wide phase, for the rank-less phases."""
+    if notices is None:
+        from diag.phases import notice_patterns
+
+        notices = notice_patterns()
     by_rank: dict[RankId, list[Event]] = defaultdict(list)
     glob: list[Event] = []
     for e in events:
-        if e.rank is None:
+        if e.rank is None or (e.pattern in notices and e.phase in SERVER_WIDE):
             glob.append(e)
-        else:
+        elif e.pattern not in notices:
             by_rank[e.rank].append(e)
     ranks = set(by_rank) | set(stats)
     glob_intervals = build_intervals(glob)

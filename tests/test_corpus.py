@@ -84,10 +84,6 @@ TUNING_XFAIL: dict[str, str] = {
         "serving from the client's reply pasted before the log; the faulthandler frames "
         "(FlashInfer begin_forward) run in the profile and graph-capture passes too"
     ),
-    "vllm/v0-ray-actor-died-async-engine-dead-error-aborted-request": (
-        "serving from 'Aborted request' after the engine died: V0's abort line is logged "
-        "for a request, but no catalogue entry maps it to serving yet"
-    ),
     "vllm/v0-ray-tp8-nccl-watchdog-cuda-unknown-error-lost-newline": (
         "serving from the thread's account (the first prompts succeeded); the window has "
         "no request line, only the NCCL watchdog's CUDA error (dist_init by the frames)"

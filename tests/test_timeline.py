@@ -199,3 +199,45 @@ def test_a_rank_that_never_ended_the_phase_its_peers_ended_is_a_straggler() -> N
     # within seconds of the others (an excerpt cut between their end lines): no claim
     ranks[3] = _in_phase(3, last_s=55, ended=False)
     assert stragglers(ranks) == ()
+
+
+def test_a_notice_marks_the_log_phase_not_the_rank_position() -> None:
+    """A generated catalogue entry (a notice: one rank's warning on the way through a
+    phase) is no part of its rank's timeline: TP1's early notice does not make it a rank
+    at launch beside TP0's markers, and a notice-only rank has no position."""
+    tp1 = RankId(tp=1)
+    notice = Event("x.log", 2, T0, tp1, "launch", "progress", "src.note", "m", {})
+    events = [
+        ev(0, "launch", rank=TP0, line=1),
+        notice,
+        ev(400, "kv_cache", rank=TP0, line=3),
+    ]
+    stats = {r: RankStats(T0, T0 + dt.timedelta(seconds=400), 5) for r in (TP0, tp1)}
+    ranks, _ = build_timelines(events, stats, T0 + dt.timedelta(seconds=400), {"src.note"})
+    by = {t.rank: t for t in ranks}
+    assert by[tp1].last_phase is None and by[tp1].phases == ()
+    assert by[TP0].last_phase == "kv_cache"
+    assert stragglers(ranks) == ()
+    # the same line as a position marker does make TP1 a rank at launch, behind TP0
+    ranks, _ = build_timelines(events, stats, T0 + dt.timedelta(seconds=400), ())
+    assert {t.rank: t.last_phase for t in ranks}[tp1] == "launch"
+
+
+def test_a_serving_notice_of_a_rank_is_server_wide() -> None:
+    notice = Event("x.log", 9, T0, TP0, "serving", "progress", "src.note", "m", {})
+    ranks, glob = build_timelines([ev(0, "warmup", line=1), notice], {}, T0, {"src.note"})
+    assert [p.phase for p in glob] == ["serving"]
+    assert ranks[0].last_phase == "serving"  # the server-wide phase every rank completed
+
+
+def test_the_generated_catalogue_is_loaded_as_notices() -> None:
+    from diag.phases import load_catalogue, notice_patterns
+
+    cat = load_catalogue()
+    generated = [e for e in cat.entries if e.id.startswith("src.")]
+    assert len(generated) > 100
+    assert {e.id for e in generated} == set(notice_patterns())
+    assert all(e.position for e in cat.entries if not e.id.startswith("src."))
+    # the hand-written entries come first (the first entry that matches wins)
+    first_generated = next(i for i, e in enumerate(cat.entries) if e.id.startswith("src."))
+    assert all(e.id.startswith("src.") for e in cat.entries[first_generated:])
