@@ -27,6 +27,7 @@ def test_catalogue_is_valid_and_cites_sources() -> None:
         "entries: [{id: a, phase: launch, kind: mark, regex: '(', framework: any, source: s, version: v}]",
         "entries: [{id: a, phase: launch, kind: mark, regex: x, framework: any, source: s}]",
         "entries: [{id: a, phase: launch, kind: mark, regex: x, framework: any, source: s, version: v, extra: 1}]",
+        "entries: [{id: a, phase: launch, kind: mark, regex: x, framework: any, source: s, version: v, position: maybe}]",
         "just a string",
     ],
 )
@@ -112,3 +113,45 @@ def test_traceback_frames_tell_the_crash_phase_but_not_startup_frames_for_servin
 )
 def test_messages_that_mark_no_phase(message: str) -> None:
     assert load_catalogue().match(Record("x", 1, message)) is None
+
+
+def test_position_key_and_file_default() -> None:
+    text = "entries: [{id: a, phase: launch, kind: mark, regex: x, framework: any, source: s, version: v}]"
+    assert parse_catalogue(text).entries[0].position
+    assert not parse_catalogue(text, position=False).entries[0].position
+    both = text.replace("version: v", "version: v, position: true")
+    assert parse_catalogue(both, position=False).entries[0].position
+    assert parse_catalogue(text, position=False).notices == frozenset({"a"})
+
+
+def test_ascend_hccl_watchdog_proves_dist_init() -> None:
+    """torch_npu's ProcessGroupHCCL.cpp, Ascend's copy of the c10d watchdog."""
+    for message in (
+        "[Rank 3] HCCL watchdog thread terminated with exception:",
+        "[Rank 1] Watchdog caught collective operation timeout: WorkHCCL(SeqNum=196, OpType=ALLREDUCE, Timeout(ms)=3600000) ran for 3600185 milliseconds before timing out.",
+    ):
+        ev = load_catalogue().match(Record(source="x", line=1, message=message))
+        assert ev is not None and ev.phase == "dist_init", message
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "PC: @     0x7f7e7ba49b8a  (unknown)  addProxyOpIfNeeded()",
+        "#4  0x00007f3a1c2b3d4e in ncclProxyService (args=0x0) at proxy.cc:1520",
+        "frame #6: ncclCommInitRank + 0x4d (0x7f00 in /usr/lib/libnccl.so.2)",
+    ],
+)
+def test_native_nccl_frames_prove_dist_init(message: str) -> None:
+    ev = load_catalogue().match(Record(source="x", line=1, message=message))
+    assert ev is not None and ev.phase == "dist_init", message
+
+
+def test_world_size_line_without_the_init_method_field() -> None:
+    """vLLM-XPU 0.25's init_distributed_environment line prints no distributed_init_method."""
+    for message in (
+        "world_size=2 rank=1 local_rank=1 backend=xccl",
+        "world_size=8 rank=3 local_rank=3 distributed_init_method=tcp://10.0.0.1:29500 backend=nccl",
+    ):
+        ev = load_catalogue().match(Record(source="x", line=1, message=message))
+        assert ev is not None and ev.phase == "dist_init" and ev.fields["backend"], message
