@@ -119,6 +119,9 @@ _SERVING_FUNCS = frozenset(
         # worker thread; vLLM V0's worker request loop
         "run_event_loop", "dispatch_event_loop", "forward_thread_func", "forward_thread_func_",
         "start_worker_execution_loop",
+        # SGLang 0.1-0.3's router (sglang/srt/managers/router/model_rpc.py, then
+        # managers/controller/tp_worker.py): the rpyc step over the running batch
+        "exposed_step", "forward_decode_batch", "forward_fill_batch", "forward_prefill_batch",
     }
 )
 # SGLang's launcher sends its warm-up request after the port opened

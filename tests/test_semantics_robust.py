@@ -71,6 +71,22 @@ def test_traceback_cut_to_a_bare_prefix_at_the_end() -> None:
     assert "python.exception" in {x.id for x in analyze_text(text).findings}
 
 
+def test_window_that_starts_on_a_caret_line_under_a_vllm_prefix() -> None:
+    """The first line of the window is a traceback's caret marker (the frames below it are
+    its continuation lines, one vLLM ERROR record): still a traceback cut off."""
+    pre = "(RayWorkerWrapper pid=392) ERROR 03-02 04:57:41 worker_base.py:581] "
+    body = [
+        "                 ^^^^^^^^^^^^^^^^^^^^^^",
+        '  File "/x/vllm/model_executor/model_loader/__init__.py", line 14, in get_model',
+        "    return loader.load_model(vllm_config=vllm_config)",
+        '  File "/x/vllm/model_executor/model_loader/loader.py", line 125, in _initialize_model',
+        "    return model_class(vllm_config=vllm_config, prefix=prefix)",
+    ]
+    a = analyze_text("".join(pre + ln + "\n" for ln in body))
+    assert a.last_phase == "weights_load"
+    assert "python.exception" in {x.id for x in a.findings}
+
+
 def test_indented_lines_alone_are_no_traceback() -> None:
     text = "    some indented text\n    more of it\n"
     a = analyze_text("[2025-01-01 10:00:00] Load weight begin. avail mem=10 GB\n" + text)
@@ -152,3 +168,23 @@ def test_a_last_line_cut_inside_the_vllm_prefix_is_a_fragment() -> None:
     assert a.last_phase == "kv_cache"
     f = {x.id: x for x in a.findings}["python.exception"]
     assert f.evidence[0].line == 1  # where the visible traceback starts
+
+
+def test_an_engine_inside_another_program_that_is_ready_is_no_cut_startup() -> None:
+    """vLLM's ready summary from a Ray actor of another program (an LLM instance in an RL
+    trainer) with no API-server line: startup ended at warmup; no port was to be opened."""
+    pre = "(LLMRayActor pid=123434) INFO 04-09 01:52:{:02d} [{}] {}\n"
+    lines = [
+        ("kv_cache_utils.py:566", "GPU KV cache size: 5,854,768 tokens"),
+        ("gpu_model_runner.py:1534", "Graph capturing finished in 33 secs, took 1.27 GiB"),
+        ("core.py:151", "init engine (profile, create kv cache, warmup model) took 47.83 seconds"),
+    ]
+    text = "".join(pre.format(i, f, m) for i, (f, m) in enumerate(lines))
+    a = analyze_text(text)
+    assert a.last_phase == "warmup"
+    assert not {"startup.cut_excerpt", "startup.stalled", "startup.no_listen_port"} & {
+        x.id for x in a.findings
+    }
+    # the same lines from vLLM's own engine-core process: a server cut before it listened
+    own = analyze_text(text.replace("LLMRayActor", "EngineCore_DP0"))
+    assert "startup.cut_excerpt" in {x.id for x in own.findings}

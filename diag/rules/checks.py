@@ -246,7 +246,8 @@ _STEP_START = regex.compile(
     r"|Start compiling function|Building (?:CUDA )?extension|ninja: "
     r"|- Init START\b"  # NCCL ncclCommInitRank... Init START
     r"|generating GPU P2P access cache in"  # vllm custom_all_reduce_utils.py
-    r"|world_size=\d+ rank=\d+ local_rank=\d+ distributed_init_method="  # vllm parallel_state.py
+    # vllm parallel_state.py (init_distributed_environment)
+    r"|world_size=\d+ rank=\d+ local_rank=\d+ (?:distributed_init_method=|backend=)"
     r"|Loading nccl from library|(?:vLLM|sglang) is using nccl=="  # pynccl.py, before comm init
     r"|(?:Capture (?:cuda|npu) graph|Load weight|Init torch distributed|Init parallel) begin"
     r"|Starting to load model |Memory profiling(?! takes| results)"
@@ -340,8 +341,13 @@ def _engine_ready(ranks: Sequence[RankTimeline]) -> bool:
 
 
 def _meaningful(rec: Record) -> bool:
+    """A record with text: not blank, not only a rule or a caret marker, unless lines are
+    attached to it (a window that starts on a traceback's caret line under a vLLM prefix
+    holds the frames below it as continuation lines)."""
     msg = rec.message.strip()
-    return bool(msg) and bool(msg.strip("^~-=|*#. "))
+    if bool(msg) and bool(msg.strip("^~-=|*#. ")):
+        return True
+    return any(c.strip().strip("^~-=|*#. ") for c in rec.continuation)
 
 
 def _tail_of(records: Sequence[Record]) -> list[Record]:
@@ -492,6 +498,37 @@ def _stall_reason(
     return None, (), ends, last_ts, gap
 
 
+# The names vLLM gives its own processes in its lines' prefix (vllm/v1/engine/utils.py,
+# core.py, executor/multiproc_executor.py, executor/ray_utils.py, entrypoints/cli/serve.py:
+# "(APIServer pid=1)", "(EngineCore_DP0 pid=..)", "(VllmWorker rank=0 pid=..)",
+# "(Worker_TP1 pid=..)", "(RayWorkerWrapper pid=.., ip=..)").
+_VLLM_PROCESS = regex.compile(
+    r"(?:APIServer|ApiServer|EngineCore|EngineCoreProc|DPEngineCoreProc|VllmWorker"
+    r"|VllmWorkerProcess|Worker|RayWorkerWrapper|DPCoordinator|VLLM::\w+)(?:[_-]\w+)?"
+)
+
+
+def _embedded_engine(analysis: Analysis, records: Sequence[Record]) -> bool:
+    """vLLM's engine said it is ready ("init engine (profile, create kv cache, warmup
+    model) took", vllm/v1/engine/core.py) from a process that is none of vLLM's own (a
+    Ray actor of the program that runs it: OpenRLHF's LLMRayActor, an RL trainer's
+    worker) and no line of the log is vLLM's API server: an ``LLM`` instance inside
+    another program, which opens no HTTP port. Its startup ended at warmup."""
+    if analysis.framework != "vllm" or analysis.last_phase != "warmup":
+        return False
+    ready = {(e.source, e.line) for e in analysis.events if e.pattern == "vllm.init_engine_took"}
+    if not ready:
+        return False
+    procs = {r.process for r in records if (r.source, r.line) in ready}
+    if not procs or None in procs:
+        return False
+    if any(_VLLM_PROCESS.fullmatch(p or "") for p in procs):
+        return False
+    return not any(
+        r.process is not None and r.process.lower().startswith("apiserver") for r in records
+    )
+
+
 def stall_facts(
     analysis: Analysis,
     records: Sequence[Record],
@@ -510,6 +547,8 @@ def stall_facts(
         not e.pattern.startswith(("fallback.", "frames.")) for e in analysis.events
     ) and not any(_is_wait(r) for r in records[-200:]):
         return None  # no startup line at all (a bare stack dump, a traceback): no claim
+    if _embedded_engine(analysis, records):
+        return None  # an engine inside another program: ready, and no port to open
     ranks = tuple(r for r in analysis.ranks if r.line_count > 0 or r.phases)
     by_phase: dict[str, list[RankTimeline]] = {}
     for r in ranks:
