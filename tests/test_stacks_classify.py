@@ -1257,3 +1257,34 @@ def test_a_fatal_signal_in_a_thread_outranks_the_main_threads_wait() -> None:
     silent = replace(crashed, frames=frames("encode (tokenizers/implementations.py:10)"))
     p = StackProcess(pid=10, title=None, threads=(main, silent), mode="faulthandler")
     assert classify_process(p) == ("stack.nccl_collective", 10)
+
+
+@pytest.mark.parametrize(
+    ("frame", "site"),
+    [
+        # barriers named as such, with nothing but a native wait inside
+        ("DPEngineCoreProc.barrier (vllm/v1/engine/core.py:1500)", "stack.nccl_collective"),
+        (
+            "dist_barrier_after_load (sglang/srt/model_executor/model_runner_components/"
+            "load_model_utils.py:40)",
+            "stack.nccl_collective",
+        ),
+        (
+            "StatelessGroupCoordinator.recv_object (vllm/distributed/stateless_coordinator.py:300)",
+            "stack.nccl_collective",
+        ),
+        ("Handle.wait (vllm/distributed/parallel_state.py:200)", "stack.nccl_collective"),
+        (
+            "RayPPCommunicator.recv (vllm/distributed/device_communicators/ray_communicator.py:90)",
+            "stack.nccl_collective",
+        ),
+        ("StatelessProcessGroup.recv (vllm/distributed/utils.py:200)", "stack.dist_init"),
+        ("_wait_until_pg_ready (vllm/v1/executor/ray_utils.py:300)", "stack.ipc_wait"),
+        ("RayWorkerProc.wait_for_init (vllm/v1/executor/ray_executor_v2.py:80)", "stack.ipc_wait"),
+        ("_wait_and_warmup (sglang/srt/entrypoints/http_server.py:1300)", "stack.ipc_wait"),
+    ],
+)
+def test_framework_waits_named_in_the_sources(frame: str, site: str) -> None:
+    """Functions of vLLM 0.32 / SGLang 0.5.23 that wait on peers, as the innermost Python
+    frame of a dump (the call inside them has no Python frame)."""
+    assert classify_frames(frames(frame, "<module> (serve.py:1)"))[0] == site

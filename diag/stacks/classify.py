@@ -213,7 +213,7 @@ RULES: tuple[SiteRule, ...] = (
         _INIT,
         native=False,
         file=r"(^|/)distributed/utils\.py$",
-        name=r"(^|\.)(barrier|broadcast_obj|all_gather_obj|recv_obj|send_obj|create)$",
+        name=r"(^|\.)(barrier|broadcast_obj|all_gather_obj|recv_obj|send_obj|recv|send|create)$",
         why="vLLM's StatelessProcessGroup (vllm/distributed/utils.py, also ported to "
         "sglang/srt/distributed/utils.py): TCPStore get/wait between ranks while a "
         "communicator or a DP group is set up",
@@ -294,8 +294,10 @@ RULES: tuple[SiteRule, ...] = (
         _NCCL,
         file=r"(device_communicators/(custom_all_reduce(?!_utils)|pynccl|cpu_communicator|"
         r"quick_all_reduce|symm_mem|cuda_communicator|all2all|base_device_communicator|"
-        r"pymscclpp|custom_all_reduce_ops)\w*\.py|parallel_utils/communication_op\.py|"
-        r"distributed/communication_op\.py)$",
+        r"pymscclpp|custom_all_reduce_ops|ray_communicator|mnnvl_compat|xpu_communicator|"
+        r"hpu_communicator|tpu_communicator|npu_communicator)\w*\.py|"
+        r"parallel_utils/communication_op\.py|distributed/communication_op\.py|"
+        r"distributed/eplb/eplb_communicator\.py)$",
         why="vLLM/SGLang device communicators (not custom_all_reduce_utils.py, whose P2P "
         "probe waits on a child process)",
     ),
@@ -303,8 +305,11 @@ RULES: tuple[SiteRule, ...] = (
     SiteRule(
         "framework-group-collective",
         _NCCL,
-        file=r"(^|/)parallel_state\.py$",
-        name=_FRAMEWORK_COLLECTIVE,
+        file=r"(^|/)(parallel_state|group_coordinator|stateless_coordinator)\.py$",
+        name=_FRAMEWORK_COLLECTIVE + r"|(^|\.)Handle\.wait$",
+        why="the frameworks' GroupCoordinator collectives (vllm/sglang distributed/"
+        "parallel_state.py, vLLM's stateless_coordinator.py, SGLang multimodal_gen's "
+        "group_coordinator.py) and the handle of an async one",
     ),
     SiteRule(
         "kernel-lib-comm",
@@ -347,10 +352,13 @@ RULES: tuple[SiteRule, ...] = (
         leaf=True,
         native=False,
         name=r"(^|[._])(all_reduce|allreduce|all_gather|allgather|reduce_scatter|all_to_all|"
-        r"alltoall|broadcast)(_\w+)?$",
+        r"alltoall|broadcast)(_\w+)?$|(^|[._])\w*barrier(_\w+)?$",
         why="a framework function named for a collective (SGLang disaggregation/utils.py "
-        "poll_and_all_reduce, tensor_model_parallel_all_reduce, ..._all_gather) with only "
-        "wrappers, native or generic frames inside: the thread is in that collective",
+        "poll_and_all_reduce, tensor_model_parallel_all_reduce, ..._all_gather) or a "
+        "barrier (vLLM DPEngineCoreProc.barrier and StatelessGroupCoordinator.barrier, "
+        "SGLang dist_barrier_after_load, NaiveDistributed.barrier, "
+        "PreshardedModelLoader._world_barrier) with only wrappers, native or generic frames "
+        "inside: the thread is in that collective",
     ),
     SiteRule(
         "sglang-pyobj",
@@ -580,14 +588,19 @@ RULES: tuple[SiteRule, ...] = (
         name=r"(^|\.)(get_response|_?wait_for_response|_?wait_for_ready|wait_until_ready|"
         r"_?wait_for_engine_startup|_?wait_for_scheduler_ready|get_output|"
         r"_?wait_for_\w*_ready|_?wait_for_\w*(startup|handshake|response|workers?)|"
-        r"_perform_handshakes?|startup_handshake|recv_requests_from_\w+)$",
+        r"_perform_handshakes?|startup_handshake|recv_requests_from_\w+|wait_for_init|"
+        r"_?wait_until_\w*ready|_wait_for_zmq_addrs|_wait_and_warmup|_wait_weights_ready|"
+        r"wait_port_available|_wait_one_response|_send_to_scheduler_and_wait_for_response)$",
         why="a framework call waiting for a peer process to answer: vLLM's executor "
         "get_response / _wait_for_response (v1/executor/multiproc_executor.py), "
         "WorkerProc.wait_for_ready, MessageQueue.wait_until_ready, the front end's "
         "wait_for_engine_startup (v1/engine/utils.py; MPClient._wait_for_engine_startup in "
         "core_client.py of 0.7-0.8), EngineCoreProc._perform_handshake(s) / "
-        "startup_handshake (v1/engine/core.py), SyncMPClient.get_output; SGLang's "
-        "_wait_for_scheduler_ready (entrypoints/engine.py)",
+        "startup_handshake (v1/engine/core.py), SyncMPClient.get_output, the Ray executors' "
+        "wait_for_init and _wait_until_pg_ready; SGLang's _wait_for_scheduler_ready "
+        "(entrypoints/engine.py), the launcher's _wait_and_warmup / _wait_weights_ready "
+        "polling its own server (entrypoints/http_server.py), wait_port_available, "
+        "TokenizerManager._wait_one_response",
     ),
     SiteRule(
         "p2p-probe",
