@@ -88,11 +88,6 @@ TUNING_XFAIL: dict[str, str] = {
         "serving from the thread's account (the first prompts succeeded); the window has "
         "no request line, only the NCCL watchdog's CUDA error (dist_init by the frames)"
     ),
-    "sglang/slime-leading-space-ray-prefix-update-weights-from-tensor-posts-megatron-bars": (
-        "new case (gather, 2026-12-02), not yet handled: diag reported launch, the label is "
-        "listening: uvicorn access lines indented by one space and behind a Ray actor prefix "
-        "are not read as the HTTP server's lines"
-    ),
     "vllm/v0.5.1-ray-2node-volta-xformers-fallback-init-device-error-deadlock-warning": (
         "new case (gather, 2026-12-02), not yet handled: diag reported weights_load from V0's "
         "attention-selector lines, the label is dist_init: V0 logs the selector when the worker "
