@@ -294,3 +294,22 @@ def test_a_source_says_when_most_lines_carry_a_per_line_wrapper() -> None:
     assert not SourceUnwrapper([SG, VL, VW] * 3 + [f"svc  | {SG}"]).wrapped
     u = SourceUnwrapper([f"> {SG}"] * 10)
     assert u.gutters == ("quote",) and not u.wrapped and not u.counts
+
+
+def test_a_paste_indented_as_a_whole_loses_its_indentation() -> None:
+    from diag.parse.unwrap import SourceUnwrapper, paste_indent
+
+    lines = [
+        ' (SGLangEngine pid=12589) [2026-03-25 16:16:10] INFO:     10.0.0.2:38372 - "POST /x HTTP/1.1" 200 OK',
+        " (RolloutActor pid=1) ",
+        " Update weights:  94%|#########4| 108/115 [01:20<00:05,  1.37it/s]",
+        ' (SGLangEngine pid=12589) [2026-03-25 16:16:11] INFO:     10.0.0.2:38376 - "POST /x HTTP/1.1" 200 OK',
+    ]
+    assert paste_indent(lines) == " "
+    u = SourceUnwrapper(lines)
+    assert u.gutters[0] == "indent"
+    assert u.strip_gutters(lines[0])[0].startswith("(SGLangEngine pid=12589) [2026")
+    # a traceback's body is indented by itself: no paste indentation
+    body = ['  File "/x/a.py", line 1, in f', "    g()", '  File "/x/b.py", line 2, in g', "    h()"]
+    assert paste_indent(body) == ""
+    assert paste_indent(["  (EngineCore pid=1) INFO 01-01 00:00:00 x", "no indent"]) == ""

@@ -336,10 +336,11 @@ class SourceUnwrapper:
     whole source carries (a quote, a line-number gutter, srun labels), strips them and the
     per-line wrappers, and counts what it removed (:meth:`notes`)."""
 
-    __slots__ = ("_gutters", "counts", "decided", "wrap", "wrapped")
+    __slots__ = ("_gutters", "_indent", "counts", "decided", "wrap", "wrapped")
 
     def __init__(self, sample: Iterable[str] | None = None) -> None:
         self._gutters: tuple[str, ...] = ()
+        self._indent = ""  # the whole paste indented (the "indent" gutter): this prefix
         self.counts: Counter[str] = Counter()
         self.decided = False
         # most sample lines carry a per-line wrapper (a CI or container stamp, a compose
@@ -364,7 +365,12 @@ class SourceUnwrapper:
                 seen.append(ln)
                 if len(seen) >= _SAMPLE_LINES:
                     break
-        self._gutters = detect_gutters(seen)
+        self._indent = paste_indent(seen)
+        if self._indent:
+            cut = len(self._indent)
+            self._gutters = ("indent", *detect_gutters([x[cut:] for x in seen]))
+        else:
+            self._gutters = detect_gutters(seen)
         self.decided = True
         if seen:
             inner = [self.strip_gutters(x)[0] for x in seen] if self._gutters else seen
@@ -383,7 +389,11 @@ class SourceUnwrapper:
         """The source-wide gutters off one physical line (and an srun label's rank)."""
         coords: Coords | None = None
         for g in self._gutters:
-            if g == "quote":
+            if g == "indent":
+                if line.startswith(self._indent):
+                    line = line[len(self._indent) :]
+                    self.counts["indent"] += 1
+            elif g == "quote":
                 if line[:1] == ">":
                     m = _QUOTE.match(line)
                     if m:
@@ -507,6 +517,39 @@ _TERMINAL_WIDTHS = frozenset({80, 100, 120, 132, 140, 150, 160, 180, 200, 220, 2
 _EXCEPTION_START = re.compile(
     r"[A-Za-z_][\w.]*(?:Error|Exception|Warning|Exit|Interrupt)(?::|\s*$)"
 )
+
+
+# what a record of a framework or its launcher starts with: a process prefix, a stamp, a
+# level word, a date
+_RECORD_LEAD = re.compile(
+    r"\(|\[|[0-9]{4}-[0-9]{2}-[0-9]{2}|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL|WARN)\b"
+)
+
+
+def paste_indent(lines: list[str]) -> str:
+    """The indentation every non-blank line of ``lines`` starts with, where the lines
+    under it start records (a paste indented as a whole: a list item's code block, a
+    quoted mail; " (SGLangEngine pid=1) [2026-03-25 16:16:10] INFO: ..."); "" when some
+    line is not indented, or the lines are a traceback's or another text's own indented
+    body (few start a record once the indentation is off)."""
+    if len(lines) < 2:
+        return ""
+    common: str | None = None
+    for ln in lines:
+        lead = ln[: len(ln) - len(ln.lstrip(" \t"))]
+        if not lead:
+            return ""
+        if common is None or not lead.startswith(common):
+            k = 0
+            base = common if common is not None else lead
+            while k < min(len(base), len(lead)) and base[k] == lead[k]:
+                k += 1
+            common = base[:k]
+            if not common:
+                return ""
+    assert common is not None
+    starts = sum(1 for ln in lines if _RECORD_LEAD.match(ln, len(common)))
+    return common if starts * 2 >= len(lines) else ""
 
 
 def detect_gutters(lines: list[str]) -> tuple[str, ...]:
