@@ -155,3 +155,18 @@ def test_world_size_line_without_the_init_method_field() -> None:
     ):
         ev = load_catalogue().match(Record(source="x", line=1, message=message))
         assert ev is not None and ev.phase == "dist_init" and ev.fields["backend"], message
+
+
+@pytest.mark.parametrize(
+    ("message", "phase"),
+    [
+        ('INFO:     10.0.0.2:38372 - "POST /update_weights_from_tensor HTTP/1.1" 200 OK', "listening"),
+        ('INFO:     127.0.0.1:5000 - "POST /sleep?level=1 HTTP/1.1" 200 OK', "listening"),
+        ('INFO:     127.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 200 OK', "serving"),
+        ('INFO:     127.0.0.1:5000 - "POST /v1/rerank HTTP/1.1" 200 OK', "serving"),
+        ('INFO:     127.0.0.1:5000 - "GET /health HTTP/1.1" 200 OK', "listening"),
+    ],
+)
+def test_a_post_to_a_control_route_is_no_request_served(message: str, phase: str) -> None:
+    ev = load_catalogue().match(Record(source="x", line=1, message=message))
+    assert ev is not None and ev.phase == phase, message
