@@ -190,44 +190,224 @@ def _add_column(f: Figure, col: Sequence[bytes], k: float = 1.0) -> None:
     f.add_many(len(vals), sum(vals), max(vals))
 
 
-def _vllm_throughput(fig: ServingFigures, data: bytes | bytearray) -> set[str]:
-    """vLLM's throughput lines in one pass when every one has the V1 form; returns the
-    labels read (none: read them one by one)."""
-    found = _VLLM_THROUGHPUT.findall(data)
-    n = len(found)
-    if not n or data.count(b"Avg prompt throughput: ") != n:
-        return set()
-    for col, (_, attr, k) in zip(zip(*found, strict=True), _VLLM_THROUGHPUT_FIGS, strict=True):
-        _add_column(getattr(fig, attr), col, k)
-    return {lab for lab, _, _ in _VLLM_THROUGHPUT_FIGS}
+# ---------------------------------------------------------------------------
+# line forms in columns: a fixed sequence of literals and numbers matched at many
+# offsets at once (numpy), as a regex of that sequence matches there
 
 
-# vLLM V1's spec-decode line of 2025/26 (vllm/v1/spec_decode/metrics.py), in one pass
-_VLLM_SPEC = re.compile(
-    rb"SpecDecoding metrics: Mean acceptance length: (" + _BNUM + rb"), Accepted throughput: "
-    + _BNUM + rb" tokens/s, Drafted throughput: " + _BNUM + rb" tokens/s, Accepted: "
-    rb"([0-9]{1,15}) tokens, Drafted: ([0-9]{1,15}) tokens, Per-position acceptance rate: "
-    rb"((?:" + _BNUM + rb"(?:, )?){1,64}), Avg Draft acceptance rate: (" + _BNUM + rb")%"
+class _Bytes:
+    """A chunk's bytes for column reads: one byte, or the 8 bytes from an offset as one
+    little-endian word (a strided view: no copy beyond one padded one of the chunk)."""
+
+    def __init__(self, data: bytes | bytearray) -> None:
+        import numpy as np
+
+        self.data = data
+        pad = np.zeros(len(data) + 16, dtype=np.uint8)
+        pad[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+        self.b = pad
+        self.w = np.lib.stride_tricks.as_strided(
+            pad, shape=(len(data) + 8, 8), strides=(1, 1), writeable=False
+        ).view("<u8")[:, 0]
+        self.end = len(data) + 8  # offsets from here on read as NUL bytes
+
+    def at(self, pos: Any) -> Any:
+        """The byte at each offset (NUL past the end)."""
+        import numpy as np
+
+        return self.b[np.minimum(pos, self.end)]
+
+    def literal(self, pos: Any, lit: bytes) -> Any:
+        """Rows where ``lit`` is at ``pos``."""
+        import numpy as np
+
+        ok = np.ones(len(pos), dtype=bool)
+        for k in range(0, len(lit), 8):
+            piece = lit[k : k + 8]
+            want = np.uint64(int.from_bytes(piece, "little"))
+            word = self.w[np.minimum(pos + k, self.end - 1)]
+            if len(piece) < 8:
+                word = word & np.uint64((1 << (8 * len(piece))) - 1)
+            ok &= word == want
+        return ok
+
+    def digits(self, pos: Any, most: int) -> tuple[Any, Any]:
+        """(the value of the run of at most ``most`` digits at ``pos``, its length)."""
+        import numpy as np
+
+        val = np.zeros(len(pos), dtype=np.int64)
+        n = np.zeros(len(pos), dtype=np.int64)
+        live = np.ones(len(pos), dtype=bool)
+        for _ in range(most):
+            d = self.at(pos + n).astype(np.int64) - 48
+            live &= (d >= 0) & (d <= 9)
+            if not live.any():
+                break
+            val = np.where(live, val * 10 + d, val)
+            n += live
+        return val, n
+
+    def number(self, pos: Any, int_max: int = 12, frac_max: int = 8) -> tuple[Any, Any, Any]:
+        """(matched, value, length) of ``[0-9]{1,int_max}(?:\\.[0-9]{1,frac_max})?`` at
+        each offset (no fraction when ``frac_max`` is 0), as ``re`` matches it (greedy).
+        The value is the digits as an integer over a power of ten: the correctly rounded
+        value ``float()`` gives; a number of more than 15 digits goes through ``float()``."""
+        import numpy as np
+
+        ival, ilen = self.digits(pos, int_max)
+        ok = ilen > 0
+        value = ival.astype(np.float64)
+        length = ilen.copy()
+        big = ilen > 15
+        if frac_max:
+            at = pos + ilen
+            nxt = self.at(at + 1).astype(np.int64) - 48
+            dot = ok & (self.at(at) == 46) & (nxt >= 0) & (nxt <= 9)
+            # (more than int_max digits: a digit at ``at``, no fraction, as in ``re``)
+            if dot.any():
+                fval, flen = self.digits(np.where(dot, at + 1, at), frac_max)
+                flen = np.where(dot, flen, 0)
+                fval = np.where(dot, fval, 0)
+                mant = ival * (10 ** flen) + fval
+                big |= ilen + flen > 15
+                value = np.where(dot, mant.astype(np.float64) / np.power(10.0, flen), value)
+                length = np.where(dot, ilen + 1 + flen, length)
+        for i in np.flatnonzero(ok & big).tolist():
+            s = int(pos[i])
+            value[i] = float(self.data[s : s + int(length[i])])
+        return ok, value, length
+
+
+# a step of a line form: a literal, or a number ("num": with a fraction; "int" or
+# ("int", digits): without), or "list": numbers separated by ", " (1 to 64; its value is
+# how many)
+_Step = bytes | str | tuple[str, int]
+
+
+def _match_form(
+    buf: _Bytes, q: Any, steps: Sequence[_Step]
+) -> tuple[Any, list[Any]]:
+    """Match ``steps`` at each offset ``q``: (rows matched, one value column per number
+    step)."""
+    import numpy as np
+
+    n = len(q)
+    ok = np.ones(n, dtype=bool)
+    pos = q.astype(np.int64)
+    out: list[Any] = []
+    for step in steps:
+        if isinstance(step, bytes):
+            ok &= buf.literal(pos, step)
+            pos = pos + len(step)
+        elif step == "list":
+            count = np.zeros(n, dtype=np.int64)
+            live = ok.copy()
+            for _ in range(64):
+                hit, _, length = buf.number(pos)
+                hit &= live
+                count += hit
+                pos = np.where(hit, pos + length, pos)
+                nxt = buf.at(pos + 2).astype(np.int64) - 48
+                more = hit & buf.literal(pos, b", ") & (nxt >= 0) & (nxt <= 9)
+                pos = np.where(more, pos + 2, pos)
+                live = more
+                if not live.any():
+                    break
+            ok &= (count > 0) & ~live
+            out.append(count)
+        else:
+            digits = step[1] if isinstance(step, tuple) else 12
+            hit, value, length = buf.number(pos, int_max=digits,
+                                            frac_max=8 if step == "num" else 0)
+            ok &= hit
+            pos = pos + np.where(hit, length, 0)
+            out.append(value)
+    return ok, out
+
+
+def _offsets(data: bytes | bytearray, marker: bytes) -> Any:
+    """Offsets of ``marker`` in ``data`` (a marker that cannot overlap itself)."""
+    import numpy as np
+
+    out: list[int] = []
+    find, add, i, step = data.find, out.append, data.find(marker), len(marker)
+    while i >= 0:
+        add(i)
+        i = find(marker, i + step)
+    return np.array(out, dtype=np.int64)
+
+
+def _sum_max(vals: Any) -> tuple[int, float, float | None]:
+    """(n, sum added left to right as Python's sum() adds, max) of a float column."""
+    import numpy as np
+
+    if not len(vals):
+        return 0, 0.0, None
+    return len(vals), float(np.cumsum(vals)[-1]), float(vals.max())
+
+
+# the same forms as steps of a line form (:func:`_match_form`), read in columns
+_VLLM_THROUGHPUT_FORM: tuple[_Step, ...] = (
+    b"Avg prompt throughput: ", "num", b" tokens/s, Avg generation throughput: ", "num",
+    b" tokens/s, Running: ", "int", b" reqs, Waiting: ", "int", b" reqs, GPU KV cache usage: ",
+    "num", b"%",
+)
+_VLLM_SPEC_FORM: tuple[_Step, ...] = (
+    b"SpecDecoding metrics: ", b"Mean acceptance length: ", "num", b", Accepted throughput: ",
+    "num", b" tokens/s, Drafted throughput: ", "num", b" tokens/s, Accepted: ", ("int", 15),
+    b" tokens, Drafted: ", ("int", 15), b" tokens, Per-position acceptance rate: ", "list",
+    b", Avg Draft acceptance rate: ", "num", b"%",
 )
 
 
-def _vllm_spec(fig: ServingFigures, data: bytes | bytearray) -> bool:
-    """vLLM's spec-decode lines in one pass when all have that form (no older form in
-    the text); False: read them label by label."""
-    found = _VLLM_SPEC.findall(data)
-    n = len(found)
-    # every report line has this form (the older forms: read label by label)
-    if not n or data.count(b"SpecDecoding metrics: ") != n or b"Speculative metrics: " in data:
+def _form_rows(
+    data: bytes | bytearray, form: Sequence[_Step], buf: list[_Bytes]
+) -> list[Any] | None:
+    """The value columns of ``form`` (its first step a literal that marks the line) over
+    every occurrence of that literal in ``data``, or None when one occurrence does not
+    have the whole form (the caller then reads the lines another way). ``buf``: the
+    chunk's :class:`_Bytes`, made on first use and shared."""
+    marker = form[0]
+    assert isinstance(marker, bytes)
+    q = _offsets(data, marker)
+    if not len(q):
+        return None
+    if not buf:
+        buf.append(_Bytes(data))
+    ok, cols = _match_form(buf[0], q, form)
+    return cols if bool(ok.all()) else None
+
+
+def _vllm_throughput(
+    fig: ServingFigures, data: bytes | bytearray, buf: list[_Bytes]
+) -> set[str]:
+    """vLLM's throughput lines in columns when every one has the V1 form; returns the
+    labels read (none: read them one by one)."""
+    cols = _form_rows(data, _VLLM_THROUGHPUT_FORM, buf)
+    if cols is None:
+        return set()
+    for col, (_, attr, k) in zip(cols, _VLLM_THROUGHPUT_FIGS, strict=True):
+        getattr(fig, attr).add_many(*_sum_max(col * k if k != 1.0 else col))
+    return {lab for lab, _, _ in _VLLM_THROUGHPUT_FIGS}
+
+
+def _vllm_spec(
+    fig: ServingFigures, data: bytes | bytearray, buf: list[_Bytes], older: bool
+) -> bool:
+    """vLLM's spec-decode lines in columns when all have that form (``older``: V0's
+    ``Speculative metrics`` lines are in the text too); False: read them label by label."""
+    if older:
         return False
-    lens, acc, drafted, per_pos, rates = zip(*found, strict=True)
-    _add_column(fig.accept_len, lens)
-    vals = [float(r) / 100.0 for r in rates]
-    fig.accept_rate.add_many(n, sum(vals), None)
-    fig.accepted += sum(map(int, acc))
-    fig.drafted += sum(map(int, drafted))
-    # "0.150, 0.000, 0.000, " (each rate followed by ", ", as the regex reads them)
-    steps = max(p.count(b", ") + (0 if p.endswith(b", ") else 1) for p in per_pos)
-    fig.positions = max(fig.positions or 0, steps)
+    cols = _form_rows(data, _VLLM_SPEC_FORM, buf)
+    if cols is None:
+        return False
+    lens, _, _, acc, drafted, steps, rates = cols  # (the throughputs are not figures)
+    fig.accept_len.add_many(*_sum_max(lens))
+    n, total, _ = _sum_max(rates / 100.0)
+    fig.accept_rate.add_many(n, total, None)
+    fig.accepted += int(acc.astype("int64").sum())
+    fig.drafted += int(drafted.astype("int64").sum())
+    fig.positions = max(fig.positions or 0, int(steps.max()))
     return True
 
 
@@ -317,10 +497,11 @@ def scan_chunk(
         for rx, attr, k in _SAMPLED_RE:
             getattr(fig, attr).add_many(*_read_re(rx, line, k))
     done: set[str] = set()
+    buf: list[_Bytes] = []
     if has("Avg prompt throughput: "):
-        done = _vllm_throughput(fig, data)
+        done = _vllm_throughput(fig, data, buf)
     spec_done = False
-    if has(SPEC_MARKERS[1]) and _vllm_spec(fig, data):
+    if has(SPEC_MARKERS[1]) and _vllm_spec(fig, data, buf, has(SPEC_MARKERS[2])):
         done.add("Mean acceptance length: ")
         spec_done = True
     for (label, attr, k), (rx, _, _) in zip(_SPARSE, _SPARSE_RE, strict=True):
@@ -502,3 +683,4 @@ def _label_numbers(arr: Any, data: bytes | bytearray, labels: Sequence[bytes]) -
         vals = _numbers_at(arr, data, pos + len(lab))
         out.append(vals[~np.isnan(vals)])
     return out
+
