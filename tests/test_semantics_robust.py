@@ -188,3 +188,31 @@ def test_an_engine_inside_another_program_that_is_ready_is_no_cut_startup() -> N
     # the same lines from vLLM's own engine-core process: a server cut before it listened
     own = analyze_text(text.replace("LLMRayActor", "EngineCore_DP0"))
     assert "startup.cut_excerpt" in {x.id for x in own.findings}
+
+
+def _tb(frames: list[tuple[str, str]], exc: str) -> str:
+    pre = "ERROR 05-23 09:31:47 [core.py:396] "
+    out = [pre + "EngineCore failed to start.", pre + "Traceback (most recent call last):"]
+    for path, func in frames:
+        out += [pre + f'  File "/x/site-packages/{path}", line 1, in {func}', pre + "    call()"]
+    return "\n".join([*out, pre + exc]) + "\n"
+
+
+def test_a_traceback_inside_the_compiler_is_a_compile_error() -> None:
+    compiling = [
+        ("vllm/v1/worker/gpu_model_runner.py", "profile_run"),
+        ("torch/_dynamo/eval_frame.py", "_fn"),
+        ("vllm/compilation/backends.py", "call_module"),
+        ("torch/fx/interpreter.py", "run_node"),
+    ]
+    a = analyze_text(_tb(compiling, "RuntimeError: something in a submodule"))
+    assert a.last_phase == "compile"
+    assert {"compile.error", "python.exception"} <= {f.id for f in a.findings}
+    # the compiled model running (Dynamo's eval_frame wrapper only) is no compile failure
+    running = [
+        ("vllm/v1/worker/gpu_model_runner.py", "profile_run"),
+        ("torch/_dynamo/eval_frame.py", "_fn"),
+        ("vllm/model_executor/layers/linear.py", "forward"),
+    ]
+    b = analyze_text(_tb(running, "RuntimeError: something in a layer"))
+    assert "compile.error" not in {f.id for f in b.findings}

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import regex
 
-from diag.frames import FRAME
+from diag.frames import FRAME, frame_phase
 from diag.model import (
     Analysis,
     Evidence,
@@ -1068,6 +1068,61 @@ def _check_stack_collective(ctx: CheckContext) -> CheckOutcome | None:
     )
 
 
+# the compiler proper, not the compiled code running (torch/_dynamo/eval_frame.py wraps
+# every call of a compiled model, in serving too)
+_COMPILER_PATH = regex.compile(
+    r"/torch/_inductor/|/torch/_dynamo/(?!eval_frame\.py)|/vllm/compilation/"
+    r"|/sglang/srt/compilation/|/triton/compiler/"
+)
+
+
+def _check_compile_crash(ctx: CheckContext) -> CheckOutcome | None:
+    """The traceback that ends the run (python.exception) has, as its innermost frame of a
+    start-up step, torch.compile's compiler (Dynamo, Inductor, Triton's compiler) or the
+    frameworks' compilation backend (vllm/compilation/, sglang/srt/compilation/), the log
+    reached compile and no error but that traceback's explains it: the compile step itself
+    failed (LABELS.md compile.error), also when the exception line was cut off."""
+    exc = ctx.fired.get("python.exception")
+    if exc is None or not exc.evidence or ctx.analysis.last_phase != "compile":
+        return None
+    if any(f.id != "python.exception" for f in _error_explains(ctx.fired)):
+        return None
+    ev = exc.evidence[0]
+    mine = [r for r in ctx.records if r.source == ev.source]
+    after = [r for r in mine if r.line >= ev.line][:400]
+    # the traceback the evidence line ends (or starts): back to its header, or to the
+    # first line that is no traceback material (a cut window of ERROR-prefixed frames)
+    before: list[Record] = []
+    for r in reversed([r for r in mine if r.line < ev.line][-400:]):
+        if not (
+            _is_trace(r) or r.message.startswith((" ", "\t"))
+            or (r.level or "").upper() in ("ERROR", "CRITICAL")
+        ):
+            break
+        before.append(r)
+        if "Traceback (most recent call last)" in r.message:
+            break
+    tail = [*reversed(before), *after]
+    innermost: tuple[str, str] | None = None
+    for r in tail:
+        for text in (r.message, *r.continuation):
+            m = FRAME.search(text)
+            if m and frame_phase(m.group("path"), m.group("func")) is not None:
+                innermost = (m.group("path"), m.group("func"))
+    if innermost is None or frame_phase(*innermost) != "compile":
+        return None
+    if not _COMPILER_PATH.search(innermost[0].replace("\\", "/")):
+        return None
+    where = innermost[0].replace("\\", "/").rsplit("site-packages/", 1)[-1]
+    return CheckOutcome(
+        message=(
+            f"the run ended in a traceback inside the compiler ({innermost[1]} in {where}): "
+            f"{exc.message[:200]}"
+        ),
+        hits=(Hit.of(after[0]),) if after else (),
+    )
+
+
 CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
     "stack_collective_wait": _check_stack_collective,
     "specdec_acceptance": _check_specdec,
@@ -1077,6 +1132,7 @@ CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
     "rank_straggler": _check_straggler,
     "error_ends_log": _check_error_ends_log,
     "faulthandler_dump": _check_faulthandler_dump,
+    "compile_crash": _check_compile_crash,
     "dist_init_hang": _check_dist_init_hang,
     "stalled": _check_stalled,
     "cut_excerpt": _check_cut_excerpt,
