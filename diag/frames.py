@@ -59,6 +59,10 @@ _COLLECTIVES = frozenset(
         "reduce_scatter", "reduce_scatter_tensor", "broadcast_object_list",
         "all_gather_object", "gather_object", "monitored_barrier", "send", "recv",
         "broadcast_tensor_dict", "_all_reduce_out_place", "custom_all_reduce",
+        # torch/distributed/distributed_c10d.py's other collectives (vLLM 0.5's
+        # GroupCoordinator.gather -> torch.distributed.gather for the logits)
+        "gather", "scatter", "reduce", "all_to_all", "all_to_all_single", "isend", "irecv",
+        "batch_isend_irecv", "scatter_object_list",
     }
 )
 _WEIGHT_FUNCS = frozenset(

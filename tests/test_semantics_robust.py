@@ -216,3 +216,10 @@ def test_a_traceback_inside_the_compiler_is_a_compile_error() -> None:
     ]
     b = analyze_text(_tb(running, "RuntimeError: something in a layer"))
     assert "compile.error" not in {f.id for f in b.findings}
+
+
+def test_torch_distributed_gather_frame_proves_dist_init() -> None:
+    assert frame_phase("/x/site-packages/torch/distributed/distributed_c10d.py", "gather") == (
+        "dist_init"
+    )
+    assert frame_phase("/x/site-packages/vllm/model_executor/layers/sampler.py", "gather") is None
