@@ -91,6 +91,10 @@ class PhaseEntry:
     literals: tuple[str, ...] = ()
     # a position marker (every rank prints it at this step) or a notice (module docstring)
     position: bool = True
+    # a notice's source files (base names): where a line names its logger's file (vLLM's
+    # "[file.py:12]"), the notice applies only to lines of those files (the same words
+    # logged by another module may be another step)
+    files: tuple[str, ...] = ()
 
     @property
     def regex(self) -> re.Pattern[str]:
@@ -142,6 +146,10 @@ class Catalogue:
         return any(e.regex.search(msg) is not None for e in self.gated(msg, message=True))
 
 
+# a file a catalogue entry's source cites (its base name)
+_CITED = re.compile(r"(?<![\w.])(?:[\w.-]+/)*([\w-]+\.py)\b")
+
+
 def _check_entry(
     raw: dict[str, Any], where_from: str, position: bool = True
 ) -> dict[str, Any]:
@@ -182,6 +190,7 @@ def _check_entry(
         "where": where,
         "literals": sorted(required_literals(pattern) or ()),
         "position": pos,
+        "files": [] if pos else sorted(set(_CITED.findall(str(raw["source"])))),
     }
 
 
@@ -198,6 +207,7 @@ def _build(checked: list[dict[str, Any]]) -> Catalogue:
             where=c["where"],
             literals=tuple(c["literals"]),
             position=bool(c.get("position", True)),
+            files=tuple(c.get("files", ())),
         )
         for c in checked
     )
@@ -255,7 +265,7 @@ def load_catalogue() -> Catalogue:
     the process; its checked form is cached on disk)."""
     data = resources.files("diag.data")
     texts = [data.joinpath(name).read_text(encoding="utf-8") for name, _ in FILES]
-    key = cache.content_key(texts, f"literals-{LITERALS_VERSION}", "position-1")
+    key = cache.content_key(texts, f"literals-{LITERALS_VERSION}", "position-2")
     hit = cache.load("phases", key)
     if isinstance(hit, list):
         try:
@@ -292,9 +302,12 @@ def _fields(m: re.Match[str]) -> dict[str, str | float]:
 def match_record(cat: Catalogue, record: Record) -> Event | None:
     """The event a record marks, or None. Message-scoped entries win over text-scoped ones."""
     msg = record.message
+    where = record.logger_file.rsplit("/", 1)[-1] if record.logger_file else None
     # each entry's literals gate its regex (cheaper than one alternation of them all,
     # which would have to be compiled in every run)
     for e in cat.gated(msg, message=True):
+        if e.files and where is not None and where.endswith(".py") and where not in e.files:
+            continue
         m = e.regex.search(msg)
         if m:
             return _event(record, e, m)

@@ -170,3 +170,19 @@ def test_world_size_line_without_the_init_method_field() -> None:
 def test_a_post_to_a_control_route_is_no_request_served(message: str, phase: str) -> None:
     ev = load_catalogue().match(Record(source="x", line=1, message=message))
     assert ev is not None and ev.phase == phase, message
+
+
+def test_a_notice_applies_to_lines_of_the_files_it_cites() -> None:
+    """A generated notice cites its source file; a line that names another logger file is
+    another module's message (the same words may be another step)."""
+    text = (
+        "entries: [{id: n, phase: platform, kind: progress, regex: '^Failed to import from',"
+        " framework: any, source: 'vllm/platforms/rocm.py (<module>)', version: '0.6.6'}]"
+    )
+    cat = parse_catalogue(text, position=False)
+    msg = "Failed to import from vllm._C with ImportError('libcuda.so.1')"
+    assert cat.match(Record("x", 1, msg, logger_file="rocm.py")) is not None
+    assert cat.match(Record("x", 1, msg)) is not None  # no file named: the words decide
+    assert cat.match(Record("x", 1, msg, logger_file="_custom_ops.py")) is None
+    # hand-written entries (position markers) are not restricted to the files they cite
+    assert parse_catalogue(text).match(Record("x", 1, msg, logger_file="_custom_ops.py"))
