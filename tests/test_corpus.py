@@ -93,16 +93,6 @@ TUNING_XFAIL: dict[str, str] = {
         "attention-selector lines, the label is dist_init: V0 logs the selector when the worker "
         "is constructed, before init_device's dist init (the pynccl lines come after it)"
     ),
-    "vllm/v0.5.0-ray-2node-gather-nccl-error-2-unhandled-system-error": (
-        "new case (gather, 2026-12-02), not yet handled: diag reported launch, the label is "
-        "dist_init: a headless worker traceback through torch.distributed.gather ending in "
-        "'NCCL Error 2: unhandled system error' (a failing collective proves dist_init)"
-    ),
-    "vllm/v0.6.1-api-server-temp-socket-bind-errno-98-then-wrapper-restart-libcuda-missing": (
-        "new case (gather, 2026-12-02), not yet handled: diag reported platform, the label is "
-        "launch: an import-time 'Failed to import from vllm._C' WARNING is taken as the "
-        "platform phase although no platform-detection line is in the text"
-    ),
 }
 
 MIN_PASS_RATIO = 0.90  # old cases: at most 10% xfailed
