@@ -348,14 +348,19 @@ def _hs_bytes(lit: bytes) -> bytes:
     return b"".join([_HS_BYTE[b] for b in lit])
 
 
+_TAIL_WINDOW = 512 << 10  # bytes at a chunk's end looked at first for each key's last line
+
+
 class _KeyScan:
-    """Where each rank key last occurs in a chunk, and where each (key, batch kind) pair
-    first does: two Hyperscan passes per chunk whatever the number of keys (one over the
-    chunk reversed, with each key reversed: its first report is the key's last
-    occurrence; one forward, for the pairs), each pattern reported once
-    (``HS_FLAG_SINGLEMATCH``). The databases are rebuilt when a key is new (keys are a
-    log's own, not cached on disk). A log of 167 rank keys (the real-corpus mix) cost
-    0.3 s per 8 MiB chunk with one ``rfind`` / ``find`` per key."""
+    """Where each rank key last occurs in a chunk on a line the repeat cap did not drop,
+    and where each (key, batch kind) pair first occurs, in a few Hyperscan passes
+    whatever the number of keys: the keys reversed over the chunk's last 512 KiB
+    reversed (a key's first report is its last occurrence), over the whole chunk
+    reversed for the keys not found there, once more with the dropped lines blanked out
+    for keys last seen on one; the pairs forward. Each pattern is reported once
+    (``HS_FLAG_SINGLEMATCH``); the databases are rebuilt when a key is new (keys are a
+    log's own, not cached on disk). The real-corpus mix's 167 keys cost 0.3 s per 8 MiB
+    chunk with one ``rfind`` / ``find`` each, and more walking back over dropped lines."""
 
     def __init__(self, hyperscan: Any) -> None:
         self._hs = hyperscan
@@ -380,10 +385,14 @@ class _KeyScan:
         return db
 
     def scan(
-        self, chunk: bytes | bytearray, keys: set[str], skip: set[bytes]
+        self, chunk: bytes | bytearray, lines: Lines, keys: set[str], skip: set[bytes],
+        dropped: set[int],
     ) -> tuple[dict[str, int], dict[bytes, int]]:
-        """(key -> offset of its last occurrence, probe -> offset of its first occurrence)
-        in ``chunk``, for the ``keys`` given and the probes not in ``skip``."""
+        """(key -> offset of its last occurrence on a line the repeat cap did not drop,
+        probe -> offset of its first occurrence) in ``chunk``, for the ``keys`` given and
+        the probes not in ``skip``."""
+        import numpy as np
+
         if len(keys) != len(self.keys):
             self._build(keys)
         size = len(chunk)
@@ -392,11 +401,64 @@ class _KeyScan:
         if not self.keys:
             return last, first
         names = self.keys
+        arr = np.frombuffer(chunk, dtype=np.uint8)
 
         def on_last(ident: int, _frm: int, to: int, _flags: int, _ctx: object) -> None:
-            last[names[ident]] = size - to
+            key = names[ident]
+            if key not in last:
+                last[key] = size - to
 
-        self._rev.scan(chunk[::-1], match_event_handler=on_last)
+        # the chunk's tail first (a key's last line is mostly near the end): the whole
+        # chunk reversed only for keys not in it
+        for window in (_TAIL_WINDOW, size):
+            lo = max(0, size - window)
+            self._rev.scan(arr[lo:][::-1].copy(), match_event_handler=on_last)
+            if len(last) == len(names) or lo == 0:
+                break
+        if dropped and last:
+            # a key last seen on a dropped line: once more, over the chunk with its
+            # dropped lines blanked out
+            at = np.array(list(last.values()), dtype=np.int64)
+            gone = np.isin(lines.index(at), np.fromiter(dropped, dtype=np.int64))
+            if gone.any():
+                for key in [k for k, g in zip(last, gone.tolist(), strict=True) if g]:
+                    del last[key]
+                blank = arr.copy()
+                starts, ends = lines.bounds_np(np.array(sorted(dropped), dtype=np.int64))
+                marks = np.zeros(size + 1, dtype=np.int8)
+                full = starts < ends
+                marks[starts[full]] = 1
+                marks[ends[full]] = -1
+                blank[np.cumsum(marks[:size], dtype=np.int8).astype(bool)] = 0
+                self._rev.scan(blank[::-1].copy(), match_event_handler=on_last)
+        if self._fwd is not None:
+            probes = self._probes
+
+            def on_first(ident: int, _frm: int, to: int, _flags: int, _ctx: object) -> None:
+                p = probes[ident]
+                if p not in skip:
+                    first[p] = to - len(p)
+
+            self._fwd.scan(chunk, match_event_handler=on_first)
+        return last, first
+        names = self.keys
+
+        import numpy as np
+
+        arr = np.frombuffer(chunk, dtype=np.uint8)
+        # the chunk's tail first (a key's last line is mostly near the end): the whole
+        # chunk reversed only for keys not in it
+        for window in (_TAIL_WINDOW, size):
+            lo = max(0, size - window)
+
+            def on_last(ident: int, _frm: int, to: int, _flags: int, _ctx: object) -> None:
+                key = names[ident]
+                if key not in last:
+                    last[key] = size - to
+
+            self._rev.scan(arr[lo:][::-1].copy(), match_event_handler=on_last)
+            if len(last) == len(names) or lo == 0:
+                break
         if self._fwd is not None:
             probes = self._probes
 
@@ -455,11 +517,9 @@ class SourceScan:
             self._keyscan = _key_scanner()
         if self._keyscan:
             assert isinstance(self._keyscan, _KeyScan)
-            last_at, first_at = self._keyscan.scan(chunk, keys, self.first_found)
-            for key, i in last_at.items():
-                i = self._undropped(chunk, lines, key.encode(), i, dropped)
-                if i >= 0:
-                    pos.add(i)
+            last_at, first_at = self._keyscan.scan(chunk, lines, keys, self.first_found,
+                                                   dropped)
+            pos.update(last_at.values())
             for probe, j in first_at.items():
                 pos.add(j)
                 self.first_found.add(probe)
@@ -483,21 +543,6 @@ class SourceScan:
         n = len(lines)
         idx = lines.index(np.array(sorted(pos), dtype=np.int64))
         return sorted({i for i in idx.tolist() if i < n})
-
-    @staticmethod
-    def _undropped(
-        chunk: bytes | bytearray, lines: Lines, bkey: bytes, i: int, dropped: set[int]
-    ) -> int:
-        """The offset of the last occurrence of ``bkey`` at or before ``i`` whose line the
-        repeat cap did not drop (64 tries back), else -1."""
-        tries = 0
-        while i >= 0 and tries < 64:
-            li = lines.line_of(i)
-            if li not in dropped:
-                return i
-            i = chunk.rfind(bkey, 0, lines.start(li))
-            tries += 1
-        return -1
 
     def _scan_keys(
         self, chunk: bytes | bytearray, lines: Lines, keys: set[str], dropped: set[int],
