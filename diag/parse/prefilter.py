@@ -356,11 +356,11 @@ class _KeyScan:
     and where each (key, batch kind) pair first occurs, in a few Hyperscan passes
     whatever the number of keys: the keys reversed over the chunk's last 512 KiB
     reversed (a key's first report is its last occurrence), over the whole chunk
-    reversed for the keys not found there, once more with the dropped lines blanked out
-    for keys last seen on one; the pairs forward. Each pattern is reported once
-    (``HS_FLAG_SINGLEMATCH``); the databases are rebuilt when a key is new (keys are a
-    log's own, not cached on disk). The real-corpus mix's 167 keys cost 0.3 s per 8 MiB
-    chunk with one ``rfind`` / ``find`` each, and more walking back over dropped lines."""
+    reversed for the keys not found there, again with the dropped lines blanked out
+    (over the last 512 KiB, 1 MiB, 2 MiB) for keys last seen on one; the pairs forward.
+    Each pattern is reported once (``HS_FLAG_SINGLEMATCH``); the databases are rebuilt
+    when a key is new (keys are a log's own, not cached on disk). The real-corpus mix's
+    167 keys cost 0.3 s per 8 MiB chunk with one ``rfind`` / ``find`` each."""
 
     def __init__(self, hyperscan: Any) -> None:
         self._hs = hyperscan
@@ -416,22 +416,33 @@ class _KeyScan:
             if len(last) == len(names) or lo == 0:
                 break
         if dropped and last:
-            # a key last seen on a dropped line: once more, over the chunk with its
-            # dropped lines blanked out
+            # a key last seen on a dropped line: scanned for again with the dropped lines
+            # blanked out, over the chunk's last 512 KiB, then 1 and 2 MiB (past that
+            # the key's line of this chunk is given up, as the rfind walk gives up after
+            # 64 dropped lines)
             at = np.array(list(last.values()), dtype=np.int64)
-            gone = np.isin(lines.index(at), np.fromiter(dropped, dtype=np.int64))
+            drop = np.fromiter(dropped, dtype=np.int64)
+            drop.sort()
+            gone = np.isin(lines.index(at), drop)
             if gone.any():
-                for key in [k for k, g in zip(last, gone.tolist(), strict=True) if g]:
+                need = {k for k, g in zip(last, gone.tolist(), strict=True) if g}
+                for key in need:
                     del last[key]
-                blank = arr.copy()
-                starts, ends = lines.bounds_np(np.array(sorted(dropped), dtype=np.int64))
-                marks = np.zeros(size + 1, dtype=np.int8)
+                starts, ends = lines.bounds_np(drop)
                 full = starts < ends
-                marks[starts[full]] = 1
-                marks[ends[full]] = -1
-                blank[np.cumsum(marks[:size], dtype=np.int8).astype(bool)] = 0
-                self._rev.scan(blank[::-1].copy(), match_event_handler=on_last)
-        if self._fwd is not None:
+                starts, ends = starts[full], ends[full]
+                for window in (_TAIL_WINDOW, 2 * _TAIL_WINDOW, 4 * _TAIL_WINDOW):
+                    lo = max(0, size - window)
+                    blank = arr[lo:].copy()
+                    marks = np.zeros(size - lo + 1, dtype=np.int8)
+                    inside = ends > lo
+                    marks[np.maximum(starts[inside], lo) - lo] += 1
+                    marks[ends[inside] - lo] -= 1
+                    blank[np.cumsum(marks[:-1], dtype=np.int8).astype(bool)] = 0
+                    self._rev.scan(blank[::-1].copy(), match_event_handler=on_last)
+                    if need.issubset(last) or lo == 0:
+                        break
+        if self._fwd is not None and not skip.issuperset(self._probes):
             probes = self._probes
 
             def on_first(ident: int, _frm: int, to: int, _flags: int, _ctx: object) -> None:
@@ -459,7 +470,7 @@ class _KeyScan:
             self._rev.scan(arr[lo:][::-1].copy(), match_event_handler=on_last)
             if len(last) == len(names) or lo == 0:
                 break
-        if self._fwd is not None:
+        if self._fwd is not None and not skip.issuperset(self._probes):
             probes = self._probes
 
             def on_first(ident: int, _frm: int, to: int, _flags: int, _ctx: object) -> None:
