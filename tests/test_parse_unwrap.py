@@ -313,3 +313,17 @@ def test_a_paste_indented_as_a_whole_loses_its_indentation() -> None:
     body = ['  File "/x/a.py", line 1, in f', "    g()", '  File "/x/b.py", line 2, in g', "    h()"]
     assert paste_indent(body) == ""
     assert paste_indent(["  (EngineCore pid=1) INFO 01-01 00:00:00 x", "no indent"]) == ""
+
+
+def test_an_indented_paste_under_a_quote_or_a_per_line_stamp() -> None:
+    from diag.analyze import analyze_text
+
+    body = [
+        ' (SGLangEngine pid=1) [2026-03-25 16:16:10] INFO:     10.0.0.2:38372 - "GET /health HTTP/1.1" 200 OK',
+        " (RolloutActor pid=2) ",
+        ' (SGLangEngine pid=1) [2026-03-25 16:16:11] INFO:     10.0.0.2:38376 - "GET /health HTTP/1.1" 200 OK',
+    ]
+    quoted = "".join(f">{ln}\n" for ln in body) + ">\n"
+    stamped = "".join(f"2026-03-25T16:16:1{i}.000000000Z {ln}\n" for i, ln in enumerate(body))
+    for text in (quoted, stamped):
+        assert analyze_text(text).last_phase == "listening", text

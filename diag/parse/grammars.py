@@ -224,6 +224,12 @@ def _unwrap(line: str, p: Parsed) -> str:
     line, w = unwrap_line(line)
     if w is not None:
         _apply_wrap(w, p)
+        if line[:1] == " ":
+            # a paste indented as a whole, then wrapped line by line (a CI or container
+            # stamp before " (SGLangEngine pid=1) ..."): the process prefix is the record
+            bare = line.lstrip(" ")
+            if len(line) - len(bare) <= 4 and match_proc_prefix(bare) is not None:
+                line = bare
     if line[:1] not in "([":
         return line
     outer: Coords | None = None

@@ -371,6 +371,12 @@ class SourceUnwrapper:
             self._gutters = ("indent", *detect_gutters([x[cut:] for x in seen]))
         else:
             self._gutters = detect_gutters(seen)
+            if self._gutters:
+                # indented under the gutter (a quoted paste of an indented block)
+                inner = [self.strip_gutters(x)[0] for x in seen]
+                self._indent = paste_indent(inner)
+                if self._indent:
+                    self._gutters = (*self._gutters, "indent")
         self.decided = True
         if seen:
             inner = [self.strip_gutters(x)[0] for x in seen] if self._gutters else seen
@@ -527,29 +533,30 @@ _RECORD_LEAD = re.compile(
 
 
 def paste_indent(lines: list[str]) -> str:
-    """The indentation every non-blank line of ``lines`` starts with, where the lines
-    under it start records (a paste indented as a whole: a list item's code block, a
-    quoted mail; " (SGLangEngine pid=1) [2026-03-25 16:16:10] INFO: ..."); "" when some
-    line is not indented, or the lines are a traceback's or another text's own indented
-    body (few start a record once the indentation is off)."""
+    """The indentation most non-blank lines of ``lines`` start with (the others: pieces
+    of lines a hard wrap broke), where the lines under it start records (a paste
+    indented as a whole: a list item's code block, a quoted mail; " (SGLangEngine pid=1)
+    [2026-03-25 16:16:10] INFO: ..."); "" when few lines are indented, or the lines are
+    a traceback's or another text's own indented body (few start a record once the
+    indentation is off)."""
+    lines = [ln for ln in lines if ln.strip()]
     if len(lines) < 2:
         return ""
-    common: str | None = None
-    for ln in lines:
-        lead = ln[: len(ln) - len(ln.lstrip(" \t"))]
-        if not lead:
+    leads = [ln[: len(ln) - len(ln.lstrip(" \t"))] for ln in lines]
+    indented = [ld for ld in leads if ld]
+    if len(indented) < max(2, int(len(lines) * _SOURCE_SHARE + 0.999)):
+        return ""
+    common = indented[0]
+    for lead in indented[1:]:
+        k = 0
+        while k < min(len(common), len(lead)) and common[k] == lead[k]:
+            k += 1
+        common = common[:k]
+        if not common:
             return ""
-        if common is None or not lead.startswith(common):
-            k = 0
-            base = common if common is not None else lead
-            while k < min(len(base), len(lead)) and base[k] == lead[k]:
-                k += 1
-            common = base[:k]
-            if not common:
-                return ""
-    assert common is not None
-    starts = sum(1 for ln in lines if _RECORD_LEAD.match(ln, len(common)))
-    return common if starts * 2 >= len(lines) else ""
+    mine = [ln for ln in lines if ln.startswith(common)]
+    starts = sum(1 for ln in mine if _RECORD_LEAD.match(ln, len(common)))
+    return common if starts * 2 >= len(mine) else ""
 
 
 def detect_gutters(lines: list[str]) -> tuple[str, ...]:
