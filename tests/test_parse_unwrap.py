@@ -327,3 +327,13 @@ def test_an_indented_paste_under_a_quote_or_a_per_line_stamp() -> None:
     stamped = "".join(f"2026-03-25T16:16:1{i}.000000000Z {ln}\n" for i, ln in enumerate(body))
     for text in (quoted, stamped):
         assert analyze_text(text).last_phase == "listening", text
+
+
+def test_a_glued_vllm_record_cut_inside_its_logger_location_is_cut_off() -> None:
+    from diag.parse.unwrap import split_glued
+
+    line = (
+        "INFO 08-28 15:53:05 model_runner.py:906] Starting to load model TinyLlama/"
+        "TinyLlama-1.1B-Chat-v1.0... INFO 08-28 15:53:05 weig"
+    )
+    assert split_glued(line)[-1] == "INFO 08-28 15:53:05 weig"

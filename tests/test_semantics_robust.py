@@ -223,3 +223,16 @@ def test_torch_distributed_gather_frame_proves_dist_init() -> None:
         "dist_init"
     )
     assert frame_phase("/x/site-packages/vllm/model_executor/layers/sampler.py", "gather") is None
+
+
+def test_records_glued_on_one_line_keep_their_own_events() -> None:
+    """A paste that lost its newlines: the excerpt's cut last record shares its physical
+    line with a 'Load weight begin' record; the step start is not the last line's."""
+    text = (
+        "[2025-03-07 20:46:29 TP0] Init torch distributed ends. mem usage=0.22 GB\n"
+        "[2025-03-07 20:46:29 TP0] Load weight begin. avail mem=77.81 GB "
+        "[2025-03-07 20:46:29 TP0] The following error message 'operation scheduled before "
+        "its operands' can be ignored. [2025-03-07 20:46:29 TP1] The following\n"
+    )
+    ids = {f.id for f in analyze_text(text).findings}
+    assert "startup.stalled" not in ids and "startup.cut_excerpt" in ids

@@ -604,6 +604,7 @@ _ENTRY_START = re.compile(
 _GLUE_HINT = re.compile(r"\[20[0-9]{2}-[0-9]{2}-[0-9]{2} |[OGRL] [01][0-9]-[0-3][0-9] [0-9]{2}:")
 _GLUE_FROM = 24
 _VLLM_FILE = re.compile(r"\[[\w./\-]{1,200}\.py:[0-9]{1,9}\] ")
+_CUT_FILE = re.compile(r"\[?[\w./\-]{1,200}(?::[0-9]{0,9}\]?)?\s*")
 # after a space, only a word or a closing mark may end the record before (never a
 # wrapper's " - " / " | " / "]: " / ") ")
 # what a wrapper's prefix ends with before a process prefix (journald "]: ", compose
@@ -629,7 +630,9 @@ def _is_cut(part: str, m: re.Match[str]) -> bool:
     end = m.end()
     if m.lastgroup == "sg":
         return part[end : end + 1].isupper()
-    return _VLLM_FILE.match(part, end) is not None
+    # a vLLM record, or the excerpt's last one cut inside its logger location
+    # ("... Starting to load model X... INFO 08-28 15:53:05 weig")
+    return _VLLM_FILE.match(part, end) is not None or _CUT_FILE.fullmatch(part, end) is not None
 
 
 def split_glued(part: str) -> list[str]:

@@ -19,6 +19,7 @@ import regex
 from diag.frames import FRAME, frame_phase
 from diag.model import (
     Analysis,
+    Event,
     Evidence,
     Finding,
     RankId,
@@ -384,7 +385,13 @@ def _stall_reason(
 ) -> tuple[str | None, tuple[Hit, ...], str, dt.datetime | None, float | None]:
     """(reason, its lines, what the log ends after, last activity time, silence)."""
     tail = _tail_of(records)
-    events_at = {(e.source, e.line): e for e in analysis.events}
+    by_line = {(e.source, e.line): e for e in analysis.events}
+
+    def event_of(rec: Record) -> Event | None:
+        # the event of that record: several records share a physical line where a paste
+        # lost its newlines (an event is keyed by its line, so its message must agree)
+        ev = by_line.get((rec.source, rec.line))
+        return ev if ev is not None and ev.message == rec.message[:500] else None
     # 1. silence, from the last line with a timestamp that is not a wait, to the log end
     active = [r for r in records if r.ts is not None and not _is_wait(r)]
     last_active = max(active, key=lambda r: r.ts or dt.datetime.min, default=None)
@@ -452,7 +459,7 @@ def _stall_reason(
             return (f"the log ends on {what}, frozen (the count stopped while its clock ran)",
                     (Hit.of(last),), what, last_ts, gap)
         return None, (), f"a progress bar that was still advancing ({what})", last_ts, gap
-    ev = events_at.get((last.source, last.line))
+    ev = event_of(last)
     text = last.message.strip()[:160]
     whole = _completed(last, tail)
     newest = max((r.ts for r in tail if r.ts is not None), default=None)
@@ -476,7 +483,7 @@ def _stall_reason(
             rank_last[r.rank] = r
     if not ends_step and len(rank_last) >= 2 and all(
         _is_step_start(r)
-        or ((e := events_at.get((r.source, r.line))) is not None and e.kind == "begin")
+        or ((e := event_of(r)) is not None and e.kind == "begin")
         for r in rank_last.values()
     ):
         first = next(iter(rank_last.values()))
