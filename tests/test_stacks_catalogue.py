@@ -31,7 +31,7 @@ def test_the_catalogue_covers_several_releases_of_both_frameworks() -> None:
     assert versions.count(",") + versions.count(";") + 1 >= 10  # releases read
     assert {r[0] for r in ROWS} == {"sglang", "vllm"}
     assert len(ROWS) >= 1000
-    for fw, rel, qual, site, prims, per in ROWS:
+    for fw, rel, qual, site, prims, per, *_ in ROWS:
         assert qual and not qual.startswith(".")
         assert rel.startswith(f"{fw}/") and rel.endswith(".py")
         assert site in STACK_SITES and prims
@@ -51,7 +51,7 @@ def test_every_catalogued_wait_is_named_at_its_call_line() -> None:
     purpose says more than the primitive). None only where one line holds calls of two
     sites (over the versions read)."""
     silent = 0
-    for _fw, rel, qual, site, _prims, per in ROWS:
+    for _fw, rel, qual, site, _prims, per, *_ in ROWS:
         lines = {int(n) for c in per.split(";") for n in c.partition(":")[2].split(",") if n}
         line = min(lines)
         frames = (_frame(rel, qual, line), make_frame("<module>", "serve.py:1"))
@@ -65,14 +65,66 @@ def test_every_catalogued_wait_is_named_at_its_call_line() -> None:
     assert silent <= len(ROWS) // 100, silent
 
 
+def _spans(row: list[str]) -> list[tuple[int, int]]:
+    out = []
+    for chunk in row[6].split(";"):
+        a, _, b = chunk.partition(":")[2].partition("-")
+        out.append((int(a), int(b)))
+    return out
+
+
+def test_every_row_says_where_its_function_lies_in_each_release() -> None:
+    """Lines and spans come per run of releases (``0.4.1..0.4.3:``), each end a release
+    named in the header; every call line lies inside the function in some release."""
+    head = TSV.read_text().splitlines()[1].split("sources of: ", 1)[1]
+    read = {fw: set(vs.split(", ")) for fw, _, vs in (p.partition(" ") for p in head.split("; "))}
+    for row in ROWS:
+        assert len(row) == 7, row[:3]
+        for col in (row[5], row[6]):
+            for chunk in col.split(";"):
+                run = chunk.partition(":")[0]
+                assert set(run.split("..")) <= read[row[0]], (row[:3], run)
+        lines = {int(n) for c in row[5].split(";") for n in c.partition(":")[2].split(",") if n}
+        assert all(any(a <= n <= b for a, b in _spans(row)) for n in lines), row[:3]
+
+
+def _one_site_rows(site: str) -> list[list[str]]:
+    """Rows of that site whose function has no row of another site."""
+    sites: dict[tuple[str, str], set[str]] = {}
+    for r in ROWS:
+        sites.setdefault((r[1], r[2]), set()).add(r[3])
+    return [r for r in ROWS if r[3] == site and sites[(r[1], r[2])] == {site}]
+
+
 def test_a_catalogued_function_elsewhere_than_its_call_says_nothing() -> None:
-    fw, rel, qual, site, _prims, per = next(r for r in ROWS if r[3] == "stack.ipc_wait")
+    row = _one_site_rows("stack.ipc_wait")[0]
+    _fw, rel, qual, _site, _prims, per, _ = row
     lines = {int(n) for c in per.split(";") for n in c.partition(":")[2].split(",") if n}
-    free = next(n for n in range(1, 100_000) if n not in lines)
+    inside = next(
+        n for a, b in _spans(row) for n in range(a, b + 1) if n not in lines
+    )  # in the function, not at a call, in a release read
     assert catalogue_rule(_frame(rel, qual, min(lines))) is not None
-    assert catalogue_rule(_frame(rel, qual, free)) is None
+    assert catalogue_rule(_frame(rel, qual, inside)) is None
     # a frame of another package with the same path tail is not the framework's
     assert catalogue_rule(make_frame(qual, f"myproject/{rel.split('/', 1)[1]}:1")) is None
+
+
+def test_a_line_inside_the_function_in_no_release_read_is_a_release_not_read() -> None:
+    """A dump from a release between two read ones: its call lines moved. Where the line
+    lies inside the function in none of the releases read, the function's calls say the
+    site if they agree; a function with calls of two sites says nothing there."""
+    for site in ("stack.ipc_wait", "stack.dist_init", "stack.weights_io"):
+        row = _one_site_rows(site)[0]
+        _fw, rel, qual, _site, _prims, _per, _ = row
+        outside = max(b for _a, b in _spans(row)) + 5_000
+        rule = catalogue_rule(_frame(rel, qual, outside))
+        assert rule is not None and (rule.id, rule.site) == ("catalogue-other-release", site)
+    sites: dict[tuple[str, str], set[str]] = {}
+    for r in ROWS:
+        sites.setdefault((r[1], r[2]), set()).add(r[3])
+    mixed = next(r for r in ROWS if len(sites[(r[1], r[2])]) > 1)
+    far = max(b for r in ROWS if r[1:3] == mixed[1:3] for _a, b in _spans(r)) + 5_000
+    assert catalogue_rule(_frame(mixed[1], mixed[2], far)) is None
 
 
 def test_a_python_only_dump_of_a_catalogued_zmq_receive_is_an_ipc_wait() -> None:
@@ -82,7 +134,7 @@ def test_a_python_only_dump_of_a_catalogued_zmq_receive_is_an_ipc_wait() -> None
         (r for r in ROWS if r[3] == "stack.ipc_wait" and r[1].endswith("engine/core_client.py")),
         None,
     ) or next(r for r in ROWS if r[3] == "stack.ipc_wait")
-    _fw, rel, qual, _site, _prims, per = row
+    _fw, rel, qual, _site, _prims, per, *_ = row
     line = min(int(n) for c in per.split(";") for n in c.partition(":")[2].split(",") if n)
     bare = qual.rsplit(".", 1)[-1]  # faulthandler and py-spy before 3.11 show no class
     for name in (qual, bare):

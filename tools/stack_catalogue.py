@@ -9,14 +9,20 @@ innermost frame of a thread blocked there is that function itself, and only its 
 says what it waits for. This script reads the sources of several releases WITHOUT importing
 them (``ast`` only), finds every such call in the functions of vLLM and SGLang, and writes
 one row per function and site: framework, package-relative path, qualified name, site, the
-primitive, and the call lines per version. :mod:`diag.stacks.classify` looks a frame up
-there (``catalogue`` rule) when no frame of the stack names a wait.
+primitive, the call lines per run of releases (``0.4.1..0.4.3:120,131``: every release read
+from 0.4.1 to 0.4.3 has them) and the function's own lines (``def`` to its last
+line) per version. :mod:`diag.stacks.classify` looks a frame up there (``catalogue`` rule)
+when no frame of the stack names a wait: at a call line of a release read, that call's
+site; at a line inside the function in no release read (a release between or after them),
+the function's site where all its calls agree.
 
 usage:
-  tools/stack_catalogue.py [--out diag/stacks/wait_catalogue.tsv] SRC...
+  tools/stack_catalogue.py [--out diag/stacks/wait_catalogue.tsv] [--tree DIR] [SRC...]
 SRC is ``NAME==VERSION@DIR`` (DIR holds the ``vllm/`` or ``sglang/`` package: an unpacked
 wheel or a site-packages), e.g.
   vllm==0.8.5@/work/cache/src/vllm-0.8.5 sglang==0.5.23@.venv-sglang/lib/python3.11/site-packages
+or ``--tree /work/cache/src`` for every ``vllm-X``/``sglang-Y`` folder there (each release's
+wheel unpacked: ``pip download --no-deps vllm==X``, then its ``vllm/*.py``).
 """
 
 from __future__ import annotations
@@ -171,24 +177,64 @@ def scan(name: str, version: str, root: Path, rows: dict[tuple[str, str, str, st
         except (SyntaxError, ValueError, RecursionError):
             continue
         for qual, fn in _functions(tree):
+            span = (getattr(fn, "lineno", 0), getattr(fn, "end_lineno", None) or 0)
             for line, site, label in calls_of(fn):
                 key = (name, rel, qual, site)
-                row = rows.setdefault(key, {"primitives": set(), "lines": defaultdict(set)})
+                row = rows.setdefault(
+                    key, {"primitives": set(), "lines": defaultdict(set), "spans": {}}
+                )
                 row["primitives"].add(label)
                 row["lines"][version].add(line)
+                row["spans"][version] = span
                 n += 1
     return n
 
 
 def _vkey(v: str) -> tuple[int, ...]:
-    return tuple(int(p) if p.isdigit() else 0 for p in v.replace("+", ".").split("."))
+    """Release order: ``0.4.6`` < ``0.4.6.post1`` < ``0.4.6.post5`` < ``0.4.7``."""
+    out: list[int] = []
+    for p in v.replace("+", ".").split("."):
+        digits = "".join(ch for ch in p if ch.isdigit())
+        out.append(int(digits) if digits else 0)
+    return tuple(out)
+
+
+def _runs(per: dict[str, str], order: list[str]) -> str:
+    """``v1..v2:value`` for each run of releases (consecutive in ``order``, the releases
+    read) that hold the same value; ``v:value`` for a run of one."""
+    out: list[str] = []
+    run: list[str] = []
+    value: str | None = None
+    for v in [*order, None]:
+        got = per.get(v) if v is not None else None
+        if run and got != value:
+            head = run[0] if len(run) == 1 else f"{run[0]}..{run[-1]}"
+            out.append(f"{head}:{value}")
+            run = []
+        if got is not None:
+            if not run:
+                value = got
+            run.append(v)  # type: ignore[arg-type]
+    return ";".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("sources", nargs="+", help="NAME==VERSION@DIR")
+    ap.add_argument("sources", nargs="*", help="NAME==VERSION@DIR")
+    ap.add_argument(
+        "--tree",
+        type=Path,
+        help="a folder of unpacked releases, NAME-VERSION/NAME/ each (vllm-0.9.2/vllm/)",
+    )
     a = ap.parse_args(argv)
+    if a.tree is not None:
+        for d in sorted(a.tree.iterdir()):
+            name, _, version = d.name.partition("-")
+            if name in ("vllm", "sglang") and version and (d / name).is_dir():
+                a.sources.append(f"{name}=={version}@{d}")
+    if not a.sources:
+        ap.error("no sources (SRC... or --tree)")
     rows: dict[tuple[str, str, str, str], dict] = {}
     versions: dict[str, list[str]] = defaultdict(list)
     for src in a.sources:
@@ -199,18 +245,19 @@ def main(argv: list[str] | None = None) -> int:
         n = scan(name, version, Path(where), rows)
         versions[name].append(version)
         print(f"{name} {version}: {n} calls", file=sys.stderr)
+    order = {k: sorted(v, key=_vkey) for k, v in versions.items()}
     lines = [
         "# wait-site catalogue: framework functions that block in a call with no Python frame",
         "# written by tools/stack_catalogue.py from the sources of: "
-        + "; ".join(f"{k} {', '.join(sorted(v, key=_vkey))}" for k, v in sorted(versions.items())),
-        "framework\tpath\tfunction\tsite\tprimitives\tlines",
+        + "; ".join(f"{k} {', '.join(order[k])}" for k in sorted(versions)),
+        "framework\tpath\tfunction\tsite\tprimitives\tlines\tspans",
     ]
     for (fw, rel, qual, site), row in sorted(rows.items()):
-        per = ";".join(
-            f"{v}:{','.join(map(str, sorted(ls)))}"
-            for v, ls in sorted(row["lines"].items(), key=lambda kv: _vkey(kv[0]))
-        )
-        lines.append(f"{fw}\t{rel}\t{qual}\t{site}\t{','.join(sorted(row['primitives']))}\t{per}")
+        calls = {v: ",".join(map(str, sorted(ls))) for v, ls in row["lines"].items()}
+        per = _runs(calls, order[fw])
+        spans = _runs({v: f"{a}-{b}" for v, (a, b) in row["spans"].items()}, order[fw])
+        prims = ",".join(sorted(row["primitives"]))
+        lines.append(f"{fw}\t{rel}\t{qual}\t{site}\t{prims}\t{per}\t{spans}")
     a.out.write_text("\n".join(lines) + "\n")
     print(f"{len(rows)} rows -> {a.out}", file=sys.stderr)
     return 0

@@ -1168,10 +1168,12 @@ def classify_thread_rule(
     dump kind (``StackProcess.mode``); ``serving``: the process title names a GPU serving
     worker, whatever its frames."""
     site, rule = classify_frames(thread.frames)
+    if mode == "c10d" and thread.frames and site not in (_NCCL, _INIT):
+        # torch's report is the stack that issued the collective: what its visible frames
+        # might otherwise suggest (a sync inside a model's forward) is not where it waits
+        return C10D_REPORT_RULE.site, C10D_REPORT_RULE
     if site is not None:
         return site, rule
-    if mode == "c10d" and thread.frames:
-        return C10D_REPORT_RULE.site, C10D_REPORT_RULE
     if (
         in_native_call(thread, mode)
         and thread.frames
