@@ -1282,6 +1282,11 @@ def test_a_fatal_signal_in_a_thread_outranks_the_main_threads_wait() -> None:
         ("_wait_until_pg_ready (vllm/v1/executor/ray_utils.py:300)", "stack.ipc_wait"),
         ("RayWorkerProc.wait_for_init (vllm/v1/executor/ray_executor_v2.py:80)", "stack.ipc_wait"),
         ("_wait_and_warmup (sglang/srt/entrypoints/http_server.py:1300)", "stack.ipc_wait"),
+        (
+            "_wait_for_tasks_completion (vllm/executor/ray_distributed_executor.py:600)",
+            "stack.ipc_wait",
+        ),
+        ("_wait_for_server_rpc (vllm/engine/multiprocessing/client.py:300)", "stack.ipc_wait"),
     ],
 )
 def test_framework_waits_named_in_the_sources(frame: str, site: str) -> None:

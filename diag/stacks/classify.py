@@ -590,7 +590,9 @@ RULES: tuple[SiteRule, ...] = (
         r"_?wait_for_\w*_ready|_?wait_for_\w*(startup|handshake|response|workers?)|"
         r"_perform_handshakes?|startup_handshake|recv_requests_from_\w+|wait_for_init|"
         r"_?wait_until_\w*ready|_wait_for_zmq_addrs|_wait_and_warmup|_wait_weights_ready|"
-        r"wait_port_available|_wait_one_response|_send_to_scheduler_and_wait_for_response)$",
+        r"wait_port_available|_wait_one_response|_send_to_scheduler_and_wait_for_response|"
+        r"_wait_for_tasks_completion|_await_ack|_wait_for_server_rpc|wait_for_server|"
+        r"wait_for_kv_layer_from_connector)$",
         why="a framework call waiting for a peer process to answer: vLLM's executor "
         "get_response / _wait_for_response (v1/executor/multiproc_executor.py), "
         "WorkerProc.wait_for_ready, MessageQueue.wait_until_ready, the front end's "
@@ -600,7 +602,10 @@ RULES: tuple[SiteRule, ...] = (
         "wait_for_init and _wait_until_pg_ready; SGLang's _wait_for_scheduler_ready "
         "(entrypoints/engine.py), the launcher's _wait_and_warmup / _wait_weights_ready "
         "polling its own server (entrypoints/http_server.py), wait_port_available, "
-        "TokenizerManager._wait_one_response",
+        "TokenizerManager._wait_one_response, sglang/utils.py wait_for_server; vLLM V0's "
+        "executors' _wait_for_tasks_completion, MQLLMEngineClient._await_ack / "
+        "_wait_for_server_rpc (engine/multiprocessing/client.py, 0.6-0.10), "
+        "wait_for_kv_layer_from_connector (attention/layer.py)",
     ),
     SiteRule(
         "p2p-probe",
