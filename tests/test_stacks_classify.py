@@ -1293,3 +1293,18 @@ def test_framework_waits_named_in_the_sources(frame: str, site: str) -> None:
     """Functions of vLLM 0.32 / SGLang 0.5.23 that wait on peers, as the innermost Python
     frame of a dump (the call inside them has no Python frame)."""
     assert classify_frames(frames(frame, "<module> (serve.py:1)"))[0] == site
+
+
+def test_a_triton_kernel_launch_is_a_gpu_wait_even_where_the_stack_was_cut() -> None:
+    # triton 3.x launches through its backend driver's launcher (CudaLauncher.__call__)
+    cut = frames(
+        "CudaLauncher.__call__ (triton/backends/nvidia/driver.py:529)",
+        "JITFunction.run (triton/runtime/jit.py:591)",
+    )
+    assert classify_frames(cut)[0] == "stack.cuda_sync"
+    # building the launcher on first use compiles (its frames inside say so)
+    build = frames(
+        "_build (triton/runtime/build.py:80)",
+        "compile_module_from_src (triton/backends/nvidia/driver.py:60)",
+    )
+    assert classify_frames(build)[0] == "stack.jit_compile"

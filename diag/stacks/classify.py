@@ -467,7 +467,8 @@ RULES: tuple[SiteRule, ...] = (
         native=False,
         file=r"(flashinfer/(?!jit/|autotuner\.py$)|sgl_kernel/|vllm/_custom_ops\.py$|"
         r"deep_gemm/(?!jit/)|flash_attn/|vllm_flash_attn/|flash_mla/|sgl_kernel_npu/|"
-        r"aiter/(?!jit/)|triton_kernels/|triton/runtime/jit\.py$|torch/_tensor_str\.py$)",
+        r"aiter/(?!jit/)|triton_kernels/|triton/runtime/jit\.py$|torch/_tensor_str\.py$|"
+        r"triton/backends/\w+/driver\.py$)",
         why="the innermost Python frame is a GPU-kernel wrapper: a thread stuck there is "
         "blocked in the CUDA runtime (a full launch queue or an implicit sync)",
     ),
