@@ -30,7 +30,8 @@ P = _load()
 
 # share of tuning logs with the clean answer, per perturbation, one case below the measure
 # (170 logs x 29, 2026-12-02 02:20 UTC: 4900/4930 in all; 4568 with the analyser of the
-# session's start, 121d48a). The misses left are printed when one falls below.
+# session's start, 121d48a; 213 logs, 2026-12-02 06:45: 6145/6177, 6143 with the third
+# session's start, 80194e6). The misses left are printed when one falls below.
 FLOORS: dict[str, float] = {
     "wrap80": 0.98,
     "wrap100": 0.98,  # spec-decode figures are read from raw lines (parse/serving.py)
