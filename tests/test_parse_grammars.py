@@ -257,3 +257,29 @@ def test_entries_glued_by_a_paste_are_split() -> None:
 )
 def test_wrappers_are_not_mistaken_for_glued_entries(line: str) -> None:
     assert split_physical(line) == [line]
+
+
+def test_tensorflow_xla_cpp_log_line() -> None:
+    """tsl/platform/default/logging.cc's format (TensorFlow, XLA, JAX)."""
+    from diag.parse.grammars import parse_line
+
+    p = parse_line(
+        "2025-11-14 12:47:54.577428: E external/local_xla/xla/stream_executor/cuda/"
+        "cuda_dnn.cc:9261] Unable to register cuDNN factory: Attempting to register factory"
+    )
+    assert p.grammar == "tsl" and p.level == "ERROR" and p.ts is not None
+    assert p.logger_file is not None and p.logger_file.endswith("cuda_dnn.cc")
+    assert p.message.startswith("Unable to register cuDNN factory")
+
+
+def test_a_log_of_tensorflow_lines_only_is_a_log_and_its_e_lines_no_crash() -> None:
+    from diag.analyze import analyze_text
+
+    text = (
+        "2025-11-14 12:47:54.547347: I tensorflow/core/util/port.cc:113] oneDNN custom "
+        "operations are on.\n"
+        "2025-11-14 12:47:54.577454: E external/local_xla/xla/stream_executor/cuda/"
+        "cuda_fft.cc:607] Unable to register cuFFT factory: Attempting to register factory\n"
+    )
+    a = analyze_text(text)
+    assert a.last_phase == "launch" and not [f for f in a.findings if f.severity == "error"]

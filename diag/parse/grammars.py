@@ -150,6 +150,14 @@ _NCCL = re.compile(
     re.S | re.A,
 )
 # torch c10d / glog: [W1222 15:01:54.123 ProcessGroupNCCL.cpp:..] or I0820 02:41:20.4 710 x.cpp:422]
+# TensorFlow / XLA / JAX (tsl/platform/default/logging.cc, LogMessage::GenerateLogMessage:
+# "%s.%06d: %c%s %s:%d] %s", time, micros, "IWEF"[severity], " tid" when asked, file, line):
+# "2025-11-14 12:47:54.577428: E external/local_xla/.../cuda_dnn.cc:9261] Unable to ..."
+_TSL = re.compile(
+    r"^(?P<d>\d{4}-\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)\.(?P<f>\d{1,9}): (?P<l>[IWEF])(?: \d{1,20})? "
+    r"(?P<file>[\w./\-]+\.(?:cc|cpp|h|hpp|c|cu)):(?P<line>\d{1,9})\] ?(?P<msg>.*)$",
+    re.S | re.A,
+)
 _GLOG = re.compile(
     r"^\[?(?P<l>[IWEF])(?P<md>\d{4}) (?P<t>\d\d:\d\d:\d\d)(?:\.\d+)?\s+(?:(?P<pid>\d{1,9}) )?"
     r"(?P<file>[\w./\-]+\.(?:cpp|cc|h|hpp|c|cu|py)):(?P<line>\d{1,9})\]\s?(?P<msg>.*)$",
@@ -334,6 +342,15 @@ def parse_line(raw: str) -> Parsed:
             p.logger_file = m.group("file")
             if m.group("pid") and p.pid is None:
                 p.pid = small_int(m.group("pid"))
+            p.message = m.group("msg")
+            return p
+    if first.isdigit() and line[26:28] == ": ":
+        m = _TSL.match(line)
+        if m:
+            p.grammar = "tsl"
+            p.ts = _dt(m.group("d"), m.group("t"), m.group("f"))
+            p.level = LEVELS[m.group("l")]
+            p.logger_file = m.group("file")
             p.message = m.group("msg")
             return p
     if first.isdigit():
