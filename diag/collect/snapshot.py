@@ -144,10 +144,20 @@ def _prewarm() -> None:
         return  # a broken rule file is reported when the rules are applied
 
 
-def _facts(pids: Sequence[int], window_s: float) -> dict[int, ProcessFacts]:
-    from diag.collect.facts import collect_facts  # (psutil: imported in the pool's thread)
+def collect_facts(pids: Sequence[int], *, window_s: float) -> dict[int, ProcessFacts]:
+    """``diag.collect.facts.collect_facts``, imported (with psutil) in the pool's thread
+    that calls it, not before the dumps start. (A seam: the GPU replay tests put saved
+    facts here.)"""
+    from diag.collect import facts
 
-    return collect_facts(pids, window_s=window_s)
+    return facts.collect_facts(pids, window_s=window_s)
+
+
+def port_open(port: int, timeout: float) -> bool:
+    """``diag.collect.facts.port_open`` (the same seam: the replay judges saved ports)."""
+    from diag.collect import facts
+
+    return facts.port_open(port, timeout=timeout)
 
 
 def _apply_rules(snap: Snapshot) -> tuple[Finding, ...]:
@@ -346,7 +356,7 @@ def take_snapshot(
             ),
         )
         f_facts = pool.submit(
-            _timed, "facts_s", lambda: _facts(pids, options.cpu_window_s)
+            _timed, "facts_s", lambda: collect_facts(pids, window_s=options.cpu_window_s)
         )
         f_gpu = pool.submit(
             _timed,
@@ -519,7 +529,6 @@ def take_snapshot(
     timings["analysis_s"] = round(time.monotonic() - t, 3)
 
     from diag.collect import collective, logphase, peers  # (warm: _prewarm imported them)
-    from diag.collect.facts import port_open
 
     servers: list[dict[str, object]] = []
     for s in disc.servers:
