@@ -2,7 +2,7 @@
 corpus (fixtures/real/stacks, held-out cases never read) and the lab's py-spy, faulthandler
 and pystack views (fixtures/stacks/made) go through ``diag analyze``'s own path (the log
 reader's unwrapping and hard-wrap joining, then the dump parser) once clean and once per
-kind of damage a bug report shows: a terminal's hard wrap, blank lines between lines,
+kind of damage a bug report shows: a terminal's hard wrap or word wrap, blank lines between lines,
 indentation lost, container stamps, compose and Ray prefixes, nested quotes, an excerpt that
 starts mid-line, HTML entities, no-break spaces."""
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -77,6 +78,18 @@ def _hard_wrap(width: int) -> Callable[[str], str]:
     return wrap
 
 
+def _word_wrap(width: int) -> Callable[[str], str]:
+    def wrap(text: str) -> str:
+        out = []
+        for line in text.splitlines():
+            out.extend(
+                textwrap.wrap(line, width, drop_whitespace=False, replace_whitespace=False) or [""]
+            )
+        return "\n".join(out)
+
+    return wrap
+
+
 def _each(fn: Callable[[str], str]) -> Callable[[str], str]:
     return lambda text: "\n".join(fn(line) for line in text.splitlines())
 
@@ -84,6 +97,7 @@ def _each(fn: Callable[[str], str]) -> Callable[[str], str]:
 DAMAGE: dict[str, Callable[[str], str]] = {
     "hard wrap at 80": _hard_wrap(80),
     "hard wrap at 120": _hard_wrap(120),
+    "word wrap at 80": _word_wrap(80),
     "double spaced": lambda t: "\n\n".join(t.splitlines()),
     "indentation lost": _each(str.strip),
     "container stamps": _each(lambda ln: f"2025-03-01T10:00:00.123456789Z {ln}"),
@@ -119,6 +133,7 @@ def _sites(text: str) -> set[str | None]:
 def test_the_tuning_dumps_and_the_lab_views_are_all_here() -> None:
     assert sum(1 for d in DUMPS if d[0].startswith("corpus/")) >= 18
     assert sum(1 for d in DUMPS if d[0].startswith("made/")) >= 25
+    assert len(DAMAGE) == 14
 
 
 @pytest.mark.parametrize("how", list(DAMAGE))

@@ -667,3 +667,35 @@ def test_python_314s_c_stack_is_the_current_threads_innermost_frames() -> None:
     assert [f.name for f in frames[:3]] == ["c10d::TCPStore::doWait", "__libc_start_main", "helper"]
     assert frames[0].native and frames[0].filename.endswith("libtorch_cpu.so")
     assert p.wait_site == "stack.dist_init"
+
+
+def test_a_frame_line_a_word_wrap_broke_is_joined_again() -> None:
+    # a paste wrapped at spaces: faulthandler's and pystack's frame lines in two or three
+    # pieces; the dump parser joins them where the log reader's hard-wrap join cannot
+    text = (
+        "Current thread 0x00007f2ea0870640 (most recent call first):\n"
+        '  File "/usr/local/lib/python3.10/dist-\n'
+        'packages/torch/distributed/distributed_c10d.py", line 2501 in\n'
+        "all_reduce\n"
+        '  File "/x/sglang/srt/distributed/parallel_state.py", line 400 in all_reduce\n'
+    )
+    (p,) = parse_stack_text(text)
+    names = [(f.name, f.line) for f in p.threads[0].frames]
+    assert names == [("all_reduce", 2501), ("all_reduce", 400)]
+    path = p.threads[0].frames[0].filename
+    assert path.endswith("dist-packages/torch/distributed/distributed_c10d.py")
+    assert p.wait_site == "stack.nccl_collective"
+    pystack = (
+        "Traceback for thread 14797 (python) [] (most recent call last):\n"
+        '    (Python) File "<string>", line 13, in <module>\n'
+        "    (Python) File \n"
+        '"/usr/lib/python3.11/multiprocessing/queues.py", line \n'
+        "103, in get\n"
+        "        res = self._recv_bytes()\n"
+    )
+    (q,) = parse_stack_text(pystack)
+    assert [f.name for f in q.threads[0].frames] == ["get", "<module>"]
+    # a line that only looks like a frame's start is fed as it came
+    (r,) = parse_stack_text('  File "x.py" not found\n' + text)
+    assert r.wait_site == "stack.nccl_collective"
+

@@ -31,6 +31,7 @@ end it, frames whose header was cut off become a process with no pid, and nothin
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Sequence
@@ -283,7 +284,6 @@ class _Proc:
         )
 
 
-
 # The frames of a C stack trace before the crash site: faulthandler's own (_Py_DumpStack,
 # the handler, in the interpreter's binary) and the C library's signal trampoline.
 _PY_BINARY = re.compile(r"(^|/)(python[\d.]*t?d?|libpython[\w.]*\.so[\w.]*)$")
@@ -347,6 +347,36 @@ def _demangle(symbol: str) -> str:
         else:
             break
     return "::".join(parts) if parts else symbol
+
+
+# the start of a traceback, faulthandler, py-bt or pystack frame line
+_FRAME_HEAD = re.compile(r'^\s*(?:\((?:Python|C)\) )?File(?: "|$)')
+
+
+def _join_wrapped(pieces: list[str]) -> str | None:
+    """A frame line's pieces joined again, or None: inside the quoted file name (an odd
+    number of quotes so far) with nothing, a path holds no space; elsewhere with a space (a
+    word wrap) or nothing (a wrap at a fixed width, mid-word), whichever makes a whole
+    frame whose function name has no space."""
+    first = pieces[0].rstrip()
+    rest = [p.strip() for p in pieces[1:]]
+    for seps in itertools.product((" ", ""), repeat=len(rest)):
+        out = first
+        for sep, piece in zip(seps, rest, strict=True):
+            out += ("" if out.count('"') % 2 else sep) + piece
+        m = _complete_frame(out)
+        if m is not None and not any(ch.isspace() for ch in m.group(m.lastindex or 0)):
+            return out
+    return None
+
+
+def _complete_frame(text: str) -> re.Match[str] | None:
+    return (
+        _FH_FRAME.match(text)
+        or _TB_FRAME.match(text)
+        or _PYSTACK_FRAME.match(text)
+        or _PYBT_FRAME.match(text)
+    )
 
 
 def _idle(status: str | None) -> bool | None:
@@ -455,6 +485,7 @@ class _Channel:
         self.pybt = False  # the open thread is gdb py-bt's (innermost first)
         self.gdb = False  # the open process is gdb's native `bt`
         self.cstack: _Thread | None = None  # the thread a C stack trace being read is of
+        self.partial: list[_Line] = []  # a frame line held (a word wrap may have cut it)
 
     @property
     def in_c10d(self) -> bool:
@@ -463,7 +494,11 @@ class _Channel:
     @property
     def busy(self) -> bool:
         return not (
-            self.proc is None and self.tb is None and self.json is None and self.pending is None
+            self.proc is None
+            and self.tb is None
+            and self.json is None
+            and self.pending is None
+            and not self.partial
         )
 
     # -- emitting ----------------------------------------------------------------------
@@ -507,6 +542,32 @@ class _Channel:
 
     # -- feeding -------------------------------------------------------------------------
     def feed(self, ln: _Line) -> None:
+        """One line; a frame line a word wrap broke (``File "/x/site-`` /
+        ``packages/torch/...py", line 12 in`` / ``all_reduce``) is held, up to three more
+        lines, until they complete it; lines that do not are fed as they came."""
+        held = self.partial
+        if held:
+            head = held[0]
+            parts = [*held, ln]
+            joined = _join_wrapped([x.text for x in parts])
+            if joined is not None:
+                self.partial = []
+                self._feed(
+                    _Line(joined, head.source, head.line, head.channel, head.rank, head.title)
+                )
+                return
+            if len(parts) <= 3 and not _FRAME_HEAD.match(ln.text) and ln.text.strip():
+                self.partial = parts
+                return
+            self.partial = []
+            for x in held:
+                self._feed(x)
+        if _FRAME_HEAD.match(ln.text) and not _complete_frame(ln.text):
+            self.partial = [ln]
+            return
+        self._feed(ln)
+
+    def _feed(self, ln: _Line) -> None:
         text = ln.text
         stripped = text.strip()
         if self.json is not None and self._feed_json(ln, stripped):
@@ -802,6 +863,9 @@ class _Channel:
         return True
 
     def finish(self) -> None:
+        held, self.partial = self.partial, []
+        for x in held:
+            self._feed(x)
         self.close()
         self.tb = None
         self.json = None
