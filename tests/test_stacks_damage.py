@@ -116,14 +116,11 @@ DAMAGE: dict[str, Callable[[str], str]] = {
 
 DUMPS = _dumps()
 
-# Known breakage outside the dump parser, so not hidden: since 0090b11 the log reader's
-# paste-indentation guess strips pystack's frame indentation under a hard wrap and the wrap
-# is no longer joined (/work/notes/stacks-unwrap-regression.md). Non-strict: a fix passes.
-KNOWN_BROKEN = {
-    (how, view)
-    for how in ("hard wrap at 80", "hard wrap at 120")
-    for view in ("pystack.txt",)
-}
+# Known breakage outside the dump parser, named here so it is not hidden (none now: the
+# paste-indentation guess of 0090b11 took pystack's "(Python) File" frame lines for record
+# starts and stripped their indentation under a hard wrap; unwrap._RECORD_LEAD now wants a
+# process prefix's pid= after a "(").
+KNOWN_BROKEN: set[tuple[str, str]] = set()
 
 
 def _sites(text: str) -> set[str | None]:

@@ -527,8 +527,12 @@ _EXCEPTION_START = re.compile(
 
 # what a record of a framework or its launcher starts with: a process prefix, a stamp, a
 # level word, a date
+# A "(" starts a record only as a process prefix ("(EngineCore_DP0 pid=12)", Ray's
+# "(RayWorkerWrapper pid=7, ip=10.0.0.2)"): pystack's frame lines, "(Python) File ..." /
+# "(C) File ...", indented 4 under their thread header, are a dump's own body.
 _RECORD_LEAD = re.compile(
-    r"\(|\[|[0-9]{4}-[0-9]{2}-[0-9]{2}|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL|WARN)\b"
+    r"\((?:[A-Za-z][\w\-]{0,80}\s*)?(?:rank=[0-9]{1,9}\s*)?pid=[0-9]|\[|"
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL|WARN)\b"
 )
 
 
