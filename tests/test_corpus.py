@@ -16,15 +16,14 @@ aggregate test prints only how many are right and holds the ratio at HELDOUT_MIN
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from corpus_split_loader import SPLIT
 
 import diag.rules
 from diag.analyze import analyze
@@ -41,16 +40,6 @@ REAL = ROOT / "fixtures" / "real"
 LOG_KINDS = ("sglang", "vllm")
 
 
-def _load_split() -> ModuleType:
-    path = ROOT / "tools" / "corpus_split.py"
-    spec = importlib.util.spec_from_file_location("corpus_split", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-SPLIT = _load_split()
 
 # Known misses among the cases from before the split: "<kind>/<case>" -> why.
 XFAIL: dict[str, str] = {

@@ -13,14 +13,13 @@ prints only how many are right and holds each ratio at its floor.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from corpus_split_loader import SPLIT
 
 from diag.analyze import analyze
 from diag.errors import InputError
@@ -35,16 +34,6 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "diag" / "data" / "example.log"
 
 
-def _load_split() -> ModuleType:
-    path = REPO / "tools" / "corpus_split.py"
-    spec = importlib.util.spec_from_file_location("corpus_split", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-SPLIT = _load_split()
 
 
 def _case(case: Path) -> dict[str, Any]:

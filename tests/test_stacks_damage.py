@@ -8,14 +8,13 @@ starts mid-line, HTML entities, no-break spaces."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from corpus_split_loader import SPLIT
 
 from diag.analyze import analyze_text
 
@@ -28,18 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 MADE = ROOT / "fixtures" / "stacks" / "made"
 
 
-def _split_module() -> ModuleType:
-    path = ROOT / "tools" / "corpus_split.py"
-    spec = importlib.util.spec_from_file_location("corpus_split", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _dumps() -> list[tuple[str, str, str]]:
     """(id, text, wait site): tuning-part corpus dumps, then the lab's views."""
-    split = _split_module()
+    split = SPLIT
     out = []
     for d in split.case_dirs():
         if d.parent.name != "stacks" or split.part_of(d) != "tuning":

@@ -18,13 +18,11 @@ Prints one line per perturbation (same/total) and, with -v, each case that chang
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import random
 import re
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,20 +40,14 @@ RankKeys = frozenset[tuple[object, ...]]
 Signature = tuple[str | None, frozenset[str], RankKeys, RankKeys]
 
 
-def _split_module() -> ModuleType:
-    path = ROOT / "tools" / "corpus_split.py"
-    spec = importlib.util.spec_from_file_location("corpus_split", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def tuning_logs(corpus: Path | None = None) -> list[Path]:
     """The log files of the tuning part (the split decides from case.toml alone)."""
     if corpus is not None:
         return sorted(p for p in corpus.glob("*/*/log.txt") if p.parent.parent.name != "stacks")
-    split = _split_module()
+    here = str(Path(__file__).resolve().parent)  # tools/, where corpus_split.py is
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import corpus_split as split
     return [
         d / "log.txt" for d in split.case_dirs(split.REAL)
         if d.parent.name in ("sglang", "vllm") and split.part_of(d) == "tuning"
