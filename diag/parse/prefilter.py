@@ -452,34 +452,6 @@ class _KeyScan:
 
             self._fwd.scan(chunk, match_event_handler=on_first)
         return last, first
-        names = self.keys
-
-        import numpy as np
-
-        arr = np.frombuffer(chunk, dtype=np.uint8)
-        # the chunk's tail first (a key's last line is mostly near the end): the whole
-        # chunk reversed only for keys not in it
-        for window in (_TAIL_WINDOW, size):
-            lo = max(0, size - window)
-
-            def on_last(ident: int, _frm: int, to: int, _flags: int, _ctx: object) -> None:
-                key = names[ident]
-                if key not in last:
-                    last[key] = size - to
-
-            self._rev.scan(arr[lo:][::-1].copy(), match_event_handler=on_last)
-            if len(last) == len(names) or lo == 0:
-                break
-        if self._fwd is not None and not skip.issuperset(self._probes):
-            probes = self._probes
-
-            def on_first(ident: int, _frm: int, to: int, _flags: int, _ctx: object) -> None:
-                p = probes[ident]
-                if p not in skip:
-                    first[p] = to - len(p)
-
-            self._fwd.scan(chunk, match_event_handler=on_first)
-        return last, first
 
 
 def _key_scanner() -> _KeyScan | bool:
