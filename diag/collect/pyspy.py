@@ -284,7 +284,7 @@ class _Dumper:
         if not self.check(work):
             return
         if stack is not None:
-            work.native = stack
+            work.native = with_python_frames(stack, work.python)
         else:
             work.outcome = "partial"
 
@@ -301,6 +301,34 @@ class _Dumper:
         else:
             work.attempts.append(attempt)
         self.check(work)
+
+
+def with_python_frames(native: StackProcess, python: StackProcess | None) -> StackProcess:
+    """The --native dump with the Python frames its unwinder lost put back.
+
+    py-spy's native unwinder can stop short of the interpreter's frames (on a loaded
+    host, or a libpython it cannot unwind through): a thread then comes back with its
+    C++ frames only (``c10d::Work::wait``), or with the innermost few of its Python frames.
+    Where the Python-only dump of the same thread (same thread id) shows those innermost
+    frames and more, the rest is appended on the outer end, so the dump still says which
+    Python call waits. A thread whose Python frames disagree with the Python-only dump
+    (it moved between the two dumps) is left as the native dump gave it.
+    """
+    if python is None:
+        return native
+    by_tid = {t.thread_id: t for t in python.threads if t.thread_id is not None}
+    threads = []
+    changed = False
+    for t in native.threads:
+        py = by_tid.get(t.thread_id) if t.thread_id is not None else None
+        mine = [f for f in t.frames if not f.native]
+        theirs = [f for f in py.frames if not f.native] if py is not None else []
+        key = [(f.name, f.filename) for f in mine]
+        if len(theirs) > len(mine) and key == [(f.name, f.filename) for f in theirs[: len(mine)]]:
+            t = replace(t, frames=(*t.frames, *theirs[len(mine) :]))
+            changed = True
+        threads.append(t)
+    return replace(native, threads=tuple(threads)) if changed else native
 
 
 @dataclass

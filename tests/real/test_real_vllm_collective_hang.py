@@ -80,9 +80,17 @@ def test_snapshot_sees_tp0_in_the_allreduce(spinning_vllm: VllmServer) -> None:
     record_stacks(server, f"{NAME}.pyspy")
 
     assert tp0 is not None, [(p["title"][:30], p["wait_site"]) for p in snap["processes"]]
-    assert "shm_allreduce" in frame_names(tp0)  # the native frame: --native matters here
-    assert tp0["state"] == "R"
-    assert tp0["cpu_percent"] > 5  # spinning; well under 100% on a loaded 2-core box
+    # The native frame (--native matters here) says which collective TP0 waits in. Where
+    # TP1 is stopped in time, that is vLLM's CPU shared-memory all-reduce, which spins. On
+    # a loaded box the SIGSTOP can land later, after TP1 has entered a gloo collective of
+    # the compile step, and TP0 then sleeps in c10d's wait for it (CI run of stop 20).
+    names = frame_names(tp0)
+    if "shm_allreduce" in names:
+        assert tp0["state"] == "R"
+        assert tp0["cpu_percent"] > 5  # spinning; well under 100% on a loaded 2-core box
+    else:
+        assert "c10d::Work::wait" in names, names
+        assert tp0["state"] in ("S", "R")
 
     titles = server.titles()
     procs = {titles.get(p["pid"]): p for p in snap["processes"]}
