@@ -83,13 +83,13 @@ def test_snapshot_names_the_rank_stopped_after_loading(stopped_after_load: VllmS
     assert tp0["wait_site"] == "stack.nccl_collective", (tp0["wait_site"], frame_names(tp0))
     # (SGLang's barrier after loading: ModelRunner.load_model -> dist_barrier_after_load,
     # gloo's monitoredBarrier). On a loaded box the SIGSTOP can land after TP1 has passed
-    # that barrier too (it polls the log): TP0 then waits in the next start-up collective
-    # of the TP worker (ModelRunner.initialize's, or TpModelWorker.__init__'s broadcast),
-    # in c10d::Work::wait (CI runs of stops 19 and 20).
+    # that barrier too (it polls the log): TP0 then waits in the scheduler's next start-up
+    # collective, Python's Work.wait (pybind11) into c10d::Work::wait (CI runs of stops 19
+    # and 20 and of session 6): still the Python frames of the scheduler process over it.
     names = [n.rsplit(".", 1)[-1] for n in frame_names(tp0)]
     if "dist_barrier_after_load" not in names:
-        assert "TpModelWorker.__init__" in frame_names(tp0), names
         assert "c10d::Work::wait" in names, names
+        assert "run_scheduler_process" in names, names
     assert tp0["stack"]["moving"] is False  # stuck, not slow
     (srv,) = [s for s in snap["servers"] if s["launcher_pid"] == server.pid]
     # No process of the server listens on its port. (port_listening also asks the port
