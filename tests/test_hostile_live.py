@@ -50,12 +50,20 @@ def _fake_pyspy(tmp_path: Path, body: str) -> str:
 
 @pytest.fixture
 def target() -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    """A sleeping Python process, yielded once its interpreter has run code: py-spy
+    attached before that finds no interpreter yet ('not_python'; CI caught it under load)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )
     try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
         yield proc
     finally:
         proc.kill()
         proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def _dump(exe: str, pid: int, *, proc_root: Path = Path("/proc"), timeout_s: float = 3.0):  # type: ignore[no-untyped-def]

@@ -165,10 +165,12 @@ def gate_reason() -> str | None:
     if not Path(pyspy).exists():
         return "py-spy is missing: pip install py-spy"
     child = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True
+        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(30)"],
+        start_new_session=True, stdout=subprocess.PIPE,
     )
     try:
-        time.sleep(0.3)
+        assert child.stdout is not None
+        child.stdout.readline()  # the interpreter is up: py-spy can find it
         res = subprocess.run(
             [pyspy, "dump", "--pid", str(child.pid)], capture_output=True, text=True, timeout=20
         )
@@ -177,6 +179,8 @@ def gate_reason() -> str | None:
     finally:
         child.kill()
         child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
     if res.returncode != 0:
         return (
             "py-spy cannot attach (ptrace refused): run as root, or `--cap-add SYS_PTRACE`, "
