@@ -57,6 +57,11 @@ HELDOUT = [d for d in CASES if SPLIT.part_of(d) == "heldout"]
 
 # Known misses among the tuned cases: "<kind>/<case>" -> why (strict: a fix shows as XPASS).
 XFAIL: dict[str, str] = {
+    "sglang/rocm-mi300x-v0.5.13-kimi-k2-fp8-hand-abridged-log-hang-after-shards-100pct": (
+        "new case (gather, 2026-12-05): startup.stalled from the thread's account (no output "
+        "after the shards, the port never opened); the hand-abridged window ends on a finished "
+        "100% bar, a cut excerpt by LABELS.md's convention, with no later timestamp"
+    ),
     "sglang/dsr1-mtp-2node-h100-stuck-after-mempool": (
         "label contradicts LABELS.md: the file ends right after every rank's 'Memory pool "
         "end' (a step that ended, no later timestamp), a cut excerpt by the convention; the "

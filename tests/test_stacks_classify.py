@@ -333,6 +333,14 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         ),
     ),
     (
+        "cumem-allocator",
+        "stack.cuda_sync",
+        (
+            "unmap_and_release (vllm/device_allocator/cumem.py:82)",
+            "sleep (vllm/device_allocator/cumem.py:251)",
+        ),
+    ),
+    (
         "torch-cuda-sync",
         "stack.cuda_sync",
         ("synchronize (torch/cuda/__init__.py:1162)", "worker (gpu_probe.py:51)"),

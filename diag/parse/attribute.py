@@ -50,7 +50,10 @@ _LOG_LINE = re.compile(
     # UCX's fatal-signal report ("[host:pid:tid] Caught signal 11 (Segmentation fault: ...)",
     # then "==== backtrace (tid: N) ====")
     r"[A-Z]{2}[0-9]{4}: \[PID: ?[0-9]+\]|\[[\w.\-]+:[0-9]+:[0-9]+:[0-9]+\] +Caught signal [0-9]+|"
-    r"=+ backtrace \(tid: *[0-9]+\) =+$)"
+    r"=+ backtrace \(tid: *[0-9]+\) =+$|"
+    # ... and its frames, where the paste lost the header (" 1 0x000000000006a920 SaveProxy()
+    # /src/proxy.cc:518")
+    r"[0-9]{1,4} 0x[0-9a-fA-F]{8,16} \S.*\(\)  \S+:[0-9]+$)"
 )
 
 

@@ -105,8 +105,10 @@ _PYLOG_LEVEL_FIRST = re.compile(
     re.S | re.A,
 )
 
+# (SGLang Diffusion, sglang/multimodal_gen since 0.5.5, stamps "[MM-DD HH:MM:SS] msg":
+# no year, no rank tag)
 _SGLANG = re.compile(
-    r"^\[?(?:(?P<d>\d{4}-\d\d-\d\d) )?(?P<t>\d\d:\d\d:\d\d)(?:[.,]\d+)?"
+    r"^\[?(?:(?:(?P<d>\d{4}-\d\d-\d\d)|(?P<md>[01]\d-[0-3]\d)) )?(?P<t>\d\d:\d\d:\d\d)(?:[.,]\d+)?"
     r"(?P<tags>" + TAGS_RE_SRC + r")?\] ?(?P<msg>.*)$",
     re.S | re.A,
 )
@@ -301,8 +303,13 @@ def parse_line(raw: str) -> Parsed:
         if m:
             p.grammar = "sglang"
             d = m.group("d")
-            p.ts = _dt(d, m.group("t"))
-            p.dateless = d is None
+            md = m.group("md")
+            if md is not None:
+                p.ts = _dt_md(md, m.group("t"))
+                p.yearless = True
+            else:
+                p.ts = _dt(d, m.group("t"))
+                p.dateless = d is None
             _sglang_rank(m.group("tags"), p)
             msg = m.group("msg")
             m2 = _SGLANG_LEVEL_FILE.match(msg)

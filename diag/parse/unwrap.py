@@ -139,6 +139,9 @@ _RECORD_START = re.compile(
 _QUOTE = re.compile(r"(?:> ?)+")
 _NUM_GUTTER = re.compile(r"[ \t]{0,8}[0-9]{1,7}(?:[ \t]*[|│][ \t]?|\t)")
 _SRUN = re.compile(r" {0,3}(?P<r>[0-9]{1,5}): ")
+# a bare bar gutter: a CI log viewer's copied lines (Buildkite's web view gives
+# ``  | (EngineCore_DP0 pid=6804) ...``), a quoted table-less paste behind ``│ ``
+_BAR_GUTTER = re.compile(r"[ \t]{0,8}[|│¦][ \t]?")
 _NUMERIC = re.compile(r"[0-9.,:;%+\-eE \t|│]*")
 _SAMPLE_LINES = 60
 _SOURCE_SHARE = 0.6
@@ -410,6 +413,11 @@ class SourceUnwrapper:
                 if m:
                     line = line[m.end() :]
                     self.counts["line-numbers"] += 1
+            elif g == "bar":
+                m = _BAR_GUTTER.match(line)
+                if m:
+                    line = line[m.end() :]
+                    self.counts["bar"] += 1
             elif g == "srun":
                 m = _SRUN.match(line)
                 if m:
@@ -582,7 +590,19 @@ def detect_gutters(lines: list[str]) -> tuple[str, ...]:
         sr = sum(1 for ln in lines if _SRUN.match(ln))
         if sr >= need:
             out.append("srun")
+        elif _bar_gutter(lines, need):
+            out.append("bar")
     return tuple(out)
+
+
+def _bar_gutter(lines: list[str], need: int) -> bool:
+    """Most lines start with a bare bar (``  | ``) that is no markdown table: a table row
+    also ends with its bar, a gutter's line does not."""
+    barred = [ln for ln in lines if _BAR_GUTTER.match(ln)]
+    if len(barred) < need:
+        return False
+    table = sum(1 for ln in barred if ln.rstrip().endswith(("|", "│")))
+    return table * 2 <= len(barred)
 
 
 def _looks_like_data(lines: list[str]) -> bool:

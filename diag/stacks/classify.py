@@ -433,6 +433,16 @@ RULES: tuple[SiteRule, ...] = (
         "thread is in them): a device<->host copy waits for the device's queue",
     ),
     SiteRule(
+        "cumem-allocator",
+        _SYNC,
+        native=False,
+        file=r"(^|/)(vllm/device_allocator/cumem|sglang/srt/\w+/torch_memory_saver\w*)\.py$",
+        name=r"(^|\.)(unmap_and_release|create_and_map|sleep|wake_up|pause|resume)$",
+        why="vLLM's sleep-mode allocator (device_allocator/cumem.py, 0.7.3+) and SGLang's "
+        "memory saver map and release GPU memory through the CUDA driver (cuMemUnmap / "
+        "cuMemRelease / cuMemMap), which wait for the device's queue",
+    ),
+    SiteRule(
         "torch-cuda-sync",
         _SYNC,
         file=r"(torch/(cuda|npu|xpu|mps)|torch_npu/npu)/(__init__|streams|utils)\.py$",
@@ -863,7 +873,7 @@ _HELPER_FRAME = re.compile(
     r"multiprocessing/queues\.py:(\w+\.)?_feed|multiprocessing/pool\.py:(\w+\.)?_handle_|"
     r"(monitor_death_pipe|start_worker_monitor|_monitor_loop|process_input_sockets?|"
     r"process_output_sockets?|_?watchdog_thread|pyspy_dump_schedulers|monitor_workers|"
-    r"monitor_engine_cores|_report_usage_worker)"
+    r"monitor_engine_cores|_report_usage_worker|_report_continu?ous_usage)"
 )
 
 # Pass-through frames: decorators and dispatch wrappers between a wait and the code that
@@ -1224,9 +1234,11 @@ def _all_idle_helpers(p: StackProcess) -> bool:
     convention reads the visible threads (no main thread doing work in sight)."""
     if not p.threads:
         return False
-    return all(
+    return any(t.frames for t in p.threads) and all(
         _parked_worker(t, p)
         or ((t.idle is True or _parked(t, p.mode)) and (is_helper_thread(t) or not t.frames))
+        # faulthandler's "<no Python frame>": a native thread that runs no Python
+        or (not t.frames and t.idle is None and p.mode in _STATELESS_DUMPS)
         for t in p.threads
     )
 
@@ -1284,7 +1296,12 @@ def _parked(thread: StackThread, mode: str | None) -> bool:
     if thread.idle is not None or mode not in _STATELESS_DUMPS or not thread.frames:
         return False
     site, rule = classify_frames(thread.frames)
-    return rule is not None and (rule.strength == "weak" or site == _IDLE)
+    if rule is None:
+        # a helper's own loop innermost (vLLM's usage reporter in _report_continous_usage,
+        # usage/usage_lib.py): the C call it waits in (a sleep) is below what the dump shows
+        inner = thread.frames[0]
+        return bool(_HELPER_FRAME.search(f"{normalise_path(inner.filename)}:{inner.name}"))
+    return rule.strength == "weak" or site == _IDLE
 
 
 def pick_thread(p: StackProcess) -> tuple[StackThread | None, str | None]:

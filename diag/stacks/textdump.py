@@ -85,6 +85,16 @@ _PYSPY_ERROR = re.compile(r"^Error: (.+)$")
 # trace of the failed collective:` then `#0 all_reduce from /x/distributed_c10d.py:3068`
 _C10D_HEADER = re.compile(r"Stack trace of the failed collective:")
 _C10D_FRAME = re.compile(r"^#(\d+) (.+?) from (.+):(\d+)$")
+# UCX's backtrace of a caught signal (ucs/debug/debug.c, ucs_debug_backtrace_log: printed
+# by any process that loaded UCX, NCCL's and NIXL's transports included):
+#   [host:25036:0:25645] Caught signal 11 (Segmentation fault: ...)
+#   ==== backtrace (tid:  25645) ====
+#    1 0x000000000006a920 SaveProxy()  /path/src/proxy.cc:518
+#   =================================
+_UCX_SIGNAL = re.compile(r"^\[[^\]\s:]+:(\d+):\d+:(\d+)\] +Caught signal \d+")
+_UCX_HEADER = re.compile(r"^=+ ?backtrace \(tid: *(\d+)\) ?=+$")
+_UCX_FRAME = re.compile(r"^(\d{1,4}) +(0x[0-9a-fA-F]{4,16}) +(.*?)(?:  +(\S+))?$")
+_UCX_END = re.compile(r"^={20,}$")
 _PYSPY_CAUSE = re.compile(r"^\d+: (.+)$")
 # gdb's `thread apply all bt`: `Thread 4 (Thread 0x7f33 (LWP 2618) "pt_nccl_watchdg"):`
 # then `#0  0x00007f33 in __GI___poll (fds=..., nfds=1) at ../poll.c:29` / `#4  0x.. in ??
@@ -432,6 +442,21 @@ def _gdb_frame(address: str | None, rest: str) -> StackFrame | None:
     return replace(frame, native=True)
 
 
+def _ucx_frame(address: str, name: str, where: str | None) -> StackFrame | None:
+    """One frame of UCX's backtrace: ``SaveProxy()`` at ``proxy.cc:518``; ``???()`` is
+    the address in its library; a name the paste cut (``operator()<``) is kept as cut."""
+    name = name.strip()
+    if name.endswith("()"):
+        name = name[:-2]
+    if name.startswith("__sigaction") or name == "ucs_debug_signal_handler":
+        name = name  # (kept: the trampoline is the innermost frame, the site is above)
+    if not name or name.strip("?") == "":
+        name = f"{address} in {where}" if where else address
+    if where is not None and where.endswith(":0"):
+        where = where[:-2]  # no line known
+    return replace(make_frame(name, where or "??"), native=True)
+
+
 def _pystack_status(header: str) -> str | None:
     """py-spy's vocabulary for pystack's status bracket: a thread that has the GIL runs
     Python (``active+gil``); any other bracket says nothing about whether it runs."""
@@ -484,6 +509,8 @@ class _Channel:
         self.json_at: _Line | None = None
         self.pybt = False  # the open thread is gdb py-bt's (innermost first)
         self.gdb = False  # the open process is gdb's native `bt`
+        self.ucx = False  # the open process is UCX's signal backtrace
+        self.ucx_pid: int | None = None  # the pid of UCX's 'Caught signal' line before it
         self.cstack: _Thread | None = None  # the thread a C stack trace being read is of
         self.partial: list[_Line] = []  # a frame line held (a word wrap may have cut it)
 
@@ -513,6 +540,7 @@ class _Channel:
         self.foreign = 0
         self.pybt = False
         self.gdb = False
+        self.ucx = False
         self.cstack = None
 
     def _open(
@@ -609,7 +637,45 @@ class _Channel:
             self.close()
             self.pending = None  # a watchdog header whose dump never came
 
+    def _feed_ucx(self, ln: _Line, stripped: str) -> bool:
+        """UCX's signal backtrace: its header (or, where the paste cut it, a frame 0),
+        its frames innermost first, its closing rule."""
+        m = _UCX_SIGNAL.match(stripped)
+        if m:
+            self.ucx_pid = _small(m.group(1))
+            return True
+        m = _UCX_HEADER.match(stripped)
+        if m:
+            proc = self._open(ln, "ucx", self.ucx_pid)
+            self._new_thread(proc, _small(m.group(1)), None, None)
+            self.thread.current = True  # type: ignore[union-attr]  # the signal's thread
+            self.ucx = True
+            return True
+        m = _UCX_FRAME.match(stripped)
+        if m is None:
+            if self.ucx and _UCX_END.match(stripped):
+                self.close()
+                return True
+            return False
+        if not self.ucx:
+            if m.group(1) != "0" or self.proc is not None or self.tb is not None:
+                return False
+            # frames whose header the paste cut: frame 0 is UCX's own signal trampoline
+            proc = self._open(ln, "ucx", self.ucx_pid)
+            self._new_thread(proc, None, None, None)
+            self.thread.current = True  # type: ignore[union-attr]
+            self.ucx = True
+        if self.thread is not None:
+            frame = _ucx_frame(m.group(2), m.group(3), m.group(4))
+            if frame is not None:
+                self.thread.frames.append(frame)
+        return True
+
     def _feed_header(self, ln: _Line, stripped: str) -> bool:
+        if (self.ucx or stripped[:1].isdigit() or stripped[:1] in "=[") and self._feed_ucx(
+            ln, stripped
+        ):
+            return True
         if _C10D_HEADER.search(stripped):
             self._new_thread(self._open(ln, "c10d"), None, None, None)
             return True
