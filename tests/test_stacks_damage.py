@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from corpus_split_loader import SPLIT
+from test_corpus import TUNING_XFAIL, XFAIL
 
 from diag.analyze import analyze_text
 
@@ -27,6 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 MADE = ROOT / "fixtures" / "stacks" / "made"
 
 
+KNOWN_MISSES = frozenset({*XFAIL, *TUNING_XFAIL})
+
+
 def _dumps() -> list[tuple[str, str, str]]:
     """(id, text, wait site): tuning-part corpus dumps, then the lab's views."""
     split = SPLIT
@@ -34,6 +38,8 @@ def _dumps() -> list[tuple[str, str, str]]:
     for d in split.case_dirs():
         if d.parent.name != "stacks" or split.part_of(d) != "tuning":
             continue  # held-out cases are never read here
+        if f"stacks/{d.name}" in KNOWN_MISSES:
+            continue  # the clean dump is a known miss (a strict xfail in test_corpus)
         case = tomllib.loads((d / "case.toml").read_text())
         out.append((f"corpus/{d.name}", (d / "dump.txt").read_text(), case["wait_site"]))
     for d in sorted(MADE.iterdir()):

@@ -95,6 +95,8 @@ _UCX_SIGNAL = re.compile(r"^\[[^\]\s:]+:(\d+):\d+:(\d+)\] +Caught signal \d+")
 _UCX_HEADER = re.compile(r"^=+ ?backtrace \(tid: *(\d+)\) ?=+$")
 _UCX_FRAME = re.compile(r"^(\d{1,4}) +(0x[0-9a-fA-F]{4,16}) +(.*?)(?:  +(\S+))?$")
 _UCX_END = re.compile(r"^={20,}$")
+# a frame line of it that may open a dump whose header the paste cut: the full shape
+_UCX_HEADLESS = re.compile(r"^\d{1,4} +0x[0-9a-fA-F]{8,16} +\S.*\(\)  +\S+:\d+$")
 _PYSPY_CAUSE = re.compile(r"^\d+: (.+)$")
 # gdb's `thread apply all bt`: `Thread 4 (Thread 0x7f33 (LWP 2618) "pt_nccl_watchdg"):`
 # then `#0  0x00007f33 in __GI___poll (fds=..., nfds=1) at ../poll.c:29` / `#4  0x.. in ??
@@ -214,7 +216,8 @@ def _split_prefixes(text: str) -> tuple[str, str, RankId | None, str | None]:
 _CANDIDATE = re.compile(
     r'Thread |Current thread|Process \d|File "|Traceback|Pyspy |Stack \(|Stack trace|'
     r'KeyboardInterrupt|\.py", line \d+ in |'
-    r"^#\d+ |(?<=\s)#\d+ \S+ from \S|(?<=\s)#\d+ +0x[0-9a-fA-F]+ in |Stack of | encountered !"
+    r"^#\d+ |(?<=\s)#\d+ \S+ from \S|(?<=\s)#\d+ +0x[0-9a-fA-F]+ in |Stack of | encountered !|"
+    r"backtrace \(tid:|(?:^|\s)\d{1,4} 0x[0-9a-fA-F]{8,16} \S.*\(\) "  # UCX's backtrace
 )
 
 
@@ -658,7 +661,7 @@ class _Channel:
                 return True
             return False
         if not self.ucx:
-            if m.group(1) != "0" or self.proc is not None or self.tb is not None:
+            if self.proc is not None or self.tb is not None or not _UCX_HEADLESS.match(stripped):
                 return False
             # frames whose header the paste cut: frame 0 is UCX's own signal trampoline
             proc = self._open(ln, "ucx", self.ucx_pid)
