@@ -699,3 +699,30 @@ def test_a_frame_line_a_word_wrap_broke_is_joined_again() -> None:
     (r,) = parse_stack_text('  File "x.py" not found\n' + text)
     assert r.wait_site == "stack.nccl_collective"
 
+
+
+UCX_DUMP = """[node1:25036:0:25645] Caught signal 11 (Segmentation fault: address not mapped)
+==== backtrace (tid:  25645) ====
+ 0 0x0000000000042520 __sigaction()  ???:0
+ 1 0x000000000006a920 SaveProxy()  /src/proxy.cc:518
+ 2 0x000000000006ca3a ncclProxySaveOp()  /src/proxy.cc:546
+=================================
+==== backtrace (tid:  25700) ====
+ 0 0x0000000000042520 __sigaction()  ???:0
+ 1 0x000000000004e991 ncclAllGather()  /src/collectives.cc:88
+=================================
+"""
+
+
+def test_ucx_backtraces_take_the_signal_lines_pid_once() -> None:
+    """UCX's (ucs/debug) signal backtraces: frames innermost first, names without '()',
+    and the 'Caught signal' line's pid goes to the dump after it only."""
+    first, second = parse_stack_text(UCX_DUMP)
+    assert (first.pid, second.pid) == (25036, None)
+    names = [f.name for f in first.threads[0].frames]
+    assert names == ["__sigaction", "SaveProxy", "ncclProxySaveOp"]
+    assert (first.threads[0].frames[1].filename, first.threads[0].frames[1].line) == (
+        "/src/proxy.cc",
+        518,
+    )
+    assert first.wait_site == second.wait_site == "stack.nccl_collective"

@@ -786,15 +786,16 @@ def _check_error_ends_log(ctx: CheckContext) -> CheckOutcome | None:
     """The log's last line is an ERROR line, or it ends inside a traceback before the
     exception line, and nothing else explains it: the run ended in an error whose
     traceback (or exception) the excerpt cut off."""
-    if not ctx.records or ("python.exception" in ctx.fired and _error_explains(ctx.fired)):
+    explained = bool(_error_explains(ctx.fired))
+    if not ctx.records or (explained and "python.exception" in ctx.fired):
         return None
     tail = _tail_of(ctx.records)
     cut = _cut_traceback(tail)
-    if cut is None and _error_explains(ctx.fired):
+    if cut is None and explained:
         return None
     if cut is not None:
-        # a traceback the excerpt cut is a traceback all the same, whatever error came
-        # before it (a rank killed by a signal, then the launcher's own traceback)
+        # a traceback the excerpt cut is a traceback all the same, whatever other error
+        # came before it (a rank killed by a signal, then the launcher's own traceback)
         start, last = cut
         frames = [x.strip() for x in (last.message, *last.continuation) if FRAME.search(x)]
         where = frames[-1] if frames else last.message.strip()

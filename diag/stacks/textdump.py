@@ -91,7 +91,7 @@ _C10D_FRAME = re.compile(r"^#(\d+) (.+?) from (.+):(\d+)$")
 #   ==== backtrace (tid:  25645) ====
 #    1 0x000000000006a920 SaveProxy()  /path/src/proxy.cc:518
 #   =================================
-_UCX_SIGNAL = re.compile(r"^\[[^\]\s:]+:(\d+):\d+:(\d+)\] +Caught signal \d+")
+_UCX_SIGNAL = re.compile(r"^\[[^\]\s:]+:(\d+):\d+:\d+\] +Caught signal \d+")
 _UCX_HEADER = re.compile(r"^=+ ?backtrace \(tid: *(\d+)\) ?=+$")
 _UCX_FRAME = re.compile(r"^(\d{1,4}) +(0x[0-9a-fA-F]{4,16}) +(.*?)(?:  +(\S+))?$")
 _UCX_END = re.compile(r"^={20,}$")
@@ -217,7 +217,7 @@ _CANDIDATE = re.compile(
     r'Thread |Current thread|Process \d|File "|Traceback|Pyspy |Stack \(|Stack trace|'
     r'KeyboardInterrupt|\.py", line \d+ in |'
     r"^#\d+ |(?<=\s)#\d+ \S+ from \S|(?<=\s)#\d+ +0x[0-9a-fA-F]+ in |Stack of | encountered !|"
-    r"backtrace \(tid:|(?:^|\s)\d{1,4} 0x[0-9a-fA-F]{8,16} \S.*\(\) "  # UCX's backtrace
+    r"\] +Caught signal \d|backtrace \(tid:|(?:^|\s)\d{1,4} 0x[0-9a-fA-F]{8,16} \S.*\(\) "  # UCX
 )
 
 
@@ -445,14 +445,13 @@ def _gdb_frame(address: str | None, rest: str) -> StackFrame | None:
     return replace(frame, native=True)
 
 
-def _ucx_frame(address: str, name: str, where: str | None) -> StackFrame | None:
+def _ucx_frame(address: str, name: str, where: str | None) -> StackFrame:
     """One frame of UCX's backtrace: ``SaveProxy()`` at ``proxy.cc:518``; ``???()`` is
-    the address in its library; a name the paste cut (``operator()<``) is kept as cut."""
+    the address in its library; a name the paste cut (``operator()<``) is kept as cut.
+    The signal trampoline (``__sigaction``) stays the innermost frame: the site is above."""
     name = name.strip()
     if name.endswith("()"):
         name = name[:-2]
-    if name.startswith("__sigaction") or name == "ucs_debug_signal_handler":
-        name = name  # (kept: the trampoline is the innermost frame, the site is above)
     if not name or name.strip("?") == "":
         name = f"{address} in {where}" if where else address
     if where is not None and where.endswith(":0"):
@@ -640,6 +639,11 @@ class _Channel:
             self.close()
             self.pending = None  # a watchdog header whose dump never came
 
+    def _take_ucx_pid(self) -> int | None:
+        """The pid of the 'Caught signal' line before a UCX dump: its dump's, once."""
+        pid, self.ucx_pid = self.ucx_pid, None
+        return pid
+
     def _feed_ucx(self, ln: _Line, stripped: str) -> bool:
         """UCX's signal backtrace: its header (or, where the paste cut it, a frame 0),
         its frames innermost first, its closing rule."""
@@ -649,7 +653,7 @@ class _Channel:
             return True
         m = _UCX_HEADER.match(stripped)
         if m:
-            proc = self._open(ln, "ucx", self.ucx_pid)
+            proc = self._open(ln, "ucx", self._take_ucx_pid())
             self._new_thread(proc, _small(m.group(1)), None, None)
             self.thread.current = True  # type: ignore[union-attr]  # the signal's thread
             self.ucx = True
@@ -664,14 +668,12 @@ class _Channel:
             if self.proc is not None or self.tb is not None or not _UCX_HEADLESS.match(stripped):
                 return False
             # frames whose header the paste cut: frame 0 is UCX's own signal trampoline
-            proc = self._open(ln, "ucx", self.ucx_pid)
+            proc = self._open(ln, "ucx", self._take_ucx_pid())
             self._new_thread(proc, None, None, None)
             self.thread.current = True  # type: ignore[union-attr]
             self.ucx = True
         if self.thread is not None:
-            frame = _ucx_frame(m.group(2), m.group(3), m.group(4))
-            if frame is not None:
-                self.thread.frames.append(frame)
+            self.thread.frames.append(_ucx_frame(m.group(2), m.group(3), m.group(4)))
         return True
 
     def _feed_header(self, ln: _Line, stripped: str) -> bool:
