@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from diag.parse import pipeline
+from diag.parse import native, pipeline
 from diag.parse.pipeline import RepeatCap
 from diag.parse.prefilter import Lines
 
@@ -55,15 +55,24 @@ def _lines(chunk: bytes, rng: random.Random) -> tuple[Lines, Any]:
     return Lines(nl=nl, size=len(chunk), candidates=cand), cand
 
 
+_NATIVE = native.load()
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
 @pytest.mark.parametrize("seed", range(12))
-def test_columnar_cap_equals_the_loop(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_columnar_cap_equals_the_loop(
+    seed: int, engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both ways of telling kinds apart: their bytes (in Python), a 64-bit hash (in C)."""
+    if engine == "native" and _NATIVE is None:
+        pytest.skip("no C compiler: the scanner is not built")
     rng = random.Random(seed)
     # small limits so that every branch is taken: free lines, the cap, the budget, late
     monkeypatch.setattr(pipeline, "REPEAT_CAP_AFTER", rng.choice((0, 50, 400)))
     monkeypatch.setattr(pipeline, "REPEAT_KEEP", rng.choice((2, 5, 20)))
     monkeypatch.setattr(pipeline, "REPEAT_BUDGET", rng.choice((30, 200, 10_000)))
     monkeypatch.setattr(pipeline, "REPEAT_KEEP_LATE", rng.choice((1, 2)))
-    cap = RepeatCap()
+    cap = RepeatCap(_NATIVE if engine == "native" else None)
     ref: dict[str, Any] = {"kinds": {}, "skipping": False, "parsed": 0, "late": 0}
     g0 = 0
     for chunk in _chunks(rng, 6, rng.choice((5, 120, 700)), new=rng.choice((0.02, 0.3))):

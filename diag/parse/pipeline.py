@@ -112,11 +112,15 @@ class RepeatCap:
     chunk's rest is decided again with the late limit). The result is that of
     :meth:`split_lines`, the line-by-line loop it replaces (tests compare the two)."""
 
-    __slots__ = ("count", "ids", "late", "next_id", "parsed", "skipping")
+    __slots__ = ("count", "ids", "late", "native", "next_id", "parsed", "skipping")
 
-    def __init__(self) -> None:
+    def __init__(self, native: Any = None) -> None:
+        """``native``: diag's compiled scanner (or :func:`diag.parse.native.load`, called
+        on first use): kinds are then told apart by a 64-bit hash computed in C, not by
+        their bytes."""
+        self.native = native
         self.ids: dict[bytes, int] = {}  # kind -> its number
-        self.count: dict[int, int] = {}  # kind number -> lines of that kind seen
+        self.count: dict[int, int] = {}  # kind number (or hash) -> lines of that kind seen
         self.next_id = 0
         self.skipping = False
         self.parsed = 0  # candidate lines parsed past the first REPEAT_CAP_AFTER lines
@@ -144,8 +148,12 @@ class RepeatCap:
             np.zeros(n, dtype=np.uint8))
         indented = ~empty & ((first == 32) | (first == 9))
         head = ~empty & ~indented
+        if callable(self.native):
+            self.native = self.native()
+        nat = self.native
         # (bytes: a kind is a dict key; a chunk of few candidates is not copied whole)
-        data = bytes(chunk) if isinstance(chunk, bytearray) and n > 256 else chunk
+        data = bytes(chunk) if isinstance(chunk, bytearray) and n > 256 and nat is None else (
+            chunk)
         ctl = np.flatnonzero(head & ((first == 13) | (first == 11) | (first == 12)))
         for j in ctl.tolist():  # a line of only control white space: kept, like a blank
             a = int(starts[j])
@@ -156,12 +164,17 @@ class RepeatCap:
         if len(hpos):
             hs = starts[hpos]
             he = np.minimum(ends[hpos], hs + 160)
-            cut: Iterator[Any] = map(data.__getitem__, map(slice, hs.tolist(), he.tolist()))
-            raws: Iterator[bytes] = map(bytes, cut) if isinstance(data, bytearray) else cut
-            kinds = map(bytes.translate, raws, repeat(None), repeat(b"0123456789"))
-            ids = np.fromiter(map(self.ids.setdefault, kinds, count(self.next_id)),
-                              dtype=np.int64, count=len(hpos))
-            self.next_id += len(hpos)
+            ids: Any
+            if nat is not None:
+                # compiled: a 64-bit hash of each kind (the kinds themselves never built)
+                ids = nat.kinds(data, hs, he)
+            else:
+                cut: Iterator[Any] = map(data.__getitem__, map(slice, hs.tolist(), he.tolist()))
+                raws: Iterator[bytes] = map(bytes, cut) if isinstance(data, bytearray) else cut
+                kinds = map(bytes.translate, raws, repeat(None), repeat(b"0123456789"))
+                ids = np.fromiter(map(self.ids.setdefault, kinds, count(self.next_id)),
+                                  dtype=np.int64, count=len(hpos))
+                self.next_id += len(hpos)
             uniq, inv, cnt = np.unique(ids, return_inverse=True, return_counts=True)
             inv = inv.reshape(-1)
             counts = self.count
@@ -176,14 +189,20 @@ class RepeatCap:
         pos = np.arange(n)
         lasthead = np.maximum.accumulate(np.where(head, pos, -1))
         ind_pos = np.flatnonzero(indented)
+        ind_full: Any = None  # per indented line: not blank (computed in C, once)
+        if nat is not None and len(ind_pos):
+            ind_full = nat.nonblank(data, starts[ind_pos], ends[ind_pos])
 
         def decide(limit: Any) -> tuple[Any, Any]:
             drop = head & (seen > limit)
             # an indented line after a dropped head is dropped too (unless blank)
             state = np.where(lasthead >= 0, drop[np.maximum(lasthead, 0)], self.skipping)
-            for j in ind_pos[state[ind_pos]].tolist():
-                if data[int(starts[j]) : int(ends[j])].strip():
-                    drop[j] = True
+            if ind_full is not None:
+                drop[ind_pos[state[ind_pos] & ind_full]] = True
+            else:
+                for j in ind_pos[state[ind_pos]].tolist():
+                    if data[int(starts[j]) : int(ends[j])].strip():
+                        drop[j] = True
             kept = ~drop & (head | indented)
             return drop, kept
 
@@ -265,7 +284,9 @@ class _Run:
     ) -> None:
         self.literals = literals
         self.col = col
-        self.cap = RepeatCap()
+        from diag.parse import native
+
+        self.cap = RepeatCap(native.load)
         self.glines = 0  # lines of earlier chunks (all sources)
         self._matcher: object | None = None
 
@@ -287,7 +308,11 @@ class _Run:
         if b"\x00" in chunk:
             self.col.nul_bytes += chunk.count(b"\x00")
         if not chunk.isascii():
-            self.col.undecodable += decode(chunk)[1]
+            nat = self.cap.native
+            if callable(nat):
+                nat = self.cap.native = nat()
+            if nat is None or not nat.utf8_valid(chunk):
+                self.col.undecodable += decode(chunk)[1]
 
     # -- line by line --------------------------------------------------------------
 

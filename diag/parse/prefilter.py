@@ -224,6 +224,23 @@ class Matcher:
         self.labels = tuple(labels)
         self._before = {i for i, lit in enumerate(self.literals) if lit in _WITH_LINE_BEFORE}
         self._hs: Any = None
+        self._ac: Any = None
+        from diag.parse import native
+
+        nat = self._nat = native.load()
+        if nat is not None:
+            pats = [lit.encode("utf-8", "surrogatepass") for lit in self.literals]
+            pats += [lab.encode("utf-8", "surrogatepass") for lab in self.labels]
+            kinds = [1 if i in self._before else 0 for i in range(len(self.literals))]
+            kinds += [2] * len(self.labels)
+            if len(self.labels) <= 64:
+                try:
+                    self._ac = native.Automaton(nat, pats, kinds, caseless=True, special=True)
+                except MemoryError:  # pragma: no cover - Hyperscan takes over
+                    self._ac = None
+        if self._ac is not None:
+            self.engine = "native"
+            return
         hyperscan: Any
         try:
             import hyperscan
@@ -253,6 +270,8 @@ class Matcher:
 
     def newlines(self, chunk: bytes | bytearray) -> Any:
         """Offsets of the newlines of ``chunk`` (numpy int64)."""
+        if self._nat is not None:
+            return self._nat.newlines(chunk)
         np = self._np
         return np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
 
@@ -264,7 +283,10 @@ class Matcher:
             nl = self.newlines(chunk)
         size = len(chunk)
         n_lines = len(nl) + (1 if size and (not len(nl) or int(nl[-1]) != size - 1) else 0)
-        if self._hs is not None:
+        if self._ac is not None:
+            cands, bits = self._ac.candidates(chunk, nl, n_lines)
+            present = frozenset(lab for j, lab in enumerate(self.labels) if bits >> j & 1)
+        elif self._hs is not None:
             cands, present = self._hyperscan(chunk, nl, n_lines)
         else:
             cands = self._polars(chunk, n_lines)
@@ -362,8 +384,12 @@ class _KeyScan:
     when a key is new (keys are a log's own, not cached on disk). The real-corpus mix's
     167 keys cost 0.3 s per 8 MiB chunk with one ``rfind`` / ``find`` each."""
 
-    def __init__(self, hyperscan: Any) -> None:
+    def __init__(self, hyperscan: Any, native: Any = None) -> None:
+        """``hyperscan`` (the module) or ``native`` (diag's compiled scanner, which then
+        finds each key's last line on a line not dropped exactly, in one backward walk
+        that skips the dropped lines): at least one of them."""
         self._hs = hyperscan
+        self._native = native
         self.keys: tuple[str, ...] = ()
         self._rev: Any = None
         self._fwd: Any = None
@@ -372,10 +398,18 @@ class _KeyScan:
     def _build(self, keys: Iterable[str]) -> None:
         self.keys = tuple(sorted(keys))
         enc = [k.encode("utf-8", "surrogatepass") for k in self.keys]
-        self._rev = self._db([_hs_bytes(k[::-1]) for k in enc])
+        if self._native is not None:
+            from diag.parse.native import Automaton
+
+            self._rev = Automaton(self._native, [k[::-1] for k in enc], [0] * len(enc),
+                                  caseless=False, special=False)
+        else:
+            self._rev = self._db([_hs_bytes(k[::-1]) for k in enc])
         self._probes = [k + lit.encode() for k in enc if k.endswith(b"] ")
                         for lit in _KEYED_BULK]
-        self._fwd = self._db([_hs_bytes(p) for p in self._probes]) if self._probes else None
+        self._fwd = None
+        if self._probes and self._hs is not None:
+            self._fwd = self._db([_hs_bytes(p) for p in self._probes])
 
     def _db(self, exprs: list[bytes]) -> Any:
         hs = self._hs
@@ -401,6 +435,15 @@ class _KeyScan:
         if not self.keys:
             return last, first
         names = self.keys
+        if self._native is not None:
+            mask = None
+            if dropped:
+                mask = np.zeros(len(lines) + 1, dtype=np.uint8)
+                mask[np.fromiter(dropped, dtype=np.int64, count=len(dropped))] = 1
+            offsets = self._rev.last(chunk, lines.nl, mask)
+            last = {names[i]: at for i, at in enumerate(offsets.tolist()) if at >= 0}
+            self._first(chunk, skip, first)
+            return last, first
         arr = np.frombuffer(chunk, dtype=np.uint8)
 
         def on_last(ident: int, _frm: int, to: int, _flags: int, _ctx: object) -> None:
@@ -442,24 +485,42 @@ class _KeyScan:
                     self._rev.scan(blank[::-1].copy(), match_event_handler=on_last)
                     if need.issubset(last) or lo == 0:
                         break
-        if self._fwd is not None and not skip.issuperset(self._probes):
-            probes = self._probes
-
-            def on_first(ident: int, _frm: int, to: int, _flags: int, _ctx: object) -> None:
-                p = probes[ident]
-                if p not in skip:
-                    first[p] = to - len(p)
-
-            self._fwd.scan(chunk, match_event_handler=on_first)
+        self._first(chunk, skip, first)
         return last, first
+
+    def _first(self, chunk: bytes | bytearray, skip: set[bytes], first: dict[bytes, int]) -> None:
+        """The first occurrence of each probe not in ``skip`` (into ``first``)."""
+        probes = self._probes
+        if not probes or skip.issuperset(probes):
+            return
+        if self._fwd is None:  # no Hyperscan: one find per probe still looked for
+            for p in probes:
+                if p not in skip:
+                    j = chunk.find(p)
+                    if j >= 0:
+                        first[p] = j
+            return
+
+        def on_first(ident: int, _frm: int, to: int, _flags: int, _ctx: object) -> None:
+            p = probes[ident]
+            if p not in skip:
+                first[p] = to - len(p)
+
+        self._fwd.scan(chunk, match_event_handler=on_first)
 
 
 def _key_scanner() -> _KeyScan | bool:
+    from diag.parse import native
+
+    nat = native.load()
+    hyperscan: Any
     try:
         import hyperscan
     except ImportError:  # pragma: no cover - hyperscan ships wheels for x86-64 and arm64
+        hyperscan = None
+    if hyperscan is None and nat is None:
         return False
-    return _KeyScan(hyperscan)
+    return _KeyScan(hyperscan, nat)
 
 
 class SourceScan:

@@ -1,0 +1,452 @@
+/* diag's line scanner: a multi-literal automaton (Aho-Corasick, as one dense DFA over byte
+ * classes) and the per-line passes the prefilter needs, so that no line costs a call into
+ * Python. Built by diag/parse/native.py with the system C compiler on first use (cached by
+ * this file's hash) and called through ctypes; without a compiler diag uses Hyperscan.
+ *
+ * Three passes over a chunk of whole lines:
+ *   dg_candidates  marks the lines that hold a candidate literal (any ASCII case), the line
+ *                  before a "with line before" literal, an indented line and the line before
+ *                  it, a line with a carriage return inside, a line starting "#<digit>"; and
+ *                  reports which case-sensitive labels occur in the chunk;
+ *   dg_last        the start of each key's last occurrence on a line not marked dropped,
+ *                  walking the chunk backwards with an automaton of the reversed keys;
+ *   dg_kinds       a 64-bit hash of each line's kind (its first 160 bytes, digits deleted).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FLAG 0x80000000u
+#define MASK 0x7fffffffu
+
+enum { OUT_CAND = 1, OUT_PREV = 2, OUT_LIST = 4 };
+
+typedef struct {
+    int32_t n_states;
+    int32_t n_classes;
+    int32_t caseless;
+    uint8_t cls[256];      /* byte -> class (0: a byte in no pattern) */
+    uint32_t *delta;       /* n_states * n_classes; FLAG set on entries into a state with output */
+    uint8_t *out;          /* per state: OUT_* bits, unioned along the failure chain */
+    int32_t *own;          /* per state: first pattern ending exactly here (-1: none) */
+    int32_t *next_own;     /* per pattern: next pattern ending at the same state */
+    int32_t *dict;         /* per state: nearest state down its failure chain with own patterns */
+    int32_t n_patterns;
+    int32_t *plen;         /* per pattern: length */
+    int32_t *kind;         /* per pattern: 0 candidate, 1 candidate + line before, 2 listed */
+    int32_t *bit;          /* per pattern: its index among the kind-2 patterns */
+    uint8_t **pat;         /* per pattern: its bytes as given (for the case-sensitive check) */
+    int32_t nl_class;      /* class of '\n' */
+    int32_t cr_class;      /* class of '\r' (candidate automata only; else -1) */
+} dg_ac;
+
+static uint8_t fold(uint8_t b, int caseless) {
+    return (caseless && b >= 'A' && b <= 'Z') ? (uint8_t)(b + 32) : b;
+}
+
+void dg_free(dg_ac *ac) {
+    if (!ac) return;
+    free(ac->delta); free(ac->out); free(ac->own); free(ac->next_own); free(ac->dict);
+    free(ac->plen); free(ac->kind); free(ac->bit);
+    if (ac->pat) {
+        for (int32_t i = 0; i < ac->n_patterns; i++) free(ac->pat[i]);
+        free(ac->pat);
+    }
+    free(ac);
+}
+
+/* patterns: n byte strings (data concatenated, lens[i] each); kinds[i]: 0/1/2 as above.
+ * caseless: ASCII letters match either case (the check of kind 2 is case-sensitive in
+ * any automaton: those are labels). special: classes of their own for '\n' and '\r'. */
+dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, int32_t n,
+                int32_t caseless, int32_t special) {
+    dg_ac *ac = calloc(1, sizeof(dg_ac));
+    if (!ac) return NULL;
+    ac->caseless = caseless;
+    ac->n_patterns = n;
+    ac->plen = malloc(sizeof(int32_t) * (n ? n : 1));
+    ac->kind = malloc(sizeof(int32_t) * (n ? n : 1));
+    ac->bit = malloc(sizeof(int32_t) * (n ? n : 1));
+    ac->pat = calloc(n ? n : 1, sizeof(uint8_t *));
+    ac->next_own = malloc(sizeof(int32_t) * (n ? n : 1));
+    if (!ac->plen || !ac->kind || !ac->bit || !ac->pat || !ac->next_own) { dg_free(ac); return NULL; }
+    /* byte classes */
+    int used[256] = {0};
+    int64_t total = 1;
+    const uint8_t *p = data;
+    for (int32_t i = 0; i < n; i++) {
+        for (int32_t j = 0; j < lens[i]; j++) used[fold(p[j], caseless)] = 1;
+        total += lens[i];
+        p += lens[i];
+    }
+    int32_t k = 1;
+    ac->nl_class = -1;
+    ac->cr_class = -1;
+    for (int b = 0; b < 256; b++) {
+        if (caseless && b >= 'A' && b <= 'Z') continue;
+        if (used[b] || (b == '\n') || (special && b == '\r')) ac->cls[b] = (uint8_t)k++;
+    }
+    if (caseless)
+        for (int b = 'A'; b <= 'Z'; b++) ac->cls[b] = ac->cls[b + 32];
+    ac->nl_class = ac->cls['\n'];
+    if (special) ac->cr_class = ac->cls['\r'];
+    ac->n_classes = k;
+    if (k > 255 || total > (int64_t)(MASK / 2)) { dg_free(ac); return NULL; }
+    /* trie: delta doubles as the goto function (0 = no edge; the root is never a target) */
+    size_t cells = (size_t)total * (size_t)k;
+    ac->delta = calloc(cells, sizeof(uint32_t));
+    ac->out = calloc((size_t)total, 1);
+    ac->own = malloc(sizeof(int32_t) * (size_t)total);
+    ac->dict = malloc(sizeof(int32_t) * (size_t)total);
+    int32_t *fail = malloc(sizeof(int32_t) * (size_t)total);
+    int32_t *queue = malloc(sizeof(int32_t) * (size_t)total);
+    if (!ac->delta || !ac->out || !ac->own || !ac->dict || !fail || !queue) {
+        free(fail); free(queue); dg_free(ac); return NULL;
+    }
+    for (int64_t s = 0; s < total; s++) { ac->own[s] = -1; ac->dict[s] = -1; }
+    int32_t states = 1, listed = 0;
+    p = data;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t len = lens[i];
+        ac->plen[i] = len;
+        ac->kind[i] = kinds[i];
+        ac->bit[i] = kinds[i] == 2 ? listed++ : -1;
+        ac->pat[i] = malloc(len ? (size_t)len : 1);
+        if (!ac->pat[i]) { free(fail); free(queue); dg_free(ac); return NULL; }
+        memcpy(ac->pat[i], p, (size_t)len);
+        int32_t s = 0;
+        for (int32_t j = 0; j < len; j++) {
+            uint32_t *cell = &ac->delta[(size_t)s * k + ac->cls[fold(p[j], caseless)]];
+            if (!*cell) *cell = (uint32_t)states++;
+            s = (int32_t)*cell;
+        }
+        p += len;
+        if (len == 0) continue;
+        ac->next_own[i] = ac->own[s];
+        ac->own[s] = i;
+        if (kinds[i] == 0) ac->out[s] |= OUT_CAND;
+        else if (kinds[i] == 1) ac->out[s] |= OUT_CAND | OUT_PREV;
+        else ac->out[s] |= OUT_LIST;
+    }
+    ac->n_states = states;
+    /* breadth first: failure links, then the full transition function */
+    int32_t head = 0, tail = 0;
+    fail[0] = 0;
+    for (int32_t c = 0; c < k; c++) {
+        uint32_t t = ac->delta[c];
+        if (t) { fail[t] = 0; queue[tail++] = (int32_t)t; }
+    }
+    while (head < tail) {
+        int32_t s = queue[head++];
+        int32_t f = fail[s];
+        ac->out[s] |= ac->out[f];
+        ac->dict[s] = ac->own[f] >= 0 ? f : ac->dict[f];
+        uint32_t *row = &ac->delta[(size_t)s * k];
+        const uint32_t *frow = &ac->delta[(size_t)f * k];
+        for (int32_t c = 0; c < k; c++) {
+            if (row[c]) {
+                int32_t t = (int32_t)row[c];
+                fail[t] = (int32_t)(frow[c] & MASK);
+                queue[tail++] = t;
+            } else {
+                row[c] = frow[c] & MASK;
+            }
+        }
+    }
+    free(fail);
+    free(queue);
+    /* FLAG: entries into states with output, and every entry of the newline / CR classes */
+    for (int64_t s = 0; s < states; s++) {
+        uint32_t *row = &ac->delta[(size_t)s * k];
+        for (int32_t c = 0; c < k; c++) {
+            if (c == ac->nl_class) row[c] = FLAG;  /* to the root */
+            else if (c == ac->cr_class) row[c] = FLAG;
+            else if (ac->out[row[c] & MASK]) row[c] |= FLAG;
+        }
+    }
+    /* entries hold the target's row offset (state * classes): no multiply per byte */
+    for (size_t c = 0; c < (size_t)states * (size_t)k; c++) {
+        uint32_t t = ac->delta[c];
+        ac->delta[c] = (t & FLAG) | ((t & MASK) * (uint32_t)k);
+    }
+    return ac;
+}
+
+int32_t dg_states(const dg_ac *ac) { return ac->n_states; }
+
+/* The candidate pass. mask: n_lines bytes, set to 1 for each candidate line (the caller
+ * zeroes it); nl: offsets of the chunk's n_nl newlines. Returns the labels found as bits
+ * (order among the kind-2 patterns, at most 64). The chunk is cut at newlines into LANES
+ * parts walked in lock-step: one automaton walk is a chain of dependent loads, several
+ * independent ones keep the core busy. */
+#define LANES 8
+
+typedef struct { int64_t i, end, line; uint32_t s; } lane_t;
+
+static inline void hit(const dg_ac *ac, const uint8_t *buf, int64_t size, uint8_t *mask,
+                       int64_t n_lines, lane_t *L, uint8_t b, uint32_t k, uint64_t *labels) {
+    int64_t i = L->i;
+    if (b == '\n') {
+        int64_t line = ++L->line;
+        if (i + 1 < size && line < n_lines) {
+            uint8_t nb = buf[i + 1];
+            if (nb == ' ' || nb == '\t') { mask[line] = 1; mask[line - 1] = 1; }
+            else if (nb == '#' && i + 2 < size && buf[i + 2] >= '0' && buf[i + 2] <= '9')
+                mask[line] = 1;
+        }
+        return;
+    }
+    int64_t line = L->line;
+    if (b == '\r') {
+        if (i + 1 < size && buf[i + 1] != '\n' && line < n_lines) mask[line] = 1;
+        return;
+    }
+    int32_t st = (int32_t)(L->s / k);
+    uint8_t o = ac->out[st];
+    if (line < n_lines) {
+        if (o & OUT_CAND) mask[line] = 1;
+        if ((o & OUT_PREV) && line > 0) mask[line - 1] = 1;
+    }
+    if (o & OUT_LIST) {
+        if (ac->own[st] < 0) st = ac->dict[st];
+        while (st >= 0) {
+            for (int32_t pi = ac->own[st]; pi >= 0; pi = ac->next_own[pi]) {
+                int32_t len = ac->plen[pi];
+                if (ac->kind[pi] == 2 && ac->bit[pi] < 64 && i + 1 >= len &&
+                    memcmp(buf + i + 1 - len, ac->pat[pi], (size_t)len) == 0)
+                    *labels |= 1ull << ac->bit[pi];
+            }
+            st = ac->dict[st];
+        }
+    }
+}
+
+uint64_t dg_candidates(const dg_ac *ac, const uint8_t *buf, int64_t size, const int64_t *nl,
+                       int64_t n_nl, uint8_t *mask, int64_t n_lines) {
+    const uint32_t *delta = ac->delta;
+    const uint8_t *cls = ac->cls;
+    const uint32_t k = (uint32_t)ac->n_classes;
+    uint64_t labels = 0;
+    if (size <= 0 || n_lines <= 0) return 0;
+    {
+        uint8_t b0 = buf[0];
+        if (b0 == ' ' || b0 == '\t') mask[0] = 1;
+        if (b0 == '#' && size > 1 && buf[1] >= '0' && buf[1] <= '9') mask[0] = 1;
+    }
+    /* lanes: part j starts after the first newline at or past j * size / LANES */
+    lane_t lane[LANES];
+    int64_t prev_end = 0;
+    int64_t prev_line = 0;
+    for (int j = 0; j < LANES; j++) {
+        lane[j].i = prev_end;
+        lane[j].line = prev_line;
+        lane[j].s = 0;
+        int64_t end = size;
+        if (j < LANES - 1 && n_nl > 0) {
+            int64_t want = (size / LANES) * (j + 1);
+            /* first newline at or after want */
+            int64_t lo = 0, hi = n_nl;
+            while (lo < hi) { int64_t mid = (lo + hi) / 2; if (nl[mid] < want) lo = mid + 1; else hi = mid; }
+            if (lo < n_nl && nl[lo] + 1 > prev_end) { end = nl[lo] + 1; prev_line = lo + 1; }
+            else { end = prev_end; }
+        }
+        if (j == LANES - 1) end = size;
+        if (end < prev_end) end = prev_end;
+        lane[j].end = end;
+        prev_end = end;
+    }
+    /* the newline ending a lane belongs to it: the next lane starts on the line after */
+    for (;;) {
+        int active = 0;
+        for (int j = 0; j < LANES; j++) active += lane[j].i < lane[j].end;
+        if (active < LANES) break;
+        int64_t steps = lane[0].end - lane[0].i;
+        for (int j = 1; j < LANES; j++)
+            if (lane[j].end - lane[j].i < steps) steps = lane[j].end - lane[j].i;
+        for (int64_t n = 0; n < steps; n++) {
+            for (int j = 0; j < LANES; j++) {
+                uint8_t b = buf[lane[j].i];
+                uint32_t t = delta[lane[j].s + cls[b]];
+                lane[j].s = t & MASK;
+                if (t & FLAG) hit(ac, buf, size, mask, n_lines, &lane[j], b, k, &labels);
+                lane[j].i++;
+            }
+        }
+    }
+    for (int j = 0; j < LANES; j++) {
+        while (lane[j].i < lane[j].end) {
+            uint8_t b = buf[lane[j].i];
+            uint32_t t = delta[lane[j].s + cls[b]];
+            lane[j].s = t & MASK;
+            if (t & FLAG) hit(ac, buf, size, mask, n_lines, &lane[j], b, k, &labels);
+            lane[j].i++;
+        }
+    }
+    return labels;
+}
+
+/* The start offset of each pattern's last occurrence in buf on a line whose dropped[] byte
+ * is 0 (dropped may be NULL), or -1. The automaton holds the patterns reversed (built
+ * case-sensitive): it walks buf from its end. nl: offsets of the n_nl newlines. Stops once
+ * every pattern was found. Returns how many were found. */
+int32_t dg_last(const dg_ac *ac, const uint8_t *buf, int64_t size, const int64_t *nl,
+                int64_t n_nl, const uint8_t *dropped, int64_t *out) {
+    const uint32_t *delta = ac->delta;
+    const uint8_t *cls = ac->cls;
+    const uint32_t k = (uint32_t)ac->n_classes;
+    int32_t found = 0, n = ac->n_patterns;
+    for (int32_t i = 0; i < n; i++) out[i] = -1;
+    if (n == 0 || size <= 0) return 0;
+    /* the line of the last byte: a chunk not ending in a newline has one line more */
+    int64_t line = (n_nl > 0 && nl[n_nl - 1] == size - 1) ? n_nl - 1 : n_nl;
+    int64_t i = size - 1;
+    while (i >= 0) {
+        int64_t start = line > 0 ? nl[line - 1] + 1 : 0;  /* this line's first byte */
+        int64_t end = i;  /* its last byte, or its newline */
+        if (dropped && dropped[line]) {
+            i = start - 1;
+            line--;
+            continue;
+        }
+        uint32_t s = 0;
+        for (int64_t j = end; j >= start; j--) {
+            uint8_t b = buf[j];
+            uint32_t t = delta[s + cls[b]];
+            if (!(t & FLAG)) { s = t; continue; }
+            s = t & MASK;
+            if (b == '\n') continue;
+            int32_t st = (int32_t)(s / (uint32_t)k);
+            if (ac->own[st] < 0) st = ac->dict[st];
+            while (st >= 0) {
+                for (int32_t pi = ac->own[st]; pi >= 0; pi = ac->next_own[pi]) {
+                    if (out[pi] < 0) {
+                        out[pi] = j;
+                        if (++found == n) return found;
+                    }
+                }
+                st = ac->dict[st];
+            }
+        }
+        i = start - 1;
+        line--;
+    }
+    return found;
+}
+
+/* Kind hash of each line [starts[i], ends[i]): its first 160 bytes with the digits
+ * deleted, hashed to 64 bits: the kept bytes are packed 8 to a word and each word mixed
+ * in (xor, multiply, rotate), the count of kept bytes last, then a final avalanche. Runs of 8
+ * bytes without a digit (found with a word-wide test) are appended in one step. */
+static inline uint64_t mix(uint64_t h, uint64_t w) {
+    h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+    return (h << 29) | (h >> 35);
+}
+
+void dg_kinds(const uint8_t *buf, const int64_t *starts, const int64_t *ends, int64_t n,
+              uint64_t *out) {
+    for (int64_t i = 0; i < n; i++) {
+        int64_t a = starts[i], b = ends[i];
+        if (b - a > 160) b = a + 160;
+        uint64_t h = 0x243f6a8885a308d3ull, w = 0;
+        unsigned fill = 0;
+        uint64_t kept = 0;
+        int64_t j = a;
+        while (j < b) {
+            if (b - j >= 8) {
+                uint64_t x, y;
+                memcpy(&x, buf + j, 8);
+                y = x ^ 0x3030303030303030ull;  /* digits become bytes 0..9 */
+                if (!((y - 0x0a0a0a0a0a0a0a0aull) & ~y & 0x8080808080808080ull)) {
+                    /* 8 bytes, no digit: appended to the packed stream at once */
+                    if (fill == 0) {
+                        h = mix(h, x);
+                    } else {
+                        w |= x << (8 * fill);
+                        h = mix(h, w);
+                        w = x >> (64 - 8 * fill);
+                    }
+                    kept += 8;
+                    j += 8;
+                    continue;
+                }
+            }
+            uint8_t c = buf[j++];
+            if ((uint8_t)(c - '0') < 10) continue;
+            w |= (uint64_t)c << (8 * fill);
+            if (++fill == 8) { h = mix(h, w); w = 0; fill = 0; }
+            kept++;
+        }
+        h = mix(h, w);
+        h = mix(h, kept);
+        h ^= h >> 31; h *= 0xd6e8feb86659fd93ull; h ^= h >> 32;
+        out[i] = h;
+    }
+}
+
+/* The offsets of the newlines of buf into out (room for n_out); returns how many there
+ * are (when more than n_out, only the first n_out were written). */
+int64_t dg_newlines(const uint8_t *buf, int64_t size, int64_t *out, int64_t n_out) {
+    int64_t n = 0;
+    const uint8_t *p = buf, *end = buf + size;
+    while (p < end) {
+        const uint8_t *q = memchr(p, '\n', (size_t)(end - p));
+        if (!q) break;
+        if (n < n_out) out[n] = q - buf;
+        n++;
+        p = q + 1;
+    }
+    return n;
+}
+
+/* 1 when buf is valid UTF-8 as Python's strict decoder reads it (no overlong forms, no
+ * surrogates, nothing past U+10FFFF), else 0. */
+int32_t dg_utf8_valid(const uint8_t *buf, int64_t size) {
+    int64_t i = 0;
+    while (i < size) {
+        /* ASCII 8 bytes at a time */
+        while (i + 8 <= size) {
+            uint64_t w;
+            memcpy(&w, buf + i, 8);
+            if (w & 0x8080808080808080ull) break;
+            i += 8;
+        }
+        if (i >= size) break;
+        uint8_t c = buf[i];
+        if (c < 0x80) { i++; continue; }
+        if (c >= 0xC2 && c <= 0xDF) {
+            if (i + 1 >= size || (buf[i + 1] & 0xC0) != 0x80) return 0;
+            i += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            if (i + 2 >= size) return 0;
+            uint8_t c1 = buf[i + 1], c2 = buf[i + 2];
+            if ((c1 & 0xC0) != 0x80 || (c2 & 0xC0) != 0x80) return 0;
+            if (c == 0xE0 && c1 < 0xA0) return 0;  /* overlong */
+            if (c == 0xED && c1 > 0x9F) return 0;  /* surrogate */
+            i += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            if (i + 3 >= size) return 0;
+            uint8_t c1 = buf[i + 1], c2 = buf[i + 2], c3 = buf[i + 3];
+            if ((c1 & 0xC0) != 0x80 || (c2 & 0xC0) != 0x80 || (c3 & 0xC0) != 0x80) return 0;
+            if (c == 0xF0 && c1 < 0x90) return 0;  /* overlong */
+            if (c == 0xF4 && c1 > 0x8F) return 0;  /* past U+10FFFF */
+            i += 4;
+        } else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* out[i] = 1 when line [starts[i], ends[i]) holds a byte that Python's bytes.strip() keeps
+ * (anything but space, \t, \n, \r, \v, \f), else 0. */
+void dg_nonblank(const uint8_t *buf, const int64_t *starts, const int64_t *ends, int64_t n,
+                 uint8_t *out) {
+    for (int64_t i = 0; i < n; i++) {
+        uint8_t r = 0;
+        for (int64_t j = starts[i]; j < ends[i]; j++) {
+            uint8_t c = buf[j];
+            if (!(c == ' ' || (c >= '\t' && c <= '\r'))) { r = 1; break; }
+        }
+        out[i] = r;
+    }
+}

@@ -1,0 +1,250 @@
+"""diag's compiled line scanner (``_scan.c``), loaded through :mod:`ctypes`.
+
+The library is found, in this order: next to ``_scan.c`` (``pip install`` builds it there,
+see ``hatch_build.py``), in diag's cache folder, or built into that folder now with the
+system C compiler (``$CC``, else ``cc``; about 0.3 s, once per version of the source).
+Each file is named by a hash of the source and the machine, so a stale build is never
+loaded. Without a compiler, with ``DIAG_NO_NATIVE=1``, or when anything in that goes
+wrong, :func:`load` returns None and the prefilter uses Hyperscan (same result, slower on
+logs where most lines are candidates): diag never fails for want of it.
+
+What the passes do is in ``_scan.c``'s header; :class:`Automaton` wraps one automaton.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Automaton", "Native", "build", "library_name", "load"]
+
+SOURCE = Path(__file__).with_name("_scan.c")
+_FLAGS = ("-O2", "-shared", "-fPIC", "-std=c99")
+_COMPILE_TIMEOUT_S = 60
+
+
+def library_name() -> str:
+    """The file name of the library built from this source on this machine."""
+    h = hashlib.sha256(SOURCE.read_bytes())
+    h.update(" ".join((platform.machine(), platform.system(), *_FLAGS)).encode())
+    return f"_scan-{h.hexdigest()[:16]}.so"
+
+
+def build(dest: Path) -> Path | None:
+    """Compile the library into folder ``dest``; its path, or None (no compiler, an error).
+    Written under a temporary name and renamed: a concurrent run never loads half a file."""
+    cc = os.environ.get("CC") or "cc"
+    if shutil.which(cc) is None:
+        return None
+    target = dest / library_name()
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".scan-", suffix=".so", dir=dest)
+        os.close(fd)
+        done = subprocess.run(  # noqa: S603 - the compiler named by $CC, on our own source
+            [cc, *_FLAGS, "-o", tmp, str(SOURCE)], capture_output=True,
+            timeout=_COMPILE_TIMEOUT_S, check=False,
+        )
+        if done.returncode != 0:
+            os.unlink(tmp)
+            return None
+        os.replace(tmp, target)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return target
+
+
+_U8P = ctypes.POINTER(ctypes.c_uint8)
+_I32P = ctypes.POINTER(ctypes.c_int32)
+_I64P = ctypes.POINTER(ctypes.c_int64)
+_U64P = ctypes.POINTER(ctypes.c_uint64)
+
+
+class Native:
+    """The loaded library's functions, typed."""
+
+    def __init__(self, lib: ctypes.CDLL, path: Path) -> None:
+        self.path = path
+        self.lib = lib
+        lib.dg_build.restype = ctypes.c_void_p
+        lib.dg_build.argtypes = [ctypes.c_char_p, _I32P, _I32P, ctypes.c_int32,
+                                 ctypes.c_int32, ctypes.c_int32]
+        lib.dg_free.restype = None
+        lib.dg_free.argtypes = [ctypes.c_void_p]
+        lib.dg_states.restype = ctypes.c_int32
+        lib.dg_states.argtypes = [ctypes.c_void_p]
+        lib.dg_candidates.restype = ctypes.c_uint64
+        lib.dg_candidates.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                      ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                                      ctypes.c_int64]
+        lib.dg_last.restype = ctypes.c_int32
+        lib.dg_last.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                                ctypes.c_void_p]
+        lib.dg_newlines.restype = ctypes.c_int64
+        lib.dg_newlines.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                                    ctypes.c_int64]
+        lib.dg_utf8_valid.restype = ctypes.c_int32
+        lib.dg_utf8_valid.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+        lib.dg_nonblank.restype = None
+        lib.dg_nonblank.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                    ctypes.c_int64, ctypes.c_void_p]
+        lib.dg_kinds.restype = None
+        lib.dg_kinds.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                 ctypes.c_int64, ctypes.c_void_p]
+
+    def newlines(self, chunk: bytes | bytearray) -> Any:
+        """The offsets of the newlines of ``chunk`` (numpy int64)."""
+        import numpy as np
+
+        addr = _addr(chunk)
+        guess = len(chunk) // 64 + 16
+        out = np.empty(guess, dtype=np.int64)
+        n = int(self.lib.dg_newlines(addr, len(chunk), out.ctypes.data, guess))
+        if n > guess:
+            out = np.empty(n, dtype=np.int64)
+            self.lib.dg_newlines(addr, len(chunk), out.ctypes.data, n)
+        return out[:n]
+
+    def utf8_valid(self, chunk: bytes | bytearray) -> bool:
+        """Whether ``chunk`` decodes as strict UTF-8 (without building the text)."""
+        return bool(self.lib.dg_utf8_valid(_addr(chunk), len(chunk)))
+
+    def nonblank(self, chunk: bytes | bytearray, starts: Any, ends: Any) -> Any:
+        """Per line [starts[i], ends[i]): whether ``bytes.strip()`` leaves anything (bool)."""
+        import numpy as np
+
+        starts = np.ascontiguousarray(starts, dtype=np.int64)
+        ends = np.ascontiguousarray(ends, dtype=np.int64)
+        out = np.zeros(len(starts), dtype=np.uint8)
+        if len(starts):
+            self.lib.dg_nonblank(_addr(chunk), starts.ctypes.data, ends.ctypes.data,
+                                 len(starts), out.ctypes.data)
+        return out.view(bool)
+
+    def kinds(self, chunk: bytes | bytearray, starts: Any, ends: Any) -> Any:
+        """The kind hash (uint64) of each line [starts[i], ends[i]) of ``chunk``."""
+        import numpy as np
+
+        starts = np.ascontiguousarray(starts, dtype=np.int64)
+        ends = np.ascontiguousarray(ends, dtype=np.int64)
+        out = np.empty(len(starts), dtype=np.uint64)
+        if len(starts):
+            self.lib.dg_kinds(_addr(chunk), starts.ctypes.data, ends.ctypes.data,
+                              len(starts), out.ctypes.data)
+        return out
+
+
+def _addr(chunk: bytes | bytearray) -> int:
+    """The address of ``chunk``'s bytes (no copy; the caller keeps ``chunk`` alive)."""
+    import numpy as np
+
+    if not chunk:
+        return 0
+    return int(np.frombuffer(chunk, dtype=np.uint8).ctypes.data)
+
+
+class Automaton:
+    """One automaton of byte strings. ``kinds[i]``: 0 a candidate literal, 1 a candidate
+    whose line before is one too, 2 a label (reported by presence, matched with its case).
+    ``caseless``: ASCII letters of the input match either case."""
+
+    def __init__(self, native: Native, patterns: Sequence[bytes], kinds: Sequence[int],
+                 *, caseless: bool, special: bool) -> None:
+        self._native = native
+        n = len(patterns)
+        lens = (ctypes.c_int32 * max(n, 1))(*[len(p) for p in patterns])
+        ks = (ctypes.c_int32 * max(n, 1))(*kinds)
+        ptr = native.lib.dg_build(b"".join(patterns), lens, ks, n, int(caseless), int(special))
+        if not ptr:
+            raise MemoryError("the scanner's automaton could not be built")
+        self._ptr: ctypes.c_void_p | None = ctypes.c_void_p(ptr)
+        self.n_patterns = n
+        self.n_labels = sum(1 for k in kinds if k == 2)
+
+    def __del__(self) -> None:
+        ptr = getattr(self, "_ptr", None)
+        if ptr is not None and ptr.value:
+            self._native.lib.dg_free(ptr)
+            self._ptr = None
+
+    @property
+    def states(self) -> int:
+        return int(self._native.lib.dg_states(self._ptr))
+
+    def candidates(self, chunk: bytes | bytearray, nl: Any, n_lines: int) -> tuple[Any, int]:
+        """(sorted indices of the candidate lines of ``chunk``, bits of the labels found);
+        ``nl``: the offsets of its newlines."""
+        import numpy as np
+
+        nl = np.ascontiguousarray(nl, dtype=np.int64)
+        mask = np.zeros(max(n_lines, 1), dtype=np.uint8)
+        labels = self._native.lib.dg_candidates(self._ptr, _addr(chunk), len(chunk),
+                                                nl.ctypes.data, len(nl), mask.ctypes.data,
+                                                n_lines)
+        return np.flatnonzero(mask[:n_lines]).astype(np.int64), int(labels)
+
+    def last(self, chunk: bytes | bytearray, nl: Any, dropped: Any = None) -> Any:
+        """Start offset (int64) of each pattern's last occurrence in ``chunk`` on a line
+        whose ``dropped`` flag (uint8 per line, or None) is 0; -1 where there is none.
+        The automaton must hold the patterns reversed."""
+        import numpy as np
+
+        nl = np.ascontiguousarray(nl, dtype=np.int64)
+        out = np.empty(max(self.n_patterns, 1), dtype=np.int64)
+        dptr = None
+        if dropped is not None:
+            dropped = np.ascontiguousarray(dropped, dtype=np.uint8)
+            dptr = dropped.ctypes.data
+        self._native.lib.dg_last(self._ptr, _addr(chunk), len(chunk), nl.ctypes.data,
+                                 len(nl), dptr, out.ctypes.data)
+        return out[: self.n_patterns]
+
+
+_LOADED: list[Native | None] = []
+
+
+def load() -> Native | None:
+    """The library (built if need be), or None; decided once per process."""
+    if _LOADED:
+        return _LOADED[0]
+    lib = None if os.environ.get("DIAG_NO_NATIVE") else _load()
+    _LOADED.append(lib)
+    return lib
+
+
+def _load() -> Native | None:
+    try:
+        name = library_name()
+    except OSError:
+        return None
+    places = [SOURCE.parent / name]
+    from diag import cache
+
+    folder = cache.cache_dir()
+    if folder is not None:
+        places.append(folder / "native" / name)
+    for path in places:
+        if path.is_file():
+            got = _open(path)
+            if got is not None:
+                return got
+    if folder is None:
+        return None
+    built = build(folder / "native")
+    return _open(built) if built is not None else None
+
+
+def _open(path: Path) -> Native | None:
+    try:
+        return Native(ctypes.CDLL(str(path)), path)
+    except (OSError, AttributeError):
+        return None

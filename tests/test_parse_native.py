@@ -1,0 +1,206 @@
+"""diag's compiled line scanner (diag/parse/_scan.c) against the Python and Hyperscan code
+it stands in for: same candidate lines, labels, kinds, last key lines, UTF-8 verdicts.
+
+Skipped where no C compiler is there (the scanner is then not used: diag falls back to
+Hyperscan)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from diag.parse import native
+from diag.parse.prefilter import _WITH_LINE_BEFORE, Lines, Matcher, _KeyScan
+
+NAT = native.load()
+pytestmark = pytest.mark.skipif(NAT is None, reason="no C compiler: the scanner is not built")
+ROOT = Path(__file__).resolve().parents[1]
+
+LITERALS = ("warning", "error", "traceback", "load weight begin", "capture cuda graph",
+            "%|", "% completed", "oom", "[rank", "nccl warn", "process ", "—x")
+LABELS = ("Decode batch", "accept len: ", "NCCL INFO", '"POST /', "Avg prompt throughput")
+
+
+def _hs_matcher() -> Matcher:
+    """A Matcher on Hyperscan (the scanner switched off for its construction)."""
+    saved = list(native._LOADED)
+    native._LOADED[:] = [None]
+    try:
+        m = Matcher(LITERALS, LABELS)
+    finally:
+        native._LOADED[:] = saved
+    assert m.engine == "hyperscan"
+    return m
+
+
+def _pieces(rng: random.Random) -> list[bytes]:
+    words = [b"INFO", b"Warning:", b"ERROR", b"eRrOr", b"load weight BEGIN", b"x", b"  ",
+             b"\t", b"\r", b"\r\n", b"#1 ", b"#x", b"45%|####", b"50% Completed", b"oo",
+             b"m", b"OOM", b"[RANK3]", b"Decode batch", b"decode batch", b"accept len: ",
+             b"NCCL INFO", b"nccl info", b'"POST /v1', b"Avg prompt", b" throughput",
+             b"\xe2\x80\x94x", b"\xe2\x80\x94X", b"\xff", b"Process 12", b"\n", b"\n",
+             b"\n", b"\n ", b"\n#3", b"\n\n", b"capture cuda", b" graph"]
+    return [rng.choice(words) for _ in range(rng.randint(0, 300))]
+
+
+def _lines(m: Matcher, chunk: bytes) -> Lines:
+    return m.lines(chunk)
+
+
+def test_candidates_equal_hyperscan_on_random_chunks() -> None:
+    hs = _hs_matcher()
+    nat = Matcher(LITERALS, LABELS)
+    assert nat.engine == "native"
+    rng = random.Random(7)
+    for _ in range(1500):
+        chunk = b"".join(_pieces(rng))
+        if rng.random() < 0.3:
+            chunk = bytearray(chunk)  # type: ignore[assignment]
+        a, b = hs.lines(chunk), nat.lines(chunk)
+        assert np.array_equal(a.nl, b.nl), chunk
+        assert a.candidates.tolist() == b.candidates.tolist(), chunk
+        assert a.present == b.present, chunk
+
+
+def test_candidates_equal_hyperscan_on_the_corpus() -> None:
+    """Every real log with diag's own literal set (the one the analyser uses)."""
+    from diag.analyze import _literals
+    from diag.parse.pipeline import Collected, _Run
+
+    run = _Run(_literals(()), Collected())
+    nat = run.matcher
+    assert nat.engine == "native"
+    saved = list(native._LOADED)
+    native._LOADED[:] = [None]
+    try:
+        hs = Matcher(nat.literals, nat.labels, nat.complete)
+    finally:
+        native._LOADED[:] = saved
+    logs = sorted((ROOT / "fixtures" / "real").glob("*/*/*.txt"))
+    assert len(logs) > 400
+    blob = bytearray()
+    for p in logs:
+        blob += p.read_bytes() + b"\n"
+    for lo in range(0, len(blob), 1 << 20):
+        chunk = bytes(blob[lo : lo + (1 << 20)])
+        a, b = hs.lines(chunk), nat.lines(chunk)
+        assert a.candidates.tolist() == b.candidates.tolist()
+        assert a.present == b.present
+
+
+def test_with_line_before_literals_mark_the_line_before() -> None:
+    nat = Matcher(LITERALS, LABELS)
+    assert set(_WITH_LINE_BEFORE) <= set(LITERALS)
+    got = nat.lines(b"(Worker pid=3)\n 12%|#  | 1/8\nplain\n").candidates.tolist()
+    assert got == [0, 1]
+
+
+def test_kinds_tell_lines_apart_as_their_digitless_heads_do() -> None:
+    assert NAT is not None
+    rng = random.Random(3)
+    alphabet = b"ab0123456789 :[]-.x"
+    lines = [bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 200)))
+             for _ in range(5000)]
+    lines += [b"[2026-01-01 10:00:%02d TP%d] WARNING long queue" % (i % 60, i % 8)
+              for i in range(300)]
+    chunk = b"\n".join(lines) + b"\n"
+    starts, ends, at = [], [], 0
+    for ln in lines:
+        starts.append(at)
+        ends.append(min(at + len(ln), at + 160))
+        at += len(ln) + 1
+    h = NAT.kinds(chunk, np.array(starts), np.array(ends)).tolist()
+    kinds = [chunk[a:b].translate(None, b"0123456789") for a, b in zip(starts, ends, strict=True)]
+    by_kind: dict[bytes, int] = {}
+    by_hash: dict[int, bytes] = {}
+    for k, x in zip(kinds, h, strict=True):
+        assert by_kind.setdefault(k, x) == x
+        assert by_hash.setdefault(x, k) == k
+    assert len(set(h)) == len(set(kinds))
+
+
+def test_last_finds_each_keys_last_line_not_dropped() -> None:
+    assert NAT is not None
+    rng = random.Random(11)
+    keys = [b"[TP0] ", b"[TP1] ", b"[TP10] ", b"(Worker_TP2 pid=7) ", b"P0] "]
+    ac = native.Automaton(NAT, [k[::-1] for k in keys], [0] * len(keys), caseless=False,
+                          special=False)
+    for _ in range(400):
+        lines = [b"".join(rng.choice([*keys, b"x", b"[tp0] ", b"  "])
+                          for _ in range(rng.randint(0, 4))) for _ in range(rng.randint(0, 30))]
+        chunk = b"\n".join(lines) + (b"\n" if rng.random() < 0.5 else b"")
+        nl = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
+        n_lines = len(lines)
+        dropped = np.array([rng.random() < 0.4 for _ in range(n_lines + 1)], dtype=np.uint8)
+        got = ac.last(chunk, nl, dropped).tolist()
+        starts = [0, *(int(x) + 1 for x in nl)]
+        for ki, key in enumerate(keys):
+            want = -1
+            for li in range(n_lines):
+                if dropped[li]:
+                    continue
+                a = starts[li]
+                b = int(nl[li]) if li < len(nl) else len(chunk)
+                j = chunk.rfind(key, a, b)
+                if j >= 0:
+                    want = j
+            assert got[ki] == want, (chunk, key)
+
+
+def test_utf8_verdict_equals_pythons_decoder() -> None:
+    assert NAT is not None
+    rng = random.Random(5)
+    samples = [b"", b"plain", "héllo — ✓ 😀".encode(), b"\xed\xa0\x80", b"\xc0\xaf",
+               b"\xe0\x80\xaf", b"\xf4\x90\x80\x80", b"\xf0\x9f\x98", b"\xc3", b"ab\x80"]
+    pool = [0x41, 0x80, 0xbf, 0xc2, 0xdf, 0xe0, 0xed, 0xef, 0xf0, 0xf4, 0xf5, 0xa0, 0x9f, 0x90]
+    samples += [bytes(rng.choice(pool) for _ in range(rng.randint(1, 12))) for _ in range(3000)]
+    for s in samples:
+        try:
+            s.decode("utf-8")
+            ok = True
+        except UnicodeDecodeError:
+            ok = False
+        assert NAT.utf8_valid(s) == ok, s
+
+
+def test_nonblank_equals_strip() -> None:
+    assert NAT is not None
+    rng = random.Random(9)
+    lines = [bytes(rng.choice(b" \t\x0b\x0c\rx\x1c\xa0") for _ in range(rng.randint(0, 6)))
+             for _ in range(2000)]
+    chunk = b"\n".join(lines)
+    starts, ends, at = [], [], 0
+    for ln in lines:
+        starts.append(at)
+        ends.append(at + len(ln))
+        at += len(ln) + 1
+    got = NAT.nonblank(chunk, np.array(starts), np.array(ends)).tolist()
+    assert got == [bool(ln.strip()) for ln in lines]
+
+
+def test_keyscan_on_the_scanner_equals_the_hyperscan_one() -> None:
+    hyperscan = pytest.importorskip("hyperscan")
+    rng = random.Random(2)
+    keys = {"[TP0] ", "[TP1] ", "[DP0 TP1] "}
+    m = Matcher(LITERALS, LABELS)
+    for _ in range(200):
+        lines = [rng.choice(["[TP0] a", "[TP1] b", "[DP0 TP1] c", "none", "[TP0] Decode batch",
+                             "[TP1] Prefill batch x"]) for _ in range(rng.randint(1, 40))]
+        chunk = ("\n".join(lines) + "\n").encode()
+        found = m.lines(chunk)
+        dropped = {i for i in range(len(lines)) if rng.random() < 0.2}
+        a = _KeyScan(hyperscan).scan(chunk, found, set(keys), set(), dropped)
+        b = _KeyScan(None, NAT).scan(chunk, found, set(keys), set(), dropped)
+        assert a == b, (lines, dropped)
+
+
+def test_no_compiler_means_no_scanner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A missing compiler is no error: build() says None and diag keeps Hyperscan."""
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    assert native.build(tmp_path / "out") is None
+    monkeypatch.setenv("CC", "false")  # a compiler that fails
+    assert native.build(tmp_path / "out") is None
+    assert not any((tmp_path / "out").glob("*.so"))
