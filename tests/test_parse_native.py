@@ -130,7 +130,8 @@ def test_last_finds_each_keys_last_line_not_dropped() -> None:
                           special=False)
     for _ in range(400):
         lines = [b"".join(rng.choice([*keys, b"x", b"[tp0] ", b"  "])
-                          for _ in range(rng.randint(0, 4))) for _ in range(rng.randint(0, 30))]
+                          for _ in range(rng.randint(0, 4)))
+                 for _ in range(rng.randint(0, rng.choice((8, 30, 300))))]
         chunk = b"\n".join(lines) + (b"\n" if rng.random() < 0.5 else b"")
         nl = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
         n_lines = len(lines)

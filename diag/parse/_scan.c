@@ -255,23 +255,35 @@ uint64_t dg_candidates(const dg_ac *ac, const uint8_t *buf, int64_t size, const 
         lane[j].end = end;
         prev_end = end;
     }
-    /* the newline ending a lane belongs to it: the next lane starts on the line after */
-    for (;;) {
-        int active = 0;
-        for (int j = 0; j < LANES; j++) active += lane[j].i < lane[j].end;
-        if (active < LANES) break;
-        int64_t steps = lane[0].end - lane[0].i;
-        for (int j = 1; j < LANES; j++)
-            if (lane[j].end - lane[j].i < steps) steps = lane[j].end - lane[j].i;
+    /* the newline ending a lane belongs to it: the next lane starts on the line after.
+     * The lanes' positions and states are locals (registers) in the lock-step loop; a
+     * flagged entry (newline, CR, output) goes through hit() with its lane. */
+    for (int base = 0; base + 4 <= LANES; base += 4) {
+        lane_t *A = &lane[base], *B = &lane[base + 1], *C = &lane[base + 2], *D = &lane[base + 3];
+        int64_t steps = A->end - A->i;
+        if (B->end - B->i < steps) steps = B->end - B->i;
+        if (C->end - C->i < steps) steps = C->end - C->i;
+        if (D->end - D->i < steps) steps = D->end - D->i;
+        if (steps < 0) steps = 0;
+        int64_t ia = A->i, ib = B->i, ic = C->i, id = D->i;
+        uint32_t sa = A->s, sb = B->s, sc = C->s, sd = D->s;
         for (int64_t n = 0; n < steps; n++) {
-            for (int j = 0; j < LANES; j++) {
-                uint8_t b = buf[lane[j].i];
-                uint32_t t = delta[lane[j].s + cls[b]];
-                lane[j].s = t & MASK;
-                if (t & FLAG) hit(ac, buf, size, mask, n_lines, &lane[j], b, k, &labels);
-                lane[j].i++;
+#define DG_STEP(L, I, S)                                                        \
+            {                                                                   \
+                uint8_t b = buf[I];                                             \
+                uint32_t t = delta[S + cls[b]];                                 \
+                S = t & MASK;                                                   \
+                if (t & FLAG) {                                                 \
+                    L->i = I; L->s = S;                                         \
+                    hit(ac, buf, size, mask, n_lines, L, b, k, &labels);        \
+                }                                                               \
+                I++;                                                            \
             }
+            DG_STEP(A, ia, sa) DG_STEP(B, ib, sb) DG_STEP(C, ic, sc) DG_STEP(D, id, sd)
+#undef DG_STEP
         }
+        A->i = ia; B->i = ib; C->i = ic; D->i = id;
+        A->s = sa; B->s = sb; C->s = sc; D->s = sd;
     }
     for (int j = 0; j < LANES; j++) {
         while (lane[j].i < lane[j].end) {
@@ -287,50 +299,121 @@ uint64_t dg_candidates(const dg_ac *ac, const uint8_t *buf, int64_t size, const 
 
 /* The start offset of each pattern's last occurrence in buf on a line whose dropped[] byte
  * is 0 (dropped may be NULL), or -1. The automaton holds the patterns reversed (built
- * case-sensitive): it walks buf from its end. nl: offsets of the n_nl newlines. Stops once
- * every pattern was found. Returns how many were found. */
+ * case-sensitive): the chunk is walked backwards, cut at line starts into LANES parts
+ * walked in lock-step (a pattern's last occurrence is the one of the highest part that
+ * has one); a dropped line is jumped over whole. Stops once the answer is known for every
+ * pattern. nl: offsets of the n_nl newlines. Returns how many patterns were found. */
+typedef struct { int64_t p, lo, line; uint32_t s; int done; } back_t;
+
+static inline void back_hit(const dg_ac *ac, const int64_t *nl, const uint8_t *dropped,
+                            int64_t *found, int32_t n, int64_t first_line, back_t *L,
+                            uint8_t b, uint32_t s, uint32_t k, int j) {
+    L->s = s;
+    if (b == '\n') {
+        /* the newline ending the line before: step onto that line */
+        L->line--;
+        L->s = 0;
+        if (dropped && dropped[L->line]) {
+            /* jump: the next byte read is the newline ending the line before it */
+            L->p = (L->line > first_line ? nl[L->line - 1] : L->lo - 1) + 1;
+        }
+        return;
+    }
+    int32_t st = (int32_t)(s / k);
+    if (ac->own[st] < 0) st = ac->dict[st];
+    while (st >= 0) {
+        for (int32_t pi = ac->own[st]; pi >= 0; pi = ac->next_own[pi]) {
+            int64_t *f = &found[(size_t)j * n + pi];
+            if (*f < 0) *f = L->p;
+        }
+        st = ac->dict[st];
+    }
+}
+
+/* whether every pattern's answer is known: found in a part with every part above it done
+ * or holding the pattern too */
+static int back_known(const int64_t *found, int32_t n, const back_t *lane) {
+    for (int32_t pi = 0; pi < n; pi++) {
+        for (int j = LANES - 1; j >= 0; j--) {
+            if (found[(size_t)j * n + pi] >= 0) break;
+            if (!lane[j].done) return 0;
+        }
+    }
+    return 1;
+}
+
 int32_t dg_last(const dg_ac *ac, const uint8_t *buf, int64_t size, const int64_t *nl,
                 int64_t n_nl, const uint8_t *dropped, int64_t *out) {
     const uint32_t *delta = ac->delta;
     const uint8_t *cls = ac->cls;
     const uint32_t k = (uint32_t)ac->n_classes;
-    int32_t found = 0, n = ac->n_patterns;
+    const int32_t n = ac->n_patterns;
     for (int32_t i = 0; i < n; i++) out[i] = -1;
     if (n == 0 || size <= 0) return 0;
-    /* the line of the last byte: a chunk not ending in a newline has one line more */
-    int64_t line = (n_nl > 0 && nl[n_nl - 1] == size - 1) ? n_nl - 1 : n_nl;
-    int64_t i = size - 1;
-    while (i >= 0) {
-        int64_t start = line > 0 ? nl[line - 1] + 1 : 0;  /* this line's first byte */
-        int64_t end = i;  /* its last byte, or its newline */
-        if (dropped && dropped[line]) {
-            i = start - 1;
-            line--;
-            continue;
+    int64_t *found = malloc(sizeof(int64_t) * (size_t)n * LANES);
+    if (!found) return -1;
+    for (int64_t i = 0; i < (int64_t)n * LANES; i++) found[i] = -1;
+    int64_t n_lines = (n_nl > 0 && nl[n_nl - 1] == size - 1) ? n_nl : n_nl + 1;
+    /* part j: lines [first_j, first_{j+1}); lane j starts at its last byte */
+    back_t lane[LANES];
+    int64_t first_line[LANES + 1];
+    for (int j = 0; j <= LANES; j++) first_line[j] = (n_lines * j) / LANES;
+    for (int j = 0; j < LANES; j++) {
+        int64_t fl = first_line[j], ll = first_line[j + 1] - 1;  /* first, last line */
+        back_t *L = &lane[j];
+        L->s = 0;
+        L->done = ll < fl;
+        if (L->done) continue;
+        L->lo = fl > 0 ? nl[fl - 1] + 1 : 0;
+        L->line = ll;
+        /* the last line's last byte that is not its newline */
+        int64_t end = ll < n_nl ? nl[ll] : size;
+        L->p = end - 1;
+        if (dropped && dropped[ll]) {
+            /* jump to the newline ending the line before (or past the part) */
+            L->p = ll > fl ? nl[ll - 1] : L->lo - 1;
         }
-        uint32_t s = 0;
-        for (int64_t j = end; j >= start; j--) {
-            uint8_t b = buf[j];
-            uint32_t t = delta[s + cls[b]];
-            if (!(t & FLAG)) { s = t; continue; }
-            s = t & MASK;
-            if (b == '\n') continue;
-            int32_t st = (int32_t)(s / (uint32_t)k);
-            if (ac->own[st] < 0) st = ac->dict[st];
-            while (st >= 0) {
-                for (int32_t pi = ac->own[st]; pi >= 0; pi = ac->next_own[pi]) {
-                    if (out[pi] < 0) {
-                        out[pi] = j;
-                        if (++found == n) return found;
-                    }
-                }
-                st = ac->dict[st];
-            }
-        }
-        i = start - 1;
-        line--;
+        if (L->p < L->lo) L->done = 1;
     }
-    return found;
+    int32_t got = 0;
+    /* one lane's step at its position P and state S (locals of the loop below); a flagged
+     * entry is a newline (onto the line before, jumped over when dropped) or an output */
+#define DG_BACK(J, P, S)                                                           \
+    if (!lane[J].done) {                                                           \
+        uint8_t b = buf[P];                                                        \
+        uint32_t t = delta[S + cls[b]];                                            \
+        S = t & MASK;                                                              \
+        if (t & FLAG) {                                                            \
+            lane[J].p = P;                                                         \
+            back_hit(ac, nl, dropped, found, n, first_line[J], &lane[J], b, S, k, J); \
+            P = lane[J].p;                                                         \
+            S = lane[J].s;                                                         \
+        }                                                                          \
+        if (--P < lane[J].lo) lane[J].done = 1;                                    \
+    }
+    /* the upper parts first: a pattern found there needs nothing below */
+    for (int base = LANES - 4; base >= 0; base -= 4) {
+        if (back_known(found, n, lane)) break;
+        int64_t p0 = lane[base].p, p1 = lane[base + 1].p, p2 = lane[base + 2].p,
+                p3 = lane[base + 3].p;
+        uint32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (int64_t step = 0;; step++) {
+            if (lane[base].done & lane[base + 1].done & lane[base + 2].done & lane[base + 3].done)
+                break;
+            DG_BACK(base, p0, s0) DG_BACK(base + 1, p1, s1) DG_BACK(base + 2, p2, s2)
+            DG_BACK(base + 3, p3, s3)
+            if ((step & 1023) == 1023 && back_known(found, n, lane)) break;
+        }
+    }
+#undef DG_BACK
+    for (int32_t pi = 0; pi < n; pi++) {
+        for (int j = LANES - 1; j >= 0; j--) {
+            int64_t f = found[(size_t)j * n + pi];
+            if (f >= 0) { out[pi] = f; got++; break; }
+        }
+    }
+    free(found);
+    return got;
 }
 
 /* Kind hash of each line [starts[i], ends[i]): its first 160 bytes with the digits

@@ -453,13 +453,7 @@ def read_sources(
         # chunk, its lines (prefilter path), their number, position
         pending: list[tuple[bytes | bytearray, object, int, int]] = []
         reading = _SourceRead(run, src.name, sp, scan)
-        for buf, lo, hi, consumed in iter_chunks(src, col.notes, chunk_bytes=reader.CHUNK_BYTES):
-            chunk = buf[lo:hi] if (lo, hi) != (0, len(buf)) else buf
-            if use_pf:
-                lines: object = run.matcher.lines(chunk)
-                n_lines = len(lines)  # type: ignore[arg-type]
-            else:
-                lines, n_lines = None, _count_lines(chunk)
+        for chunk, lines, n_lines, consumed in _chunks(run, src, col.notes, use_pf):
             pending.append((chunk, lines, n_lines, consumed))
             # a chunk is parsed once TAIL_LINES lines follow it (it holds no tail line)
             while len(pending) > 1 and sum(p[2] for p in pending[1:]) >= TAIL_LINES:
@@ -515,6 +509,84 @@ def read_sources(
     if not col.drafts:
         raise InputError(f"{', '.join(s.name for s in sources)}: input is empty")
     return col
+
+
+def _chunks(
+    run: _Run, src: Source, notes: list[str], use_pf: bool
+) -> Iterator[tuple[bytes | bytearray, object, int, int]]:
+    """(chunk, its lines on the prefilter path, their number, position) per chunk of
+    ``src``. On the prefilter path the reading and the matcher's pass (compiled code,
+    which lets other threads run) go on in a thread up to :data:`_AHEAD` chunks ahead of
+    the parsing: on two cores their time comes off the wall clock."""
+
+    def produce() -> Iterator[tuple[bytes | bytearray, object, int, int]]:
+        for buf, lo, hi, consumed in iter_chunks(src, notes, chunk_bytes=reader.CHUNK_BYTES):
+            chunk = buf[lo:hi] if (lo, hi) != (0, len(buf)) else buf
+            if use_pf:
+                lines: object = run.matcher.lines(chunk)
+                yield chunk, lines, len(lines), consumed  # type: ignore[arg-type]
+            else:
+                yield chunk, None, _count_lines(chunk), consumed
+
+    if not use_pf:
+        return produce()
+    run.matcher  # noqa: B018 - built here, before the thread that uses it starts
+    return _ahead(produce, _AHEAD)
+
+
+_AHEAD = 2  # chunks read and matched ahead of the parsing
+_END = object()
+
+
+class _Failed:
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+def _ahead(make: Callable[[], Iterator[Any]], depth: int) -> Iterator[Any]:
+    """The items of ``make()``, produced in a thread at most ``depth`` items ahead; an
+    exception there is raised here. Closing this generator stops the thread at its next
+    item (it holds no lock and is a daemon: it never keeps the process alive)."""
+    import queue
+    import threading
+
+    q: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: object) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:  # noqa: PERF203 - a bounded wait that watches the stop flag
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for item in make():
+                if not put(item):
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            put(_Failed(exc))
+            return
+        put(_END)
+
+    thread = threading.Thread(target=work, name="diag-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = q.get()
+            if item is _END:
+                return
+            if isinstance(item, _Failed):
+                raise item.exc
+            yield item
+    finally:
+        stop.set()
+        thread.join(timeout=1.0)
 
 
 def _count_lines(chunk: bytes | bytearray) -> int:
