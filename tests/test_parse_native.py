@@ -63,6 +63,13 @@ def test_candidates_equal_hyperscan_on_random_chunks() -> None:
         assert np.array_equal(a.nl, b.nl), chunk
         assert a.candidates.tolist() == b.candidates.tolist(), chunk
         assert a.present == b.present, chunk
+        assert b.label_at is not None and set(b.label_at) == b.present
+        for lab, at in b.label_at.items():
+            want, j = [], chunk.find(lab.encode())
+            while j >= 0:
+                want.append(j)
+                j = chunk.find(lab.encode(), j + 1)
+            assert at.tolist() == want
 
 
 def test_candidates_equal_hyperscan_on_the_corpus() -> None:

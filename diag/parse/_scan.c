@@ -176,15 +176,20 @@ int32_t dg_states(const dg_ac *ac) { return ac->n_states; }
 
 /* The candidate pass. mask: n_lines bytes, set to 1 for each candidate line (the caller
  * zeroes it); nl: offsets of the chunk's n_nl newlines. Returns the labels found as bits
- * (order among the kind-2 patterns, at most 64). The chunk is cut at newlines into LANES
+ * (order among the kind-2 patterns, at most 64); lab_count / lab_at (may be NULL): each
+ * label's count of occurrences and its first cap start offsets (in no particular order). The chunk is cut at newlines into LANES
  * parts walked in lock-step: one automaton walk is a chain of dependent loads, several
  * independent ones keep the core busy. */
 #define LANES 8
 
 typedef struct { int64_t i, end, line; uint32_t s; } lane_t;
 
+/* where the labels occur: per label its count and its first cap positions (in no order) */
+typedef struct { int64_t *count, *at; int64_t cap; } label_pos_t;
+
 static inline void hit(const dg_ac *ac, const uint8_t *buf, int64_t size, uint8_t *mask,
-                       int64_t n_lines, lane_t *L, uint8_t b, uint32_t k, uint64_t *labels) {
+                       int64_t n_lines, lane_t *L, uint8_t b, uint32_t k, uint64_t *labels,
+                       label_pos_t *pos) {
     int64_t i = L->i;
     if (b == '\n') {
         int64_t line = ++L->line;
@@ -213,8 +218,14 @@ static inline void hit(const dg_ac *ac, const uint8_t *buf, int64_t size, uint8_
             for (int32_t pi = ac->own[st]; pi >= 0; pi = ac->next_own[pi]) {
                 int32_t len = ac->plen[pi];
                 if (ac->kind[pi] == 2 && ac->bit[pi] < 64 && i + 1 >= len &&
-                    memcmp(buf + i + 1 - len, ac->pat[pi], (size_t)len) == 0)
-                    *labels |= 1ull << ac->bit[pi];
+                    memcmp(buf + i + 1 - len, ac->pat[pi], (size_t)len) == 0) {
+                    int32_t bit = ac->bit[pi];
+                    *labels |= 1ull << bit;
+                    if (pos) {
+                        int64_t c = pos->count[bit]++;
+                        if (c < pos->cap) pos->at[(size_t)bit * pos->cap + c] = i + 1 - len;
+                    }
+                }
             }
             st = ac->dict[st];
         }
@@ -222,7 +233,10 @@ static inline void hit(const dg_ac *ac, const uint8_t *buf, int64_t size, uint8_
 }
 
 uint64_t dg_candidates(const dg_ac *ac, const uint8_t *buf, int64_t size, const int64_t *nl,
-                       int64_t n_nl, uint8_t *mask, int64_t n_lines) {
+                       int64_t n_nl, uint8_t *mask, int64_t n_lines, int64_t *lab_count,
+                       int64_t *lab_at, int64_t cap) {
+    label_pos_t pos_s = {lab_count, lab_at, cap};
+    label_pos_t *pos = lab_count ? &pos_s : NULL;
     const uint32_t *delta = ac->delta;
     const uint8_t *cls = ac->cls;
     const uint32_t k = (uint32_t)ac->n_classes;
@@ -275,7 +289,7 @@ uint64_t dg_candidates(const dg_ac *ac, const uint8_t *buf, int64_t size, const 
                 S = t & MASK;                                                   \
                 if (t & FLAG) {                                                 \
                     L->i = I; L->s = S;                                         \
-                    hit(ac, buf, size, mask, n_lines, L, b, k, &labels);        \
+                    hit(ac, buf, size, mask, n_lines, L, b, k, &labels, pos);        \
                 }                                                               \
                 I++;                                                            \
             }
@@ -290,7 +304,7 @@ uint64_t dg_candidates(const dg_ac *ac, const uint8_t *buf, int64_t size, const 
             uint8_t b = buf[lane[j].i];
             uint32_t t = delta[lane[j].s + cls[b]];
             lane[j].s = t & MASK;
-            if (t & FLAG) hit(ac, buf, size, mask, n_lines, &lane[j], b, k, &labels);
+            if (t & FLAG) hit(ac, buf, size, mask, n_lines, &lane[j], b, k, &labels, pos);
             lane[j].i++;
         }
     }

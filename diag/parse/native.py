@@ -84,6 +84,7 @@ class Native:
         lib.dg_candidates.restype = ctypes.c_uint64
         lib.dg_candidates.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                       ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                                      ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                                       ctypes.c_int64]
         lib.dg_last.restype = ctypes.c_int32
         lib.dg_last.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
@@ -180,17 +181,28 @@ class Automaton:
     def states(self) -> int:
         return int(self._native.lib.dg_states(self._ptr))
 
-    def candidates(self, chunk: bytes | bytearray, nl: Any, n_lines: int) -> tuple[Any, int]:
-        """(sorted indices of the candidate lines of ``chunk``, bits of the labels found);
-        ``nl``: the offsets of its newlines."""
+    LABEL_CAP = 4096  # positions kept per label and chunk
+
+    def candidates(
+        self, chunk: bytes | bytearray, nl: Any, n_lines: int
+    ) -> tuple[Any, int, dict[int, Any]]:
+        """(sorted indices of the candidate lines of ``chunk``, bits of the labels found,
+        label index -> sorted start offsets of all its occurrences, for each label found
+        at most :data:`LABEL_CAP` times); ``nl``: the offsets of its newlines."""
         import numpy as np
 
         nl = np.ascontiguousarray(nl, dtype=np.int64)
         mask = np.zeros(max(n_lines, 1), dtype=np.uint8)
+        count = np.zeros(max(self.n_labels, 1), dtype=np.int64)
+        cap = self.LABEL_CAP
+        at = np.empty(max(self.n_labels, 1) * cap, dtype=np.int64)
         labels = self._native.lib.dg_candidates(self._ptr, _addr(chunk), len(chunk),
                                                 nl.ctypes.data, len(nl), mask.ctypes.data,
-                                                n_lines)
-        return np.flatnonzero(mask[:n_lines]).astype(np.int64), int(labels)
+                                                n_lines, count.ctypes.data, at.ctypes.data,
+                                                cap)
+        where = {j: np.sort(at[j * cap : j * cap + c])
+                 for j, c in enumerate(count[: self.n_labels].tolist()) if 0 < c <= cap}
+        return np.flatnonzero(mask[:n_lines]).astype(np.int64), int(labels), where
 
     def last(self, chunk: bytes | bytearray, nl: Any, dropped: Any = None) -> Any:
         """Start offset (int64) of each pattern's last occurrence in ``chunk`` on a line

@@ -351,7 +351,7 @@ class _Run:
         assert isinstance(scan, SourceScan)
         self._bytes_stats(chunk)
         present = lines.present
-        scan_chunk(self.col.serving, chunk, name, lineno, present, lines.nl)
+        scan_chunk(self.col.serving, chunk, name, lineno, present, lines.nl, lines.label_at)
         kept, dropped = self.cap.split(self.glines, chunk, lines, lines.candidates)
         keep: dict[int, str] = {}
         if kept:

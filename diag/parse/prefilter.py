@@ -149,6 +149,9 @@ class Lines:
     size: int  # bytes in the chunk (its last line may lack its newline)
     candidates: Any  # numpy int64: sorted indices of candidate lines
     present: frozenset[str] = frozenset()  # which of the matcher's labels occur
+    # label -> sorted start offsets of its occurrences (compiled scanner only; a label
+    # found more often than the scanner keeps is absent here)
+    label_at: dict[str, Any] | None = None
 
     def __len__(self) -> int:
         n = len(self.nl)
@@ -282,10 +285,12 @@ class Matcher:
         if nl is None:
             nl = self.newlines(chunk)
         size = len(chunk)
+        label_at: dict[str, Any] | None = None
         n_lines = len(nl) + (1 if size and (not len(nl) or int(nl[-1]) != size - 1) else 0)
         if self._ac is not None:
-            cands, bits = self._ac.candidates(chunk, nl, n_lines)
+            cands, bits, where = self._ac.candidates(chunk, nl, n_lines)
             present = frozenset(lab for j, lab in enumerate(self.labels) if bits >> j & 1)
+            label_at = {self.labels[j]: at for j, at in where.items()}
         elif self._hs is not None:
             cands, present = self._hyperscan(chunk, nl, n_lines)
         else:
@@ -296,7 +301,7 @@ class Matcher:
         # a line starting the chunk is not preceded by a newline: test it here
         if size and (chunk[:1] in (b" ", b"\t") or (chunk[:1] == b"#" and chunk[1:2].isdigit())):
             cands = np.union1d(cands, np.array([0], dtype=np.int64))
-        return Lines(nl=nl, size=size, candidates=cands, present=present)
+        return Lines(nl=nl, size=size, candidates=cands, present=present, label_at=label_at)
 
     def _hyperscan(
         self, chunk: bytes | bytearray, nl: Any, n_lines: int

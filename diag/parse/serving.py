@@ -434,6 +434,18 @@ def _read_re(
     return len(vals), sum(vals), max(vals)
 
 
+def _read_at(
+    data: bytes | bytearray, at: Any, skip: int, k: float
+) -> tuple[int, float, float | None]:
+    """As :func:`_read_re` with the label's pattern, reading the number right after each
+    label at the offsets ``at`` (the label is ``skip`` bytes long)."""
+    match = _NUM_B.match
+    vals = [float(m.group()) * k for m in (match(data, p + skip) for p in at.tolist()) if m]
+    if not vals:
+        return 0, 0.0, None
+    return len(vals), sum(vals), max(vals)
+
+
 _FAMILY = ("Decode batch", "Prefill batch")  # SGLang's batch lines carry the _DENSE labels
 
 
@@ -465,11 +477,14 @@ def present_labels(chunk: bytes | bytearray, found: frozenset[str]) -> frozenset
 def scan_chunk(
     fig: ServingFigures, data: str | bytes | bytearray, source: str, line0: int,
     present: frozenset[str] | None = None, nl: Any = None,
+    label_at: dict[str, Any] | None = None,
 ) -> None:
     """Add the serving figures of ``data`` (whole lines, as bytes or text; its first line
     is number ``line0 + 1`` of ``source``) to ``fig``. ``present``: which of
     :func:`labels` occur in it (found by the caller; else each is looked for here);
-    ``nl``: the offsets of its newlines (a sorted numpy array), when the caller has them."""
+    ``nl``: the offsets of its newlines (a sorted numpy array), when the caller has them;
+    ``label_at``: where labels occur (label -> start offsets), when the caller found them:
+    a sparse figure is then read at those places, not by a regex over the whole chunk."""
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogatepass")
         nl = None
@@ -506,7 +521,11 @@ def scan_chunk(
         spec_done = True
     for (label, attr, k), (rx, _, _) in zip(_SPARSE, _SPARSE_RE, strict=True):
         if label not in done and has(label):
-            getattr(fig, attr).add_many(*_read_re(rx, data, k))
+            at = label_at.get(label) if label_at else None
+            if at is not None:
+                getattr(fig, attr).add_many(*_read_at(data, at, len(label), k))
+            else:
+                getattr(fig, attr).add_many(*_read_re(rx, data, k))
     markers = tuple(m.encode() for m in SPEC_MARKERS if (sg if m == SPEC_MARKERS[0] else has(m)))
     if markers:
         _spec_lines(fig, data, source, line0, sg, spec_done, nl, markers)
