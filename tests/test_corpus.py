@@ -72,6 +72,12 @@ TUNING_XFAIL: dict[str, str] = {
         "by token (paths, line numbers and names scattered over lines); no reader takes it "
         "apart yet, two-way interleaving of whole lines is read"
     ),
+    "stacks/verl-sglang-0517-mtp-weight-sync-cuda-ipc-deleter-cudastreamsynchronize": (
+        "new case (batch s7): a hand-condensed frame list from a PR comment, bare symbol "
+        "names one a line (THPVariable_dealloc ... cuStreamSynchronize) with the reporter's "
+        "'<- ...' notes, no thread header, file, address or frame number: no dump format to "
+        "recognise, and reading any list of words as a dump would take prose for stacks"
+    ),
     "sglang/pd-nixl-route-access-then-ucx-caught-signal-11-backtrace": (
         "serving from the thread; the text has one Apache-style access line of the PD "
         "router's GET /route (SGLang's request logger), which no catalogue entry reads as "

@@ -283,3 +283,13 @@ def test_a_log_of_tensorflow_lines_only_is_a_log_and_its_e_lines_no_crash() -> N
     )
     a = analyze_text(text)
     assert a.last_phase == "launch" and not [f for f in a.findings if f.severity == "error"]
+
+
+def test_sglang_stamp_then_level_colon_leaves_the_text() -> None:
+    from diag.parse.grammars import parse_line as parse
+
+    p = parse("[2026-02-26 15:56:59] ERROR:   File \"/x/configuration_auto.py\", line 1048, in __getitem__")
+    assert p.level == "ERROR"
+    assert p.message == '  File "/x/configuration_auto.py", line 1048, in __getitem__'
+    p = parse("[2026-02-26 15:56:59] ERROR: KeyError: 'glm_moe_dsa'")
+    assert (p.level, p.message) == ("ERROR", "KeyError: 'glm_moe_dsa'")

@@ -337,3 +337,42 @@ def test_a_glued_vllm_record_cut_inside_its_logger_location_is_cut_off() -> None
         "TinyLlama-1.1B-Chat-v1.0... INFO 08-28 15:53:05 weig"
     )
     assert split_glued(line)[-1] == "INFO 08-28 15:53:05 weig"
+
+
+def test_a_recurring_process_prefix_cuts_a_flattened_traceback() -> None:
+    # a Ray actor's traceback whose newlines were lost: each of its lines kept the prefix
+    p = "(SGLangWorker pid=38138)"
+    line = (
+        f'38) ^^^^ {p} File "/x/model_runner.py", line 314, in initialize {p} '
+        f"self.init_cuda_graphs() {p} Exception: Capture cuda graph failed {p} {p} Possible"
+    )
+    parts = split_glued(line)
+    assert parts[0] == "38) ^^^^"
+    assert parts[1] == f'{p} File "/x/model_runner.py", line 314, in initialize'
+    assert f"{p} Exception: Capture cuda graph failed" in parts
+    # two processes taking turns: both prefixes cut
+    q = "(APIServer pid=2)"
+    line = f"{p} a {p} b {p} c {q} Traceback (most recent call last): {q} File x"
+    assert split_glued(line) == [f"{p} a", f"{p} b", f"{p} c", f"{q} Traceback (most recent call last):", f"{q} File x"]
+    # one prefix named twice in a message is no lost newline
+    once = f"{VW} (RayWorkerWrapper pid=7) and (RayWorkerWrapper pid=7) died"
+    assert split_glued(once) == [once]
+
+
+def test_a_name_column_before_every_line_is_a_gutter() -> None:
+    body = [
+        "Traceback (most recent call last):",
+        '  File "/v/vllm/engine/llm_engine.py", line 422, in _initialize_kv_caches',
+        "    self.model_executor.determine_num_available_blocks())",
+        '  File "/v/vllm/worker/worker.py", line 249, in determine_num_available_blocks',
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+    ]
+    labelled = [f"server {ln}" for ln in body]
+    assert detect_gutters(labelled) == ("label:server",)
+    u = SourceUnwrapper(labelled)
+    assert [u.unwrap(ln)[0] for ln in labelled] == body
+    # never a level word, never a wrapper's own column (compose's "svc  | "), never a
+    # word before lines that already read as log lines
+    assert detect_gutters([f"INFO {ln}" for ln in body]) == ()
+    assert detect_gutters([f"vllm-1  | {VL}"] * 4) == ()
+    assert detect_gutters([VW, VW, VW]) == ()

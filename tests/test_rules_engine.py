@@ -782,3 +782,38 @@ def test_a_faulthandler_dump_without_its_header_is_a_kill() -> None:
     # a watchdog's timed dump (faulthandler.dump_traceback_later) is not a kill
     timed = [dump[0], Record(SRC, 21, "Timeout (0:05:00)!"), dataclasses.replace(dump[1], line=22)]
     assert "process.killed" not in ids(apply_rules(analysis(), timed))
+
+
+def test_keyerror_in_transformers_config_mapping_is_an_unknown_model_type() -> None:
+    from diag.analyze import analyze_text
+
+    tb = (
+        "[2026-02-26 15:56:59] ERROR: Traceback (most recent call last):\n"
+        '[2026-02-26 15:56:59] ERROR:   File "/usr/lib/python3/transformers/models/auto/'
+        'configuration_auto.py", line 1048, in __getitem__\n'
+        "[2026-02-26 15:56:59] ERROR:     raise KeyError(key)\n"
+        "[2026-02-26 15:56:59] ERROR: KeyError: 'glm_moe_dsa'\n"
+        "[2026-02-26 15:56:59] ERROR: \n"
+        "[2026-02-26 15:56:59] ERROR: During handling of the above exception, another exceptio\n"
+    )
+    found = {f.id: f for f in analyze_text(tb).findings}
+    assert "glm_moe_dsa" in found["model.unsupported"].message
+    assert found["model.unsupported"].evidence[0].line == 4
+    # a KeyError elsewhere is no model type
+    other = tb.replace("transformers/models/auto/configuration_auto.py", "app/cache.py")
+    assert "model.unsupported" not in {f.id for f in analyze_text(other).findings}
+
+
+def test_a_child_process_header_and_a_repeated_wait_are_evidence() -> None:
+    from diag.analyze import analyze_text
+
+    text = (
+        "INFO 07-02 22:32:19 [utils.py:364] Started DP Coordinator process (PID: 279)\n"
+        "Process VLLM_DP_Coordinator:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/v/vllm/entrypoints/openai/api_server.py", line 1387, in <module>\n'
+        "    uvloop.run(run_server(args))\n"
+        '  File "/v/uvloop/__init__.py", line 109, in run\n'
+    )
+    exc = {f.id: f for f in analyze_text(text).findings}["python.exception"]
+    assert [e.line for e in exc.evidence] == [2, 3]

@@ -50,6 +50,7 @@ LEVELS = {
 }
 
 _LVL = r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
+_LEVEL_COLON = re.compile(r"(?:WARNING|ERROR|CRITICAL): ?")
 
 
 @dataclass(slots=True)
@@ -321,6 +322,12 @@ def parse_line(raw: str) -> Parsed:
             p.message = msg
             if p.level is None and msg.startswith(("WARNING", "ERROR", "CRITICAL")):
                 p.level = msg.split(" ", 1)[0].rstrip(":")
+                # "[ts] ERROR: <text>" (a "%(levelname)s: %(message)s" handler, every line
+                # of a logged traceback behind it): the text is the message, its own
+                # indentation kept ("ERROR:   File ...")
+                lm = _LEVEL_COLON.match(msg)
+                if lm is not None:
+                    p.message = msg[lm.end() :]
             return p
     if first in "DIWECF":
         m = _VLLM.match(line)

@@ -29,7 +29,9 @@ markdown quotes (``> `` and ``> > ``), line-number gutters (``  123 | ``, ``123\
 ``--label`` task prefixes (``3: ``, a rank).
 
 Logs whose newlines were lost: :func:`split_glued` cuts a line again before recognisable
-record starts (an SGLang or vLLM stamp, a vLLM process prefix before a level), conservatively.
+record starts (an SGLang or vLLM stamp, a vLLM process prefix before a level), conservatively,
+and before each recurrence of a Ray / vLLM process prefix that recurs on the line (a
+worker's traceback flattened into one line keeps the prefix of each of its lines).
 
 Every function is pure and never raises; a clean line passes through unchanged at the cost
 of a few ``str`` tests (:func:`unwrap_line` returns ``None`` for the wrap).
@@ -418,6 +420,11 @@ class SourceUnwrapper:
                 if m:
                     line = line[m.end() :]
                     self.counts["bar"] += 1
+            elif g.startswith("label:"):
+                word = g[6:]
+                if line.startswith(word) and line[len(word) : len(word) + 1] in (" ", ""):
+                    line = line[len(word) + 1 :]
+                    self.counts["label"] += 1
             elif g == "srun":
                 m = _SRUN.match(line)
                 if m:
@@ -592,7 +599,41 @@ def detect_gutters(lines: list[str]) -> tuple[str, ...]:
             out.append("srun")
         elif _bar_gutter(lines, need):
             out.append("bar")
+        elif (label := _label_gutter(lines, need)) is not None:
+            out.append("label:" + label)
     return tuple(out)
+
+
+# a log viewer's or runtime's name column before every line (a container's or pod's name:
+# ``server     self._initialize_kv_caches()``, ``server   File "/x/llm_engine.py", ...``)
+_LABEL = re.compile(r"([A-Za-z][\w.\-]{0,40})(?: |$)")
+_LEVEL_WORD = re.compile(_LEVEL_WORDS + r"|[DIWEF]", re.I)
+# what a log's or a traceback's own line starts with
+_KNOWN_LINE = re.compile(
+    r'\s+File "|Traceback \(most recent call|\s+\S|[A-Za-z_][\w.]*(?:Error|Exception)\b'
+)
+
+
+def _known(line: str) -> bool:
+    return _RECORD_LEAD.match(line) is not None or _KNOWN_LINE.match(line) is not None
+
+
+def _label_gutter(lines: list[str], need: int) -> str | None:
+    """One word before most lines, and the lines read as log or traceback lines once it
+    is off (they did not before): the word, else None. A level word is never a label."""
+    words = Counter(m.group(1) for m in map(_LABEL.match, lines) if m)
+    if not words:
+        return None
+    word, n = words.most_common(1)[0]
+    if n < need or _LEVEL_WORD.fullmatch(word):
+        return None
+    rest = [ln[len(word) + 1 :] for ln in lines if ln.startswith(word + " ")]
+    if any(ln.lstrip()[:1] in _WRAPPER_END for ln in rest):
+        return None  # a wrapper's own separator follows the word (compose's " | ")
+    after = sum(1 for ln in rest if _known(ln))
+    # lines a per-line wrapper (compose, journald, a stamp) already explains
+    before = sum(1 for ln in lines if _known(ln) or unwrap_line(ln)[1] is not None)
+    return word if after * 2 >= len(lines) and after > before else None
 
 
 def _bar_gutter(lines: list[str], need: int) -> bool:
@@ -659,10 +700,55 @@ def _is_cut(part: str, m: re.Match[str]) -> bool:
     return _VLLM_FILE.match(part, end) is not None or _CUT_FILE.fullmatch(part, end) is not None
 
 
+# a per-line process prefix of Ray (``(RayWorkerWrapper pid=7, ip=10.0.0.2)``, any actor's
+# name: ``(SGLangWorker pid=38138)``) or vLLM (``(VllmWorker rank=1 pid=12)``)
+_PROC_PREFIX = re.compile(
+    r"\((?:[A-Za-z][\w\-]{0,80}\s*)?(?:rank=[0-9]{1,9}\s*)?pid=[0-9]{1,9}"
+    r"(?:,\s*ip=[\w.:\-]{1,80})?\)"
+)
+_PREFIX_REPEATS = 3
+
+
+def _split_repeated_prefix(part: str) -> list[str] | None:
+    """A line on which a process prefix recurs (Ray and vLLM put it before every line a
+    process prints, so a paste that lost its newlines keeps it between the lines it
+    joined, traceback frames included): cut before each prefix that recurs. None when no
+    prefix recurs :data:`_PREFIX_REPEATS` times."""
+    if part.count("pid=") < _PREFIX_REPEATS:
+        return None
+    found = list(_PROC_PREFIX.finditer(part))
+    if len(found) < _PREFIX_REPEATS:
+        return None
+    counts = Counter(m.group(0) for m in found)
+    if counts.most_common(1)[0][1] < _PREFIX_REPEATS:
+        return None
+    # every prefix that recurs: the processes of one paste take turns (an engine core's
+    # traceback, then the API server's)
+    cuts = [m.start() for m in found if counts[m.group(0)] > 1 and m.start() > 0]
+    out: list[str] = []
+    prev = 0
+    for c in cuts:
+        piece = part[prev:c].rstrip()
+        if piece:
+            out.append(piece)
+        prev = c
+    out.append(part[prev:])
+    return out
+
+
 def split_glued(part: str) -> list[str]:
     """A physical line holding several records (a paste that lost its newlines) -> the
     records. A line with one record is returned as ``[part]``; a wrapper's own stamp at
-    the start of the line (``2025-..Z INFO ...``) is never a cut."""
+    the start of the line (``2025-..Z INFO ...``) is never a cut. A process prefix that
+    recurs on the line cuts it before each recurrence (:func:`_split_repeated_prefix`),
+    and each piece is cut again before record starts."""
+    pieces = _split_repeated_prefix(part) if len(part) >= 40 else None
+    if pieces is not None:
+        return [cut for piece in pieces for cut in _split_records(piece)]
+    return _split_records(part)
+
+
+def _split_records(part: str) -> list[str]:
     if len(part) < 40 or _GLUE_HINT.search(part, _GLUE_FROM) is None:
         return [part]
     cuts = [m.start() for m in _ENTRY_START.finditer(part, 1) if _is_cut(part, m)]

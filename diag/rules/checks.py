@@ -782,6 +782,23 @@ def _cut_traceback(tail: Sequence[Record]) -> tuple[Record, Record] | None:
     return start, last
 
 
+# multiprocessing/process.py BaseProcess._bootstrap: a child process that raises writes
+# "Process <name>:" and then its traceback (vLLM's "Process VLLM_DP_Coordinator:",
+# "Process EngineCore_0:", SGLang's scheduler processes)
+_PROCESS_HEADER = regex.compile(r"^Process [\w.\-]{1,80}:\s*$")
+
+
+def _process_header(tail: Sequence[Record], start: Record) -> Record | None:
+    """The line naming the child process whose traceback starts at ``start``, if any."""
+    before = [r for r in tail if r.source == start.source and r.line < start.line]
+    if (
+        before and before[-1].line == start.line - 1
+        and _PROCESS_HEADER.match(before[-1].message.strip())
+    ):
+        return before[-1]
+    return None
+
+
 def _check_error_ends_log(ctx: CheckContext) -> CheckOutcome | None:
     """The log's last line is an ERROR line, or it ends inside a traceback before the
     exception line, and nothing else explains it: the run ended in an error whose
@@ -804,7 +821,7 @@ def _check_error_ends_log(ctx: CheckContext) -> CheckOutcome | None:
                 "the log ends inside a traceback before its exception line (cut off); "
                 f"the innermost frame shown: {where[:200]}"
             ),
-            hits=(Hit.of(start),),
+            hits=tuple(Hit.of(r) for r in (_process_header(tail, start), start) if r),
         )
     if phase_index(ctx.analysis.last_phase) >= phase_index("serving"):
         return None  # a serving log's last ERROR (an aborted request) is not a crash
@@ -1137,6 +1154,50 @@ def _check_compile_crash(ctx: CheckContext) -> CheckOutcome | None:
     )
 
 
+# transformers models/auto/configuration_auto.py (4.x): _LazyConfigMapping.__getitem__
+# raises KeyError(model_type) for a model type the installed transformers does not know;
+# AutoConfig.from_pretrained then raises "... has model type `x` but Transformers does not
+# recognize this architecture" while handling it (model.unsupported's pattern), the part
+# an excerpt cut at "During handling of the above exception" loses
+_CONFIG_MAPPING_FILE = "/transformers/models/auto/configuration_auto.py"
+_KEY_ERROR = regex.compile(r"(?:^|\s)KeyError: '(?P<key>[^'\s]{1,100})'\s*$")
+
+
+def _check_unknown_model_type(ctx: CheckContext) -> CheckOutcome | None:
+    """A traceback through transformers' config mapping (configuration_auto.py) ends in
+    ``KeyError: '<model_type>'``: the checkpoint's model type is unknown to this
+    transformers (model.unsupported), also when the chained ValueError was cut off."""
+    if "model.unsupported" in ctx.fired:
+        return None
+    through: dict[tuple[str, RankId | None, int | None], bool] = {}
+    for rec in ctx.records:
+        key = (rec.source, rec.rank, rec.pid)
+        for i, text in enumerate((rec.message, *rec.continuation)):
+            if "Traceback (most recent call last)" in text:
+                through[key] = False
+                continue
+            m = FRAME.search(text)
+            if m is not None:
+                if m.group("path").replace("\\", "/").endswith(_CONFIG_MAPPING_FILE):
+                    through[key] = True
+                continue
+            if not through.get(key) or "KeyError" not in text:
+                continue
+            k = _KEY_ERROR.search(text)
+            if k is None:
+                continue
+            return CheckOutcome(
+                message=(
+                    f"transformers does not know the model type '{k.group('key')}' "
+                    "(KeyError in its config mapping, configuration_auto.py)"
+                ),
+                hits=(
+                    Hit(rec.source, rec.line + i, text.strip(), rec.rank, rec.ts, {}, rec.level),
+                ),
+            )
+    return None
+
+
 CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
     "stack_collective_wait": _check_stack_collective,
     "specdec_acceptance": _check_specdec,
@@ -1144,6 +1205,7 @@ CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
     "slow_weight_load": _check_slow_load,
     "rank_missing": _check_missing,
     "rank_straggler": _check_straggler,
+    "unknown_model_type": _check_unknown_model_type,
     "error_ends_log": _check_error_ends_log,
     "faulthandler_dump": _check_faulthandler_dump,
     "compile_crash": _check_compile_crash,

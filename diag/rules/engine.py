@@ -344,6 +344,11 @@ def outcome_finding(rule: Rule, outcome: CheckOutcome) -> Finding:
     hits = _dedupe(outcome.hits)
     ranks = outcome.ranks if outcome.ranks else _rank_labels([h.rank for h in hits])
     finding = _finding(rule, outcome.message, hits, ranks)
+    if len(hits) <= MAX_EVIDENCE:
+        # a check chose these few lines (a wait's first and last repeat): all of them are
+        # its evidence, the same text twice included
+        ordered = sorted(hits, key=lambda h: (h.source, h.line))
+        finding = dataclasses.replace(finding, evidence=tuple(h.evidence() for h in ordered))
     if outcome.severity is not None:
         finding = dataclasses.replace(finding, severity=outcome.severity)
     return finding
