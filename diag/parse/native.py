@@ -181,7 +181,7 @@ class Automaton:
     def states(self) -> int:
         return int(self._native.lib.dg_states(self._ptr))
 
-    LABEL_CAP = 4096  # positions kept per label and chunk
+    LABEL_CAP = 1 << 16  # positions kept per label and chunk (pages touched only as used)
 
     def candidates(
         self, chunk: bytes | bytearray, nl: Any, n_lines: int

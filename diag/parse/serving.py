@@ -325,6 +325,14 @@ def _match_form(
     return ok, out
 
 
+def _marker_offsets(
+    data: bytes | bytearray, marker: bytes, label_at: dict[str, Any] | None
+) -> Any:
+    """Offsets of ``marker`` in ``data``: from ``label_at`` when it has them."""
+    at = label_at.get(marker.decode()) if label_at else None
+    return at if at is not None else _offsets(data, marker)
+
+
 def _offsets(data: bytes | bytearray, marker: bytes) -> Any:
     """Offsets of ``marker`` in ``data`` (a marker that cannot overlap itself)."""
     import numpy as np
@@ -361,15 +369,17 @@ _VLLM_SPEC_FORM: tuple[_Step, ...] = (
 
 
 def _form_rows(
-    data: bytes | bytearray, form: Sequence[_Step], buf: list[_Bytes]
+    data: bytes | bytearray, form: Sequence[_Step], buf: list[_Bytes],
+    label_at: dict[str, Any] | None = None,
 ) -> list[Any] | None:
     """The value columns of ``form`` (its first step a literal that marks the line) over
     every occurrence of that literal in ``data``, or None when one occurrence does not
     have the whole form (the caller then reads the lines another way). ``buf``: the
-    chunk's :class:`_Bytes`, made on first use and shared."""
+    chunk's :class:`_Bytes`, made on first use and shared; ``label_at``: where labels
+    occur, when the caller's scanner found them (else the marker is looked for here)."""
     marker = form[0]
     assert isinstance(marker, bytes)
-    q = _offsets(data, marker)
+    q = _marker_offsets(data, marker, label_at)
     if not len(q):
         return None
     if not buf:
@@ -379,11 +389,12 @@ def _form_rows(
 
 
 def _vllm_throughput(
-    fig: ServingFigures, data: bytes | bytearray, buf: list[_Bytes]
+    fig: ServingFigures, data: bytes | bytearray, buf: list[_Bytes],
+    label_at: dict[str, Any] | None = None,
 ) -> set[str]:
     """vLLM's throughput lines in columns when every one has the V1 form; returns the
     labels read (none: read them one by one)."""
-    cols = _form_rows(data, _VLLM_THROUGHPUT_FORM, buf)
+    cols = _form_rows(data, _VLLM_THROUGHPUT_FORM, buf, label_at)
     if cols is None:
         return set()
     for col, (_, attr, k) in zip(cols, _VLLM_THROUGHPUT_FIGS, strict=True):
@@ -392,13 +403,14 @@ def _vllm_throughput(
 
 
 def _vllm_spec(
-    fig: ServingFigures, data: bytes | bytearray, buf: list[_Bytes], older: bool
+    fig: ServingFigures, data: bytes | bytearray, buf: list[_Bytes], older: bool,
+    label_at: dict[str, Any] | None = None,
 ) -> bool:
     """vLLM's spec-decode lines in columns when all have that form (``older``: V0's
     ``Speculative metrics`` lines are in the text too); False: read them label by label."""
     if older:
         return False
-    cols = _form_rows(data, _VLLM_SPEC_FORM, buf)
+    cols = _form_rows(data, _VLLM_SPEC_FORM, buf, label_at)
     if cols is None:
         return False
     lens, _, _, acc, drafted, steps, rates = cols  # (the throughputs are not figures)
@@ -514,9 +526,9 @@ def scan_chunk(
     done: set[str] = set()
     buf: list[_Bytes] = []
     if has("Avg prompt throughput: "):
-        done = _vllm_throughput(fig, data, buf)
+        done = _vllm_throughput(fig, data, buf, label_at)
     spec_done = False
-    if has(SPEC_MARKERS[1]) and _vllm_spec(fig, data, buf, has(SPEC_MARKERS[2])):
+    if has(SPEC_MARKERS[1]) and _vllm_spec(fig, data, buf, has(SPEC_MARKERS[2]), label_at):
         done.add("Mean acceptance length: ")
         spec_done = True
     for (label, attr, k), (rx, _, _) in zip(_SPARSE, _SPARSE_RE, strict=True):
@@ -528,15 +540,17 @@ def scan_chunk(
                 getattr(fig, attr).add_many(*_read_re(rx, data, k))
     markers = tuple(m.encode() for m in SPEC_MARKERS if (sg if m == SPEC_MARKERS[0] else has(m)))
     if markers:
-        _spec_lines(fig, data, source, line0, sg, spec_done, nl, markers)
+        _spec_lines(fig, data, source, line0, sg, spec_done, nl, markers, label_at)
 
 
 def _spec_lines(
     fig: ServingFigures, data: bytes | bytearray, source: str, line0: int, sg: int,
     read: bool,
-    nl: Any, markers: tuple[bytes, ...],
+    nl: Any, markers: tuple[bytes, ...], label_at: dict[str, Any] | None = None,
 ) -> None:
-    vl = sum(data.count(m) for m in markers if m != _BMARKERS[0])
+    known = label_at or {}
+    vl = sum(len(known[m.decode()]) if m.decode() in known else data.count(m)
+             for m in markers if m != _BMARKERS[0])
     fig.spec_reports += sg + vl
     if vl and not read:
         # vLLM's report lines (a few per minute): read one by one
