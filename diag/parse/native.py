@@ -121,26 +121,22 @@ class Native:
 
     def nonblank(self, chunk: bytes | bytearray, starts: Any, ends: Any) -> Any:
         """Per line [starts[i], ends[i]): whether ``bytes.strip()`` leaves anything (bool)."""
-        import numpy as np
-
-        starts = np.ascontiguousarray(starts, dtype=np.int64)
-        ends = np.ascontiguousarray(ends, dtype=np.int64)
-        out = np.zeros(len(starts), dtype=np.uint8)
-        if len(starts):
-            self.lib.dg_nonblank(_addr(chunk), starts.ctypes.data, ends.ctypes.data,
-                                 len(starts), out.ctypes.data)
-        return out.view(bool)
+        return self._per_line(self.lib.dg_nonblank, chunk, starts, ends, "uint8").view(bool)
 
     def kinds(self, chunk: bytes | bytearray, starts: Any, ends: Any) -> Any:
         """The kind hash (uint64) of each line [starts[i], ends[i]) of ``chunk``."""
+        return self._per_line(self.lib.dg_kinds, chunk, starts, ends, "uint64")
+
+    @staticmethod
+    def _per_line(fn: Any, chunk: bytes | bytearray, starts: Any, ends: Any, dtype: str) -> Any:
+        """``fn(chunk, starts, ends, n, out)`` over the lines given: ``out``, one value each."""
         import numpy as np
 
         starts = np.ascontiguousarray(starts, dtype=np.int64)
         ends = np.ascontiguousarray(ends, dtype=np.int64)
-        out = np.empty(len(starts), dtype=np.uint64)
+        out = np.zeros(len(starts), dtype=dtype)
         if len(starts):
-            self.lib.dg_kinds(_addr(chunk), starts.ctypes.data, ends.ctypes.data,
-                              len(starts), out.ctypes.data)
+            fn(_addr(chunk), starts.ctypes.data, ends.ctypes.data, len(starts), out.ctypes.data)
         return out
 
 

@@ -724,7 +724,12 @@ def _split_repeated_prefix(part: str) -> list[str] | None:
         return None
     # every prefix that recurs: the processes of one paste take turns (an engine core's
     # traceback, then the API server's)
-    cuts = [m.start() for m in found if counts[m.group(0)] > 1 and m.start() > 0]
+    return _cut_at(part, [m.start() for m in found if counts[m.group(0)] > 1 and m.start() > 0])
+
+
+def _cut_at(part: str, cuts: list[int]) -> list[str]:
+    """``part`` cut before each offset of ``cuts`` (ascending); a piece of only white
+    space is left out, each piece but the last loses its trailing space."""
     out: list[str] = []
     prev = 0
     for c in cuts:
@@ -759,12 +764,4 @@ def _split_records(part: str) -> list[str]:
     cuts = [c for c in cuts if c > head]
     if not cuts:
         return [part]
-    out: list[str] = []
-    prev = 0
-    for c in cuts:
-        piece = part[prev:c].rstrip()
-        if piece:
-            out.append(piece)
-        prev = c
-    out.append(part[prev:])
-    return out
+    return _cut_at(part, cuts)
