@@ -212,3 +212,27 @@ def test_no_compiler_means_no_scanner(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("CC", "false")  # a compiler that fails
     assert native.build(tmp_path / "out") is None
     assert not any((tmp_path / "out").glob("*.so"))
+
+
+def test_find_equals_bytes_find() -> None:
+    assert NAT is not None
+    rng = random.Random(4)
+    for _ in range(2000):
+        hay = bytes(rng.choice(b"abAB(=") for _ in range(rng.randint(0, 60)))
+        needle = bytes(rng.choice(b"abAB(=") for _ in range(rng.randint(1, 4)))
+        for k in range(len(needle)):
+            assert NAT.find(hay, needle, k) == hay.find(needle), (hay, needle, k)
+
+
+def test_keys_known_absent_are_not_waited_for() -> None:
+    """Marking the keys a chunk lacks as absent changes no answer."""
+    assert NAT is not None
+    keys = [b"[TP0] ", b"[TP1] ", b"(Worker_TP2 pid=7) "]
+    ac = native.Automaton(NAT, [k[::-1] for k in keys], [0] * len(keys), caseless=False,
+                          special=False)
+    chunk = b"x [TP1] a\n" * 50 + b"[TP0] b\n" + b"y\n" * 50
+    nl = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
+    absent = np.array([int(k not in chunk) for k in keys], dtype=np.uint8)
+    assert absent.tolist() == [0, 0, 1]
+    assert ac.last(chunk, nl, None, absent).tolist() == ac.last(chunk, nl).tolist()
+    assert ac.last(chunk, nl, None, np.ones(3, dtype=np.uint8)).tolist() == [-1, -1, -1]

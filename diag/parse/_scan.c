@@ -316,7 +316,8 @@ uint64_t dg_candidates(const dg_ac *ac, const uint8_t *buf, int64_t size, const 
  * case-sensitive): the chunk is walked backwards, cut at line starts into LANES parts
  * walked in lock-step (a pattern's last occurrence is the one of the highest part that
  * has one); a dropped line is jumped over whole. Stops once the answer is known for every
- * pattern. nl: offsets of the n_nl newlines. Returns how many patterns were found. */
+ * pattern. nl: offsets of the n_nl newlines. ignore (may be NULL): patterns known to be
+ * absent (the caller checked): -1, and not waited for. Returns how many were found. */
 typedef struct { int64_t p, lo, line; uint32_t s; int done; } back_t;
 
 static inline void back_hit(const dg_ac *ac, const int64_t *nl, const uint8_t *dropped,
@@ -346,8 +347,10 @@ static inline void back_hit(const dg_ac *ac, const int64_t *nl, const uint8_t *d
 
 /* whether every pattern's answer is known: found in a part with every part above it done
  * or holding the pattern too */
-static int back_known(const int64_t *found, int32_t n, const back_t *lane) {
+static int back_known(const int64_t *found, int32_t n, const back_t *lane,
+                      const uint8_t *ignore) {
     for (int32_t pi = 0; pi < n; pi++) {
+        if (ignore && ignore[pi]) continue;
         for (int j = LANES - 1; j >= 0; j--) {
             if (found[(size_t)j * n + pi] >= 0) break;
             if (!lane[j].done) return 0;
@@ -357,13 +360,18 @@ static int back_known(const int64_t *found, int32_t n, const back_t *lane) {
 }
 
 int32_t dg_last(const dg_ac *ac, const uint8_t *buf, int64_t size, const int64_t *nl,
-                int64_t n_nl, const uint8_t *dropped, int64_t *out) {
+                int64_t n_nl, const uint8_t *dropped, const uint8_t *ignore, int64_t *out) {
     const uint32_t *delta = ac->delta;
     const uint8_t *cls = ac->cls;
     const uint32_t k = (uint32_t)ac->n_classes;
     const int32_t n = ac->n_patterns;
     for (int32_t i = 0; i < n; i++) out[i] = -1;
     if (n == 0 || size <= 0) return 0;
+    if (ignore) {
+        int32_t live = 0;
+        for (int32_t i = 0; i < n; i++) live += !ignore[i];
+        if (!live) return 0;
+    }
     int64_t *found = malloc(sizeof(int64_t) * (size_t)n * LANES);
     if (!found) return -1;
     for (int64_t i = 0; i < (int64_t)n * LANES; i++) found[i] = -1;
@@ -407,7 +415,7 @@ int32_t dg_last(const dg_ac *ac, const uint8_t *buf, int64_t size, const int64_t
     }
     /* the upper parts first: a pattern found there needs nothing below */
     for (int base = LANES - 4; base >= 0; base -= 4) {
-        if (back_known(found, n, lane)) break;
+        if (back_known(found, n, lane, ignore)) break;
         int64_t p0 = lane[base].p, p1 = lane[base + 1].p, p2 = lane[base + 2].p,
                 p3 = lane[base + 3].p;
         uint32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
@@ -416,11 +424,12 @@ int32_t dg_last(const dg_ac *ac, const uint8_t *buf, int64_t size, const int64_t
                 break;
             DG_BACK(base, p0, s0) DG_BACK(base + 1, p1, s1) DG_BACK(base + 2, p2, s2)
             DG_BACK(base + 3, p3, s3)
-            if ((step & 1023) == 1023 && back_known(found, n, lane)) break;
+            if ((step & 1023) == 1023 && back_known(found, n, lane, ignore)) break;
         }
     }
 #undef DG_BACK
     for (int32_t pi = 0; pi < n; pi++) {
+        if (ignore && ignore[pi]) continue;
         for (int j = LANES - 1; j >= 0; j--) {
             int64_t f = found[(size_t)j * n + pi];
             if (f >= 0) { out[pi] = f; got++; break; }
@@ -546,4 +555,20 @@ void dg_nonblank(const uint8_t *buf, const int64_t *starts, const int64_t *ends,
         }
         out[i] = r;
     }
+}
+
+/* The first offset of needle (n bytes) in buf, or -1: memchr for its byte at k (the caller
+ * picks a rare one), each hit checked whole. */
+int64_t dg_find(const uint8_t *buf, int64_t size, const uint8_t *needle, int64_t n, int64_t k) {
+    if (n <= 0) return 0;
+    if (size < n) return -1;
+    if (k < 0 || k >= n) k = 0;
+    const uint8_t *p = buf + k, *end = buf + size - (n - 1 - k);
+    while (p < end) {
+        const uint8_t *q = memchr(p, needle[k], (size_t)(end - p));
+        if (!q) return -1;
+        if (memcmp(q - k, needle, (size_t)n) == 0) return (q - k) - buf;
+        p = q + 1;
+    }
+    return -1;
 }

@@ -89,7 +89,10 @@ class Native:
         lib.dg_last.restype = ctypes.c_int32
         lib.dg_last.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                 ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-                                ctypes.c_void_p]
+                                ctypes.c_void_p, ctypes.c_void_p]
+        lib.dg_find.restype = ctypes.c_int64
+        lib.dg_find.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p,
+                                ctypes.c_int64, ctypes.c_int64]
         lib.dg_newlines.restype = ctypes.c_int64
         lib.dg_newlines.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                     ctypes.c_int64]
@@ -101,6 +104,11 @@ class Native:
         lib.dg_kinds.restype = None
         lib.dg_kinds.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                  ctypes.c_int64, ctypes.c_void_p]
+
+    def find(self, chunk: bytes | bytearray, needle: bytes, rare: int = 0) -> int:
+        """The first offset of ``needle`` in ``chunk`` (-1: none); ``rare``: the index of
+        a byte of it that is rare in the text (memchr runs on that byte)."""
+        return int(self.lib.dg_find(_addr(chunk), len(chunk), needle, len(needle), rare))
 
     def newlines(self, chunk: bytes | bytearray) -> Any:
         """The offsets of the newlines of ``chunk`` (numpy int64)."""
@@ -200,20 +208,25 @@ class Automaton:
                  for j, c in enumerate(count[: self.n_labels].tolist()) if 0 < c <= cap}
         return np.flatnonzero(mask[:n_lines]).astype(np.int64), int(labels), where
 
-    def last(self, chunk: bytes | bytearray, nl: Any, dropped: Any = None) -> Any:
+    def last(self, chunk: bytes | bytearray, nl: Any, dropped: Any = None,
+             absent: Any = None) -> Any:
         """Start offset (int64) of each pattern's last occurrence in ``chunk`` on a line
         whose ``dropped`` flag (uint8 per line, or None) is 0; -1 where there is none.
-        The automaton must hold the patterns reversed."""
+        ``absent`` (uint8 per pattern, or None): patterns the caller knows are not in
+        the chunk (-1 without a walk). The automaton must hold the patterns reversed."""
         import numpy as np
 
         nl = np.ascontiguousarray(nl, dtype=np.int64)
-        out = np.empty(max(self.n_patterns, 1), dtype=np.int64)
-        dptr = None
+        out = np.full(max(self.n_patterns, 1), -1, dtype=np.int64)
+        dptr = aptr = None
         if dropped is not None:
             dropped = np.ascontiguousarray(dropped, dtype=np.uint8)
             dptr = dropped.ctypes.data
+        if absent is not None:
+            absent = np.ascontiguousarray(absent, dtype=np.uint8)
+            aptr = absent.ctypes.data
         self._native.lib.dg_last(self._ptr, _addr(chunk), len(chunk), nl.ctypes.data,
-                                 len(nl), dptr, out.ctypes.data)
+                                 len(nl), dptr, aptr, out.ctypes.data)
         return out[: self.n_patterns]
 
 

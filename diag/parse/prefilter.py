@@ -21,6 +21,7 @@ Line numbers stay exact (newlines are counted in compiled code).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -399,6 +400,7 @@ class _KeyScan:
         self._rev: Any = None
         self._fwd: Any = None
         self._probes: list[bytes] = []
+        self._probes_of: dict[bytes, list[int]] = {}
 
     def _build(self, keys: Iterable[str]) -> None:
         self.keys = tuple(sorted(keys))
@@ -408,6 +410,13 @@ class _KeyScan:
 
             self._rev = Automaton(self._native, [k[::-1] for k in enc], [0] * len(enc),
                                   caseless=False, special=False)
+            # each key's longest run without digits: keys sharing it are all absent from a
+            # chunk that lacks it (checked with memchr on a rare byte of it, before the walk)
+            self._probes_of = {}
+            for i, k in enumerate(enc):
+                run = max(_DIGIT_RUNS.split(k), key=len)
+                if len(run) >= 2:
+                    self._probes_of.setdefault(run, []).append(i)
         else:
             self._rev = self._db([_hs_bytes(k[::-1]) for k in enc])
         self._probes = [k + lit.encode() for k in enc if k.endswith(b"] ")
@@ -445,7 +454,11 @@ class _KeyScan:
             if dropped:
                 mask = np.zeros(len(lines) + 1, dtype=np.uint8)
                 mask[np.fromiter(dropped, dtype=np.int64, count=len(dropped))] = 1
-            offsets = self._rev.last(chunk, lines.nl, mask)
+            absent = np.zeros(len(names), dtype=np.uint8)
+            for probe, idx in self._probes_of.items():
+                if self._native.find(chunk, probe, _rare_byte(probe)) < 0:
+                    absent[idx] = 1
+            offsets = self._rev.last(chunk, lines.nl, mask, absent)
             last = {names[i]: at for i, at in enumerate(offsets.tolist()) if at >= 0}
             self._first(chunk, skip, first)
             return last, first
@@ -512,6 +525,19 @@ class _KeyScan:
                 first[p] = to - len(p)
 
         self._fwd.scan(chunk, match_event_handler=on_first)
+
+
+_DIGIT_RUNS = re.compile(rb"[0-9]+")
+# bytes by how common they are in log text (lower: rarer), for the memchr of a probe
+_COMMONNESS = {**dict.fromkeys(range(256), 1), **dict.fromkeys(b" ", 4),
+               **dict.fromkeys(b"abcdefghijklmnopqrstuvwxyz", 3),
+               **dict.fromkeys(b"0123456789.:-/", 2),
+               **dict.fromkeys(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ_([{<=|", 0)}
+
+
+def _rare_byte(probe: bytes) -> int:
+    """The index of the byte of ``probe`` least common in log text."""
+    return min(range(len(probe)), key=lambda i: _COMMONNESS[probe[i]])
 
 
 def _key_scanner() -> _KeyScan | bool:
