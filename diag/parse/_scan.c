@@ -1,16 +1,19 @@
 /* diag's line scanner: a multi-literal automaton (Aho-Corasick, as one dense DFA over byte
  * classes) and the per-line passes the prefilter needs, so that no line costs a call into
- * Python. Built by diag/parse/native.py with the system C compiler on first use (cached by
- * this file's hash) and called through ctypes; without a compiler diag uses Hyperscan.
+ * Python. Built by diag/parse/native.py with the system C compiler (at pip install, else on
+ * first use, cached by this file's hash) and called through ctypes; without a compiler
+ * diag uses Hyperscan.
  *
- * Three passes over a chunk of whole lines:
+ * Over a chunk of whole lines:
  *   dg_candidates  marks the lines that hold a candidate literal (any ASCII case), the line
  *                  before a "with line before" literal, an indented line and the line before
  *                  it, a line with a carriage return inside, a line starting "#<digit>"; and
- *                  reports which case-sensitive labels occur in the chunk;
+ *                  reports which case-sensitive labels occur in the chunk, and where;
  *   dg_last        the start of each key's last occurrence on a line not marked dropped,
  *                  walking the chunk backwards with an automaton of the reversed keys;
- *   dg_kinds       a 64-bit hash of each line's kind (its first 160 bytes, digits deleted).
+ *   dg_kinds       a 64-bit hash of each line's kind (its first 160 bytes, digits deleted);
+ *   dg_newlines, dg_utf8_valid, dg_nonblank, dg_find: newline offsets, strict UTF-8
+ *                  validity, blank lines, a substring's first offset (memchr on a rare byte).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -24,7 +27,6 @@ enum { OUT_CAND = 1, OUT_PREV = 2, OUT_LIST = 4 };
 typedef struct {
     int32_t n_states;
     int32_t n_classes;
-    int32_t caseless;
     uint8_t cls[256];      /* byte -> class (0: a byte in no pattern) */
     uint32_t *delta;       /* n_states * n_classes; FLAG set on entries into a state with output */
     uint8_t *out;          /* per state: OUT_* bits, unioned along the failure chain */
@@ -62,7 +64,6 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
                 int32_t caseless, int32_t special) {
     dg_ac *ac = calloc(1, sizeof(dg_ac));
     if (!ac) return NULL;
-    ac->caseless = caseless;
     ac->n_patterns = n;
     ac->plen = malloc(sizeof(int32_t) * (n ? n : 1));
     ac->kind = malloc(sizeof(int32_t) * (n ? n : 1));
@@ -172,14 +173,12 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
     return ac;
 }
 
-int32_t dg_states(const dg_ac *ac) { return ac->n_states; }
-
 /* The candidate pass. mask: n_lines bytes, set to 1 for each candidate line (the caller
  * zeroes it); nl: offsets of the chunk's n_nl newlines. Returns the labels found as bits
  * (order among the kind-2 patterns, at most 64); lab_count / lab_at (may be NULL): each
- * label's count of occurrences and its first cap start offsets (in no particular order). The chunk is cut at newlines into LANES
- * parts walked in lock-step: one automaton walk is a chain of dependent loads, several
- * independent ones keep the core busy. */
+ * label's count of occurrences and its first cap start offsets (in no particular order).
+ * The chunk is cut at newlines into LANES parts walked in lock-step: one automaton walk is
+ * a chain of dependent loads, several independent ones keep the core busy. */
 #define LANES 8
 
 typedef struct { int64_t i, end, line; uint32_t s; } lane_t;
@@ -241,12 +240,8 @@ uint64_t dg_candidates(const dg_ac *ac, const uint8_t *buf, int64_t size, const 
     const uint8_t *cls = ac->cls;
     const uint32_t k = (uint32_t)ac->n_classes;
     uint64_t labels = 0;
+    /* (the chunk's first line, which no newline precedes, is tested by the caller) */
     if (size <= 0 || n_lines <= 0) return 0;
-    {
-        uint8_t b0 = buf[0];
-        if (b0 == ' ' || b0 == '\t') mask[0] = 1;
-        if (b0 == '#' && size > 1 && buf[1] >= '0' && buf[1] <= '9') mask[0] = 1;
-    }
     /* lanes: part j starts after the first newline at or past j * size / LANES */
     lane_t lane[LANES];
     int64_t prev_end = 0;
@@ -289,7 +284,7 @@ uint64_t dg_candidates(const dg_ac *ac, const uint8_t *buf, int64_t size, const 
                 S = t & MASK;                                                   \
                 if (t & FLAG) {                                                 \
                     L->i = I; L->s = S;                                         \
-                    hit(ac, buf, size, mask, n_lines, L, b, k, &labels, pos);        \
+                    hit(ac, buf, size, mask, n_lines, L, b, k, &labels, pos);   \
                 }                                                               \
                 I++;                                                            \
             }
@@ -366,7 +361,7 @@ int32_t dg_last(const dg_ac *ac, const uint8_t *buf, int64_t size, const int64_t
     const uint32_t k = (uint32_t)ac->n_classes;
     const int32_t n = ac->n_patterns;
     for (int32_t i = 0; i < n; i++) out[i] = -1;
-    if (n == 0 || size <= 0) return 0;
+    if (n <= 0 || size <= 0) return 0;
     if (ignore) {
         int32_t live = 0;
         for (int32_t i = 0; i < n; i++) live += !ignore[i];
@@ -441,8 +436,8 @@ int32_t dg_last(const dg_ac *ac, const uint8_t *buf, int64_t size, const int64_t
 
 /* Kind hash of each line [starts[i], ends[i]): its first 160 bytes with the digits
  * deleted, hashed to 64 bits: the kept bytes are packed 8 to a word and each word mixed
- * in (xor, multiply, rotate), the count of kept bytes last, then a final avalanche. Runs of 8
- * bytes without a digit (found with a word-wide test) are appended in one step. */
+ * in (xor, multiply, rotate), the count of kept bytes last, then a final avalanche. Runs
+ * of 8 bytes without a digit (found with a word-wide test) are appended in one step. */
 static inline uint64_t mix(uint64_t h, uint64_t w) {
     h = (h ^ w) * 0x9e3779b97f4a7c15ull;
     return (h << 29) | (h >> 35);

@@ -62,10 +62,7 @@ def build(dest: Path) -> Path | None:
     return target
 
 
-_U8P = ctypes.POINTER(ctypes.c_uint8)
 _I32P = ctypes.POINTER(ctypes.c_int32)
-_I64P = ctypes.POINTER(ctypes.c_int64)
-_U64P = ctypes.POINTER(ctypes.c_uint64)
 
 
 class Native:
@@ -79,8 +76,6 @@ class Native:
                                  ctypes.c_int32, ctypes.c_int32]
         lib.dg_free.restype = None
         lib.dg_free.argtypes = [ctypes.c_void_p]
-        lib.dg_states.restype = ctypes.c_int32
-        lib.dg_states.argtypes = [ctypes.c_void_p]
         lib.dg_candidates.restype = ctypes.c_uint64
         lib.dg_candidates.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                       ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
@@ -180,10 +175,6 @@ class Automaton:
         if ptr is not None and ptr.value:
             self._native.lib.dg_free(ptr)
             self._ptr = None
-
-    @property
-    def states(self) -> int:
-        return int(self._native.lib.dg_states(self._ptr))
 
     LABEL_CAP = 1 << 16  # positions kept per label and chunk (pages touched only as used)
 

@@ -303,16 +303,13 @@ class _Run:
             self.col.engine = self._matcher.engine
         return self._matcher
 
-    def _bytes_stats(self, chunk: bytes | bytearray) -> None:
-        """NUL bytes and invalid UTF-8 in ``chunk`` (counted alike on both paths)."""
+    def _bytes_stats(self, chunk: bytes | bytearray, scanner: Any = None) -> None:
+        """NUL bytes and invalid UTF-8 in ``chunk`` (counted alike on both paths);
+        ``scanner``: diag's compiled scanner, which tells valid UTF-8 without decoding."""
         if b"\x00" in chunk:
             self.col.nul_bytes += chunk.count(b"\x00")
-        if not chunk.isascii():
-            nat = self.cap.native
-            if callable(nat):
-                nat = self.cap.native = nat()
-            if nat is None or not nat.utf8_valid(chunk):
-                self.col.undecodable += decode(chunk)[1]
+        if not chunk.isascii() and (scanner is None or not scanner.utf8_valid(chunk)):
+            self.col.undecodable += decode(chunk)[1]
 
     # -- line by line --------------------------------------------------------------
 
@@ -346,10 +343,11 @@ class _Run:
         """Feed the candidate and timeline lines of ``chunk`` (``lines``: its lines, from
         the matcher; and those of the source's head and, from line index ``tail_from``
         on, its tail); returns (lines, capped)."""
+        from diag.parse import native
         from diag.parse.prefilter import SourceScan
 
         assert isinstance(scan, SourceScan)
-        self._bytes_stats(chunk)
+        self._bytes_stats(chunk, native.load())
         present = lines.present
         scan_chunk(self.col.serving, chunk, name, lineno, present, lines.nl, lines.label_at)
         kept, dropped = self.cap.split(self.glines, chunk, lines, lines.candidates)

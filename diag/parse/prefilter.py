@@ -400,7 +400,8 @@ class _KeyScan:
         self._rev: Any = None
         self._fwd: Any = None
         self._probes: list[bytes] = []
-        self._probes_of: dict[bytes, list[int]] = {}
+        # key run -> (index of its rarest byte, the keys holding it)
+        self._probes_of: dict[bytes, tuple[int, list[int]]] = {}
 
     def _build(self, keys: Iterable[str]) -> None:
         self.keys = tuple(sorted(keys))
@@ -416,7 +417,7 @@ class _KeyScan:
             for i, k in enumerate(enc):
                 run = max(_DIGIT_RUNS.split(k), key=len)
                 if len(run) >= 2:
-                    self._probes_of.setdefault(run, []).append(i)
+                    self._probes_of.setdefault(run, (_rare_byte(run), []))[1].append(i)
         else:
             self._rev = self._db([_hs_bytes(k[::-1]) for k in enc])
         self._probes = [k + lit.encode() for k in enc if k.endswith(b"] ")
@@ -455,8 +456,8 @@ class _KeyScan:
                 mask = np.zeros(len(lines) + 1, dtype=np.uint8)
                 mask[np.fromiter(dropped, dtype=np.int64, count=len(dropped))] = 1
             absent = np.zeros(len(names), dtype=np.uint8)
-            for probe, idx in self._probes_of.items():
-                if self._native.find(chunk, probe, _rare_byte(probe)) < 0:
+            for probe, (rare, idx) in self._probes_of.items():
+                if self._native.find(chunk, probe, rare) < 0:
                     absent[idx] = 1
             offsets = self._rev.last(chunk, lines.nl, mask, absent)
             last = {names[i]: at for i, at in enumerate(offsets.tolist()) if at >= 0}

@@ -440,7 +440,10 @@ def _accept_figures(fig: ServingFigures, data: bytes | bytearray) -> int:
 def _read_re(
     rx: re.Pattern[bytes], data: bytes | bytearray, k: float
 ) -> tuple[int, float, float | None]:
-    vals = [float(m) * k for m in rx.findall(data)]
+    return _count_sum_max([float(m) * k for m in rx.findall(data)])
+
+
+def _count_sum_max(vals: list[float]) -> tuple[int, float, float | None]:
     if not vals:
         return 0, 0.0, None
     return len(vals), sum(vals), max(vals)
@@ -452,10 +455,9 @@ def _read_at(
     """As :func:`_read_re` with the label's pattern, reading the number right after each
     label at the offsets ``at`` (the label is ``skip`` bytes long)."""
     match = _NUM_B.match
-    vals = [float(m.group()) * k for m in (match(data, p + skip) for p in at.tolist()) if m]
-    if not vals:
-        return 0, 0.0, None
-    return len(vals), sum(vals), max(vals)
+    return _count_sum_max(
+        [float(m.group()) * k for m in (match(data, p + skip) for p in at.tolist()) if m]
+    )
 
 
 _FAMILY = ("Decode batch", "Prefill batch")  # SGLang's batch lines carry the _DENSE labels
