@@ -48,6 +48,7 @@ KINDS: tuple[EventKind, ...] = ("begin", "progress", "end", "mark")
 _FRAMEWORKS = ("sglang", "vllm", "any")
 _KEYS = {
     "id", "phase", "kind", "regex", "framework", "source", "version", "where", "position",
+    "logger_files",
 }
 # the catalogue files, in match order (the first entry that matches a message wins, so a
 # hand-written entry is always preferred), and whether their entries mark positions
@@ -95,6 +96,9 @@ class PhaseEntry:
     # "[file.py:12]"), the notice applies only to lines of those files (the same words
     # logged by another module may be another step)
     files: tuple[str, ...] = ()
+    # a hand-written entry for one logger file (the same words logged by another module
+    # mark another step): it does not apply to a line that names another file
+    logger_files: tuple[str, ...] = ()
 
     @property
     def regex(self) -> re.Pattern[str]:
@@ -174,6 +178,11 @@ def _check_entry(
     pos = raw.get("position", position)
     if not isinstance(pos, bool):
         raise DiagError(f"{where_from}: phase entry {ident}: position must be true or false")
+    only = raw.get("logger_files", [])
+    if not isinstance(only, list) or not all(
+        isinstance(f, str) and f.endswith(".py") for f in only
+    ):
+        raise DiagError(f"{where_from}: phase entry {ident}: logger_files must list .py names")
     pattern = str(raw["regex"])
     try:
         re.compile(pattern)
@@ -191,6 +200,7 @@ def _check_entry(
         "literals": sorted(required_literals(pattern) or ()),
         "position": pos,
         "files": [] if pos else sorted(set(_CITED.findall(str(raw["source"])))),
+        "logger_files": sorted(only),
     }
 
 
@@ -208,6 +218,7 @@ def _build(checked: list[dict[str, Any]]) -> Catalogue:
             literals=tuple(c["literals"]),
             position=bool(c.get("position", True)),
             files=tuple(c.get("files", ())),
+            logger_files=tuple(c.get("logger_files", ())),
         )
         for c in checked
     )
@@ -265,7 +276,7 @@ def load_catalogue() -> Catalogue:
     the process; its checked form is cached on disk)."""
     data = resources.files("diag.data")
     texts = [data.joinpath(name).read_text(encoding="utf-8") for name, _ in FILES]
-    key = cache.content_key(texts, f"literals-{LITERALS_VERSION}", "position-2")
+    key = cache.content_key(texts, f"literals-{LITERALS_VERSION}", "position-2", "logger-files-1")
     hit = cache.load("phases", key)
     if isinstance(hit, list):
         try:
@@ -307,6 +318,10 @@ def match_record(cat: Catalogue, record: Record) -> Event | None:
     # which would have to be compiled in every run)
     for e in cat.gated(msg, message=True):
         if e.files and where is not None and where.endswith(".py") and where not in e.files:
+            continue
+        if e.logger_files and where is not None and where.endswith(".py") and (
+            where not in e.logger_files
+        ):
             continue
         m = e.regex.search(msg)
         if m:

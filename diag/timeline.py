@@ -95,12 +95,39 @@ def ordered(events: Iterable[Event]) -> list[Event]:
     return [k[3] for k in keyed]
 
 
+# Catalogue entries whose phase is the one LABELS.md gives the message, logged by some
+# versions before steps of earlier phases: vLLM V0's attention-backend choice
+# (attention/selector.py, 0.4-0.6) is logged when the worker's model runner is constructed,
+# before the executor's init_device (dist init) and load_model. While such an event is the
+# one that set the phase reached, a later event of an earlier phase (but past the phase
+# before it) is where the run got to.
+PROVISIONAL: frozenset[str] = frozenset({"vllm.attention_backend_v0_worker"})
+
+
 def reached_phase(events: Iterable[Event]) -> str | None:
-    """The phase reached, following the order of events (:func:`advance`)."""
+    """The phase reached, following the order of events (:func:`advance`, and
+    :data:`PROVISIONAL`)."""
     current: str | None = None
     seen: set[str] = set()
+    before: str | None = None  # the phase before a provisional event set ``current``
+    provisional = False
     for e in ordered(events):
-        current = advance(current, e.phase, seen)
+        if (
+            provisional
+            and current is not None
+            and phase_index(e.phase) < phase_index(current)
+            and (before is None or phase_index(e.phase) > phase_index(before))
+        ):
+            current, provisional = e.phase, False
+        else:
+            nxt = advance(current, e.phase, seen)
+            if nxt != current:
+                provisional = e.pattern in PROVISIONAL
+                if provisional:
+                    before = current
+                current = nxt
+            elif e.phase == current and e.pattern not in PROVISIONAL:
+                provisional = False  # another line proves the phase itself
         seen.add(e.phase)
     return current
 

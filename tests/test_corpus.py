@@ -78,11 +78,6 @@ TUNING_XFAIL: dict[str, str] = {
         "'<- ...' notes, no thread header, file, address or frame number: no dump format to "
         "recognise, and reading any list of words as a dump would take prose for stacks"
     ),
-    "sglang/pd-nixl-route-access-then-ucx-caught-signal-11-backtrace": (
-        "serving from the thread; the text has one Apache-style access line of the PD "
-        "router's GET /route (SGLang's request logger), which no catalogue entry reads as "
-        "listening yet, and no /v1 request"
-    ),
     "vllm/ascend-glm51-1p1d-shm-broadcast-waits-metrics-200-then-op-plugin-error": (
         "serving from the thread (a day of traffic); the window shows only GET /metrics "
         "access lines (listening) and shm_broadcast waits, no request served"
@@ -91,18 +86,9 @@ TUNING_XFAIL: dict[str, str] = {
         "serving from the thread; the traceback's worker_busy_loop frame runs at start-up "
         "too (the workers' RPC loop), so the frames alone do not prove serving"
     ),
-    "vllm/gemma2-flashinfer-begin-forward-segfault-after-first-request": (
-        "serving from the client's reply pasted before the log; the faulthandler frames "
-        "(FlashInfer begin_forward) run in the profile and graph-capture passes too"
-    ),
     "vllm/v0-ray-tp8-nccl-watchdog-cuda-unknown-error-lost-newline": (
         "serving from the thread's account (the first prompts succeeded); the window has "
         "no request line, only the NCCL watchdog's CUDA error (dist_init by the frames)"
-    ),
-    "vllm/v0.5.1-ray-2node-volta-xformers-fallback-init-device-error-deadlock-warning": (
-        "new case (gather, 2026-12-02), not yet handled: diag reported weights_load from V0's "
-        "attention-selector lines, the label is dist_init: V0 logs the selector when the worker "
-        "is constructed, before init_device's dist init (the pynccl lines come after it)"
     ),
     "sglang/v0.3-tp4-start-timeout-run-tp-server-forward-prefill-batch-traceback": (
         "new case (gather, 2026-12-02): warmup from the thread ('start timeout'); SGLang "

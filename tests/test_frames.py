@@ -160,3 +160,61 @@ def test_module_bodies_at_import_time_are_no_step() -> None:
     importing sglang/srt/model_loader/, then sgl_kernel) is not weight loading."""
     assert frame_phase("/x/sglang/srt/model_loader/loader.py", "<module>") is None
     assert frame_phase("/x/sglang/srt/model_loader/loader.py", "load_model") == "weights_load"
+
+
+def _pev(line: int, phase: str, pattern: str) -> Event:
+    return Event("log", line, T0 + dt.timedelta(seconds=line), None, phase, "mark", pattern, "")
+
+
+def test_a_provisional_phase_gives_way_to_an_earlier_step_logged_after_it() -> None:
+    v0_backend = "vllm.attention_backend_v0_worker"
+    # V0 logs its backend choice when the worker is built, then init_device's dist init
+    evs = [_pev(1, "launch", "a"), _pev(2, "weights_load", v0_backend), _pev(3, "dist_init", "b")]
+    assert reached_phase(evs) == "dist_init"
+    # alone, it is the phase LABELS.md gives it
+    assert reached_phase(evs[:2]) == "weights_load"
+    # a later step past it keeps the run further, whatever follows
+    evs2 = [*evs[:2], _pev(3, "weights_load", "c"), _pev(4, "dist_init", "b")]
+    assert reached_phase(evs2) == "weights_load"
+    # any other entry of the same phase is no provisional one
+    evs3 = [_pev(1, "launch", "a"), _pev(2, "weights_load", "c"), _pev(3, "dist_init", "b")]
+    assert reached_phase(evs3) == "weights_load"
+
+
+def test_v0_selector_lines_before_init_device_reach_dist_init_only() -> None:
+    text = (
+        "INFO 07-03 14:43:47 selector.py:51] Using XFormers backend.\n"
+        "INFO 07-03 14:43:49 pynccl.py:63] vLLM is using nccl==2.20.5\n"
+    )
+    assert analyze_text(text).last_phase == "dist_init"
+    # the same words from V1's platform module are the model being built (LABELS.md)
+    v1 = (
+        "INFO 07-03 14:43:49 [pynccl.py:63] vLLM is using nccl==2.20.5\n"
+        "INFO 07-03 14:43:50 [cuda.py:221] Using XFormers backend.\n"
+    )
+    assert analyze_text(v1).last_phase == "weights_load"
+
+
+def test_combined_format_access_lines() -> None:
+    kv = "[2025-05-28 09:40:00] Memory pool end. avail mem=16.08 GB\n"
+    stamp = "[2025-05-28 09:43:43] 127.0.0.1 [28/May/2025:09:43:43 +0000] "
+    agent = ' "-" "python-requests/2.32.3"\n'
+    health = stamp + '"GET /health HTTP/1.1" 200 2' + agent
+    assert analyze_text(kv + health).last_phase == "listening"
+    nginx = '10.0.0.7 - - [28/May/2025:09:43:43 +0000] "POST /v1/chat/completions HTTP/1.1" 200 6'
+    assert analyze_text(kv + nginx + agent).last_phase == "serving"
+    # SGLang's PD bootstrap server answers the decode side's receiver of a request
+    route = stamp + '"GET /route?engine_rank=0 HTTP/1.1" 200 262' + agent
+    assert analyze_text(kv + route).last_phase == "serving"
+    # the prefill ranks registering at start-up serve nothing
+    put = stamp + '"PUT /route HTTP/1.1" 200 153' + agent
+    assert analyze_text(kv + put).last_phase == "listening"
+
+
+def test_a_pasted_completion_response_proves_serving() -> None:
+    text = (
+        "INFO 07-10 00:48:30 api_server.py:177] Available routes are:\n"
+        '{"id":"cmpl-fdce","object":"text_completion","created":1720568916,"model":"m",'
+        '"choices":[{"index":0,"text":"hi","logprobs":null,"finish_reason":"length"}]}\n'
+    )
+    assert analyze_text(text).last_phase == "serving"
