@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from diag.clocks import align_events, refuse_cross_host, several_folders, shift_times
@@ -192,6 +194,35 @@ def _note_layout(config: dict[str, object], notes: list[str]) -> None:
         )
 
 
+# vLLM's messages that its engine is gone: V1 vllm/v1/engine/exceptions.py (EngineDeadError:
+# "EngineCore encountered an issue"), V0 engine/multiprocessing/client.py ("Engine process
+# (pid N) died", MQEngineDeadError), entrypoints/launcher.py ("MQLLMEngine is already dead"),
+# engine/async_llm_engine.py (AsyncEngineDeadError "Background loop has errored already")
+_ENGINE_DEAD = re.compile(
+    r"EngineDeadError|EngineCore encountered an issue|Engine process \(pid \d+\) died"
+    r"|MQLLMEngine is already dead|Background loop has errored already"
+)
+_HTTP_5XX = re.compile(r'"POST /[^"]*" 5\d\d\b')
+
+
+def _requests_after_engine_death(events: list[Event], records: Sequence[Record]) -> list[Event]:
+    """A generation request answered 5xx after the log said the engine is dead was refused
+    by the HTTP server alone (the engine never ran it): it proves listening, not serving."""
+    dead: dict[str, int] = {}
+    for r in records:
+        if r.source not in dead and _ENGINE_DEAD.search(r.text[:4000]):
+            dead[r.source] = r.line
+    if not dead:
+        return events
+    out = []
+    for e in events:
+        at = dead.get(e.source)
+        if at is not None and e.line > at and e.phase == "serving" and _HTTP_5XX.search(e.message):
+            e = replace(e, phase="listening", fields={**e.fields, "refused": "engine dead"})
+        out.append(e)
+    return out
+
+
 def _finish(
     sources: Sequence[Source],
     col: Collected,
@@ -214,6 +245,7 @@ def _finish(
         ev = cat.match(r)
         if ev is not None:
             events.append(ev)
+    events = _requests_after_engine_death(events, records)
     frames = frame_events(records)
     if frames:
         order = {s: i for i, s in enumerate(dict.fromkeys(r.source for r in records))}

@@ -56,6 +56,11 @@ XFAIL: dict[str, str] = {
 }
 # Known misses among the new tuning cases (names are visible: they are tuned on).
 TUNING_XFAIL: dict[str, str] = {
+    "vllm/tp2-debug-lost-newlines-gloo-connected-pynccl-version-single-line-cut": (
+        "new case (gather s8): the window ends on pynccl.py's 'vLLM is using nccl==' line, which "
+        "vLLM logs before ncclCommInitRank (a communicator's start: a step start by LABELS.md's "
+        "convention); the labeller knows the retrieval cut the paste one character later"
+    ),
     "sglang/rocm-mi300x-v0.5.13-kimi-k2-fp8-hand-abridged-log-hang-after-shards-100pct": (
         "new case (gather, 2026-12-05): startup.stalled from the thread's account (no output "
         "after the shards, the port never opened); the hand-abridged window ends on a finished "

@@ -349,8 +349,10 @@ def test_a_log_cut_after_a_step_ended_is_not_a_stall() -> None:
     [
         # the last line begins a step that never ends
         (("Capture cuda graph begin. This can take up to several minutes.",), "starts a step"),
-        (("flashinfer.jit: Loading JIT ops: batch_prefill_with_kv_cache_dtype_q_bf16",),
-         "starts a step"),
+        (
+            ("flashinfer.jit: Loading JIT ops: batch_prefill_with_kv_cache_dtype_q_bf16",),
+            "starts a step",
+        ),
         (("Connecting to 10.0.0.2:29500",), "starts a step"),
         # a wait message that repeats with nothing between
         (
@@ -361,8 +363,7 @@ def test_a_log_cut_after_a_step_ended_is_not_a_stall() -> None:
             "2 times with no progress between",
         ),
         # a bar that does not move
-        (("Capturing batches (avail_mem=7.08 GB):   0%|          | 0/17 [00:00<?, ?it/s]",),
-         "0%"),
+        (("Capturing batches (avail_mem=7.08 GB):   0%|          | 0/17 [00:00<?, ?it/s]",), "0%"),
         (
             (
                 "Loading checkpoint shards:  47% Completed | 8/17 [00:45<00:52, 5.8s/it]",
@@ -817,3 +818,69 @@ def test_a_child_process_header_and_a_repeated_wait_are_evidence() -> None:
     )
     exc = {f.id: f for f in analyze_text(text).findings}["python.exception"]
     assert [e.line for e in exc.evidence] == [2, 3]
+
+
+def test_logger_exception_outside_except_is_no_exception() -> None:
+    # vLLM V0 client.py logs the engine's death with logger.exception() outside an except
+    # block: Python prints "NoneType: None" where the traceback would be
+    from diag.analyze import analyze_text
+
+    died = "ERROR 12-01 13:05:02 client.py:282] RuntimeError('Engine process (pid 76) died.')\n"
+    none = "ERROR 12-01 13:05:02 client.py:282] NoneType: None\n"
+    ids = {f.id for f in analyze_text(died + none).findings}
+    assert "python.exception" not in ids and "process.killed" in ids
+    raised = "ERROR 12-01 13:05:02 engine.py:158] AssertionError('Only FlashAttention.')\n"
+    assert "python.exception" in {f.id for f in analyze_text(raised).findings}
+
+
+def test_a_last_line_cut_mid_word_is_no_stall() -> None:
+    from diag.analyze import analyze_text
+
+    head = (
+        "[2025-02-17 14:07:28 TP0] Capture cuda graph begin. This can take up to several "
+        "minutes.\n"
+        "2025-02-17 14:07:29,838 - INFO - flashinfer.jit: Loading JIT ops: batch_prefill_bf16_x\n"
+        "2025-02-17 14:07:29,874 - INFO - flashinfer.jit: Finished loading JIT ops: "
+        "batch_prefill_bf16_x\n"
+    )
+    cut = "2025-02-17 14:07:29,953 - INFO - flashinfer.jit: Loading JIT ops: batch_prefill_bf\n"
+    whole = "2025-02-17 14:07:29,953 - INFO - flashinfer.jit: Loading JIT ops: batch_decode_bf16\n"
+    assert "startup.stalled" not in {f.id for f in analyze_text(head + cut).findings}
+    # the same step start, whole, is where the log stopped
+    assert "startup.stalled" in {f.id for f in analyze_text(head + whole).findings}
+
+
+def test_a_begin_line_printed_after_its_own_progress_is_no_stall() -> None:
+    from diag.analyze import analyze_text
+
+    bars = "".join(
+        f"Capturing batches (avail_mem=34.9 GB):   {p}%|          | {k}/23 [00:00<?, ?it/s]\n"
+        for p, k in ((0, 0), (4, 1), (9, 2))
+    )
+    late = (
+        "(WorkerDict pid=859185) [2025-05-23 18:02:32] Memory pool end. avail mem=34.40 GB "
+        "[repeated 7x across cluster]\n"
+        "(WorkerDict pid=859185) [2025-05-23 18:02:32] Capture cuda graph begin. This can "
+        "take up to several minutes. [repeated 7x across cluster]\n"
+    )
+    assert "startup.stalled" not in {f.id for f in analyze_text(bars + late).findings}
+    # in time order (the begin first, then a bar at 0) it is a stall
+    assert "startup.stalled" in {
+        f.id for f in analyze_text(late + bars.split("\n")[0] + "\n").findings
+    }
+
+
+def test_a_5xx_after_the_engine_died_is_no_request_served() -> None:
+    from diag.analyze import analyze_text
+
+    up = 'INFO:     10.0.0.1:6534 - "GET /health HTTP/1.1" 200 OK\n'
+    dead = (
+        "ERROR 02-05 10:00:00 [async_llm.py:480] vllm.v1.engine.exceptions.EngineDeadError: "
+        "EngineCore encountered an issue. See stack trace (above) for the root cause.\n"
+    )
+    post = 'INFO:     10.0.0.1:65344 - "POST /v1/chat/completions HTTP/1.1" 500 Internal Server'
+    post += " Error\n"
+    assert analyze_text(up + dead + post).last_phase == "listening"
+    assert analyze_text(up + post + dead).last_phase == "serving"
+    rejected = 'INFO:     10.0.0.1:3945 - "POST /v1/chat/completions HTTP/1.1" 400 Bad Request\n'
+    assert analyze_text(up + rejected).last_phase == "listening"

@@ -288,6 +288,34 @@ def _completed(last: Record, tail: Sequence[Record]) -> Record:
     return last
 
 
+def _cut_mid_word(last: Record, tail: Sequence[Record]) -> bool:
+    """The log's last line stops inside a word that an earlier line of the same text
+    carries whole (``...dtype_o_bf`` after ``...dtype_o_bf16_...``): the excerpt was cut
+    there, so the file's end is the paste's edge, not where the log stopped."""
+    text = last.message.strip()
+    if len(text) < 16 or not text[-1].isalnum():
+        return False
+    for r in reversed(tail[-64:-1]):
+        m = r.message.strip()
+        if len(m) > len(text) and m.startswith(text) and m[len(text)].isalnum():
+            return True
+    return False
+
+
+
+def _advanced_before(begin: Event, events: Sequence[Event], bars: Sequence[Progress]) -> bool:
+    """The step the last line begins had already advanced earlier in the file: a progress
+    bar of its phase part-way (past 0, short of the end) above it, and no end of the phase
+    anywhere. The file is not in time order there (Ray's deduplicator prints the workers'
+    repeated lines late, after the bars the driver already showed), so the begin line is
+    not where the log stopped."""
+    mine = [e for e in events if e.source == begin.source and e.phase == begin.phase]
+    if any(e.kind == "end" for e in mine):
+        return False
+    above = {e.line for e in mine if e.kind == "progress" and e.line < begin.line}
+    return any(p.line in above and 0 < p.done < p.total for p in bars)
+
+
 def _is_step_start(rec: Record) -> bool:
     text = rec.message[:2000]
     try:
@@ -467,6 +495,10 @@ def _stall_reason(
         last.ts is not None and newest is not None and (newest - last.ts).total_seconds() > 1
     )  # delivered late (Ray forwards workers' lines with their own, earlier, times)
     short = text if len(text) <= 80 else text[:77] + "..."
+    if _cut_mid_word(last, tail):
+        return None, (), f"a line the excerpt cut mid-word ({short})", last_ts, gap
+    if ev is not None and ev.kind == "begin" and _advanced_before(ev, analysis.events, bars):
+        return None, (), f"a step whose progress was printed before it ({short})", last_ts, gap
     if not late and ((ev is not None and ev.kind == "begin") or _is_step_start(whole)):
         return (
             f"the log ends on a line that starts a step which never ends ({text})",

@@ -110,6 +110,22 @@ def _logger_name(rec: Record) -> str:
     return name.rsplit("/", 1)[-1]
 
 
+def _no_exc_info(records: Sequence[Record], at: int, i: int) -> bool:
+    """The line is a message logged with ``logger.exception()`` outside an ``except``
+    block: Python's logging then prints ``NoneType: None`` as its traceback (vLLM V0's
+    client.py logs the engine's death so, "RuntimeError('Engine process (pid 76) died.')"),
+    so the exception it names was never raised there."""
+    rec = records[at]
+    nxt = rec.continuation[i : i + 1] if i < len(rec.continuation) else []
+    if not nxt:
+        later = (
+            r for r in records[at + 1 : at + 4] if r.source == rec.source and r.message.strip()
+        )
+        following = next(later, None)
+        nxt = [following.message] if following is not None else []
+    return bool(nxt) and nxt[0].strip() == "NoneType: None"
+
+
 def hits_for_line(rule: Rule, line: str) -> list[Any]:
     """Matches of a pattern rule on one line of text, ignoring record limits (used by
     the example runner, so examples test exactly what the engine tests)."""
@@ -142,7 +158,7 @@ def _scan(
         for n in rule.needles:
             by_needle.setdefault(n, []).append(pos)
     finder = _NeedleFinder(tuple(by_needle))
-    for rec in records:
+    for at, rec in enumerate(records):
         text = rec.text
         if len(text) > _MAX_LINE:  # a multi-MB "line" is a data dump, not a message
             text = "\n".join(part[:_MAX_LINE] for part in text.split("\n"))
@@ -225,6 +241,8 @@ def _scan(
                     and not _ERROR_SHAPE.search(line)
                 ):
                     continue  # an INFO/DEBUG line that mentions the failure: advice, not one
+                if rule.finding_id == "python.exception" and _no_exc_info(records, at, i):
+                    continue
                 groups = {k: v for k, v in m.groupdict().items() if v is not None}
                 for gi, value in enumerate(m.groups(), start=1):
                     if value is not None:
