@@ -199,10 +199,31 @@ def test_keyscan_on_the_scanner_equals_the_hyperscan_one() -> None:
                              "[TP1] Prefill batch x"]) for _ in range(rng.randint(1, 40))]
         chunk = ("\n".join(lines) + "\n").encode()
         found = m.lines(chunk)
-        dropped = {i for i in range(len(lines)) if rng.random() < 0.2}
+        dropped = np.array([i for i in range(len(lines)) if rng.random() < 0.2],
+                           dtype=np.int64)
         a = _KeyScan(hyperscan).scan(chunk, found, set(keys), set(), dropped)
         b = _KeyScan(None, NAT).scan(chunk, found, set(keys), set(), dropped)
         assert a == b, (lines, dropped)
+
+
+@pytest.mark.parametrize("labels", ["matcher", "none"])
+def test_keyscan_first_batch_lines_against_find(labels: str) -> None:
+    """Each (key, batch kind) probe's first offset is ``chunk.find``'s, whether the
+    matcher looked for the batch kinds (their absence then skips the pass) or not."""
+    rng = random.Random(5)
+    keys = {"[TP0] ", "[TP1] ", "[DP0 TP1] "}
+    m = Matcher(LITERALS, LABELS if labels == "matcher" else ())
+    for _ in range(200):
+        lines = [rng.choice(["[TP0] a", "[TP1] b", "[DP0 TP1] c", "none", "[TP0] Decode batch",
+                             "[TP1] Prefill batch x", "[DP0 TP1] Decode batch"])
+                 for _ in range(rng.randint(1, 40))]
+        chunk = ("\n".join(lines) + "\n").encode()
+        found = m.lines(chunk)
+        skip = {b"[TP0] Decode batch"} if rng.random() < 0.3 else set()
+        scan = _KeyScan(None, NAT)
+        _, first = scan.scan(chunk, found, set(keys), skip, np.empty(0, dtype=np.int64))
+        want = {p: chunk.find(p) for p in scan._probes if p not in skip and p in chunk}
+        assert first == want, lines
 
 
 def test_no_compiler_means_no_scanner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -41,7 +41,38 @@ def test_compressed_by_magic(tmp_path: Path, compress, name: str) -> None:  # ty
     assert [t.rank.label for t in a.ranks] == ["TP0", "TP1"]
 
 
-def test_truncated_gzip_keeps_what_was_read(tmp_path: Path) -> None:
+@pytest.fixture(params=["isal", "zlib"])
+def gzip_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each gzip test with ISA-L's reader (when installed) and with the standard one."""
+    if request.param == "isal":
+        pytest.importorskip("isal")
+        monkeypatch.delenv("DIAG_NO_ISAL", raising=False)
+    else:
+        monkeypatch.setenv("DIAG_NO_ISAL", "1")
+    return str(request.param)
+
+
+def test_gzip_reader_choice(gzip_engine: str) -> None:
+    from diag.parse import reader
+
+    got = reader._isal_gzip()
+    assert (got is not None) == (gzip_engine == "isal")
+
+
+def test_gzip_reads_the_same_with_either_engine(tmp_path: Path, gzip_engine: str) -> None:
+    from diag.parse.reader import iter_chunks, resolve_inputs
+
+    text = "".join(f"{LOG}{i}\n" for i in range(3000)).encode()
+    p = tmp_path / "a.log.gz"
+    p.write_bytes(gzip.compress(text, compresslevel=1) + gzip.compress(b"second member\n"))
+    (src,) = resolve_inputs([p])
+    notes: list[str] = []
+    got = b"".join(bytes(buf[lo:hi]) for buf, lo, hi, _ in iter_chunks(src, notes, 4096))
+    assert got == text + b"second member\n"
+    assert notes == []
+
+
+def test_truncated_gzip_keeps_what_was_read(tmp_path: Path, gzip_engine: str) -> None:
     data = gzip.compress((LOG * 2000).encode())
     p = tmp_path / "cut.log.gz"
     p.write_bytes(data[: len(data) // 2])

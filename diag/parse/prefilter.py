@@ -153,6 +153,13 @@ class Lines:
     # label -> sorted start offsets of its occurrences (compiled scanner only; a label
     # found more often than the scanner keeps is absent here)
     label_at: dict[str, Any] | None = None
+    # the labels ``present`` tells about (the matcher's)
+    looked_for: frozenset[str] = frozenset()
+    # the candidates' start and end offsets and kind hashes (numpy; the repeat cap's input,
+    # computed ahead by :meth:`diag.parse.pipeline.RepeatCap.prepare`), or None
+    cand_starts: Any = None
+    cand_ends: Any = None
+    cand_kinds: Any = None
 
     def __len__(self) -> int:
         n = len(self.nl)
@@ -226,6 +233,7 @@ class Matcher:
         self._np = np
         self.literals = tuple(literals)
         self.labels = tuple(labels)
+        self._looked_for = frozenset(self.labels)
         self._before = {i for i, lit in enumerate(self.literals) if lit in _WITH_LINE_BEFORE}
         self._hs: Any = None
         self._ac: Any = None
@@ -302,7 +310,8 @@ class Matcher:
         # a line starting the chunk is not preceded by a newline: test it here
         if size and (chunk[:1] in (b" ", b"\t") or (chunk[:1] == b"#" and chunk[1:2].isdigit())):
             cands = np.union1d(cands, np.array([0], dtype=np.int64))
-        return Lines(nl=nl, size=size, candidates=cands, present=present, label_at=label_at)
+        return Lines(nl=nl, size=size, candidates=cands, present=present, label_at=label_at,
+                     looked_for=self._looked_for)
 
     def _hyperscan(
         self, chunk: bytes | bytearray, nl: Any, n_lines: int
@@ -400,6 +409,7 @@ class _KeyScan:
         self._rev: Any = None
         self._fwd: Any = None
         self._probes: list[bytes] = []
+        self._probe_kind: dict[bytes, str] = {}
         # key run -> (index of its rarest byte, the keys holding it)
         self._probes_of: dict[bytes, tuple[int, list[int]]] = {}
 
@@ -420,8 +430,9 @@ class _KeyScan:
                     self._probes_of.setdefault(run, (_rare_byte(run), []))[1].append(i)
         else:
             self._rev = self._db([_hs_bytes(k[::-1]) for k in enc])
-        self._probes = [k + lit.encode() for k in enc if k.endswith(b"] ")
-                        for lit in _KEYED_BULK]
+        pairs = [(k + lit.encode(), lit) for k in enc if k.endswith(b"] ") for lit in _KEYED_BULK]
+        self._probes = [p for p, _ in pairs]
+        self._probe_kind = dict(pairs)  # probe -> its batch kind (a label of the matcher)
         self._fwd = None
         if self._probes and self._hs is not None:
             self._fwd = self._db([_hs_bytes(p) for p in self._probes])
@@ -435,11 +446,11 @@ class _KeyScan:
 
     def scan(
         self, chunk: bytes | bytearray, lines: Lines, keys: set[str], skip: set[bytes],
-        dropped: set[int],
+        dropped: Any,
     ) -> tuple[dict[str, int], dict[bytes, int]]:
         """(key -> offset of its last occurrence on a line the repeat cap did not drop,
         probe -> offset of its first occurrence) in ``chunk``, for the ``keys`` given and
-        the probes not in ``skip``."""
+        the probes not in ``skip``; ``dropped``: the dropped lines (sorted numpy int64)."""
         import numpy as np
 
         if len(keys) != len(self.keys):
@@ -452,16 +463,16 @@ class _KeyScan:
         names = self.keys
         if self._native is not None:
             mask = None
-            if dropped:
+            if len(dropped):
                 mask = np.zeros(len(lines) + 1, dtype=np.uint8)
-                mask[np.fromiter(dropped, dtype=np.int64, count=len(dropped))] = 1
+                mask[dropped] = 1
             absent = np.zeros(len(names), dtype=np.uint8)
             for probe, (rare, idx) in self._probes_of.items():
                 if self._native.find(chunk, probe, rare) < 0:
                     absent[idx] = 1
             offsets = self._rev.last(chunk, lines.nl, mask, absent)
             last = {names[i]: at for i, at in enumerate(offsets.tolist()) if at >= 0}
-            self._first(chunk, skip, first)
+            self._first(chunk, skip, first, lines)
             return last, first
         arr = np.frombuffer(chunk, dtype=np.uint8)
 
@@ -477,14 +488,13 @@ class _KeyScan:
             self._rev.scan(arr[lo:][::-1].copy(), match_event_handler=on_last)
             if len(last) == len(names) or lo == 0:
                 break
-        if dropped and last:
+        if len(dropped) and last:
             # a key last seen on a dropped line: scanned for again with the dropped lines
             # blanked out, over the chunk's last 512 KiB, then 1 and 2 MiB (past that
             # the key's line of this chunk is given up, as the rfind walk gives up after
             # 64 dropped lines)
             at = np.array(list(last.values()), dtype=np.int64)
-            drop = np.fromiter(dropped, dtype=np.int64)
-            drop.sort()
+            drop = dropped
             gone = np.isin(lines.index(at), drop)
             if gone.any():
                 need = {k for k, g in zip(last, gone.tolist(), strict=True) if g}
@@ -504,13 +514,30 @@ class _KeyScan:
                     self._rev.scan(blank[::-1].copy(), match_event_handler=on_last)
                     if need.issubset(last) or lo == 0:
                         break
-        self._first(chunk, skip, first)
+        self._first(chunk, skip, first, lines)
         return last, first
 
-    def _first(self, chunk: bytes | bytearray, skip: set[bytes], first: dict[bytes, int]) -> None:
-        """The first occurrence of each probe not in ``skip`` (into ``first``)."""
+    def _first(
+        self, chunk: bytes | bytearray, skip: set[bytes], first: dict[bytes, int],
+        lines: Lines,
+    ) -> None:
+        """The first occurrence of each probe not in ``skip`` (into ``first``). A probe
+        whose batch kind is absent from the chunk (the matcher looked for that label and
+        did not find it, or one ``in`` says so) is not looked for: no pass over the chunk
+        for keys that print no batch line."""
         probes = self._probes
-        if not probes or skip.issuperset(probes):
+        kind = self._probe_kind
+        has: dict[str, bool] = {}
+        for p in probes:
+            if p in skip:
+                continue
+            lit = kind[p]
+            if lit not in has:
+                has[lit] = (lit in lines.present if lit in lines.looked_for
+                            else lit.encode() in chunk)
+            if has[lit]:
+                break
+        else:
             return
         if self._fwd is None:  # no Hyperscan: one find per probe still looked for
             for p in probes:
@@ -568,12 +595,12 @@ class SourceScan:
 
     def timeline_lines(
         self, chunk: bytes | bytearray, lines: Lines, candidate_text: Iterable[str],
-        dropped: set[int],
+        dropped: Any,
     ) -> list[int]:
         """Indices of the lines (not candidates already) that the timeline needs: each
         rank's last line in the chunk (its last one the repeat cap did not drop:
-        ``dropped`` holds the dropped candidates), the first serving line of each rank and
-        kind, and the chunk's last line."""
+        ``dropped`` holds the dropped candidates, a sorted numpy array), the first serving
+        line of each rank and kind, and the chunk's last line."""
         np = self._np()
         keys = self.stats.keys
         size = len(chunk)
@@ -621,12 +648,13 @@ class SourceScan:
         return sorted({i for i in idx.tolist() if i < n})
 
     def _scan_keys(
-        self, chunk: bytes | bytearray, lines: Lines, keys: set[str], dropped: set[int],
+        self, chunk: bytes | bytearray, lines: Lines, keys: set[str], dropped: Any,
         pos: set[int],
     ) -> None:
         """Without Hyperscan: one ``rfind`` per key (a key absent from two chunks in a row
         is looked for again once a sample shows it), a ``find`` per (key, batch kind) for
         the two chunks after the first was found."""
+        gone = set(dropped.tolist()) if len(dropped) else set()
         for key in keys:
             if self.absent.get(key, 0) >= 2:
                 continue
@@ -635,7 +663,7 @@ class SourceScan:
             tries = 0
             while i >= 0 and tries < 64:
                 li = lines.line_of(i)
-                if li not in dropped:
+                if li not in gone:
                     break
                 i = chunk.rfind(bkey, 0, lines.start(li))
                 tries += 1

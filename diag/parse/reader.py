@@ -78,11 +78,37 @@ def _sniff(head: bytes) -> str | None:
     return None
 
 
+def _isal_gzip() -> type[gzip.GzipFile] | None:
+    """ISA-L's gzip reader (the optional ``isal`` package: the same stream, decompressed
+    about 3x faster than by ``zlib``), or None; ``DIAG_NO_ISAL=1`` turns it off."""
+    if os.environ.get("DIAG_NO_ISAL"):
+        return None
+    try:
+        from isal import igzip  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return None
+    return cast("type[gzip.GzipFile]", igzip.GzipFile)
+
+
+def _gzip_reader(raw: BinaryIO) -> BinaryIO:
+    """A gzip stream's decompressed bytes (ISA-L's reader when installed, else zlib's)."""
+    cls = _isal_gzip() or gzip.GzipFile
+    return cast(BinaryIO, cls(fileobj=raw, mode="rb"))
+
+
+def _gzip_path(path: Path, _mode: str) -> object:
+    """``gzip.open(path, "rb")``, with ISA-L's reader when installed."""
+    cls = _isal_gzip()
+    if cls is None:
+        return gzip.open(path, "rb")
+    return cls(filename=path, mode="rb")
+
+
 def _decompressing(raw: BinaryIO, kind: str | None, name: str) -> BinaryIO:
     if kind is None:
         return raw
     if kind == "gzip":
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        return _gzip_reader(raw)
     if kind == "bzip2":
         return bz2.BZ2File(raw, mode="rb")  # type: ignore[return-value]
     if kind == "xz":
@@ -98,7 +124,7 @@ def _decompressing(raw: BinaryIO, kind: str | None, name: str) -> BinaryIO:
 
 
 _OPEN_BY_PATH: dict[str | None, Callable[[Path, str], object]] = {
-    "gzip": gzip.open,
+    "gzip": _gzip_path,
     "bzip2": bz2.open,
     "xz": lzma.open,
 }
@@ -672,7 +698,16 @@ def _nul_skipping(src: Source) -> Source:
     )
 
 
-_DAMAGED = (OSError, EOFError, lzma.LZMAError, ValueError)
+def _damaged() -> tuple[type[BaseException], ...]:
+    """The errors of a damaged compressed stream (ISA-L's own error class too; evaluated
+    only when an error is raised, so ``isal`` is not imported for a plain file)."""
+    out: tuple[type[BaseException], ...] = (OSError, EOFError, lzma.LZMAError, ValueError)
+    if _isal_gzip() is not None:
+        from isal import isal_zlib  # type: ignore[import-not-found, unused-ignore]
+
+        out = (*out, cast("type[BaseException]", isal_zlib.error))
+    return out
+
 
 
 def _note_long(src: Source, notes: list[str]) -> None:
@@ -710,7 +745,7 @@ def _salvage(src: Source, skip: int, limit: int) -> bytes:
                 seen += len(piece)
                 if seen > skip:
                     out += piece[max(0, len(piece) - (seen - skip)) :]
-    except _DAMAGED:
+    except _damaged():
         pass
     return bytes(out)
 
@@ -791,7 +826,7 @@ def iter_chunks(
                     data = b""
                 else:
                     data = stream.read(chunk_bytes)
-            except _DAMAGED as exc:
+            except _damaged() as exc:
                 # a truncated or corrupt compressed stream: keep what can be read of it
                 data = _salvage(src, consumed, chunk_bytes)
                 consumed += len(data)
