@@ -192,6 +192,10 @@ KNOWN_SOURCE_EXCEPTIONS: dict[str, str] = {
     "vllm.worker_method_kv": _METHOD,
     "vllm.worker_method_serving": _METHOD,
     "vllm.worker_method_startup": _METHOD,
+    "any.openai_response_body": (
+        "a response body the server returned (protocol.py's pydantic models, serialised), "
+        "not a log message: the table has no row for it"
+    ),
 }
 
 _HOLE = _mt.HOLE
