@@ -12,7 +12,15 @@ one run and over the same pids (launcher, the ranks, detokenizer), side by side:
 
 Each is run ``--repeat`` times (after one warm-up of each, so that py-spy's symbol loading
 of libtorch is not counted against only one side), interleaved, and the median is
-reported, with the load average before and after every rank count.
+reported, with the load average before and after every rank count. ``--baseline DIR``
+adds the same two snapshot forms run from another checkout (``git archive REF diag
+rules | tar -x -C DIR``), interleaved in the same run: before and after on one machine.
+
+After the timed runs, the snapshot is run ``--repeat`` more times while every rank's
+main-thread state is polled (about every 0.3 ms): the time a rank spends in ptrace's
+stop (``t``) is how long the snapshot paused it, libtorch's symbols and all (a
+``--native`` dump keeps its target stopped while py-spy symbolises the libraries on the
+stack).
 
 ``--pause`` also measures how long py-spy stops a target: a busy-loop probe (tests/live
 has none that logs its own stalls, so it is here) notes every gap in its loop longer
@@ -21,6 +29,7 @@ each dump's window is its pause (median reported). ``diag snapshot --pid PROBE``
 measured the same way: the sum of the gaps is what the snapshot costs that target.
 
     .venv/bin/python benchmarks/bench_snapshot.py [--ranks 8,16] [--repeat 5] [--pause]
+        [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -64,20 +74,53 @@ def _cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def _timed(argv: list[str]) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+def _timed(
+    argv: list[str], cwd: str | None = None
+) -> tuple[float, float, subprocess.CompletedProcess[str]]:
     """Wall and CPU seconds of one run (CPU: it and its descendants, py-spy included, the
     targets not; CPU time depends far less on the load of a shared machine than wall)."""
     c0 = _cpu()
     t0 = time.perf_counter()
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=cwd)
     return time.perf_counter() - t0, _cpu() - c0, res
+
+
+def _stopped(pids: list[int], argv: list[str], cwd: str | None = None) -> dict[int, float]:
+    """Seconds each pid's main thread spent stopped by a tracer (state ``t``) while
+    ``argv`` ran, from its /proc state polled in a loop (each interval between two polls
+    that see it stopped counts)."""
+    out = dict.fromkeys(pids, 0.0)
+    done = threading.Event()
+
+    def poll() -> None:
+        last = time.perf_counter()
+        while not done.is_set():
+            now = time.perf_counter()
+            for pid in pids:
+                try:
+                    stat = Path(f"/proc/{pid}/stat").read_bytes()
+                except OSError:
+                    continue
+                if stat[stat.rindex(b")") + 2 :][:1] == b"t":
+                    out[pid] += now - last
+            last = now
+            time.sleep(0.0002)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        subprocess.run(argv, capture_output=True, timeout=300, cwd=cwd, check=False)
+    finally:
+        done.set()
+        poller.join()
+    return out
 
 
 def _load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def bench_ranks(ranks: int, repeat: int, pyspy: str) -> dict[str, object]:
+def bench_ranks(ranks: int, repeat: int, pyspy: str, baseline: str | None) -> dict[str, object]:
     diag = [sys.executable, "-m", "diag", "snapshot"]
     with mini_server(framework="sglang", tp=ranks, mode="collective") as srv:
         names = [f"rank{r}" for r in range(ranks)] + ["launcher", "detokenizer"]
@@ -96,24 +139,37 @@ def bench_ranks(ranks: int, repeat: int, pyspy: str) -> dict[str, object]:
             "diag2": [*diag, "--pid", str(srv.pid), "--json"],
             "diag1": [*diag, "--pid", str(srv.pid), "--json", "--samples", "1"],
         }
+        if baseline:
+            methods["base2"] = methods["diag2"]
+            methods["base1"] = methods["diag1"]
         wall: dict[str, list[float]] = {k: [] for k in methods}
         cpu: dict[str, list[float]] = {k: [] for k in methods}
         docs: list[dict[str, Any]] = []
+        base_docs: list[dict[str, Any]] = []
         outside: list[float] = []  # wall minus the snapshot's own total: start, imports, output
         for i in range(repeat + 1):
             for key, argv in methods.items():
-                el, c, res = _timed(argv)
+                el, c, res = _timed(argv, cwd=baseline if key.startswith("base") else None)
                 if key == "loop" and "fail" in res.stdout:  # e.g. another tracer held a rank
                     print(f"note: py-spy loop run {i}: {res.stdout.strip()}", file=sys.stderr)
                 elif key != "loop" and res.returncode != 0:
                     raise SystemExit(f"diag snapshot failed ({res.returncode}): {res.stderr}")
                 if key == "diag2":
                     docs.append(json.loads(res.stdout))
+                if key == "base2":
+                    base_docs.append(json.loads(res.stdout))
                 if i:  # run 0 is the warm-up
                     wall[key].append(el)
                     cpu[key].append(c)
                     if key == "diag2":
                         outside.append(el - float(docs[-1]["timings"]["total_s"]))
+        rank_pids = sorted(srv.rank_pids().values())
+        paused: dict[str, list[dict[int, float]]] = {"diag2": [], "base2": []}
+        for _ in range(repeat):
+            for key in paused:
+                if key in methods:
+                    cwd = baseline if key.startswith("base") else None
+                    paused[key].append(_stopped(rank_pids, methods[key], cwd))
         return {
             "ranks": ranks,
             "pids": len(pids),
@@ -124,6 +180,12 @@ def bench_ranks(ranks: int, repeat: int, pyspy: str) -> dict[str, object]:
             "cpu": cpu,
             "doc": docs[-1],
             "timings": _median_timings(docs[1:]),
+            "base_timings": _median_timings(base_docs[1:]) if base_docs else {},
+            "base_moving": [
+                sorted({str(p["stack"]["moving"]) for p in d["processes"] if p["stack"]})
+                for d in base_docs
+            ],
+            "paused": paused,
             "outside_s": statistics.median(outside),
             "moving": [
                 sorted({str(p["stack"]["moving"]) for p in d["processes"] if p["stack"]})
@@ -154,8 +216,12 @@ def print_table(r: dict[str, object], repeat: int) -> None:
         ("loop", f"sequential `py-spy dump --native` loop, {r['pids']} pids"),
         ("diag2", "`diag snapshot --json` (default: 2 samples)"),
         ("diag1", "`diag snapshot --json --samples 1`"),
+        ("base2", "baseline: `diag snapshot --json` (default)"),
+        ("base1", "baseline: `diag snapshot --json --samples 1`"),
     )
     for key, label in rows:
+        if key not in wall:
+            continue
         speed = "1.0x" if key == "loop" else f"{med['loop'] / med[key]:.1f}x faster"
         print(
             f"| {label} | {med[key]:.2f} | {min(wall[key]):.2f}-{max(wall[key]):.2f} "
@@ -174,6 +240,23 @@ def print_table(r: dict[str, object], repeat: int) -> None:
         f"(interpreter start, imports, JSON out) {r['outside_s']:.3f} s; one native dump "
         f"(loop / pids) {med['loop'] / int(r['pids']):.3f} s"  # type: ignore[call-overload]
     )
+    if r["base_timings"]:
+        print(f"baseline, medians: {r['base_timings']}; moving per run {r['base_moving']}")
+    paused: dict[str, list[dict[int, float]]] = r["paused"]  # type: ignore[assignment]
+    for key, runs in paused.items():
+        if not runs:
+            continue
+        most = [max(run.values()) * 1000 for run in runs]
+        rest = [sorted(run.values())[-2] * 1000 for run in runs if len(run) > 1]
+        print(
+            f"{'baseline' if key == 'base2' else 'default'} snapshot: ranks paused (main "
+            f"thread in ptrace stop), median of {len(runs)}: the most-paused rank "
+            f"{statistics.median(most):.0f} ms ({min(most):.0f}-{max(most):.0f}), the next "
+            f"{statistics.median(rest):.0f} ms; every rank, per run (ms): "
+            + "; ".join(
+                ",".join(f"{v * 1000:.0f}" for _, v in sorted(run.items())) for run in runs
+            )
+        )
 
 
 def _gaps(log: Path, start: float, end: float) -> list[float]:
@@ -234,11 +317,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--pause", action="store_true", help="also measure py-spy's pause")
     ap.add_argument("--pause-threads", type=int, default=48)
+    ap.add_argument("--baseline", help="another checkout's root: its snapshot, side by side")
     args = ap.parse_args()
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     print(f"run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {_load()}")
     for n in (int(x) for x in args.ranks.split(",")):
-        print_table(bench_ranks(n, args.repeat, pyspy), args.repeat)
+        print_table(bench_ranks(n, args.repeat, pyspy, args.baseline), args.repeat)
     if args.pause:
         bench_pause(args.repeat, pyspy, args.pause_threads)
 

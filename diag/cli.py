@@ -72,9 +72,11 @@ def main() -> None:
 
     code = run_fast(sys.argv[1:])
     if code is None:
-        from diag.commands.fast_snapshot import run_fast_snapshot
+        from diag.commands.fast_snapshot import exit_now, run_fast_snapshot
 
         code = run_fast_snapshot(sys.argv[1:])
+        if code is not None:
+            exit_now(code)  # (without the interpreter's teardown: ~30 ms)
     if code is not None:
         sys.exit(code)
     from rich.console import Console

@@ -487,6 +487,74 @@ def test_one_native_dump_per_group_of_identical_python_stacks(tmp_path: Path) ->
     assert len([c for c in runner.calls if "--native" in c]) == 3
 
 
+def test_the_lead_is_dumped_natively_at_once_and_stands_for_its_group(tmp_path: Path) -> None:
+    """The lead's --native dump starts beside its Python-only dump (not after it); the lead
+    stands for its group even when a peer's Python-only dump is in first, so no more native
+    dumps are taken than without a lead; it gets one more look after its native dump."""
+    root = fake_proc(tmp_path)
+    times: dict[tuple[int, str], list[tuple[float, float]]] = {}
+
+    def answer(a: tuple[str, ...], mode: str, pid: int) -> RunResult:
+        t0 = time.monotonic()
+        if pid == 104 and mode == "python" and (104, "python") not in times:
+            time.sleep(0.2)  # the lead's first dump comes in last
+        times.setdefault((pid, mode), []).append((t0, time.monotonic()))
+        return ok(a, pid, native=mode == "native")
+
+    res = dump_all(
+        targets(root, [101, 103, 104]), runner=ScriptedRunner(answer), proc_root=root,
+        samples=2, min_gap_s=0.01, lead=104,
+    )  # fmt: skip
+    assert [k for k in times if k[1] == "native"] == [(104, "native")]
+    (native_start, _), = times[(104, "native")]
+    first_python_end = times[(104, "python")][0][1]
+    assert native_start < first_python_end  # beside its Python-only dump
+    assert len(times[(104, "python")]) == 2  # and one more look after the native dump
+    assert times[(104, "python")][1][0] >= times[(104, "native")][0][1]
+    assert res[101].native_peer == res[103].native_peer == 104
+    assert res[104].stack is not None and res[104].stack.mode == "native"
+    assert res[104].stack.samples == 3 and res[104].moving is False
+    assert [a.mode for a in res[104].attempts] == ["python", "native"]
+
+
+def test_a_lead_native_dump_refused_beside_its_python_dump_is_taken_again(
+    tmp_path: Path,
+) -> None:
+    root = fake_proc(tmp_path)
+    refused: list[int] = []
+
+    def answer(a: tuple[str, ...], mode: str, pid: int) -> RunResult:
+        if mode == "native" and not refused:  # the Python-only dump held the target
+            refused.append(pid)
+            return RunResult(a, 1, "", "Error: Failed to suspend process: EPERM", 0.01)
+        return ok(a, pid, native=mode == "native")
+
+    res = dump_all(
+        targets(root, [101, 103]), runner=ScriptedRunner(answer), proc_root=root,
+        samples=1, lead=101,
+    )  # fmt: skip
+    assert refused == [101]
+    assert [(a.mode, a.outcome) for a in res[101].attempts] == [
+        ("python", "ok"), ("native", "permission_denied"), ("native", "ok")
+    ]
+    assert res[101].outcome == "ok" and res[101].stack is not None
+    assert res[101].stack.mode == "native" and res[103].native_peer == 101
+
+
+def test_the_lead_is_the_lowest_rank_of_the_largest_set_waiting_alike(tmp_path: Path) -> None:
+    from diag.collect.snapshot import _lead, _targets
+
+    root = fake_proc(tmp_path)
+    found = discover(root).processes
+    tiers = {p.pid: read_proc_tier(p.pid, root) for p in found}
+    tiers = {pid: t for pid, t in tiers.items() if not isinstance(t, Unavailable)}
+    ranks = {p.pid: p.rank for p in found if p.role in ("scheduler", "worker")}
+    assert {101, 102, 202, 203} <= set(ranks)
+    # 102 (TP1) is stopped: never first; of the others all wait alike: TP0, lowest pid
+    assert _lead(found, tiers, _targets(found, True)) == 101
+    assert _lead(found, tiers, _targets(found, False)) is None  # --no-native
+
+
 def test_stopped_target_gets_only_nonblocking(tmp_path: Path) -> None:
     root = fake_proc(tmp_path)  # 102 is in state T in the fake tree
     runner = ScriptedRunner(lambda a, mode, pid: ok(a, pid, native=False))

@@ -12,16 +12,22 @@ targets in parallel:
    libtorch's symbols per process), so by default one rank per group of identical Python
    stacks is dumped natively and stands for the others (``native_peer``);
    ``native_all`` dumps every rank natively. The first of a group to be dumped
-   represents it, so its native dump starts as soon as its own Python dump is in;
+   represents it, so its native dump starts as soon as its own Python dump is in; one
+   rank the caller names (``lead``: the likeliest to stand for the largest group) has its
+   native dump started at once, beside its Python-only dump;
 3. a second look tells *stuck* (same Python frames) from *slow* (moving) without a
-   wait of its own: a natively dumped rank's second sample is its ``--native`` dump (taken
-   after py-spy loaded the symbols, some 0.2-1 s after its Python dump); every other
-   target gets a Python-only dump, at least ``min_gap_s`` after its first, while the
-   native dumps run. More samples (``samples`` > 2) follow ``interval_s`` apart.
+   wait of its own: a natively dumped rank's second sample is its ``--native`` dump (py-spy
+   suspends the target some 0.1-0.2 s after it starts, once it has read the binaries, and
+   reads every frame then); every other target gets a Python-only dump, at least
+   ``min_gap_s`` after its first, while the native dumps run; the lead, whose native dump
+   may read it only ~0.1 s after its first look, gets one more Python-only look after it.
+   More samples (``samples`` > 2) follow ``interval_s`` apart.
 
 Each dump pauses its target while py-spy reads it (the default modes; ``--nonblocking``
-never pauses): about 1-6 ms for a Python-only dump, the unwinding of every thread for a
-native one (see benchmarks/bench_snapshot.py, which measures both).
+never pauses): a few ms for a Python-only dump; a ``--native`` dump keeps its target
+stopped while it unwinds every thread *and symbolises the libraries on the stack*, which
+for a rank waiting in libtorch is most of the dump (0.3-0.6 s; a rank in ``time.sleep``:
+~10 ms). benchmarks/bench_snapshot.py measures both.
 
 After every dump the target's state is read again: if the dump left it stopped it is
 continued with SIGCONT, but a process that was stopped before diag came is left as it was
@@ -35,6 +41,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
@@ -154,7 +161,9 @@ class _Dumper:
         pyspy: str,
         proc_root: Path,
         deadline: float,
+        launched: threading.Event | None = None,
     ) -> None:
+        self.launched = launched or threading.Event()
         self.runner = runner
         self.pyspy = pyspy
         self.proc_root = proc_root
@@ -226,10 +235,13 @@ class _Dumper:
             return alive, True
         return True, False
 
-    def first(self, target: DumpTarget) -> _Work:
-        """The first dump: Python-only (``--nonblocking`` if stopped or it fails)."""
+    def first(self, target: DumpTarget, read: threading.Event | None = None) -> _Work:
+        """The first dump: Python-only (``--nonblocking`` if stopped or it fails). ``read``
+        is set once the target's state is read (before any dump of it)."""
         work = _Work(target)
         alive, state = _alive_same(target.pid, target.starttime_ticks, self.proc_root)
+        if read is not None:
+            read.set()
         if not alive:
             work.outcome = "not_found"
             work.attempts.append(DumpAttempt("-", "not_found", 0.0, "process gone (or pid reused)"))
@@ -288,7 +300,47 @@ class _Dumper:
         else:
             work.outcome = "partial"
 
-    def sample(self, work: _Work, not_before: float = 0.0) -> None:
+    def early_native(
+        self, target: DumpTarget, read: threading.Event
+    ) -> tuple[DumpAttempt, StackProcess | None] | None:
+        """The lead's ``--native`` dump, started beside its Python-only one once that has
+        read the target's state (a tracer's stop must not read as "stopped before diag
+        came"); None: the target is not in a state a pausing dump may touch, or gone."""
+        read.wait(max(0.0, self.deadline - time.monotonic()))
+        alive, state = _alive_same(target.pid, target.starttime_ticks, self.proc_root)
+        self.launched.set()
+        if not alive or state not in ("S", "R"):
+            return None
+        attempt, stack = self.once(target, "native")
+        self.after(target, False)  # (a dump that left it stopped: continued)
+        return attempt, stack
+
+    def adopt_native(
+        self, work: _Work, early: Future[tuple[DumpAttempt, StackProcess | None] | None]
+    ) -> None:
+        """The lead's early ``--native`` dump becomes its native dump; one that collided
+        with the lead's own Python-only dump (both py-spys suspend it: the second is
+        refused) or never ran is taken again, now that the Python-only dump is in."""
+        got = early.result()
+        if got is None or got[0].outcome == "permission_denied":
+            if got is not None:
+                work.attempts.append(got[0])
+            self.native(work)
+            return
+        attempt, stack = got
+        work.attempts.append(attempt)
+        if not self.check(work):
+            return
+        if stack is not None:
+            work.native = with_python_frames(stack, work.python)
+        else:
+            work.outcome = "partial"
+
+    def sample(
+        self, work: _Work, not_before: float = 0.0, after: Future[None] | None = None
+    ) -> None:
+        if after is not None:
+            after.result()  # (a dump of the same target: never two py-spys at once)
         wait = not_before - time.monotonic()
         if wait > 0:
             if time.monotonic() + wait >= self.deadline:
@@ -411,6 +463,8 @@ def dump_all(
     min_gap_s: float = 0.25,
     pyspy: str | None = None,
     native_all: bool = False,
+    lead: int | None = None,
+    launched: threading.Event | None = None,
 ) -> dict[int, DumpResult]:
     """Dump every target concurrently; all attempts share one deadline of ``timeout_s``.
 
@@ -420,7 +474,45 @@ def dump_all(
     3. with ``samples`` > 1, a second look at every target while the native dumps run
        (a native dump is its rank's second look; the others get a Python-only dump at
        least ``min_gap_s`` after their first); samples 3, 4, ... ``interval_s`` apart.
+
+    ``lead`` (a pid the caller expects to stand for the largest group) gets its
+    ``--native`` dump at once, beside its Python-only dump instead of after it: the
+    native dump is the critical path, and py-spy reads the binaries for ~0.1 s before it
+    suspends the target, by when the Python-only dump is long in. The lead stands for its
+    group of identical Python stacks whichever that turns out to be (the other results
+    wait for its Python-only dump, a few ms), so no rank is dumped natively that would
+    not be otherwise. Since its native dump may read it only ~0.1 s after its first
+    look, the lead gets one more Python-only look after it (``samples`` > 1).
+
+    ``launched`` is set once the lead's native dump is being started (without a lead:
+    once every first dump is handed out; in any case before this returns): the caller
+    holds back work that would compete for the interpreter until then.
     """
+    launched = launched or threading.Event()
+    try:
+        return _dump_all(
+            targets, runner=runner, proc_root=proc_root, timeout_s=timeout_s,
+            samples=samples, interval_s=interval_s, min_gap_s=min_gap_s, pyspy=pyspy,
+            native_all=native_all, lead=lead, launched=launched,
+        )  # fmt: skip
+    finally:
+        launched.set()
+
+
+def _dump_all(
+    targets: Sequence[DumpTarget],
+    *,
+    runner: Runner,
+    proc_root: Path,
+    timeout_s: float,
+    samples: int,
+    interval_s: float,
+    min_gap_s: float,
+    pyspy: str | None,
+    native_all: bool,
+    lead: int | None,
+    launched: threading.Event,
+) -> dict[int, DumpResult]:
     if not targets:
         return {}
     exe = pyspy or find_pyspy(runner)
@@ -428,31 +520,63 @@ def dump_all(
         return no_pyspy(targets)
     t0 = time.monotonic()
     deadline = t0 + timeout_s
-    dumper = _Dumper(runner, exe, proc_root, deadline)
+    dumper = _Dumper(runner, exe, proc_root, deadline, launched)
     workers = min(64, 2 * len(targets) + 2)
+    lead_target = next((t for t in targets if t.pid == lead and t.native), None)
+    order = sorted(targets, key=lambda t: t is not lead_target)  # the lead's dump first
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pyspy") as pool:
-        # Every target gets its Python-only dump first (fast, all in parallel). The first
-        # of each group of identical Python stacks to come in stands for its group (with
-        # native_all every rank stands for itself): its --native dump starts at once. Every
-        # other target's second look (a Python-only dump, at least min_gap_s after its
-        # first) is queued as soon as its first dump is in, so it runs beside the natives.
+        # Every target gets its Python-only dump first (fast, all in parallel); the lead
+        # its --native dump as well. The first of each group of identical Python stacks to
+        # come in stands for its group (with native_all every rank stands for itself; the
+        # lead always for its own): its --native dump starts at once. Every other
+        # target's second look (a Python-only dump, at least min_gap_s after its first)
+        # is queued as soon as its first dump is in, so it runs beside the natives.
         by_pid: dict[int, _Work] = {}
         reps: dict[tuple[tuple[str, str, int | None], ...], int] = {}
         plan: dict[int, int] = {}
         natives: list[Future[None]] = []
         looks: list[Future[None]] = []
-        for fut in as_completed([pool.submit(dumper.first, t) for t in targets]):
-            w = fut.result()
+        read = threading.Event()
+        firsts: list[Future[_Work]] = []
+        early = None
+        for t in order:  # the lead's Python-only dump, its --native dump, then the others
+            firsts.append(pool.submit(dumper.first, t, read if t is lead_target else None))
+            if t is lead_target:
+                early = pool.submit(dumper.early_native, t, read)
+        if early is None:
+            launched.set()
+        waiting: list[_Work] = []  # results in before the lead's: placed after it
+
+        def place(w: _Work) -> None:
             pid = w.target.pid
-            by_pid[pid] = w
             if _can_native(w) and w.python is not None:
                 rep = pid if native_all else reps.setdefault(python_signature(w.python), pid)
                 plan[pid] = rep
                 if rep == pid:
-                    natives.append(pool.submit(dumper.native, w))
-                    continue  # (its native dump is its second look)
+                    if early is not None and pid == lead:
+                        natives.append(pool.submit(dumper.adopt_native, w, early))
+                        if samples > 1:  # one more look, after the native dump
+                            looks.append(pool.submit(dumper.sample, w, 0.0, natives[-1]))
+                    else:
+                        natives.append(pool.submit(dumper.native, w))
+                    return  # (its native dump is its second look)
             if samples > 1 and _sampled(w):
                 looks.append(pool.submit(dumper.sample, w, w.first_done + min_gap_s))
+
+        lead_in = lead_target is None
+        for fut in as_completed(firsts):
+            w = fut.result()
+            by_pid[w.target.pid] = w
+            if not lead_in and w.target is not lead_target:
+                waiting.append(w)
+                continue
+            lead_in = True
+            for x in (w, *waiting):
+                place(x)
+            waiting.clear()
+        got = early.result() if early is not None and lead not in plan else None
+        if got is not None and lead is not None:  # (its Python-only dump failed: not used)
+            by_pid[lead].attempts.append(got[0])
         works = [by_pid[t.pid] for t in targets]
         for f in natives:
             f.result()
@@ -463,7 +587,10 @@ def dump_all(
             looks += [
                 pool.submit(dumper.sample, by_pid[pid], by_pid[pid].first_done + min_gap_s)
                 for pid, rep in sorted(plan.items())
-                if rep == pid and by_pid[pid].native is None and _sampled(by_pid[pid])
+                if rep == pid
+                and by_pid[pid].native is None
+                and _sampled(by_pid[pid])
+                and not (early is not None and pid == lead)  # (its look is queued)
             ]
         for f in looks:
             f.result()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import socket
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -130,7 +131,6 @@ def _prewarm() -> None:
     runner imported.)"""
     import diag.collect.collective
     import diag.collect.logphase
-    import diag.collect.peers
     import diag.report.snapshot_json
     import diag.report.snapshot_view
     import diag.stacks.classify
@@ -269,6 +269,36 @@ def _targets(
     return out
 
 
+def _lead(
+    found: Sequence[FoundProcess], tiers: Mapping[int, ProcTier], targets: Sequence[DumpTarget]
+) -> int | None:
+    """The rank whose ``--native`` dump starts beside the Python-only dumps: one of the
+    largest set of ranks that /proc shows waiting alike (the main thread's wchan and
+    syscall number; no ptrace needed), the lowest TP rank of it. It stands for whatever
+    group its Python stack falls in; a guess that picks the odd rank costs nothing but
+    the head start."""
+    native = {t.pid for t in targets if t.native}
+    alike: dict[tuple[str, str], list[FoundProcess]] = {}
+    for p in found:
+        tier = tiers.get(p.pid)
+        if p.role not in RANK_ROLES or p.pid not in native or tier is None:
+            continue
+        if tier.state not in ("S", "R"):  # (stopped, traced, in D: no pausing dump first)
+            continue
+        wchan = tier.wchan if isinstance(tier.wchan, str) else "?"
+        call = tier.syscall.split(" ", 1)[0] if isinstance(tier.syscall, str) else "?"
+        alike.setdefault((wchan, call), []).append(p)
+    if not alike:
+        return None
+
+    def order(p: FoundProcess) -> tuple[int, int]:
+        tp = p.rank.tp if p.rank is not None and p.rank.tp is not None else 1 << 30
+        return tp, p.pid
+
+    biggest = min(alike.values(), key=lambda ps: (-len(ps), min(map(order, ps))))
+    return min(biggest, key=order).pid
+
+
 def _partial_reasons(dumps: Mapping[int, DumpResult]) -> list[str]:
     reasons: list[str] = []
     outcomes = {d.outcome for d in dumps.values()}
@@ -327,6 +357,7 @@ def take_snapshot(
     timings["procfs_s"] = round(time.monotonic() - t, 3)
 
     pyspy_path = find_pyspy(runner)
+    from diag.collect import peers  # (light: /proc and the model, already imported)
 
     def _timed(name: str, fn: Callable[[], Any]) -> Any:
         t0 = time.monotonic()
@@ -335,16 +366,29 @@ def take_snapshot(
         finally:
             timings[name] = round(time.monotonic() - t0, 3)
 
-    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="snapshot") as pool:
-        f_rules = pool.submit(_timed, "rules_load_s", _prewarm)
+    targets = _targets(found, options.native, options.native_all)
+    launched, psutil_in = threading.Event(), threading.Event()
+
+    def _facts() -> dict[int, ProcessFacts]:
+        try:
+            import diag.collect.facts  # noqa: F401 - psutil (~60 ms), then its CPU window
+        finally:
+            psutil_in.set()
+        return collect_facts(pids, window_s=options.cpu_window_s)
+
+    # The --native dumps are the critical path, then psutil's CPU window and NVML's: the
+    # dumps are started first, psutil imported next, and the imports of the analysis (the
+    # rules, ~0.2 s of CPU) last, so that none of them waits for the interpreter behind
+    # the others' imports. Everything runs beside the --native dumps.
+    with ThreadPoolExecutor(max_workers=5, thread_name_prefix="snapshot") as pool:
         f_dumps = pool.submit(
             _timed,
             "pyspy_s",
             lambda: (
-                no_pyspy(_targets(found, options.native))
+                no_pyspy(targets)
                 if pyspy_path is None
                 else dump_all(
-                    _targets(found, options.native, options.native_all),
+                    targets,
                     runner=runner,
                     proc_root=proc_root,
                     timeout_s=options.timeout_s,
@@ -352,12 +396,15 @@ def take_snapshot(
                     interval_s=options.interval_s,
                     pyspy=pyspy_path,
                     native_all=options.native_all,
+                    lead=_lead(found, tiers, targets),
+                    launched=launched,
                 )
             ),
         )
-        f_facts = pool.submit(
-            _timed, "facts_s", lambda: collect_facts(pids, window_s=options.cpu_window_s)
-        )
+        if pyspy_path is not None:
+            launched.wait(0.25)
+        f_locks = pool.submit(peers.read_locks, proc_root)  # (a first read can wait ~15 ms)
+        f_facts = pool.submit(_timed, "facts_s", _facts)
         f_gpu = pool.submit(
             _timed,
             "gpu_s",
@@ -365,6 +412,8 @@ def take_snapshot(
                 samples=options.gpu_samples, interval_s=options.gpu_interval_s, nvml=options.nvml
             ),
         )
+        psutil_in.wait(0.25)
+        f_rules = pool.submit(_timed, "rules_load_s", _prewarm)
         dumps: dict[int, DumpResult] = f_dumps.result()
         facts: dict[int, ProcessFacts] = f_facts.result()
         gpu_result: GpuQuery | Unavailable = f_gpu.result()
@@ -528,7 +577,7 @@ def take_snapshot(
     outliers = tuple(sorted({r for odd in outliers_by_server.values() for r in odd}))
     timings["analysis_s"] = round(time.monotonic() - t, 3)
 
-    from diag.collect import collective, logphase, peers  # (warm: _prewarm imported them)
+    from diag.collect import collective, logphase  # (warm: _prewarm imported them)
 
     servers: list[dict[str, object]] = []
     for s in disc.servers:
@@ -554,7 +603,7 @@ def take_snapshot(
     evidence: list[dict[str, object]] = []
     notes = list(disc.notes)
     # who a waiting rank waits for, from /proc: lock holders, ranks missing from a store
-    evidence += peers.lock_waits(processes, proc_root)
+    evidence += peers.lock_waits(processes, proc_root, locks=f_locks.result())
     evidence += peers.socket_peers(processes, proc_root)  # the other end of a pipe/socket
     for index, srv in enumerate(servers):
         tp = srv.get("tp_size")
