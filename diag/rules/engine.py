@@ -66,11 +66,44 @@ class _NeedleFinder:
     """Which needles occur in a (lowercased) text: one substring test per needle (a big
     alternation regex is slower than this in both `re` and `regex`)."""
 
+    # texts from which one compiled pass first picks those that may hold a needle
+    BATCH = 2000
+
     def __init__(self, needles: Sequence[str]) -> None:
         self._needles = tuple(sorted(set(needles)))
 
     def present(self, low: str) -> list[str]:
         return [n for n in self._needles if n in low]
+
+    def maybe(self, texts: Sequence[str]) -> Any:
+        """Per text, whether it may hold a needle (a superset of those whose
+        lowercased text does: :meth:`present` decides), from one pass of diag's compiled
+        scanner over all the texts lowercased; None (test each) for fewer than
+        :data:`BATCH` texts, without the scanner, or for a needle that holds a newline."""
+        if len(texts) < self.BATCH or not self._needles or any("\n" in n for n in self._needles):
+            return None
+        from diag.parse import native
+
+        nat = native.load()
+        if nat is None:
+            return None
+        import numpy as np
+
+        pats = [n.encode("utf-8", "surrogatepass") for n in self._needles]
+        try:
+            ac = native.Automaton(nat, pats, [0] * len(pats), caseless=True, special=True)
+        except MemoryError:  # pragma: no cover - each text is tested instead
+            return None
+        lows = [t.lower() for t in texts]
+        blob = "\n".join(lows).encode("utf-8", "surrogatepass")
+        nl = nat.newlines(blob)
+        # (the automaton's own rules for indented and CR lines only add candidates)
+        lines, _, _ = ac.candidates(blob, nl, len(nl) + 1)
+        per = np.fromiter((low.count("\n") + 1 for low in lows), dtype=np.int64, count=len(lows))
+        owner = np.repeat(np.arange(len(lows)), per)
+        out = np.zeros(len(lows), dtype=bool)
+        out[owner[lines]] = True
+        return out.tolist()
 
 
 def _last_frame(lines: Sequence[str]) -> str:
@@ -158,7 +191,10 @@ def _scan(
         for n in rule.needles:
             by_needle.setdefault(n, []).append(pos)
     finder = _NeedleFinder(tuple(by_needle))
+    maybe = finder.maybe([rec.text for rec in records])
     for at, rec in enumerate(records):
+        if maybe is not None and not maybe[at]:
+            continue
         text = rec.text
         if len(text) > _MAX_LINE:  # a multi-MB "line" is a data dump, not a message
             text = "\n".join(part[:_MAX_LINE] for part in text.split("\n"))

@@ -219,6 +219,23 @@ _CANDIDATE = re.compile(
     r"^#\d+ |(?<=\s)#\d+ \S+ from \S|(?<=\s)#\d+ +0x[0-9a-fA-F]+ in |Stack of | encountered !|"
     r"\] +Caught signal \d|backtrace \(tid:|(?:^|\s)\d{1,4} 0x[0-9a-fA-F]{8,16} \S.*\(\) "  # UCX
 )
+# Every match of _CANDIDATE holds one of these, or "#" and a digit: tested first (a few
+# substring tests cost far less than the search, which has no literal prefix to skip by)
+_CANDIDATE_NEEDS = ("Thread ", "Current thread", "Process ", 'File "', "Traceback", "Pyspy ",
+                    "Stack ", "KeyboardInterrupt", '.py", line ', " encountered !",
+                    "Caught signal ", "backtrace (tid:", " 0x")
+_HASH_DIGIT = re.compile(r"#\d")
+
+
+def _candidate(text: str) -> bool:
+    """Whether ``_CANDIDATE`` matches somewhere in ``text`` (after the literal guard)."""
+    for lit in _CANDIDATE_NEEDS:
+        if lit in text:
+            break
+    else:
+        if "#" not in text or _HASH_DIGIT.search(text) is None:
+            return False
+    return _CANDIDATE.search(text) is not None
 
 
 def _line_of(rec: Record, text: str, offset: int) -> _Line:
@@ -1006,7 +1023,7 @@ def extract_stack_processes(records: Sequence[Record]) -> list[StackProcess]:
     channels: dict[tuple[str, str], _Channel] = {}
     busy: set[tuple[str, str]] = set()  # channels with a dump (or a pending header) open
     c10d_open: dict[str, _Channel] = {}  # source -> channel with torch's report open
-    candidate = _CANDIDATE.search
+    candidate = _candidate
     indent = (" ", "\t")
 
     def feed(rec: Record, piece: str, offset: int, head: _Line | None) -> None:
