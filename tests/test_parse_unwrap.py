@@ -376,3 +376,22 @@ def test_a_name_column_before_every_line_is_a_gutter() -> None:
     assert detect_gutters([f"INFO {ln}" for ln in body]) == ()
     assert detect_gutters([f"vllm-1  | {VL}"] * 4) == ()
     assert detect_gutters([VW, VW, VW]) == ()
+
+
+def test_a_gutter_inside_a_per_line_wrapper_comes_off() -> None:
+    # a Buildkite view's bar gutter ("  | ") copied, then wrapped again by journald
+    from diag.analyze import analyze_text
+
+    stamp = "Mar 14 06:00:00 gpu-node-3 python3[28059]:   | "
+    body = [
+        "(EngineCore_DP0 pid=6804) ERROR 11-10 01:02:03 [core.py:700] EngineCore failed to start.",
+        "(EngineCore_DP0 pid=6804) ERROR 11-10 01:02:03 [core.py:700] Traceback (most recent call"
+        " last):",
+        '(EngineCore_DP0 pid=6804) ERROR 11-10 01:02:03 [core.py:700]   File "/x/vllm/v1/engine/'
+        'core.py", line 254, in _initialize_kv_caches',
+        "(EngineCore_DP0 pid=6804) ERROR 11-10 01:02:03 [core.py:700] ValueError: No available "
+        "memory for the cache blocks.",
+    ]
+    a = analyze_text("".join(stamp + b + "\n" for b in body))
+    assert a.last_phase == "kv_cache"
+    assert "python.exception" in {f.id for f in a.findings}

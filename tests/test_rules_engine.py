@@ -884,3 +884,17 @@ def test_a_5xx_after_the_engine_died_is_no_request_served() -> None:
     assert analyze_text(up + post + dead).last_phase == "serving"
     rejected = 'INFO:     10.0.0.1:3945 - "POST /v1/chat/completions HTTP/1.1" 400 Bad Request\n'
     assert analyze_text(up + rejected).last_phase == "listening"
+
+
+def test_a_cut_traceback_whose_indentation_was_lost() -> None:
+    from diag.analyze import analyze_text
+
+    frames = (
+        'File "/x/sglang/srt/layers/quantization/deep_gemm_wrapper/compile_utils.py", line 332,'
+        " in deep_gemm_execution_hook\n"
+        "_maybe_compile_deep_gemm_one_type_all(kernel_type, n, k, num_groups)\n"
+        'File "/usr/lib/python3.12/concurrent/futures/_base.py", line 619, in result_iterator\n'
+        "yield _result_or_cancel(fs.pop())\n"
+        "^^^^^^^^^^^^^^^^^^^^^\n"
+    )
+    assert "python.exception" in {f.id for f in analyze_text(frames).findings}

@@ -170,6 +170,8 @@ class SourceParser:
         gutter: Coords | None = None
         if self.unwrapper.gutters:
             text, gutter = self.unwrapper.strip_gutters(text)
+        elif self.unwrapper.wrapped:
+            text = self.unwrapper.strip_inner(text)
         self._feed_text(lineno, text, gutter, force)
 
     def _feed_text(self, lineno: int, text: str, gutter: Coords | None, force: bool) -> None:
@@ -185,6 +187,8 @@ class SourceParser:
         gutter = None
         if self.unwrapper.gutters:
             text, gutter = self.unwrapper.strip_gutters(text)
+        elif self.unwrapper.wrapped:
+            text = self.unwrapper.strip_inner(text)
         body = text[:-1] if text[-1:] == "\r" else text
         if len(body) > wrap[0]:
             # a line wider than the wrap: the source was not wrapped after all

@@ -341,10 +341,13 @@ class SourceUnwrapper:
     whole source carries (a quote, a line-number gutter, srun labels), strips them and the
     per-line wrappers, and counts what it removed (:meth:`notes`)."""
 
-    __slots__ = ("_gutters", "_indent", "counts", "decided", "wrap", "wrapped")
+    __slots__ = ("_gutters", "_indent", "_inner", "counts", "decided", "wrap", "wrapped")
 
     def __init__(self, sample: Iterable[str] | None = None) -> None:
         self._gutters: tuple[str, ...] = ()
+        # gutters inside a per-line wrapper (a CI viewer's bar under a journald or kubectl
+        # stamp): taken off a line's text after its wrapper
+        self._inner: tuple[str, ...] = ()
         self._indent = ""  # the whole paste indented (the "indent" gutter): this prefix
         self.counts: Counter[str] = Counter()
         self.decided = False
@@ -387,6 +390,10 @@ class SourceUnwrapper:
             inner = [self.strip_gutters(x)[0] for x in seen] if self._gutters else seen
             n = sum(1 for x in inner if unwrap_line(x)[1] is not None)
             self.wrapped = n * 10 >= len(seen) * 6
+            if self.wrapped and not self._gutters:
+                # the quote, line-number, bar or label gutter of a paste that a per-line
+                # wrapper wraps again (never an indentation: a wrapper keeps the record's own)
+                self._inner = detect_gutters([unwrap_line(x)[0] for x in inner])
             if is_start is not None:
                 self.wrap = detect_wrap(inner, is_start)
             self.counts.clear()  # the sample is counted again when it is parsed
@@ -396,10 +403,12 @@ class SourceUnwrapper:
     def gutters(self) -> tuple[str, ...]:
         return self._gutters
 
-    def strip_gutters(self, line: str) -> tuple[str, Coords | None]:
+    def strip_gutters(
+        self, line: str, gutters: tuple[str, ...] | None = None
+    ) -> tuple[str, Coords | None]:
         """The source-wide gutters off one physical line (and an srun label's rank)."""
         coords: Coords | None = None
-        for g in self._gutters:
+        for g in self._gutters if gutters is None else gutters:
             if g == "indent":
                 if line.startswith(self._indent):
                     line = line[len(self._indent) :]
@@ -433,6 +442,21 @@ class SourceUnwrapper:
                     self.counts["srun"] += 1
         return line, coords
 
+    def strip_inner(self, line: str) -> str:
+        """The line with the gutter inside its per-line wrapper taken off (the wrapper
+        kept, for the record parser to read): ``<stamp>   | (EngineCore pid=1) ...`` ->
+        ``<stamp> (EngineCore pid=1) ...``."""
+        if not self._inner:
+            return line
+        inner, w = unwrap_line(line)
+        if w is None or not line.endswith(inner) or not inner:
+            return line
+        stripped, _ = self.strip_gutters(inner, self._inner)
+        if stripped == inner:
+            return line
+        head = line[: len(line) - len(inner)]
+        return head + stripped if head.endswith((" ", "\t")) else head + " " + stripped
+
     def unwrap(self, line: str) -> tuple[str, Wrap | None]:
         """Gutters, then per-line wrappers (:func:`unwrap_line`)."""
         coords: Coords | None = None
@@ -442,6 +466,9 @@ class SourceUnwrapper:
         if w is not None:
             for k in w.kinds:
                 self.counts[k] += 1
+            if self._inner:
+                text, inner = self.strip_gutters(text, self._inner)
+                coords = coords or inner
         if coords is not None:
             w = _merge(Wrap(kinds=["srun"], coords=coords), w)
         return text, w

@@ -779,14 +779,24 @@ def _cut_traceback(tail: Sequence[Record]) -> tuple[Record, Record] | None:
     if not tail:
         return None
     last = tail[-1]
-    if not _is_trace(last) and not last.message.startswith((" ", "\t")):
+    # a frame's source line right under it, its indentation lost by the paste
+    # (``File "x.py", line 3, in f`` then ``g(a, b)`` at the margin)
+    framed = {(r.source, r.line + 1) for r in tail[-401:] if FRAME.search(r.message)}
+
+    def material(r: Record) -> bool:
+        return (
+            _is_trace(r) or r.message.startswith((" ", "\t")) or not r.message.strip("^~ ")
+            or (r.source, r.line) in framed
+        )
+
+    if not material(last):
         return None
     start: Record | None = None
     for r in reversed(tail[-400:]):
         if "Traceback (most recent call last)" in r.message:
             start = r
             break
-        if not (_is_trace(r) or r.message.startswith((" ", "\t")) or not r.message.strip("^~ ")):
+        if not material(r):
             return None
     if start is None:
         # the excerpt starts inside the traceback too (its header above the window): a
@@ -808,8 +818,11 @@ def _cut_traceback(tail: Sequence[Record]) -> tuple[Record, Record] | None:
     if not frames or _WAIT_FRAME.search(frames[-1].rstrip()):
         return None
     if last.continuation:
-        body = [x for x in last.continuation if x.strip()]
-        if body and not (FRAME.search(body[-1]) or body[-1].startswith((" ", "\t"))):
+        body = [x for x in (last.message, *last.continuation) if x.strip("^~ \t")]
+        code_line = len(body) >= 2 and FRAME.search(body[-2]) is not None  # its indent lost
+        if body and not (
+            FRAME.search(body[-1]) or body[-1].startswith((" ", "\t")) or code_line
+        ):
             return None  # the traceback ends on its exception line (not cut)
     return start, last
 
