@@ -315,3 +315,38 @@ def test_prefilter_equals_full_parse_on_benchmark_mixes(
     # "real" repeats unrelated logs: year-less stamps jump back months at every seam, and
     # the year walk (resolve_years) then depends on which lines are records
     _same([out], years=name != "real")
+
+
+def test_a_folder_is_read_by_one_read_ahead_thread(
+    big_log: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The files of a folder go through one read-ahead pipeline (started once), and each
+    file's notes stay with it, in the order the files are read."""
+    import threading
+
+    started: list[str] = []
+    real_start = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        started.append(self.name)
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    monkeypatch.setattr(diag.parse.reader, "CHUNK_BYTES", 256 << 10)
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    data = big_log.read_bytes()
+    for i in range(3):
+        # each file starts with a NUL hole: the reader's note about it is that file's
+        (folder / f"rank{i}.log").write_bytes(b"\0" * (i + 1) + data)
+    lits = _literals(())
+    col = read_sources(resolve_inputs([folder]), year=None, literals=lits, prefilter=True)
+    assert started.count("diag-read-ahead") == 1
+    holes = [n for n in col.notes if "leading NUL bytes" in n]
+    assert [n.split(":")[0].rsplit("/", 1)[-1] for n in holes] == [
+        "rank0.log", "rank1.log", "rank2.log"]
+    assert [n.split(": ", 1)[1].split(" ")[0] for n in holes] == ["1", "2", "3"]
+    # and before the notes made after each file was parsed
+    first_parsed = min(i for i, n in enumerate(col.notes) if "repeating a kind" in n
+                       or "matched no known" in n or "year" in n)
+    assert col.notes.index(holes[0]) < first_parsed

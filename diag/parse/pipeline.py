@@ -459,8 +459,6 @@ def read_sources(
     for inputs of at least :data:`PREFILTER_MIN_BYTES` (a compressed one counted at ten
     times its size, one of unknown size as large). Raises :class:`InputError` for empty
     input, or input with no recognisable log line."""
-    from diag.parse.prefilter import BulkStats, SourceScan
-
     total = sum(s.size or 0 for s in sources)
     expanded = sum(
         PREFILTER_MIN_BYTES if s.size is None else s.size * (10 if s.compressed else 1)
@@ -471,54 +469,86 @@ def read_sources(
     run = _Run(literals, col)
     done_before = 0
     binary: list[str] = []
-    for src in sources:
-        if _looks_binary(src):
-            binary.append(src.name)
-            col.notes.append(f"{src.name}: skipped: binary data, not a log")
-            done_before += src.size or 0
-            if progress is not None:
-                progress(done_before, total)
-            continue
-        sp = SourceParser(src.name)
-        scan = SourceScan(BulkStats()) if use_pf else None
-        # chunk, its lines (prefilter path), their number, position
-        pending: list[tuple[bytes | bytearray, object, int, int]] = []
-        reading = _SourceRead(run, src.name, sp, scan)
-        for chunk, lines, n_lines, consumed in _chunks(run, src, col.notes, use_pf):
-            pending.append((chunk, lines, n_lines, consumed))
-            # a chunk is parsed once TAIL_LINES lines follow it (it holds no tail line)
-            while len(pending) > 1 and sum(p[2] for p in pending[1:]) >= TAIL_LINES:
-                c, ls, n_lines, pos = pending.pop(0)
-                reading.step(c, ls, n_lines, None)
+    is_binary = [_looks_binary(src) for src in sources]
+    # every source's chunks in one stream (one read-ahead thread for them all: the next
+    # file is read and matched while the last chunks of this one are parsed)
+    stream = _chunks(run, [s for s, b in zip(sources, is_binary, strict=True) if not b], use_pf)
+    try:
+        for src, skip in zip(sources, is_binary, strict=True):
+            if skip:
+                binary.append(src.name)
+                col.notes.append(f"{src.name}: skipped: binary data, not a log")
+                done_before += src.size or 0
                 if progress is not None:
-                    done = done_before + pos
-                    progress(min(done, total) if total else done, total)  # 0: size unknown
-        while pending:
+                    progress(done_before, total)
+                continue
+            done_before = _read_one(run, src, stream, use_pf, year, progress, done_before,
+                                    total)
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
+    return _collected(run, sources, binary, total)
+
+
+def _read_one(
+    run: _Run, src: Source, stream: Iterator[_Item], use_pf: bool, year: int | None,
+    progress: ProgressFn | None, done_before: int, total: int,
+) -> int:
+    """Parse one source's chunks from ``stream`` (up to its end marker, whose notes are
+    the reader's for this source); returns the progress position after it."""
+    from diag.parse.prefilter import BulkStats, SourceScan
+
+    col = run.col
+    sp = SourceParser(src.name)
+    scan = SourceScan(BulkStats()) if use_pf else None
+    # chunk, its lines (prefilter path), their number, position
+    pending: list[tuple[bytes | bytearray, object, int, int]] = []
+    reading = _SourceRead(run, src.name, sp, scan)
+    for chunk, lines, n_lines, consumed, notes in stream:
+        if chunk is None:  # this source's end: the reader's notes about it
+            col.notes.extend(notes)
+            break
+        pending.append((chunk, lines, n_lines, consumed))
+        # a chunk is parsed once TAIL_LINES lines follow it (it holds no tail line)
+        while len(pending) > 1 and sum(p[2] for p in pending[1:]) >= TAIL_LINES:
             c, ls, n_lines, pos = pending.pop(0)
-            reading.step(c, ls, n_lines, sum(p[2] for p in pending))
+            reading.step(c, ls, n_lines, None)
             if progress is not None:
                 done = done_before + pos
-                progress(min(done, total) if total else done, total)
-        col.lines += reading.lineno
-        repeats = reading.repeats
-        done_before += src.size or 0
-        if repeats:
-            col.repeats += repeats
-            col.notes.append(
-                f"{src.name}: {repeats} lines repeating a kind of line already seen "
-                f"{REPEAT_KEEP} times were counted, not parsed"
-            )
-        if sp.unknown_lines and sp.known_lines:
-            first, last = sp.first_unknown, sp.last_unknown
-            col.notes.append(
-                f"{sp.unknown_lines} lines of {src.name} (lines {first}-{last}) "
-                "matched no known log format"
-            )
-        col.notes.extend(sp.unwrap_notes())
-        note = resolve_years(sp.drafts, year=year, ref=src.mtime)
-        if note:
-            col.notes.append(f"{src.name}: {note}")
-        col.drafts.extend(sp.drafts)
+                progress(min(done, total) if total else done, total)  # 0: size unknown
+    while pending:
+        c, ls, n_lines, pos = pending.pop(0)
+        reading.step(c, ls, n_lines, sum(p[2] for p in pending))
+        if progress is not None:
+            done = done_before + pos
+            progress(min(done, total) if total else done, total)
+    col.lines += reading.lineno
+    repeats = reading.repeats
+    done_before += src.size or 0
+    if repeats:
+        col.repeats += repeats
+        col.notes.append(
+            f"{src.name}: {repeats} lines repeating a kind of line already seen "
+            f"{REPEAT_KEEP} times were counted, not parsed"
+        )
+    if sp.unknown_lines and sp.known_lines:
+        first, last = sp.first_unknown, sp.last_unknown
+        col.notes.append(
+            f"{sp.unknown_lines} lines of {src.name} (lines {first}-{last}) "
+            "matched no known log format"
+        )
+    col.notes.extend(sp.unwrap_notes())
+    note = resolve_years(sp.drafts, year=year, ref=src.mtime)
+    if note:
+        col.notes.append(f"{src.name}: {note}")
+    col.drafts.extend(sp.drafts)
+    return done_before
+
+
+def _collected(run: _Run, sources: Sequence[Source], binary: list[str], total: int) -> Collected:
+    """The notes of the whole read, and the checks for input with nothing in it."""
+    col = run.col
     # per-rank files (rank0.log, rank1.log ...): rank-less lines get their file's rank
     note = assign_path_ranks(col.drafts, [s.name for s in sources if s.name not in binary])
     if note:
@@ -542,24 +572,31 @@ def read_sources(
     return col
 
 
-def _chunks(
-    run: _Run, src: Source, notes: list[str], use_pf: bool
-) -> Iterator[tuple[bytes | bytearray, object, int, int]]:
-    """(chunk, its lines on the prefilter path, their number, position) per chunk of
-    ``src``. On the prefilter path the reading and the matcher's pass (compiled code,
-    which lets other threads run) go on in a thread up to :data:`_AHEAD` chunks ahead of
-    the parsing: on two cores their time comes off the wall clock."""
+# (chunk, its lines on the prefilter path, their number, position, None), or at a
+# source's end (None, None, 0, 0, the reader's notes about that source)
+_Item = tuple[Any, Any, int, int, Any]
 
-    def produce() -> Iterator[tuple[bytes | bytearray, object, int, int]]:
-        for buf, lo, hi, consumed in iter_chunks(src, notes, chunk_bytes=reader.CHUNK_BYTES):
-            chunk = buf[lo:hi] if (lo, hi) != (0, len(buf)) else buf
-            if use_pf:
-                # the cap's input too, while the chunk is still in the cache (measured on
-                # the spam mix: 1.2 s per GiB here, 1.9 s in the parsing thread)
-                lines: Lines = run.cap.prepare(chunk, run.matcher.lines(chunk))
-                yield chunk, lines, len(lines), consumed
-            else:
-                yield chunk, None, _count_lines(chunk), consumed
+
+def _chunks(run: _Run, sources: Sequence[Source], use_pf: bool) -> Iterator[_Item]:
+    """Every chunk of ``sources``, one source after the other, each source ended by a
+    marker that carries the reader's notes about it. On the prefilter path the reading
+    and the matcher's pass (compiled code, which lets other threads run) go on in one
+    thread up to :data:`_AHEAD` chunks ahead of the parsing, across the sources: on two
+    cores their time comes off the wall clock, and a folder of files is one pipeline."""
+
+    def produce() -> Iterator[_Item]:
+        for src in sources:
+            notes: list[str] = []
+            for buf, lo, hi, consumed in iter_chunks(src, notes,
+                                                     chunk_bytes=reader.CHUNK_BYTES):
+                chunk = buf[lo:hi] if (lo, hi) != (0, len(buf)) else buf
+                if use_pf:
+                    # the cap's input too, while the chunk is still in the cache
+                    lines: Lines = run.cap.prepare(chunk, run.matcher.lines(chunk))
+                    yield chunk, lines, len(lines), consumed, None
+                else:
+                    yield chunk, None, _count_lines(chunk), consumed, None
+            yield None, None, 0, 0, notes
 
     if not use_pf:
         return produce()
