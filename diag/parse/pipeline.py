@@ -332,10 +332,17 @@ class _Run:
 
     def _bytes_stats(self, chunk: bytes | bytearray, scanner: Any = None) -> None:
         """NUL bytes and invalid UTF-8 in ``chunk`` (counted alike on both paths);
-        ``scanner``: diag's compiled scanner, which tells valid UTF-8 without decoding."""
+        ``scanner``: diag's compiled scanner, which looks for a NUL and tells valid UTF-8
+        without decoding (and lets the read-ahead thread run meanwhile)."""
+        if scanner is not None:
+            if scanner.find(chunk, b"\x00") >= 0:
+                self.col.nul_bytes += chunk.count(b"\x00")
+            if not scanner.utf8_valid(chunk):
+                self.col.undecodable += decode(chunk)[1]
+            return
         if b"\x00" in chunk:
             self.col.nul_bytes += chunk.count(b"\x00")
-        if not chunk.isascii() and (scanner is None or not scanner.utf8_valid(chunk)):
+        if not chunk.isascii():
             self.col.undecodable += decode(chunk)[1]
 
     # -- line by line --------------------------------------------------------------
