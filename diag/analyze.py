@@ -111,6 +111,15 @@ def analyze_parsed(
 # ---------------------------------------------------------------------------
 
 
+def _dump_lines(drafts: Sequence[Draft]) -> bool:
+    """A text of no log line may still be a stack dump (eu-stack's ``TID n:`` threads of
+    ``#0  0x.. symbol`` frames, a bare gdb backtrace): three lines that can start or carry
+    one make it worth reading as such."""
+    from diag.stacks.textdump import is_dump_line
+
+    return sum(1 for d in drafts[:2000] if is_dump_line(d.p.message)) >= 3
+
+
 def _analyze_sources(
     sources: Sequence[Source],
     *,
@@ -132,7 +141,7 @@ def _analyze_sources(
         for d in col.drafts
         if d.p.grammar != "plain" or d.p.ts is not None or d.rank is not None or d.p.pid
     )
-    if recognised == 0 and not _any_log_word(col.drafts):
+    if recognised == 0 and not _any_log_word(col.drafts) and not _dump_lines(col.drafts):
         raise InputError(
             f"{', '.join(s.name for s in sources)}: not a log (no recognisable line)"
         )

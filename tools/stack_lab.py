@@ -12,6 +12,7 @@ blocked process with the real tools, one file per dumper:
   ``py-spy dump`` (text, ``--native``, ``--locals``, ``--json``);
 - ``pystack.txt``: ``pystack remote`` (if pystack is installed);
 - ``gdb-bt.txt``: ``gdb -p PID -batch -ex "thread apply all bt"`` (if gdb is installed);
+- ``eu-stack.txt``: elfutils' ``eu-stack -p PID`` (if installed; Debian's elfutils);
 - ``faulthandler.txt``: the process's own ``faulthandler.dump_traceback(all_threads=True)``
   on SIGUSR1 (every scenario registers it first);
 
@@ -387,6 +388,9 @@ def run_scenario(sc: Scenario, out_root: Path) -> str:
             gdb = shutil.which("gdb")
             if gdb:
                 dumps["gdb-bt.txt"] = [gdb, "-p", str(pid), "-batch", "-ex", "thread apply all bt"]
+            eu_stack = shutil.which("eu-stack")
+            if eu_stack:
+                dumps["eu-stack.txt"] = [eu_stack, "-p", str(pid)]
             for fname, cmd in dumps.items():
                 rc, text = _run(cmd)
                 if rc == 0:

@@ -107,6 +107,12 @@ _GDB_THREAD = re.compile(
     r"^Thread (\d+) \((?:Thread (?:0x[0-9a-fA-F]+) )?\(LWP (\d+)\)(?: \"([^\"]*)\")?\):$"
 )
 _GDB_FRAME = re.compile(r"^#(\d+)\s+(?:(0x[0-9a-fA-F]+) in )?(.+)$")
+# elfutils' eu-stack (`eu-stack -p PID`, also what some distributions' `pstack` runs):
+# "PID 48211 - process", then per thread "TID 48211:" and "#0  0x00007f.. symbol" frames
+# (a module after " - " with -m), innermost first
+_EU_PROCESS = re.compile(r"^PID (\d+) - (\S.*)$")
+_EU_THREAD = re.compile(r"^TID (\d+):$")
+_EU_FRAME = re.compile(r"^#(\d+)\s+(0x[0-9a-fA-F]+)\s+(?!in\b)(\S.*?)(?: - (\S+))?$")
 _GDB_PY_FRAME = re.compile(r"Frame 0x[0-9a-fA-F]+, for file (.+?), line (\d+), in ([\w<>.]+)")
 _IGNORED = re.compile(
     r"^(Parent Process \d+:|Python v\d[\w.+]*\b|py-spy \d|Error: |Caused by:)"
@@ -215,7 +221,7 @@ def _split_prefixes(text: str) -> tuple[str, str, RankId | None, str | None]:
 # one of these; while no dump is open, other lines are skipped unparsed (one search).
 _CANDIDATE = re.compile(
     r'Thread |Current thread|Process \d|File "|Traceback|Pyspy |Stack \(|Stack trace|'
-    r'KeyboardInterrupt|\.py", line \d+ in |'
+    r'KeyboardInterrupt|\.py", line \d+ in |^PID \d+ - |^TID \d+:|'
     r"^#\d+ |(?<=\s)#\d+ \S+ from \S|(?<=\s)#\d+ +0x[0-9a-fA-F]+ in |Stack of | encountered !|"
     r"\] +Caught signal \d|backtrace \(tid:|(?:^|\s)\d{1,4} 0x[0-9a-fA-F]{8,16} \S.*\(\) "  # UCX
 )
@@ -223,7 +229,7 @@ _CANDIDATE = re.compile(
 # substring tests cost far less than the search, which has no literal prefix to skip by)
 _CANDIDATE_NEEDS = ("Thread ", "Current thread", "Process ", 'File "', "Traceback", "Pyspy ",
                     "Stack ", "KeyboardInterrupt", '.py", line ', " encountered !",
-                    "Caught signal ", "backtrace (tid:", " 0x")
+                    "Caught signal ", "backtrace (tid:", " 0x", "PID ", "TID ")
 _HASH_DIGIT = re.compile(r"#\d")
 
 
@@ -236,6 +242,11 @@ def _candidate(text: str) -> bool:
         if "#" not in text or _HASH_DIGIT.search(text) is None:
             return False
     return _CANDIDATE.search(text) is not None
+
+
+def is_dump_line(text: str) -> bool:
+    """Whether a line can start or carry a stack dump (a thread header, a frame)."""
+    return _candidate(text)
 
 
 def _line_of(rec: Record, text: str, offset: int) -> _Line:
@@ -701,6 +712,31 @@ class _Channel:
         if _C10D_HEADER.search(stripped):
             self._new_thread(self._open(ln, "c10d"), None, None, None)
             return True
+        m = _EU_PROCESS.match(stripped)
+        if m:
+            proc = self._open(ln, "gdb")
+            proc.pid = _small(m.group(1))
+            self.gdb = True
+            return True
+        m = _EU_THREAD.match(stripped)
+        if m:
+            proc = self.proc if self.proc is not None and self.proc.kind == "gdb" else None
+            tid = _small(m.group(1))
+            if proc is None or any(t.tid == tid for t in proc.threads):
+                proc = self._open(ln, "gdb")
+                proc.pid = proc.pid or tid
+            main = proc.pid is not None and tid == proc.pid
+            self._new_thread(proc, tid, "MainThread" if main else None, None)
+            self.gdb = True
+            return True
+        if self.gdb and self.thread is not None:
+            m = _EU_FRAME.match(stripped)
+            if m:
+                where = f" from {m.group(4)}" if m.group(4) else ""
+                frame = _gdb_frame(m.group(2), m.group(3) + where)
+                if frame is not None:
+                    self.thread.frames.append(frame)
+                return True
         m = _GDB_THREAD.match(stripped)
         if m:
             proc = self.proc if self.proc is not None and self.proc.kind == "gdb" else None
