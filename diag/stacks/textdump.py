@@ -704,6 +704,16 @@ class _Channel:
             self.thread.frames.append(_ucx_frame(m.group(2), m.group(3), m.group(4)))
         return True
 
+    def _eu_thread(self, ln: _Line, tid: int | None) -> None:
+        """eu-stack's ``TID n:``: a thread of the open eu-stack process (or a new one)."""
+        cur = self.proc if self.proc is not None and self.proc.kind == "gdb" else None
+        if cur is None or any(t.tid == tid for t in cur.threads):
+            cur = self._open(ln, "gdb")
+            cur.pid = cur.pid or tid
+        main = cur.pid is not None and tid == cur.pid
+        self._new_thread(cur, tid, "MainThread" if main else None, None)
+        self.gdb = True
+
     def _feed_header(self, ln: _Line, stripped: str) -> bool:
         if (self.ucx or stripped[:1].isdigit() or stripped[:1] in "=[") and self._feed_ucx(
             ln, stripped
@@ -714,20 +724,12 @@ class _Channel:
             return True
         m = _EU_PROCESS.match(stripped)
         if m:
-            proc = self._open(ln, "gdb")
-            proc.pid = _small(m.group(1))
+            self._open(ln, "gdb").pid = _small(m.group(1))
             self.gdb = True
             return True
         m = _EU_THREAD.match(stripped)
         if m:
-            proc = self.proc if self.proc is not None and self.proc.kind == "gdb" else None
-            tid = _small(m.group(1))
-            if proc is None or any(t.tid == tid for t in proc.threads):
-                proc = self._open(ln, "gdb")
-                proc.pid = proc.pid or tid
-            main = proc.pid is not None and tid == proc.pid
-            self._new_thread(proc, tid, "MainThread" if main else None, None)
-            self.gdb = True
+            self._eu_thread(ln, _small(m.group(1)))
             return True
         if self.gdb and self.thread is not None:
             m = _EU_FRAME.match(stripped)
