@@ -350,3 +350,21 @@ def test_a_folder_is_read_by_one_read_ahead_thread(
     first_parsed = min(i for i, n in enumerate(col.notes) if "repeating a kind" in n
                        or "matched no known" in n or "year" in n)
     assert col.notes.index(holes[0]) < first_parsed
+
+
+def test_read_ahead_shortens_the_switch_interval_while_it_runs() -> None:
+    import sys
+
+    from diag.parse import pipeline
+
+    before = sys.getswitchinterval()
+    seen: list[float] = []
+
+    def make():  # type: ignore[no-untyped-def]
+        for i in range(3):
+            seen.append(sys.getswitchinterval())
+            yield i
+
+    assert list(pipeline._ahead(make, 2)) == [0, 1, 2]
+    assert seen and max(seen) <= pipeline._SWITCH_S
+    assert sys.getswitchinterval() == before

@@ -26,6 +26,7 @@ On both paths:
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import count, repeat
@@ -612,6 +613,7 @@ def _chunks(run: _Run, sources: Sequence[Source], use_pf: bool) -> Iterator[_Ite
 
 
 _AHEAD = 2  # chunks read and matched ahead of the parsing
+_SWITCH_S = 0.0005  # the interpreter's switch interval while the read-ahead thread runs
 _END = object()
 
 
@@ -652,6 +654,11 @@ def _ahead(make: Callable[[], Iterator[Any]], depth: int) -> Iterator[Any]:
         put(_END)
 
     thread = threading.Thread(target=work, name="diag-read-ahead", daemon=True)
+    # The reader gives the GIL up for each compiled pass and read; taking it back waits
+    # for the parser to yield it, up to the switch interval (5 ms by default) each time:
+    # a shorter one while both threads run
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(min(switch, _SWITCH_S))
     thread.start()
     try:
         while True:
@@ -664,6 +671,7 @@ def _ahead(make: Callable[[], Iterator[Any]], depth: int) -> Iterator[Any]:
     finally:
         stop.set()
         thread.join(timeout=1.0)
+        sys.setswitchinterval(switch)
 
 
 def _count_lines(chunk: bytes | bytearray) -> int:
