@@ -185,6 +185,11 @@ def frame_phase(path: str, func: str) -> str | None:
         return "dist_init"
     if name == "__init__" and "/device_communicators/" in p:
         return "dist_init"  # pynccl, custom all-reduce, shm broadcast set up their groups
+    if p.endswith("/distributed/parallel_state.py") and ("/vllm/" in p or "/sglang/" in p):
+        # vllm/distributed/parallel_state.py (0.4-0.33), sglang/srt/distributed/ (0.4+): the
+        # groups' construction (GroupCoordinator.__init__) and their collectives; any frame
+        # there proves a process group was being set up or used (at least dist_init)
+        return "dist_init"
     if name in _LAUNCH_FUNCS:
         return "launch"
     if name in _SERVING_FUNCS:
