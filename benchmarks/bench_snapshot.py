@@ -6,6 +6,8 @@ one run and over the same pids (launcher, the ranks, detokenizer), side by side:
 
 - ``loop``: ``for p in PIDS; do py-spy dump --native --pid $p; done`` in bash (what a
   person does by hand),
+- ``one``: a lone ``py-spy dump --native`` of TP0 (a rank in the collective): the floor of
+  a snapshot whose critical path is one such dump,
 - ``diag snapshot --json`` as a fresh process (interpreter start, discovery, /proc, psutil
   CPU window, NVML, every dump in parallel under one deadline, analysis, rules), with the
   default 2 samples (the second look runs beside the native dumps) and with ``--samples 1``.
@@ -134,8 +136,10 @@ def bench_ranks(ranks: int, repeat: int, pyspy: str, baseline: str | None) -> di
             f"for p in {' '.join(map(str, pids))}; do {pyspy} dump --native --pid $p "
             "> /dev/null || echo fail $p; done"
         )
+        lead = srv.rank_pids()[0]  # TP0: the rank the snapshot dumps natively first
         methods = {
             "loop": ["bash", "-c", loop],
+            "one": [pyspy, "dump", "--native", "--pid", str(lead)],
             "diag2": [*diag, "--pid", str(srv.pid), "--json"],
             "diag1": [*diag, "--pid", str(srv.pid), "--json", "--samples", "1"],
         }
@@ -150,6 +154,8 @@ def bench_ranks(ranks: int, repeat: int, pyspy: str, baseline: str | None) -> di
         for i in range(repeat + 1):
             for key, argv in methods.items():
                 el, c, res = _timed(argv, cwd=baseline if key.startswith("base") else None)
+                if key == "one" and res.returncode != 0:
+                    print(f"note: lone native dump run {i}: {res.stderr.strip()}", file=sys.stderr)
                 if key == "loop" and "fail" in res.stdout:  # e.g. another tracer held a rank
                     print(f"note: py-spy loop run {i}: {res.stdout.strip()}", file=sys.stderr)
                 elif key != "loop" and res.returncode != 0:
@@ -214,6 +220,7 @@ def print_table(r: dict[str, object], repeat: int) -> None:
     print("| --- | ---: | ---: | ---: | ---: |")
     rows = (
         ("loop", f"sequential `py-spy dump --native` loop, {r['pids']} pids"),
+        ("one", "one `py-spy dump --native` of TP0 alone (the floor)"),
         ("diag2", "`diag snapshot --json` (default: 2 samples)"),
         ("diag1", "`diag snapshot --json --samples 1`"),
         ("base2", "baseline: `diag snapshot --json` (default)"),
@@ -222,7 +229,10 @@ def print_table(r: dict[str, object], repeat: int) -> None:
     for key, label in rows:
         if key not in wall:
             continue
-        speed = "1.0x" if key == "loop" else f"{med['loop'] / med[key]:.1f}x faster"
+        speed = (
+            "1.0x" if key == "loop" else "-" if key == "one"
+            else f"{med['loop'] / med[key]:.1f}x faster"
+        )  # fmt: skip
         print(
             f"| {label} | {med[key]:.2f} | {min(wall[key]):.2f}-{max(wall[key]):.2f} "
             f"| {speed} | {statistics.median(cpu[key]):.2f} |"

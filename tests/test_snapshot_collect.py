@@ -743,6 +743,35 @@ def test_facts_of_real_processes() -> None:
         child.wait()
 
 
+def test_the_cpu_window_can_start_at_the_proc_tier() -> None:
+    """A first reading taken from /proc (the tier's utime + stime) starts the window: a
+    busy process reads ~100%, a sleeping one ~0%, and the window ends window_s after
+    that reading, not after psutil's import."""
+    from diag.collect.facts import collect_facts
+
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    idle = _child()
+    try:
+        time.sleep(0.2)
+        tick = os.sysconf("SC_CLK_TCK")
+        since = {}
+        for pid in (busy.pid, idle.pid):
+            read = read_proc_tier(pid, Path("/proc"))
+            assert not isinstance(read, Unavailable) and read.cpu_ticks is not None
+            since[pid] = (time.monotonic(), read.cpu_ticks / tick)
+        time.sleep(0.2)  # (psutil's import, in the snapshot)
+        t0 = time.monotonic()
+        facts = collect_facts([busy.pid, idle.pid], window_s=0.5, since=since)
+        assert 0.25 < time.monotonic() - t0 < 0.45  # the window's rest, not all of it
+        hot, cold = facts[busy.pid].cpu_percent, facts[idle.pid].cpu_percent
+        assert isinstance(hot, float) and isinstance(cold, float)
+        assert hot > 40 and cold < 10
+    finally:
+        for p in (busy, idle):
+            p.kill()
+            p.wait()
+
+
 def _proc(pid: int, tp: int, state: str, server: int = 0) -> ProcessInfo:
     return ProcessInfo(
         pid=pid,

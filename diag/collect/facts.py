@@ -2,15 +2,17 @@
 listening TCP ports, uptime and children.
 
 CPU% is sampled for all processes at once (one window, not one per process), so the
-cost is the window, whatever the number of ranks. psutil's exceptions are translated
-here into :class:`Unavailable` values.
+cost is the window, whatever the number of ranks. The window may have started before
+psutil is imported (``since``: each process's CPU time as /proc showed it, and when):
+the snapshot starts it with its /proc tier, so psutil's import is not spent inside it.
+psutil's exceptions are translated here into :class:`Unavailable` values.
 """
 
 from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import psutil
@@ -95,13 +97,44 @@ def _get(fn: Callable[[], object]) -> object:
         return _why(exc)
 
 
+def _handle(pid: int) -> psutil.Process | Unavailable:
+    try:
+        return psutil.Process(pid)
+    except psutil.Error as exc:
+        return _why(exc)
+
+
+def _cpu_since(h: psutil.Process, start: tuple[float, float]) -> object:
+    """CPU% since ``start`` (monotonic time, CPU seconds then), as psutil's cpu_percent
+    computes it (user + system time over wall time, 100 = one CPU)."""
+    try:
+        times = h.cpu_times()
+    except (psutil.Error, OSError) as exc:
+        return _why(exc)
+    elapsed = time.monotonic() - start[0]
+    if elapsed <= 0:
+        return 0.0
+    return max(0.0, (times.user + times.system - start[1]) / elapsed * 100.0)
+
+
 def collect_facts(
-    pids: Sequence[int], *, window_s: float = 0.3, now: float | None = None
+    pids: Sequence[int],
+    *,
+    window_s: float = 0.3,
+    now: float | None = None,
+    since: Mapping[int, tuple[float, float]] | None = None,
 ) -> dict[int, ProcessFacts]:
-    """Facts for every pid; CPU% is measured over one ``window_s`` window shared by all."""
-    handles = {pid: _start(pid) for pid in pids}
-    if window_s > 0:
-        time.sleep(window_s)
+    """Facts for every pid; CPU% is measured over one ``window_s`` window shared by all.
+    ``since``: pid -> (time.monotonic(), CPU seconds) of a first reading already taken;
+    the window of those pids runs from then (the others' starts now)."""
+    since = since or {}
+    handles = {pid: _handle(pid) if pid in since else _start(pid) for pid in pids}
+    ends = [t0 + window_s for pid, (t0, _) in since.items() if pid in handles]
+    if any(pid not in since for pid in pids):
+        ends.append(time.monotonic() + window_s)
+    wait = max(ends, default=0.0) - time.monotonic()
+    if window_s > 0 and wait > 0:
+        time.sleep(wait)
     ports = listening_ports_by_pid()
     stamp = time.time() if now is None else now
     out: dict[int, ProcessFacts] = {}
@@ -109,7 +142,7 @@ def collect_facts(
         if isinstance(h, Unavailable):
             out[pid] = ProcessFacts(pid, h, h, h, h, h, None, None, ())
             continue
-        cpu = _get(h.cpu_percent)
+        cpu = _cpu_since(h, since[pid]) if pid in since else _get(h.cpu_percent)
         with h.oneshot():
             status = _get(h.status)
             mem = _get(h.memory_info)

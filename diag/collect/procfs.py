@@ -20,6 +20,7 @@ __all__ = [
     "ENV_KEYS",
     "ProcStat",
     "ProcTier",
+    "ProcWait",
     "ThreadState",
     "boot_time",
     "list_pids",
@@ -29,6 +30,7 @@ __all__ = [
     "read_proc_tier",
     "read_stat",
     "read_state",
+    "read_wait",
     "socket_inodes",
 ]
 
@@ -108,6 +110,7 @@ class ProcTier:
     listening_ports: tuple[int, ...] | Unavailable
     sockets: int | Unavailable
     environ: Mapping[str, str] | Unavailable = field(default_factory=dict)
+    cpu_ticks: int | None = None  # utime + stime (clock ticks) when the tier was read
 
     @property
     def thread_states(self) -> dict[str, int]:
@@ -120,6 +123,17 @@ class ProcTier:
     @property
     def thread_wchans(self) -> dict[str, int]:
         return dict(Counter(t.wchan or "?" for t in self.threads))
+
+
+@dataclass(frozen=True, slots=True)
+class ProcWait:
+    """Where a process waits, the first facts of its tier (state, main thread's wchan and
+    syscall): three small reads, enough to choose which rank to dump first."""
+
+    pid: int
+    state: str
+    wchan: str | Unavailable
+    syscall: str | Unavailable
 
 
 def _read_text(path: Path) -> str | None:
@@ -302,6 +316,15 @@ def _threads(pid: int, proc_root: Path) -> tuple[ThreadState, ...]:
     return tuple(out)
 
 
+def read_wait(pid: int, proc_root: Path = Path("/proc")) -> ProcWait | None:
+    """The process's :class:`ProcWait`; None when it is gone."""
+    st = read_stat(pid, proc_root)
+    if st is None:
+        return None
+    base = proc_root / str(pid)
+    return ProcWait(pid, st.state, _wchan(base / "wchan"), _syscall(base / "syscall"))
+
+
 def read_proc_tier(
     pid: int,
     proc_root: Path = Path("/proc"),
@@ -334,4 +357,5 @@ def read_proc_tier(
         listening_ports=ports,
         sockets=sockets,
         environ=read_environ(pid, proc_root),
+        cpu_ticks=st.utime_ticks + st.stime_ticks,
     )

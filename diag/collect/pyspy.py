@@ -14,13 +14,16 @@ targets in parallel:
    ``native_all`` dumps every rank natively. The first of a group to be dumped
    represents it, so its native dump starts as soon as its own Python dump is in; one
    rank the caller names (``lead``: the likeliest to stand for the largest group) has its
-   native dump started at once, beside its Python-only dump;
+   native dump started before any other dump (``start_lead``; its Python-only dump is in
+   long before py-spy has read the binaries and suspends it);
 3. a second look tells *stuck* (same Python frames) from *slow* (moving) without a
    wait of its own: a natively dumped rank's second sample is its ``--native`` dump (py-spy
    suspends the target some 0.1-0.2 s after it starts, once it has read the binaries, and
    reads every frame then); every other target gets a Python-only dump, at least
    ``min_gap_s`` after its first, while the native dumps run; the lead, whose native dump
-   may read it only ~0.1 s after its first look, gets one more Python-only look after it.
+   may read it only ~0.1 s after its first look, gets one more look ``min_gap_s`` after
+   its first: ``--nonblocking`` while its native dump still holds it (no suspend needed;
+   off the critical path), Python-only once that dump is done.
    More samples (``samples`` > 2) follow ``interval_s`` apart.
 
 Each dump pauses its target while py-spy reads it (the default modes; ``--nonblocking``
@@ -59,11 +62,13 @@ __all__ = [
     "DumpAttempt",
     "DumpResult",
     "DumpTarget",
+    "EarlyNative",
     "dump_all",
     "find_pyspy",
     "main_thread",
     "no_pyspy",
     "python_signature",
+    "start_lead",
 ]
 
 OUTCOMES = ("ok", "timeout", "permission_denied", "not_found", "partial", "no_pyspy", "not_python")
@@ -235,13 +240,15 @@ class _Dumper:
             return alive, True
         return True, False
 
-    def first(self, target: DumpTarget, read: threading.Event | None = None) -> _Work:
-        """The first dump: Python-only (``--nonblocking`` if stopped or it fails). ``read``
-        is set once the target's state is read (before any dump of it)."""
+    def first(self, target: DumpTarget, state: str | None = None) -> _Work:
+        """The first dump: Python-only (``--nonblocking`` if stopped or it fails).
+        ``state``: the target's state, read before any dump of it (the lead's: its
+        ``--native`` dump is already started); else it is read here."""
         work = _Work(target)
-        alive, state = _alive_same(target.pid, target.starttime_ticks, self.proc_root)
-        if read is not None:
-            read.set()
+        if state is None:
+            alive, state = _alive_same(target.pid, target.starttime_ticks, self.proc_root)
+        else:
+            alive = True
         if not alive:
             work.outcome = "not_found"
             work.attempts.append(DumpAttempt("-", "not_found", 0.0, "process gone (or pid reused)"))
@@ -300,31 +307,22 @@ class _Dumper:
         else:
             work.outcome = "partial"
 
-    def early_native(
-        self, target: DumpTarget, read: threading.Event
-    ) -> tuple[DumpAttempt, StackProcess | None] | None:
-        """The lead's ``--native`` dump, started beside its Python-only one once that has
-        read the target's state (a tracer's stop must not read as "stopped before diag
-        came"); None: the target is not in a state a pausing dump may touch, or gone."""
-        read.wait(max(0.0, self.deadline - time.monotonic()))
-        alive, state = _alive_same(target.pid, target.starttime_ticks, self.proc_root)
+    def early_native(self, target: DumpTarget) -> tuple[DumpAttempt, StackProcess | None]:
+        """The lead's ``--native`` dump, started before any other dump (``start_lead``)."""
         self.launched.set()
-        if not alive or state not in ("S", "R"):
-            return None
         attempt, stack = self.once(target, "native")
         self.after(target, False)  # (a dump that left it stopped: continued)
         return attempt, stack
 
     def adopt_native(
-        self, work: _Work, early: Future[tuple[DumpAttempt, StackProcess | None] | None]
+        self, work: _Work, early: Future[tuple[DumpAttempt, StackProcess | None]]
     ) -> None:
         """The lead's early ``--native`` dump becomes its native dump; one that collided
         with the lead's own Python-only dump (both py-spys suspend it: the second is
-        refused) or never ran is taken again, now that the Python-only dump is in."""
+        refused) is taken again, now that the Python-only dump is in."""
         got = early.result()
-        if got is None or got[0].outcome == "permission_denied":
-            if got is not None:
-                work.attempts.append(got[0])
+        if got[0].outcome == "permission_denied":
+            work.attempts.append(got[0])
             self.native(work)
             return
         attempt, stack = got
@@ -337,16 +335,26 @@ class _Dumper:
             work.outcome = "partial"
 
     def sample(
-        self, work: _Work, not_before: float = 0.0, after: Future[None] | None = None
+        self,
+        work: _Work,
+        not_before: float = 0.0,
+        after: Future[None] | None = None,
+        beside: Future[None] | None = None,
     ) -> None:
+        """One more look. ``after``: a dump of the same target to wait for (never two
+        pausing py-spys at once); ``beside``: one that may still be running when this look
+        is due (the lead's --native dump, which holds the target for most of a second): a
+        look taken while it runs is ``--nonblocking``, which needs no suspend and reads the
+        target as that dump holds it."""
         if after is not None:
-            after.result()  # (a dump of the same target: never two py-spys at once)
+            after.result()
         wait = not_before - time.monotonic()
         if wait > 0:
             if time.monotonic() + wait >= self.deadline:
                 return
             time.sleep(wait)
-        mode = "nonblocking" if work.was_stopped or work.d_state else "python"
+        running = beside is not None and not beside.done()
+        mode = "nonblocking" if work.was_stopped or work.d_state or running else "python"
         attempt, stack = self.once(work.target, mode)
         if stack is not None:
             work.extra.append(stack)
@@ -446,6 +454,47 @@ def _sampled(w: _Work) -> bool:
     return w.python is not None and w.outcome != "not_found"
 
 
+@dataclass(frozen=True, slots=True)
+class EarlyNative:
+    """The lead's ``--native`` dump, started before any other dump (:func:`start_lead`)."""
+
+    target: DumpTarget
+    state: str  # the lead's state, read before its native dump started
+    future: Future[tuple[DumpAttempt, StackProcess | None]]
+
+
+def start_lead(
+    target: DumpTarget,
+    *,
+    runner: Runner,
+    pyspy: str,
+    proc_root: Path = Path("/proc"),
+    timeout_s: float = 10.0,
+    launched: threading.Event | None = None,
+) -> EarlyNative | None:
+    """Start the lead's ``--native`` dump now, in a thread of its own (the critical path:
+    py-spy reads the binaries for 0.1-0.3 s before it suspends the target, while the
+    caller reads /proc and starts the other dumps). Its state is read first, so a
+    tracer's stop never reads as "stopped before diag came"; None (nothing started):
+    stopped, traced, in D or gone, a target no pausing dump may touch first."""
+    alive, state = _alive_same(target.pid, target.starttime_ticks, proc_root)
+    if not alive or state not in ("S", "R"):
+        return None
+    dumper = _Dumper(runner, pyspy, proc_root, time.monotonic() + timeout_s, launched)
+    future: Future[tuple[DumpAttempt, StackProcess | None]] = Future()
+
+    def run() -> None:
+        future.set_running_or_notify_cancel()
+        try:
+            future.set_result(dumper.early_native(target))
+        except BaseException as exc:  # (handed to whoever waits on it)
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="pyspy-lead", daemon=True).start()
+    assert state is not None
+    return EarlyNative(target, state, future)
+
+
 def no_pyspy(targets: Sequence[DumpTarget]) -> dict[int, DumpResult]:
     """Every target's outcome when py-spy is not installed."""
     miss = DumpAttempt("-", "no_pyspy", 0.0, "py-spy is not installed")
@@ -465,6 +514,7 @@ def dump_all(
     native_all: bool = False,
     lead: int | None = None,
     launched: threading.Event | None = None,
+    early: EarlyNative | None = None,
 ) -> dict[int, DumpResult]:
     """Dump every target concurrently; all attempts share one deadline of ``timeout_s``.
 
@@ -484,6 +534,11 @@ def dump_all(
     not be otherwise. Since its native dump may read it only ~0.1 s after its first
     look, the lead gets one more Python-only look after it (``samples`` > 1).
 
+    ``early``: the lead's native dump, already started by :func:`start_lead` (the
+    caller starts it before its own /proc reads); else it is started here, before any
+    other dump. While it runs (most of a second), the lead's one more look is taken
+    ``--nonblocking`` beside it, ``min_gap_s`` after its first, not after it.
+
     ``launched`` is set once the lead's native dump is being started (without a lead:
     once every first dump is handed out; in any case before this returns): the caller
     holds back work that would compete for the interpreter until then.
@@ -493,7 +548,7 @@ def dump_all(
         return _dump_all(
             targets, runner=runner, proc_root=proc_root, timeout_s=timeout_s,
             samples=samples, interval_s=interval_s, min_gap_s=min_gap_s, pyspy=pyspy,
-            native_all=native_all, lead=lead, launched=launched,
+            native_all=native_all, lead=lead, launched=launched, early=early,
         )  # fmt: skip
     finally:
         launched.set()
@@ -512,6 +567,7 @@ def _dump_all(
     native_all: bool,
     lead: int | None,
     launched: threading.Event,
+    early: EarlyNative | None,
 ) -> dict[int, DumpResult]:
     if not targets:
         return {}
@@ -523,26 +579,32 @@ def _dump_all(
     dumper = _Dumper(runner, exe, proc_root, deadline, launched)
     workers = min(64, 2 * len(targets) + 2)
     lead_target = next((t for t in targets if t.pid == lead and t.native), None)
+    if early is not None and early.target != lead_target:
+        early = None  # (not one of this call's targets: its dump is not used)
+    if early is None and lead_target is not None:  # the lead's --native dump first of all
+        early = start_lead(
+            lead_target, runner=runner, pyspy=exe, proc_root=proc_root,
+            timeout_s=timeout_s, launched=launched,
+        )  # fmt: skip
+    if early is None:
+        lead_target = None  # (stopped, traced, in D or gone: dumped as any other)
     order = sorted(targets, key=lambda t: t is not lead_target)  # the lead's dump first
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pyspy") as pool:
-        # Every target gets its Python-only dump first (fast, all in parallel); the lead
-        # its --native dump as well. The first of each group of identical Python stacks to
-        # come in stands for its group (with native_all every rank stands for itself; the
-        # lead always for its own): its --native dump starts at once. Every other
-        # target's second look (a Python-only dump, at least min_gap_s after its first)
-        # is queued as soon as its first dump is in, so it runs beside the natives.
+        # Every target gets its Python-only dump first (fast, all in parallel); the lead's
+        # --native dump is already under way. The first of each group of identical Python
+        # stacks to come in stands for its group (with native_all every rank stands for
+        # itself; the lead always for its own): its --native dump starts at once. Every
+        # other target's second look (a Python-only dump, at least min_gap_s after its
+        # first) is queued as soon as its first dump is in, so it runs beside the natives.
         by_pid: dict[int, _Work] = {}
         reps: dict[tuple[tuple[str, str, int | None], ...], int] = {}
         plan: dict[int, int] = {}
         natives: list[Future[None]] = []
         looks: list[Future[None]] = []
-        read = threading.Event()
-        firsts: list[Future[_Work]] = []
-        early = None
-        for t in order:  # the lead's Python-only dump, its --native dump, then the others
-            firsts.append(pool.submit(dumper.first, t, read if t is lead_target else None))
-            if t is lead_target:
-                early = pool.submit(dumper.early_native, t, read)
+        firsts = [
+            pool.submit(dumper.first, t, early.state if early and t is lead_target else None)
+            for t in order
+        ]
         if early is None:
             launched.set()
         waiting: list[_Work] = []  # results in before the lead's: placed after it
@@ -554,9 +616,13 @@ def _dump_all(
                 plan[pid] = rep
                 if rep == pid:
                     if early is not None and pid == lead:
-                        natives.append(pool.submit(dumper.adopt_native, w, early))
-                        if samples > 1:  # one more look, after the native dump
-                            looks.append(pool.submit(dumper.sample, w, 0.0, natives[-1]))
+                        natives.append(pool.submit(dumper.adopt_native, w, early.future))
+                        if samples > 1:  # one more look, beside the native dump if it runs
+                            looks.append(
+                                pool.submit(
+                                    dumper.sample, w, w.first_done + min_gap_s, None, natives[-1]
+                                )
+                            )
                     else:
                         natives.append(pool.submit(dumper.native, w))
                     return  # (its native dump is its second look)
@@ -574,7 +640,7 @@ def _dump_all(
             for x in (w, *waiting):
                 place(x)
             waiting.clear()
-        got = early.result() if early is not None and lead not in plan else None
+        got = early.future.result() if early is not None and lead not in plan else None
         if got is not None and lead is not None:  # (its Python-only dump failed: not used)
             by_pid[lead].attempts.append(got[0])
         works = [by_pid[t.pid] for t in targets]

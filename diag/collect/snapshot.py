@@ -34,17 +34,21 @@ from diag.collect.discover import (
 from diag.collect.gpu import GpuQuery, query_gpus
 from diag.collect.procfs import (
     ProcTier,
+    ProcWait,
     boot_time,
     listening_ports_by_inode,
     read_proc_tier,
+    read_wait,
 )
 from diag.collect.pyspy import (
     DumpResult,
     DumpTarget,
+    EarlyNative,
     dump_all,
     find_pyspy,
     main_thread,
     no_pyspy,
+    start_lead,
 )
 from diag.errors import DiagError, PermissionProblem, ToolMissing
 from diag.model import (
@@ -144,13 +148,16 @@ def _prewarm() -> None:
         return  # a broken rule file is reported when the rules are applied
 
 
-def collect_facts(pids: Sequence[int], *, window_s: float) -> dict[int, ProcessFacts]:
+def collect_facts(
+    pids: Sequence[int], *, window_s: float, since: Mapping[int, tuple[float, float]]
+) -> dict[int, ProcessFacts]:
     """``diag.collect.facts.collect_facts``, imported (with psutil) in the pool's thread
-    that calls it, not before the dumps start. (A seam: the GPU replay tests put saved
-    facts here.)"""
+    that calls it, not before the dumps start; ``since``: the CPU window's first reading
+    of each pid, from the /proc tier. (A seam: the GPU replay tests put saved facts
+    here.)"""
     from diag.collect import facts
 
-    return facts.collect_facts(pids, window_s=window_s)
+    return facts.collect_facts(pids, window_s=window_s, since=since)
 
 
 def port_open(port: int, timeout: float) -> bool:
@@ -270,9 +277,11 @@ def _targets(
 
 
 def _lead(
-    found: Sequence[FoundProcess], tiers: Mapping[int, ProcTier], targets: Sequence[DumpTarget]
+    found: Sequence[FoundProcess],
+    tiers: Mapping[int, ProcTier | ProcWait],
+    targets: Sequence[DumpTarget],
 ) -> int | None:
-    """The rank whose ``--native`` dump starts beside the Python-only dumps: one of the
+    """The rank whose ``--native`` dump starts before every other dump: one of the
     largest set of ranks that /proc shows waiting alike (the main thread's wchan and
     syscall number; no ptrace needed), the lowest TP rank of it. It stands for whatever
     group its Python stack falls in; a guess that picks the odd rank costs nothing but
@@ -347,16 +356,39 @@ def take_snapshot(
     found = disc.processes
     pids = [p.pid for p in found]
 
+    # The lead's --native dump is the critical path: it is chosen from three small /proc
+    # reads per rank and started before the rest of the /proc tier is read (py-spy reads
+    # the binaries for 0.1-0.3 s before it suspends the lead; the lead's own tier is read
+    # first), and before any other dump.
     t = time.monotonic()
+    targets = _targets(found, options.native, options.native_all)
+    pyspy_path = find_pyspy(runner)
+    launched, psutil_in = threading.Event(), threading.Event()
+    waits = {
+        p.pid: w
+        for p in found
+        if p.role in RANK_ROLES and (w := read_wait(p.pid, proc_root)) is not None
+    }
+    lead = _lead(found, waits, targets) if pyspy_path is not None else None
     listening = listening_ports_by_inode(proc_root)
     tiers: dict[int, ProcTier] = {}
-    for p in found:
+    tick = _ticks_per_s()
+    cpu_since: dict[int, tuple[float, float]] = {}  # the CPU window's first reading
+    early: EarlyNative | None = None
+    for p in sorted(found, key=lambda p: p.pid != lead):  # the lead's tier first
+        t_read = time.monotonic()
         read = read_proc_tier(p.pid, proc_root, listening=listening)
         if isinstance(read, ProcTier):
             tiers[p.pid] = read
+            if read.cpu_ticks is not None:
+                cpu_since[p.pid] = (t_read, read.cpu_ticks / tick)
+        if p.pid == lead and pyspy_path is not None:
+            early = start_lead(
+                next(x for x in targets if x.pid == lead), runner=runner, pyspy=pyspy_path,
+                proc_root=proc_root, timeout_s=options.timeout_s, launched=launched,
+            )  # fmt: skip
     timings["procfs_s"] = round(time.monotonic() - t, 3)
 
-    pyspy_path = find_pyspy(runner)
     from diag.collect import peers  # (light: /proc and the model, already imported)
 
     def _timed(name: str, fn: Callable[[], Any]) -> Any:
@@ -366,15 +398,12 @@ def take_snapshot(
         finally:
             timings[name] = round(time.monotonic() - t0, 3)
 
-    targets = _targets(found, options.native, options.native_all)
-    launched, psutil_in = threading.Event(), threading.Event()
-
     def _facts() -> dict[int, ProcessFacts]:
-        try:
-            import diag.collect.facts  # noqa: F401 - psutil (~60 ms), then its CPU window
+        try:  # (the CPU window started with the /proc tier: psutil's import is inside it)
+            import diag.collect.facts  # noqa: F401 - psutil (~60 ms)
         finally:
             psutil_in.set()
-        return collect_facts(pids, window_s=options.cpu_window_s)
+        return collect_facts(pids, window_s=options.cpu_window_s, since=cpu_since)
 
     # The --native dumps are the critical path, then psutil's CPU window and NVML's: the
     # dumps are started first, psutil imported next, and the imports of the analysis (the
@@ -396,8 +425,9 @@ def take_snapshot(
                     interval_s=options.interval_s,
                     pyspy=pyspy_path,
                     native_all=options.native_all,
-                    lead=_lead(found, tiers, targets),
+                    lead=lead,
                     launched=launched,
+                    early=early,
                 )
             ),
         )
@@ -423,7 +453,6 @@ def take_snapshot(
         gpu_result.gpus if isinstance(gpu_result, GpuQuery) else gpu_result
     )
     btime = boot_time(proc_root)
-    tick = _ticks_per_s()
     now = time.time()
 
     # Stacks: classify each process.
