@@ -108,7 +108,8 @@ def test_with_line_before_literals_mark_the_line_before() -> None:
 def test_kinds_tell_lines_apart_as_their_digitless_heads_do() -> None:
     assert NAT is not None
     rng = random.Random(3)
-    alphabet = b"ab0123456789 :[]-.x"
+    # (with the bytes next to the digits, and the digits with their high bit set)
+    alphabet = b"ab0123456789 :[]-.x/\xb0\xb9\xba\xaf\xff\x00\x7f"
     lines = [bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 200)))
              for _ in range(5000)]
     lines += [b"[2026-01-01 10:00:%02d TP%d] WARNING long queue" % (i % 60, i % 8)

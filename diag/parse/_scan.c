@@ -443,6 +443,14 @@ static inline uint64_t mix(uint64_t h, uint64_t w) {
     return (h << 29) | (h >> 35);
 }
 
+/* 0x80 in each byte of x that is an ASCII digit, 0 elsewhere (exact per byte: no carry
+ * crosses a byte) */
+static inline uint64_t digit_bytes(uint64_t x) {
+    uint64_t y = x ^ 0x3030303030303030ull;  /* digits become bytes 0..9 */
+    uint64_t t = (y & 0x7f7f7f7f7f7f7f7full) + 0x7676767676767676ull;  /* bit 7: >= 10 */
+    return ~(t | y) & 0x8080808080808080ull;
+}
+
 void dg_kinds(const uint8_t *buf, const int64_t *starts, const int64_t *ends, int64_t n,
               uint64_t *out) {
     for (int64_t i = 0; i < n; i++) {
@@ -452,26 +460,32 @@ void dg_kinds(const uint8_t *buf, const int64_t *starts, const int64_t *ends, in
         unsigned fill = 0;
         uint64_t kept = 0;
         int64_t j = a;
-        while (j < b) {
-            if (b - j >= 8) {
-                uint64_t x, y;
-                memcpy(&x, buf + j, 8);
-                y = x ^ 0x3030303030303030ull;  /* digits become bytes 0..9 */
-                if (!((y - 0x0a0a0a0a0a0a0a0aull) & ~y & 0x8080808080808080ull)) {
-                    /* 8 bytes, no digit: appended to the packed stream at once */
-                    if (fill == 0) {
-                        h = mix(h, x);
-                    } else {
-                        w |= x << (8 * fill);
-                        h = mix(h, w);
-                        w = x >> (64 - 8 * fill);
-                    }
-                    kept += 8;
-                    j += 8;
-                    continue;
+        /* a word of 8 bytes at a time: without a digit, appended in one step; with some,
+         * only its other bytes, one by one (found from the word's digit mask) */
+        for (; b - j >= 8; j += 8) {
+            uint64_t x;
+            memcpy(&x, buf + j, 8);
+            uint64_t d = digit_bytes(x);
+            if (!d) {
+                if (fill == 0) {
+                    h = mix(h, x);
+                } else {
+                    w |= x << (8 * fill);
+                    h = mix(h, w);
+                    w = x >> (64 - 8 * fill);
                 }
+                kept += 8;
+                continue;
             }
-            uint8_t c = buf[j++];
+            for (uint64_t keep = ~d & 0x8080808080808080ull; keep; keep &= keep - 1) {
+                uint64_t c = (x >> (__builtin_ctzll(keep) - 7)) & 0xff;
+                w |= c << (8 * fill);
+                if (++fill == 8) { h = mix(h, w); w = 0; fill = 0; }
+                kept++;
+            }
+        }
+        for (; j < b; j++) {
+            uint8_t c = buf[j];
             if ((uint8_t)(c - '0') < 10) continue;
             w |= (uint64_t)c << (8 * fill);
             if (++fill == 8) { h = mix(h, w); w = 0; fill = 0; }
