@@ -135,6 +135,26 @@ _SERVING_FUNCS = frozenset(
 # SGLang's launcher sends its warm-up request after the port opened
 # (python/sglang/srt/entrypoints/http_server.py, server.py before 0.4)
 _WARMUP_FUNCS = frozenset({"_wait_and_warmup", "_execute_server_warmup"})
+# The HTTP servers' request handlers: a frame there is a client's request being served
+# (vllm/entrypoints/openai/serving_*.py and api_server.py's routes, 0.4-0.33; SGLang's
+# tokenizer_manager.py request path, openai_api/adapter.py (0.3-0.4) and
+# entrypoints/openai/serving_*.py (0.4.7+), http_server.py's generate routes)
+_REQUEST_FILE = re.compile(
+    r"/(?:vllm/entrypoints/openai/serving_\w+|sglang/srt/entrypoints/openai/serving_\w+|"
+    r"sglang/srt/openai_api/adapter)\.py$"
+)
+_REQUEST_FUNCS = frozenset(
+    {
+        "create_chat_completion", "create_completion", "create_embedding",
+        "generate_request", "_handle_batch_request", "_wait_one_response",
+        "openai_v1_chat_completions", "openai_v1_completions", "v1_chat_completions",
+        "v1_completions",
+    }
+)
+# A model's or a layer's own module (vllm/model_executor/models|layers/, sglang/srt/
+# models|layers/): it runs first when the model is built (the weights' step), later in
+# every forward: at least weights_load
+_MODEL_CODE = re.compile(r"/(?:vllm/model_executor|sglang/srt)/(?:models|layers)/")
 _STARTUP = ("launch", "dist_init", "weights_load", "kv_cache", "compile", "cuda_graph")
 
 
@@ -196,6 +216,12 @@ def frame_phase(path: str, func: str) -> str | None:
         return "serving"
     if name in _WARMUP_FUNCS:
         return "warmup"
+    if _REQUEST_FILE.search(p) or (
+        name in _REQUEST_FUNCS and ("/vllm/" in p or "/sglang/" in p)
+    ):
+        return "serving"
+    if _MODEL_CODE.search(p) and not p.endswith(("/models/registry.py", "/models/__init__.py")):
+        return "weights_load"  # (the model registry is read with the config)
     if "/disaggregation/" in p and name == "transfer_worker":
         return "serving"  # SGLang's KV transfer threads run for live requests
     return None

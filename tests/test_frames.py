@@ -40,6 +40,11 @@ T0 = dt.datetime(2026, 2, 22, 22, 35, 0)
         ("/x/sglang/srt/managers/scheduler.py", "event_loop_overlap", "serving"),
         ("/x/sglang/srt/entrypoints/http_server.py", "_wait_and_warmup", "warmup"),
         ("/x/vllm/entrypoints/openai/api_server.py", "run_server", None),
+        ("/x/vllm/entrypoints/openai/serving_chat.py", "chat_completion_full_generator", "serving"),
+        ("/x/sglang/srt/managers/tokenizer_manager.py", "_wait_one_response", "serving"),
+        ("/x/vllm/model_executor/models/llama.py", "__init__", "weights_load"),
+        ("/x/sglang/srt/layers/linear.py", "forward", "weights_load"),
+        ("/x/vllm/model_executor/models/registry.py", "inspect_model_cls", None),
     ],
 )
 def test_frame_phases_follow_labels(path: str, func: str, phase: str | None) -> None:
