@@ -293,3 +293,16 @@ def test_sglang_stamp_then_level_colon_leaves_the_text() -> None:
     assert p.message == '  File "/x/configuration_auto.py", line 1048, in __getitem__'
     p = parse("[2026-02-26 15:56:59] ERROR: KeyError: 'glm_moe_dsa'")
     assert (p.level, p.message) == ("ERROR", "KeyError: 'glm_moe_dsa'")
+
+
+def test_python_basic_format_and_a_dated_vllm_format() -> None:
+    from diag.parse.grammars import parse_line
+
+    p = parse_line("INFO:sglang.srt.model_executor.model_runner:Load weight begin. avail mem=70 GB")
+    assert (p.grammar, p.level) == ("pylog", "INFO")
+    assert p.logger_file == "sglang.srt.model_executor.model_runner"
+    assert p.message == "Load weight begin. avail mem=70 GB"
+    # uvicorn's own "INFO:     ..." is not it (no logger name right after the colon)
+    assert parse_line('INFO:     127.0.0.1:1 - "GET /health HTTP/1.1" 200 OK').grammar == "uvicorn"
+    q = parse_line("INFO 2025-03-01 10:00:00 [model_runner.py:200] Load weight begin.")
+    assert q.grammar == "vllm" and q.ts is not None and q.ts.year == 2025 and not q.yearless

@@ -117,7 +117,7 @@ _SGLANG_LEVEL_FILE = re.compile(
     _LVL + r" (?P<file>[\w./\-]+\.py):(?P<line>\d{1,9}): ?(?P<msg>.*)$", re.S | re.A
 )
 _VLLM = re.compile(
-    r"^" + _LVL + r" (?P<md>\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)(?:[.,]\d+)? "
+    r"^" + _LVL + r" (?:(?P<y>\d{4})-)?(?P<md>\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)(?:[.,]\d+)? "
     r"\[?(?P<file>[\w./\-]+\.py):(?P<line>\d{1,9})\] ?(?P<msg>.*)$",
     re.S | re.A,
 )
@@ -167,6 +167,9 @@ _GLOG = re.compile(
     re.S | re.A,
 )
 _UVICORN = re.compile(r"^" + _LVL + r":\s+(?P<msg>.*)$", re.S | re.A)
+# Python logging's BASIC_FORMAT ("%(levelname)s:%(name)s:%(message)s", logging.basicConfig()
+# without a format: a program that runs the engine as a library, its loggers unconfigured)
+_PY_BASIC = re.compile(r"^" + _LVL + r":(?P<name>[A-Za-z_][\w.]{0,120}):(?P<msg>.*)$", re.S | re.A)
 _TQDM = re.compile(r"\d+%\|| \d+% Completed \| \d+/\d+|^\s*\d+%\s*\|.*\| *\d+/\d+", re.A)
 _PYSPY = re.compile(
     r"^(?:Process \d+: |Python v\d|Thread (?:0x[0-9A-Fa-f]+ |\d+ )?\((?:idle|active|gil)|"
@@ -334,9 +337,19 @@ def parse_line(raw: str) -> Parsed:
         if m:
             p.grammar = "vllm"
             p.level = LEVELS[m.group("level")]
-            p.ts = _dt_md(m.group("md"), m.group("t"))
-            p.yearless = True
+            if m.group("y"):  # a logging config with the year in its date format
+                p.ts = _dt(f"{m.group('y')}-{m.group('md')}", m.group("t"))
+            else:
+                p.ts = _dt_md(m.group("md"), m.group("t"))
+                p.yearless = True
             p.logger_file = m.group("file")
+            p.message = m.group("msg")
+            return p
+        m = _PY_BASIC.match(line)
+        if m:
+            p.grammar = "pylog"
+            p.level = LEVELS[m.group("level")]
+            p.logger_file = m.group("name")
             p.message = m.group("msg")
             return p
         m = _UVICORN.match(line)
