@@ -36,15 +36,17 @@ P = _load()
 # put them back (0.99, 0.98): a gutter inside a per-line wrapper (a Buildkite bar or a name
 # column under a journald/kubectl stamp) is taken off after the stamp, and a traceback
 # whose frames lost their indentation (each frame's source line at the margin) still reads
-# as a cut traceback (measured 295/296 for each of them on 2026-12-05).
+# as a cut traceback (measured 295/296 for each of them on 2026-12-05). Session 8 also raised
+# glued-space (0.95 -> 0.97), fold100 (0.95 -> 0.96) and lost-indent (0.99) to what 323 tuning
+# logs keep: 316, 313 and 322 of 323.
 FLOORS: dict[str, float] = {
     "wrap80": 0.98,
     "wrap100": 0.98,  # spec-decode figures are read from raw lines (parse/serving.py)
     "wrap120": 0.99,
     "wrap160": 0.99,
-    "fold100": 0.95,
+    "fold100": 0.96,
     "glued": 0.98,
-    "glued-space": 0.95,
+    "glued-space": 0.97,
     "gha": 0.99,
     "kubectl": 0.99,
     "cri": 0.99,
@@ -62,7 +64,7 @@ FLOORS: dict[str, float] = {
     "excerpt-head": 0.99,
     "middle-cut": 0.98,
     "quote+wrap100": 0.98,
-    "lost-indent": 0.98,
+    "lost-indent": 0.99,
     "html-escaped": 0.98,
     "tabs": 0.99,
     "mid-line": 0.98,
