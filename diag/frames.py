@@ -152,8 +152,8 @@ _REQUEST_FUNCS = frozenset(
     }
 )
 # A model's or a layer's own module (vllm/model_executor/models|layers/, sglang/srt/
-# models|layers/): it runs first when the model is built (the weights' step), later in
-# every forward: at least weights_load
+# models|layers/): its constructor runs while the model is built (LABELS.md: weights_load);
+# its forward runs in any later step, which the frames alone do not tell
 _MODEL_CODE = re.compile(r"/(?:vllm/model_executor|sglang/srt)/(?:models|layers)/")
 _STARTUP = ("launch", "dist_init", "weights_load", "kv_cache", "compile", "cuda_graph")
 
@@ -220,8 +220,12 @@ def frame_phase(path: str, func: str) -> str | None:
         name in _REQUEST_FUNCS and ("/vllm/" in p or "/sglang/" in p)
     ):
         return "serving"
-    if _MODEL_CODE.search(p) and not p.endswith(("/models/registry.py", "/models/__init__.py")):
-        return "weights_load"  # (the model registry is read with the config)
+    if (
+        name == "__init__"
+        and _MODEL_CODE.search(p)
+        and not p.endswith(("/models/registry.py", "/models/__init__.py"))
+    ):
+        return "weights_load"  # a model or layer being built (the registry: with the config)
     if "/disaggregation/" in p and name == "transfer_worker":
         return "serving"  # SGLang's KV transfer threads run for live requests
     return None

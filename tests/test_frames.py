@@ -43,7 +43,8 @@ T0 = dt.datetime(2026, 2, 22, 22, 35, 0)
         ("/x/vllm/entrypoints/openai/serving_chat.py", "chat_completion_full_generator", "serving"),
         ("/x/sglang/srt/managers/tokenizer_manager.py", "_wait_one_response", "serving"),
         ("/x/vllm/model_executor/models/llama.py", "__init__", "weights_load"),
-        ("/x/sglang/srt/layers/linear.py", "forward", "weights_load"),
+        ("/x/sglang/srt/layers/linear.py", "__init__", "weights_load"),
+        ("/x/sglang/srt/layers/linear.py", "forward", None),
         ("/x/vllm/model_executor/models/registry.py", "inspect_model_cls", None),
     ],
 )
