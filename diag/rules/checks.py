@@ -1047,13 +1047,19 @@ def _present(analysis: Analysis) -> list[RankTimeline]:
     return [r for r in analysis.ranks if not r.inferred and r.line_count > 0]
 
 
+# An input of this many lines is no pasted excerpt: a rank absent from all of them is missing
+# whatever the others logged (and the prefilter, which reads inputs of 1 MiB and more, counts
+# only a rank's record lines, so a per-rank floor would depend on the path the lines took)
+_WHOLE_LOG_LINES = 2000
+
+
 def _check_missing(ctx: CheckContext) -> CheckOutcome | None:
     missing = ctx.analysis.missing_ranks
     present = _present(ctx.analysis)
     if not missing or not present:
         return None
     min_lines = ctx.param("min_lines_per_rank", 5.0)
-    if min(r.line_count for r in present) < min_lines:
+    if ctx.analysis.records < _WHOLE_LOG_LINES and min(r.line_count for r in present) < min_lines:
         return None  # too little per rank to tell absence from an excerpt's cut
     labels = ", ".join(r.label for r in missing[:8])
     if len(missing) > 8:
