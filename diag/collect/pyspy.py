@@ -298,7 +298,12 @@ class _Dumper:
         return same
 
     def native(self, work: _Work) -> None:
-        attempt, stack = self.once(work.target, "native")
+        self.take_native(work, *self.once(work.target, "native"))
+
+    def take_native(
+        self, work: _Work, attempt: DumpAttempt, stack: StackProcess | None
+    ) -> None:
+        """A ``--native`` dump's result into ``work`` (its Python frames put back)."""
         work.attempts.append(attempt)
         if not self.check(work):
             return
@@ -325,14 +330,7 @@ class _Dumper:
             work.attempts.append(got[0])
             self.native(work)
             return
-        attempt, stack = got
-        work.attempts.append(attempt)
-        if not self.check(work):
-            return
-        if stack is not None:
-            work.native = with_python_frames(stack, work.python)
-        else:
-            work.outcome = "partial"
+        self.take_native(work, *got)
 
     def sample(
         self,
