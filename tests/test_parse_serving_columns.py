@@ -130,3 +130,61 @@ def test_a_line_the_regex_would_backtrack_on_is_read_at_once() -> None:
     t0 = time.process_time()
     scan_chunk(ServingFigures(), data, "x.log", 0)
     assert time.process_time() - t0 < 5
+
+
+def _native_or_skip():  # type: ignore[no-untyped-def]
+    from diag.parse import native
+
+    nat = native.load()
+    if nat is None:
+        pytest.skip("the compiled scanner is not available")
+    return nat
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("form", ["throughput", "spec"])
+def test_compiled_form_reads_what_the_numpy_form_reads(seed: int, form: str) -> None:
+    """The scanner's line forms (dg_form) against the numpy reader: the same rows
+    rejected, the same values to the bit (odd numbers, more than 15 digits, lists of 64
+    and 65, truncated lines at the chunk's end)."""
+    nat = _native_or_skip()
+    rng = random.Random(seed)
+    make, steps = ((_throughput, serving._VLLM_THROUGHPUT_FORM) if form == "throughput"
+                   else (_spec, serving._VLLM_SPEC_FORM))
+    lines = [make(rng) for _ in range(200)]
+    if form == "spec":
+        lines += [_spec_line(64), _spec_line(65), _spec_line(3, ",  ")]
+    for line in lines:
+        data = line.encode()
+        q = _offsets(data, steps[0])  # type: ignore[arg-type]
+        ok, cols = _match_form(_Bytes(data), q, steps)  # type: ignore[arg-type]
+        got = nat.form(data, q, steps)
+        assert (got is not None) == bool(ok.all()), line
+        if got is not None:
+            for a, b in zip(got, cols, strict=True):
+                assert a.astype(np.float64).tobytes() == np.asarray(b, dtype=np.float64).tobytes()
+        cut = data[: rng.randint(len(steps[0]), len(data))]  # type: ignore[arg-type]
+        q = _offsets(cut, steps[0])  # type: ignore[arg-type]
+        ok, cols = _match_form(_Bytes(cut), q, steps)  # type: ignore[arg-type]
+        got = nat.form(cut, q, steps)
+        assert (got is not None) == bool(ok.all()), cut
+    # a chunk of many good rows: the same columns
+    good = [ln.encode() for ln in lines
+            if nat.form(ln.encode(), _offsets(ln.encode(), steps[0]), steps) is not None]  # type: ignore[arg-type]
+    data = b"\n".join(good * 3) + b"\n"
+    q = _offsets(data, steps[0])  # type: ignore[arg-type]
+    ok, cols = _match_form(_Bytes(data), q, steps)  # type: ignore[arg-type]
+    got = nat.form(bytearray(data), q, steps)
+    assert bool(ok.all()) and got is not None
+    for a, b in zip(got, cols, strict=True):
+        assert a.astype(np.float64).tobytes() == np.asarray(b, dtype=np.float64).tobytes()
+
+
+def test_compiled_form_many_long_numbers() -> None:
+    """More numbers of over 15 digits than one call reports: all read by float()."""
+    nat = _native_or_skip()
+    steps = (b"X: ", "num", b";")
+    vals = [f"{i:012d}.{i % 99999999:08d}" for i in range(1000)]
+    data = "".join(f"X: {v};\n" for v in vals).encode()
+    got = nat.form(data, _offsets(data, b"X: "), steps)
+    assert got is not None and got[0].tolist() == [float(v) for v in vals]

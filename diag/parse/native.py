@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Automaton", "Native", "build", "library_name", "load"]
+__all__ = ["Automaton", "Native", "build", "library_name", "load", "loaded"]
 
 SOURCE = Path(__file__).with_name("_scan.c")
 _FLAGS = ("-O2", "-shared", "-fPIC", "-std=c99")
@@ -99,6 +99,12 @@ class Native:
         lib.dg_kinds.restype = None
         lib.dg_kinds.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                  ctypes.c_int64, ctypes.c_void_p]
+        lib.dg_form.restype = ctypes.c_int64
+        lib.dg_form.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                                ctypes.c_int64, ctypes.c_void_p, ctypes.c_int32,
+                                ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p,
+                                ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+        self._programs: dict[tuple[Any, ...], tuple[Any, bytes, int, int]] = {}
 
     def find(self, chunk: bytes | bytearray, needle: bytes, rare: int = 0) -> int:
         """The first offset of ``needle`` in ``chunk`` (-1: none); ``rare``: the index of
@@ -129,6 +135,59 @@ class Native:
     def kinds(self, chunk: bytes | bytearray, starts: Any, ends: Any) -> Any:
         """The kind hash (uint64) of each line [starts[i], ends[i]) of ``chunk``."""
         return self._per_line(self.lib.dg_kinds, chunk, starts, ends, "uint64")
+
+    _BIG = 256  # numbers of more than 15 digits reported per call (more: a second call)
+
+    def form(self, chunk: bytes | bytearray, q: Any, steps: Sequence[Any]) -> list[Any] | None:
+        """The value columns (numpy float64, one per number or list step) of the line form
+        ``steps`` (see :func:`diag.parse.serving._match_form`: literals, "num", "int",
+        ("int", digits), "list") matched at each offset ``q``, or None when one offset
+        does not hold the whole form. A number of more than 15 digits is read by
+        ``float()``, as the numpy reader does."""
+        import numpy as np
+
+        key = tuple(steps)
+        prog = self._programs.get(key)
+        if prog is None:
+            ops: list[int] = []
+            lits = b""
+            cols = 0
+            for step in steps:
+                if isinstance(step, bytes):
+                    if b"\x00" in step:
+                        raise ValueError("a form's literal holds a NUL byte")
+                    ops += [0, len(lits), len(step)]
+                    lits += step
+                elif step == "list":
+                    ops += [2, 0, 0]
+                    cols += 1
+                else:
+                    digits = step[1] if isinstance(step, tuple) else 12
+                    ops += [1, digits, 8 if step == "num" else 0]
+                    cols += 1
+            prog = (np.array(ops, dtype=np.int32), lits or b"\x00", len(ops) // 3, cols)
+            self._programs[key] = prog
+        arr, lits, n_ops, cols = prog
+        q = np.ascontiguousarray(q, dtype=np.int64)
+        nq = len(q)
+        out = np.empty(cols * nq, dtype=np.float64)
+        big = self._BIG
+        while True:
+            cell = np.empty(big, dtype=np.int64)
+            at = np.empty(big, dtype=np.int64)
+            length = np.empty(big, dtype=np.int64)
+            n = int(self.lib.dg_form(_addr(chunk), len(chunk), q.ctypes.data, nq,
+                                     arr.ctypes.data, n_ops, lits, out.ctypes.data,
+                                     cell.ctypes.data, at.ctypes.data, length.ctypes.data, big))
+            if n <= big:
+                break
+            big = n
+        if n < 0:
+            return None
+        for c, a, ln in zip(cell[:n].tolist(), at[:n].tolist(), length[:n].tolist(),
+                            strict=True):
+            out[c] = float(chunk[a : a + ln])
+        return [out[j * nq : (j + 1) * nq] for j in range(cols)]
 
     @staticmethod
     def _per_line(fn: Any, chunk: bytes | bytearray, starts: Any, ends: Any, dtype: str) -> Any:
@@ -222,6 +281,11 @@ class Automaton:
 
 
 _LOADED: list[Native | None] = []
+
+
+def loaded() -> Native | None:
+    """The library when :func:`load` was called already (never builds or loads it)."""
+    return _LOADED[0] if _LOADED else None
 
 
 def load() -> Native | None:

@@ -382,6 +382,11 @@ def _form_rows(
     q = _marker_offsets(data, marker, label_at)
     if not len(q):
         return None
+    from diag.parse import native
+
+    nat = native.loaded()  # (compiled: loaded by the prefilter for large inputs)
+    if nat is not None and isinstance(data, bytes | bytearray):
+        return nat.form(data, q, form)
     if not buf:
         buf.append(_Bytes(data))
     ok, cols = _match_form(buf[0], q, form)
