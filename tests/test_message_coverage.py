@@ -114,6 +114,38 @@ STARTUP_MODULES: dict[str, tuple[str, ...]] = {
         "vllm/transformers_utils/config.py",
         "vllm/v1/utils.py",
         "vllm/platforms/rocm.py",
+        # vLLM's platform plugins (framework vllm, releases labelled "vllm-ascend 0.9.1"):
+        # their platform, worker, model runner, graph / compile and loader files
+        "vllm_ascend/platform.py",
+        "vllm_ascend/ascend_config.py",
+        "vllm_ascend/cpu_binding.py",
+        "vllm_ascend/device_allocator/",
+        "vllm_ascend/distributed/parallel_state.py",
+        "vllm_ascend/distributed/device_communicators/",
+        "vllm_ascend/compilation/",
+        "vllm_ascend/worker/worker.py",
+        "vllm_ascend/worker/worker_v1.py",
+        "vllm_ascend/worker/model_runner_v1.py",
+        "vllm_ascend/worker/model_runner.py",
+        "tpu_inference/platforms/tpu_platform.py",
+        "tpu_inference/worker/tpu_worker.py",
+        "tpu_inference/runner/tpu_runner.py",
+        "tpu_inference/runner/compilation_manager.py",
+        "tpu_inference/runner/kv_cache_manager.py",
+        "tpu_inference/models/common/model_loader.py",
+        "tpu_inference/executors/",
+        "vllm_spyre/platform.py",
+        "vllm_spyre/compilation_utils.py",
+        "vllm_spyre/v1/worker/spyre_worker.py",
+        "vllm_spyre/v1/worker/spyre_model_runner.py",
+        "vllm_spyre/model_executor/model_loader/",
+        "vllm_rbln/platform/",
+        "vllm_rbln/v1/worker/rbln_worker.py",
+        "vllm_rbln/v1/worker/rbln_model_runner.py",
+        "vllm_rbln/v1/worker/optimum_worker.py",
+        "vllm_rbln/v1/worker/optimum_model_runner.py",
+        "vllm_rbln/v1/worker/dynamic_kv_sizer.py",
+        "vllm_rbln/model_executor/models/optimum/",
     ),
     "sglang": (
         "sglang/launch_server.py",
@@ -156,7 +188,9 @@ STARTUP_MODULES: dict[str, tuple[str, ...]] = {
 # them. (Before session 3's generated catalogue, with this module list: vLLM 0.33.0 info
 # 100/309 = 32.4%, SGLang 0.5.23 info 91/241 = 37.8%; see the README's message coverage.
 # Measured 2026-12-02 with diag/data/phases_generated.yaml loaded as notices; re-measured
-# 2026-12-05 with 22 releases and rules/config.invalid.yaml regenerated, rounded down to 0.1.)
+# 2026-12-05 with 22 releases and rules/config.invalid.yaml regenerated, rounded down to 0.1;
+# the plugins' rows measured 2026-12-05: before their entries, info 7/10, 10/30, 5/22, 7/59,
+# 20/85, 2/33, 4/59 and warn_error 2/8, 2/20, 0/20, 0/58, 0/25, 0/14, 0/36, in this order.)
 FLOORS: dict[tuple[str, str, str], float] = {}
 ACCOUNTED_FLOORS: dict[tuple[str, str, str], float] = {}
 _MEASURED = """  # framework release, then per kind: recognised%, accounted%
@@ -182,9 +216,30 @@ sglang 0.5.2         info 70.1 94.2  warn_error 67.7 85.4  raise 9.1 100.0
 sglang 0.5.5         info 78.5 94.4  warn_error 73.5 90.0  raise 11.0 100.0
 sglang 0.5.9         info 78.7 96.3  warn_error 76.9 90.1  raise 13.7 100.0
 sglang 0.5.23        info 85.4 98.3  warn_error 60.4 82.6  raise 2.5 100.0
+# vLLM's platform plugins (framework vllm; 2026-12-05, with their phase_map.yaml entries)
+vllm-ascend 0.7.3         info 80.0 100.0  warn_error 75.0 75.0  raise 6.6 100.0
+vllm-ascend 0.9.1         info 90.0 100.0  warn_error 80.0 80.0  raise 2.9 100.0
+vllm-ascend 0.13.0        info 81.8 95.4  warn_error 85.0 85.0  raise 0.0 100.0
+vllm-ascend 0.23.0.post1  info 83.0 94.9  warn_error 89.6 98.2  raise 1.3 100.0
+tpu-inference 0.32.0      info 88.2 96.4  warn_error 68.0 92.0  raise 0.0 100.0
+vllm-spyre 1.10.0         info 84.8 90.9  warn_error 78.5 92.8  raise 0.0 100.0
+vllm-rbln 0.12.0          info 93.2 96.6  warn_error 69.4 94.4  raise 0.0 100.0
 """
+# vLLM's platform plugins: their rows are framework vllm, their releases "<plugin> <version>"
+PLUGINS = {
+    "vllm-ascend": "vllm",
+    "tpu-inference": "vllm",
+    "vllm-spyre": "vllm",
+    "vllm-rbln": "vllm",
+}
+# their packages (a file a catalogue entry cites: vllm_ascend/worker/model_runner_v1.py)
+PLUGIN_PACKAGES = ("vllm_ascend", "tpu_inference", "vllm_spyre", "vllm_rbln")
 for _row in _MEASURED.strip().splitlines()[1:]:
+    if _row.startswith("#"):
+        continue
     _fw, _ver, *_cells = _row.split()
+    if _fw in PLUGINS:  # "vllm-ascend 0.9.1 ..." -> ("vllm", "vllm-ascend 0.9.1", ...)
+        _fw, _ver = PLUGINS[_fw], f"{_fw} {_ver}"
     for _i in range(0, len(_cells), 3):
         FLOORS[(_fw, _ver, _cells[_i])] = float(_cells[_i + 1])
         ACCOUNTED_FLOORS[(_fw, _ver, _cells[_i])] = float(_cells[_i + 2])
@@ -221,7 +276,8 @@ def load_table(path: Path = TABLE) -> tuple[Message, ...]:
 
 
 def latest(framework: str) -> str:
-    vers = {v for m in load_table() if m.framework == framework for v in m.versions}
+    """The framework's own latest release (not a plugin's, "vllm-ascend 0.23.0.post1")."""
+    vers = {v for m in load_table() if m.framework == framework for v in m.versions if " " not in v}
     return max(vers, key=version_key)
 
 
@@ -416,8 +472,9 @@ def test_every_release_has_floors() -> None:
 
 
 def _cited_files(source: str) -> list[str]:
+    packages = "|".join(("sglang", "vllm", "torch", *PLUGIN_PACKAGES))
     return [
-        m.group(1) for m in re.finditer(r"(?:python/)?\b((?:sglang|vllm|torch)/[\w/]+\.py)", source)
+        m.group(1) for m in re.finditer(rf"(?:python/)?\b((?:{packages})/[\w/]+\.py)", source)
     ]
 
 
@@ -440,10 +497,17 @@ def source_inconsistencies() -> dict[str, str]:
         if not hits:
             out[e.id] = f"no message of {files} matches {e.regex.pattern!r}"
             continue
-        if e.framework in releases:
-            claimed = set(re.findall(r"(?<![\w.])(\d+\.\d+\.\d+)(?![\w.])", e.version))
+        if e.framework in releases or e.framework == "any":
+            # a plugin's release ("vllm-ascend 0.13.0") is the plugin's, not vLLM 0.13.0
+            plugin_rx = r"(?:{}) \d+\.\d+\.\d+(?:\.post\d+)?".format("|".join(PLUGINS))
+            claimed = set(re.findall(plugin_rx, e.version))
+            known = {v for vs in releases.values() for v in vs if " " in v}
+            if e.framework in releases:
+                rest = re.sub(plugin_rx, "", e.version)
+                claimed |= set(re.findall(r"(?<![\w.])(\d+\.\d+\.\d+)(?![\w.])", rest))
+                known |= releases[e.framework]
             seen = {v for m in hits for v in m.versions}
-            wrong = sorted((claimed & releases[e.framework]) - seen, key=version_key)
+            wrong = sorted((claimed & known) - seen, key=version_key)
             if wrong:
                 out[e.id] = (
                     f"claims {wrong} but the match is only in {sorted(seen, key=version_key)}"
@@ -610,9 +674,8 @@ def test_generated_entries_cite_their_file_and_releases() -> None:
         assert not e.position, e.id
         assert e.kind == "progress" and e.where == "message", e.id
         assert _cited_files(e.source), e.id
-        assert re.fullmatch(r"{v}(?:, {v})*".format(v=r"\d+\.\d+\.\d+(?:\.post\d+)?"), e.version), (
-            e.id
-        )
+        v = r"(?:(?:{}) )?\d+\.\d+\.\d+(?:\.post\d+)?".format("|".join(PLUGINS))
+        assert re.fullmatch(rf"{v}(?:, {v})*", e.version), e.id
         assert e.literals, e.id  # the prefilter needs a literal of every entry
 
 

@@ -1,6 +1,11 @@
 #!/usr/bin/env python3
 """Extract the log and exception messages of sglang / vllm / torch.distributed releases.
 
+vLLM's out-of-tree platform plugins (vllm-ascend, tpu-inference, vllm-spyre, vllm-rbln) are
+read too: their lines are vLLM-format log lines, so their rows have framework ``vllm``, the
+file under the plugin's own package (``vllm_ascend/worker/model_runner_v1.py``) and versions
+labelled with the plugin's distribution name (``vllm-ascend 0.9.1``; PLUGINS).
+
 Reads wheels (.whl), sdists (.tar.gz, .zip) or unpacked folders WITHOUT importing or running
 any of their code: every selected .py file is parsed with the standard library's `ast`, and
 each logging call (``logger.info/warning/error/debug/exception/critical``, ``*_once``,
@@ -100,6 +105,15 @@ SELECT = {
     "sglang": ("sglang/srt/",),
     "torch": ("torch/distributed/",),
 }
+# vLLM's platform plugins: package -> (framework column, release label in the versions column:
+# "<label> <version>", e.g. "vllm-ascend 0.9.1"). Their whole package is read (not tests/,
+# examples/, benchmarks/), and only the package folder of an sdist.
+PLUGINS = {
+    "vllm_ascend": ("vllm", "vllm-ascend"),
+    "tpu_inference": ("vllm", "tpu-inference"),
+    "vllm_spyre": ("vllm", "vllm-spyre"),
+    "vllm_rbln": ("vllm", "vllm-rbln"),
+}
 SKIP_PARTS = ("/tests/", "/test/", "/benchmarks/", "/examples/")
 
 _PCT = re.compile(
@@ -136,6 +150,7 @@ class Row:
 
 def version_key(v: str) -> tuple[int, ...]:
     out: list[int] = []
+    v = v.rsplit(" ", 1)[-1]  # a plugin's release label: "vllm-ascend 0.9.1"
     for part in re.split(r"[.+-]", v):
         m = re.match(r"(\d+)|post(\d+)|rc(\d+)", part)
         if m is None:
@@ -608,12 +623,17 @@ def _package_path(member: str, package: str) -> str | None:
     parts = member.replace("\\", "/").split("/")
     if package not in parts:
         return None
-    return "/".join(parts[parts.index(package) :])
+    at = parts.index(package)
+    if package in PLUGINS and at > 1:
+        return None  # an sdist's package folder only (not tests/<package>/...)
+    return "/".join(parts[at:])
 
 
 def _selected(rel: str, framework: str) -> bool:
     if any(s in "/" + rel for s in SKIP_PARTS):
         return False
+    if framework in PLUGINS:
+        return True
     if framework in ("vllm", "sglang") and rel.count("/") == 1:
         return True  # top-level modules (config.py, envs.py, utils.py, launch_server.py)
     return rel.startswith(SELECT[framework])
@@ -635,13 +655,18 @@ def extract(sources: list[str], *, with_debug: bool = True) -> tuple[list[Row], 
     rows: dict[tuple[str, str, str, str], Row] = {}
     stats: dict[str, int] = {}
     for arg in sources:
-        framework, version, path = parse_source(arg)
-        if framework not in SELECT:
-            raise SystemExit(f"{arg}: framework {framework!r} is not one of {sorted(SELECT)}")
+        package, version, path = parse_source(arg)
+        framework = package
+        if package in PLUGINS:
+            framework, label = PLUGINS[package]
+            version = f"{label} {version}"
+        elif package not in SELECT:
+            known = sorted(SELECT) + sorted(PLUGINS)
+            raise SystemExit(f"{arg}: package {package!r} is not one of {known}")
         nfiles = nmsg = 0
         for member, data in _members(path):
-            rel = _package_path(member, framework)
-            if rel is None or not _selected(rel, framework):
+            rel = _package_path(member, package)
+            if rel is None or not _selected(rel, package):
                 continue
             nfiles += 1
             src = data.decode("utf-8", errors="replace")
@@ -657,8 +682,9 @@ def extract(sources: list[str], *, with_debug: bool = True) -> tuple[list[Row], 
                 if vk >= row.best:
                     row.best, row.line, row.function, row.holes = vk, line, func, holes
                 row.versions.add(version)
-        stats[f"{framework}=={version}"] = nmsg
-        print(f"{framework}=={version}: {nfiles} files, {nmsg} messages", file=sys.stderr)
+        name = version if package in PLUGINS else f"{package}=={version}"
+        stats[name] = nmsg
+        print(f"{name}: {nfiles} files, {nmsg} messages", file=sys.stderr)
     return sorted(rows.values(), key=lambda r: (r.framework, r.file, r.line, r.template)), stats
 
 
