@@ -114,10 +114,10 @@ def analyze_parsed(
 def _dump_lines(drafts: Sequence[Draft]) -> bool:
     """A text of no log line may still be a stack dump (eu-stack's ``TID n:`` threads of
     ``#0  0x.. symbol`` frames, a bare gdb backtrace): three lines that can start or carry
-    one make it worth reading as such."""
-    from diag.stacks.textdump import is_dump_line
+    one (also inside one line that lost its newlines) make it worth reading as such."""
+    from diag.stacks.textdump import dump_lines_in
 
-    return sum(1 for d in drafts[:2000] if is_dump_line(d.p.message)) >= 3
+    return sum(dump_lines_in(d.p.message) for d in drafts[:2000]) >= 3
 
 
 def _analyze_sources(

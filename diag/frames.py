@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from diag.model import Event, RankId, Record, phase_index
 
@@ -241,8 +241,9 @@ class _Stack:
     frames: list[tuple[int, str, str]]
     innermost_first: bool
     rec: Record
-    # the source line printed under the last frame (the call it was making)
-    code: tuple[int, str] | None = None
+    # the source lines printed under frames (the call each was making): (frame index, line,
+    # text); a traceback cut before its next frame still names the call in progress
+    codes: list[tuple[int, int, str]] = field(default_factory=list)
 
 
 def _lines(rec: Record) -> Iterator[tuple[int, str]]:
@@ -270,7 +271,7 @@ def _stacks(records: Sequence[Record]) -> Iterator[_Stack]:
                     continue
                 st = open_.get(key)
                 if st is not None and st.frames and st.frames[-1][0] == line - 1:
-                    st.code = (line, text)
+                    st.codes.append((len(st.frames) - 1, line, text))
                 continue
             m = FRAME.search(text)
             if m is None:
@@ -291,12 +292,22 @@ def frame_events(records: Sequence[Record]) -> list[Event]:
 
     out: list[Event] = []
     for st in _stacks(records):
-        frames = list(reversed(st.frames)) if st.innermost_first else list(st.frames)
-        if st.code is not None and not st.innermost_first and st.code[0] == st.frames[-1][0] + 1:
-            # the call the innermost frame was making: `init_worker_distributed_environment(`
-            call = _CALL.search(st.code[1])
-            if call is not None:
-                frames.append((st.code[0], st.frames[-1][1], call.group(1)))
+        if st.innermost_first:
+            frames = list(reversed(st.frames))
+        else:
+            # each frame, then the call its source line shows it making
+            # (`init_worker_distributed_environment(`, `scheduler.event_loop_overlap()`): the
+            # next frame's function, or, where the paste cut the traceback, the only sign of it
+            calls: dict[int, tuple[int, str]] = {}
+            for i, line, text in st.codes:
+                call = _CALL.search(text)
+                if call is not None:
+                    calls[i] = (line, call.group(1))
+            frames = []
+            for i, (line, path, func) in enumerate(st.frames):
+                frames.append((line, path, func))
+                if i in calls:
+                    frames.append((calls[i][0], path, calls[i][1]))
         mapped = [
             (line, func, ph) for line, path, func in frames if (ph := frame_phase(path, func))
         ]

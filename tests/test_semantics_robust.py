@@ -236,3 +236,90 @@ def test_records_glued_on_one_line_keep_their_own_events() -> None:
     )
     ids = {f.id for f in analyze_text(text).findings}
     assert "startup.stalled" not in ids and "startup.cut_excerpt" in ids
+
+
+# --- session 9 (gather s10): mechanisms, each with a case that must NOT change ----------
+
+
+def test_traceback_cut_inside_the_next_lines_journald_head() -> None:
+    """A window whose last line is only the start of the head every line carries
+    (``Aug 19 1`` under ``Aug 19 18:34:30 host unit[pid]: ...``) is a cut line."""
+    head = "Aug 19 18:34:30 host vllm[8707]: (APIServer pid=8707) "
+    text = "".join(head + ln + "\n" for ln in FRAMES_ONLY.splitlines()) + "Aug 19 1"
+    assert "python.exception" in {x.id for x in analyze_text(text).findings}
+    # a short last line that the line before does not begin with is not that
+    other = "".join(head + ln + "\n" for ln in FRAMES_ONLY.splitlines()) + "RuntimeError: boom"
+    assert {x.id for x in analyze_text(other).findings} >= {"python.exception"}
+
+
+def test_a_source_line_names_the_call_where_the_next_frame_was_cut() -> None:
+    """`scheduler.event_loop_overlap()` under run_scheduler_process: the serving loop had
+    started, though the paste cut the traceback before its frame."""
+    text = (
+        "[2025-10-29 11:00:44] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "venv/lib/python3.11/site-packages/sglang/srt/managers/scheduler.py", line 2883, '
+        "in run_scheduler_process\n"
+        "    scheduler.event_loop_overlap()\n"
+        '  File "venv/lib/python3.11/site-packages/torch/utils/_contextlib.py", line 120, in '
+        "decorate_context\n"
+        "    return func(*args, **kwargs)\n"
+    )
+    assert analyze_text(text).last_phase == "serving"
+    # the same traceback whose source line calls nothing a phase names stays at launch
+    plain = text.replace("scheduler.event_loop_overlap()", "scheduler.something_else()")
+    assert analyze_text(plain).last_phase == "launch"
+
+
+@pytest.mark.parametrize(
+    ("note", "stalled"),
+    [
+        ("....and no response anymore.", True),
+        ("stuck here forever", True),
+        ("it hangs here", True),
+        ("nothing happens after this", True),
+        ("Then I pressed enter.", False),
+        ("RuntimeError: stuck", False),  # an exception line, not a note
+        ("    hangs = 3", False),  # indented: code, not a note
+        ("hang check passed", False),
+    ],
+)
+def test_a_reporters_note_that_it_hung_is_a_reason(note: str, stalled: bool) -> None:
+    """LABELS.md: the thread's own account decides where the log is silent; a note the
+    reporter wrote under the pasted log is that account, in the text."""
+    text = (
+        "INFO 05-29 21:12:40 llm_engine.py:100] Initializing an LLM engine (v0.4.2) with "
+        "config: model='m', tokenizer='m'\n"
+        "INFO 05-29 21:12:41 selector.py:27] Using FlashAttention-2 backend.\n"
+        "\n"
+        f"{note}\n"
+    )
+    ids = {x.id for x in analyze_text(text).findings}
+    assert ("startup.stalled" in ids) is stalled
+
+
+def test_python_warnings_lines_are_log_lines() -> None:
+    """CPython's warnings.formatwarning form (`file.py:12: UserWarning: msg`): a text of
+    them is a log, not 'not a log'."""
+    text = (
+        "/x/sglang/srt/layers/quantization/awq/awq.py:52: UserWarning: Only CUDA, HIP and XPU "
+        "support AWQ currently.\n"
+        '  warnings.warn(f"Only CUDA, HIP and XPU support AWQ currently.")\n'
+        "/x/sglang/bench_one_batch.py:13: FutureWarning: `sglang.bench_one_batch` is deprecated\n"
+        "  warnings.warn(\n"
+    )
+    a = analyze_text(text)
+    assert a.last_phase == "launch"
+    assert not [f for f in a.findings if f.severity == "error"]
+
+
+def test_tab_separated_head_fields_read_as_spaces() -> None:
+    line = "(APIServer\tpid=443)\tINFO 06-26 18:12:56\t[launcher.py:46]\tRoute: /v1/models, Methods: GET\n"  # noqa: E501
+    assert analyze_text(line * 3).last_phase == "listening"
+
+
+def test_shell_job_report_with_a_core_is_a_kill() -> None:
+    text = (
+        "INFO 05-29 21:12:41 selector.py:27] Using FlashAttention-2 backend.\n"
+        "./start.sh: line 22:  5255 Aborted                    (core dumped) vllm serve m\n"
+    )
+    assert "process.killed" in {x.id for x in analyze_text(text).findings}

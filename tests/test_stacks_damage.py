@@ -18,6 +18,7 @@ from corpus_split_loader import SPLIT
 from test_corpus import TUNING_XFAIL, XFAIL
 
 from diag.analyze import analyze_text
+from diag.errors import InputError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -108,6 +109,9 @@ DAMAGE: dict[str, Callable[[str], str]] = {
     .replace(">", "&gt;")
     .replace('"', "&quot;"),
     "no-break spaces": lambda t: t.replace("    ", "\xa0" * 4),
+    "newlines lost, a space left": lambda t: " ".join(t.splitlines()),
+    "newlines lost, nothing left": lambda t: "".join(t.splitlines()),
+    "CRLF line ends": lambda t: "\r\n".join(t.splitlines()),
 }
 
 DUMPS = _dumps()
@@ -116,17 +120,37 @@ DUMPS = _dumps()
 # paste-indentation guess of 0090b11 took pystack's "(Python) File" frame lines for record
 # starts and stripped their indentation under a hard wrap; unwrap._RECORD_LEAD now wants a
 # process prefix's pid= after a "(").
-KNOWN_BROKEN: set[tuple[str, str]] = set()
+KNOWN_BROKEN: set[tuple[str, str]] = {
+    # the cut removes the dump's only word for the wait (py-bt's "Waiting for the GIL")
+    ("starts mid-line", "pytorch-rpc-memory-profiling-gdb-py-bt-waiting-for-the-gil-allocator-lock"),  # noqa: E501
+    # flattened UCX signal backtraces (`0 0x.. sym() lib.so:0` rows) and a traceback under
+    # torch's `[rankN]:` prefix on every line: the prefix is not repeated at each cut
+    *(
+        (how, name)
+        for how in ("newlines lost, a space left", "newlines lost, nothing left")
+        for name in (
+            "sglang-tp-worker-ucx-backtrace-ncclallgather-ctypes-segfault",
+            "sglang-two-r1-instances-ucx-backtrace-nccl-saveproxy-segfault",
+            "vllm-p2p-cache-probe-pipe-wait",
+        )
+    ),
+    # glued with no space at all: frame names run into the frame before them
+    ("newlines lost, nothing left", "ray-053-rllib-ppo-gpu-hang-ray-stack-workers-idle-local-scheduler"),  # noqa: E501
+    ("newlines lost, nothing left", "sglang-hicache-qwen3-32b-fp8-tp0-writing-check-all-reduce-while-tp1-syncs"),  # noqa: E501
+}
 
 
 def _sites(text: str) -> set[str | None]:
-    return {p.wait_site for p in analyze_text(text).stack_processes}
+    try:
+        return {p.wait_site for p in analyze_text(text).stack_processes}
+    except InputError as e:  # a damaged dump refused as "not a log" is a miss, named
+        return {f"refused: {e}"}
 
 
 def test_the_tuning_dumps_and_the_lab_views_are_all_here() -> None:
     assert sum(1 for d in DUMPS if d[0].startswith("corpus/")) >= 18
     assert sum(1 for d in DUMPS if d[0].startswith("made/")) >= 25
-    assert len(DAMAGE) == 14
+    assert len(DAMAGE) == 17
 
 
 @pytest.mark.parametrize("how", list(DAMAGE))

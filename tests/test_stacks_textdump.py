@@ -350,6 +350,40 @@ def test_torch_report_frames_without_their_header_are_a_c10d_report() -> None:
     assert proc.wait_site == "stack.nccl_collective"
 
 
+def test_gdb_py_bt_whose_header_was_cut_is_still_read() -> None:
+    # CPython's libpython.py prints `Waiting for the GIL` for a frame in take_gil and
+    # `<built-in method f of T object at remote 0x..>` for a C function: gdb's own words
+    text = (
+        "  Waiting for the GIL\n"
+        "  <built-in method _invoke_rpc_python_udf of PyCapsule object at remote 0x7f91>\n"
+        '  File "/opt/lib/python3.9/site-packages/torch/distributed/rpc/api.py", line 719, in _invoke_rpc\n'  # noqa: E501
+        "    fut = _invoke_rpc_python_udf(\n"
+        '  File "/opt/lib/python3.9/site-packages/torch/distributed/rpc/api.py", line 902, in rpc_async\n'  # noqa: E501
+        "    fut = _invoke_rpc(to, func, RPCExecMode.ASYNC, args, kwargs, timeout)\n"
+    )
+    (proc,) = parse_stack_text(text)
+    frames = proc.threads[0].frames
+    assert [f.name for f in frames] == ["take_gil", "_invoke_rpc_python_udf", "_invoke_rpc", "rpc_async"]  # noqa: E501
+    assert proc.wait_site == "stack.gil_or_lock"
+    # without gdb's words, frames and no exception line are a cut traceback, not a dump
+    plain = "\n".join(text.splitlines()[2:]) + "\n"
+    assert parse_stack_text(plain) == []
+
+
+def test_gdb_frames_whose_thread_header_was_cut_are_a_backtrace() -> None:
+    text = (
+        "#8  0x00007f5178571f92 in cuMemcpyDtoHAsync_v2 () from /usr/lib/x86_64-linux-gnu/libcuda.so.1\n"  # noqa: E501
+        "#9  0x00007f517d0984bf in ?? ()\n"
+        "   from /opt/torch/lib/libcudart-f7fdd8d7.so.9.0\n"
+        "#11 0x00007f517d0aed86 in cudaMemcpyAsync ()\n"
+        "   from /opt/torch/lib/libcudart-f7fdd8d7.so.9.0\n"
+    )
+    (proc,) = parse_stack_text(text)
+    assert proc.mode == "gdb" and proc.pid is None
+    assert [f.name for f in proc.threads[0].frames][:1] == ["cuMemcpyDtoHAsync_v2"]
+    assert proc.wait_site == "stack.cuda_sync"
+
+
 def test_gdb_py_bt_is_read_innermost_first() -> None:
     text = (
         "Traceback (most recent call first):\n"
@@ -364,8 +398,10 @@ def test_gdb_py_bt_is_read_innermost_first() -> None:
     (proc,) = parse_stack_text(text)
     frames = proc.threads[0].frames
     assert proc.mode == "faulthandler"
-    assert [f.name for f in frames] == ["__init__", "_str_intern", "execute_model"]
-    assert (frames[0].line, frames[1].line) == (145, None)
+    # the C function py-bt names (`<built-in method masked_select ...>`) is a native frame
+    assert [f.name for f in frames] == ["masked_select", "__init__", "_str_intern", "execute_model"]
+    assert frames[0].native and not frames[1].native
+    assert (frames[1].line, frames[2].line) == (145, None)
     # printing a GPU tensor copies it to the host: the kernel leaf names a CUDA sync
     assert proc.wait_site == "stack.cuda_sync"
     # a Python traceback (most recent call LAST) is still an error, not a dump

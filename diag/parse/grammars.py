@@ -170,6 +170,12 @@ _UVICORN = re.compile(r"^" + _LVL + r":\s+(?P<msg>.*)$", re.S | re.A)
 # Python logging's BASIC_FORMAT ("%(levelname)s:%(name)s:%(message)s", logging.basicConfig()
 # without a format: a program that runs the engine as a library, its loggers unconfigured)
 _PY_BASIC = re.compile(r"^" + _LVL + r":(?P<name>[A-Za-z_][\w.]{0,120}):(?P<msg>.*)$", re.S | re.A)
+# Python's `warnings` module (CPython Lib/warnings.py, _formatwarnmsg_impl):
+# `/path/to/file.py:223: UserWarning: message` (the source line follows, indented)
+_PY_WARNING = re.compile(
+    r"^(?P<file>(?:[A-Za-z]:)?[^\s:]*\.pyx?):(?P<line>\d+): (?P<cat>[A-Z]\w*Warning): (?P<msg>.*)$",
+    re.S | re.A,
+)
 _TQDM = re.compile(r"\d+%\|| \d+% Completed \| \d+/\d+|^\s*\d+%\s*\|.*\| *\d+/\d+", re.A)
 _PYSPY = re.compile(
     r"^(?:Process \d+: |Python v\d|Thread (?:0x[0-9A-Fa-f]+ |\d+ )?\((?:idle|active|gil)|"
@@ -288,6 +294,10 @@ def _unwrap(line: str, p: Parsed) -> str:
 
 def parse_line(raw: str) -> Parsed:
     """Parse one logical line (ANSI already stripped)."""
+    if "\t" in raw[:160] and raw[:1] not in " \t":
+        # tabs between a line's head fields (a paste through a table or a spreadsheet):
+        # read as the spaces the logger wrote
+        raw = raw[:160].replace("\t", " ") + raw[160:]
     p = Parsed(message=raw)
     if raw[:1] not in " \t":
         line = _unwrap(raw, p)
@@ -427,6 +437,16 @@ def parse_line(raw: str) -> Parsed:
             p.logger_file = m.group("target")
             p.message = m.group("msg").rstrip()
             p.ts = p.wrapper_ts
+            return p
+    if "Warning: " in line[:400]:
+        m = _PY_WARNING.match(line)
+        if m:
+            p.grammar = "pywarning"
+            p.level = "WARNING"
+            p.logger_file = m.group("file").replace("\\", "/").rsplit("/", 1)[-1]
+            p.message = f"{m.group('cat')}: {m.group('msg')}"
+            if p.ts is None and p.wrapper_ts is not None:
+                p.ts = p.wrapper_ts
             return p
     p.message = line
     if _TQDM.search(line):

@@ -77,7 +77,7 @@ EXTRA_LITERALS = (
     "frame #",
     # stack dumps and faulthandler
     "Process ", "Thread 0x", "(idle)", "(active)", "(gil)", "Pyspy ", "py-spy",
-    "Fatal Python error", "most recent call",
+    "Fatal Python error", "most recent call", "Waiting for the GIL", " at remote 0x",
     "Python v",
     # args and config lines
     "server_args=", "non-default args", "args: Namespace", "with config:",

@@ -28,6 +28,7 @@ from diag.model import (
     Severity,
     phase_index,
 )
+from diag.parse.grammars import is_exception_line
 from diag.rules import specdec
 from diag.timeline import behind_in_phase
 
@@ -408,6 +409,31 @@ def _bar_state(bars: Sequence[Progress]) -> str:
     return "advancing"
 
 
+# a reporter's note under a pasted log that the process stopped making progress
+_HANG_NOTE = regex.compile(
+    r"\b(?:no (?:more )?(?:response|output|progress|logs?)\b|not responding|nothing (?:happens|"
+    r"else|more)\b|(?:hangs?|hanging|hung|stuck|freez(?:e|es|ing)|frozen)\b(?! (?:check|detect|"
+    r"monitor|timeout))|waits? forever|waiting forever)",
+    regex.I,
+)
+
+
+def _hang_note(tail: Sequence[Record]) -> Record | None:
+    """The last line when it is a reporter's short prose note that the run hung: no log
+    format, no time, no level, not a frame or an exception, not indented."""
+    last = next((r for r in reversed(tail) if r.message.strip()), None)
+    if last is None or last.continuation or last.grammar != "plain" or last.ts is not None:
+        return None
+    text = last.message
+    if last.level is not None or last.pid is not None or last.process is not None:
+        return None
+    if text[:1].isspace() or len(text.strip()) > 160 or _is_trace(last):
+        return None
+    if is_exception_line(text.strip()) or ":" in text.strip()[:40]:
+        return None  # `Error: ...`, `RuntimeError: ...`, a `key: value` line
+    return last if _HANG_NOTE.search(text) else None
+
+
 def _stall_reason(
     analysis: Analysis, records: Sequence[Record], min_gap: float
 ) -> tuple[str | None, tuple[Hit, ...], str, dt.datetime | None, float | None]:
@@ -455,6 +481,18 @@ def _stall_reason(
                 last_ts,
                 gap,
             )
+    # 2b. the paste ends on its reporter's own words that it hung ("....and no response
+    #     anymore", "(stuck here)"): the thread's account, written into the text
+    note = _hang_note(tail)
+    if note is not None and phase_index(analysis.last_phase) < phase_index("listening"):
+        before = [r for r in tail if r is not note and r.message.strip()]
+        return (
+            f"then the reporter's own note that it stopped ({note.message.strip()[:120]})",
+            tuple(Hit.of(r) for r in (*before[-1:], note)),
+            "",
+            last_ts,
+            gap,
+        )
     # 3. a wait message repeating at the end with nothing else between
     waits: list[Record] = []
     for r in reversed(tail):
@@ -771,10 +809,22 @@ def _is_fragment(rec: Record) -> bool:
     return (msg[:1] == "(" and ")" not in msg) or (msg[:1] == "[" and "]" not in msg)
 
 
+def _cut_head(last: Record, before: Record) -> bool:
+    """A last line that is only the start of the line before it (``Aug 19 1`` under
+    ``Aug 19 18:34:30 host unit[8707]: ...``): the excerpt cut the next line inside the
+    head every line of it begins with (a journald or container stamp, a prefix)."""
+    text = (last.raw or last.message).strip()
+    if last.continuation or not text or len(text) >= 48:
+        return False
+    return (before.raw or before.message).startswith(text)
+
+
 def _cut_traceback(tail: Sequence[Record]) -> tuple[Record, Record] | None:
     """The traceback the log ends inside, with no exception line: (its first record, its
     last record); None when the log does not end in a traceback or it shows a wait."""
-    if tail and len(tail) > 1 and _is_fragment(tail[-1]):
+    if tail and len(tail) > 1 and (
+        _is_fragment(tail[-1]) or _cut_head(tail[-1], tail[-2])
+    ):
         tail = tail[:-1]  # the excerpt's cut last line: a bare prefix, a word
     if not tail:
         return None

@@ -587,6 +587,9 @@ RULES: tuple[SiteRule, ...] = (
         "mp-connection",
         _IPC,
         strength="weak",
+        # not a Manager's own server loop (managers.py Server.serve_forever: the manager
+        # process idle between its clients' calls; named-loop-wait says so)
+        name=r"^(?!(?:\w+\.)?serve_forever$)",
         file=r"multiprocessing/(connection|queues|managers|popen_\w+|reduction)\.py$",
         why="a multiprocessing pipe, queue or child wait: another process, but what for is "
         "said by the caller (a compile pool is a compile, an executor's wait_for_ready an "

@@ -44,6 +44,7 @@ from diag.stacks.frames import make_frame, rank_from_title, split_pyspy_frame
 from diag.stacks.pyspy_json import parse_pyspy_json
 
 __all__ = [
+    "dump_lines_in",
     "extract_stack_processes",
     "parse_stack_text",
     "records_from_text",
@@ -148,6 +149,17 @@ _TB_HEADER = re.compile(r"^Traceback \(most recent call last\):$")
 # gdb's `py-bt`: `Traceback (most recent call first):` then `  File "x.py", line 145, in f`
 # (innermost first; `line ?` where gdb could not read it), `<built-in method ...>` lines
 _PYBT_HEADER = re.compile(r"^Traceback \(most recent call first\):$")
+# py-bt's lines for frames that are not Python code (CPython's Tools/gdb/libpython.py:
+# `Waiting for the GIL` for a frame in take_gil, `<built-in method f of T object at remote
+# 0x..>` for a C function); "at remote" and the GIL line are gdb's own words, so they also
+# begin a py-bt whose header the paste cut
+_PYBT_GIL = re.compile(r"^\s*Waiting for the GIL\s*$")
+_PYBT_BUILTIN = re.compile(
+    r"^\s*<built-in (?:method|function) ([\w.]+)(?: of [^<>]* at remote 0x[0-9a-fA-F]+)?>\s*$"
+)
+# gdb's `bt` frame `#8  0x00007f51 in cuMemcpyDtoHAsync_v2 () from /lib/libcuda.so.1`:
+# one whose `Thread N (...)` header the paste cut still begins a backtrace
+_GDB_HEADLESS = re.compile(r"^#(\d+)\s+(0x[0-9a-fA-F]+) in (\S.*)$")
 _PYBT_FRAME = re.compile(r'^\s*File "(.*)", line (\d+|\?+), in (.+?)\s*$')
 _TB_FRAME = re.compile(r'^\s*File "(.*)", line (\d+), in (.+?)\s*$')
 _PYSTACK_HEADER = re.compile(
@@ -224,12 +236,14 @@ _CANDIDATE = re.compile(
     r'KeyboardInterrupt|\.py", line \d+ in |^PID \d+ - |^TID \d+:|'
     r"^#\d+ |(?<=\s)#\d+ \S+ from \S|(?<=\s)#\d+ +0x[0-9a-fA-F]+ in |Stack of | encountered !|"
     r"\] +Caught signal \d|backtrace \(tid:|(?:^|\s)\d{1,4} 0x[0-9a-fA-F]{8,16} \S.*\(\) "  # UCX
+    r"|Waiting for the GIL|<built-in (?:method|function) [\w.]+ of .* at remote 0x"  # gdb py-bt
 )
 # Every match of _CANDIDATE holds one of these, or "#" and a digit: tested first (a few
 # substring tests cost far less than the search, which has no literal prefix to skip by)
 _CANDIDATE_NEEDS = ("Thread ", "Current thread", "Process ", 'File "', "Traceback", "Pyspy ",
                     "Stack ", "KeyboardInterrupt", '.py", line ', " encountered !",
-                    "Caught signal ", "backtrace (tid:", " 0x", "PID ", "TID ")
+                    "Caught signal ", "backtrace (tid:", " 0x", "PID ", "TID ",
+                    "Waiting for the GIL")
 _HASH_DIGIT = re.compile(r"#\d")
 
 
@@ -247,6 +261,20 @@ def _candidate(text: str) -> bool:
 def is_dump_line(text: str) -> bool:
     """Whether a line can start or carry a stack dump (a thread header, a frame)."""
     return _candidate(text)
+
+
+def dump_lines_in(text: str) -> int:
+    """How many dump lines (thread headers, frames) one line holds: 1 or 0, or, for a dump
+    whose newlines the paste lost, the lines it is cut into again."""
+    if _maybe_glued(text) and len(split_glued_dump(text)) > 1:
+        # a frame place (``(file.py:12)``, ``File "x", line 12``) or a thread header each
+        # began a line of the dump
+        return (
+            len(_GLUED_FRAMES.findall(text, 0, 20_000))
+            + len(_GLUED_HEADER.findall(text, 0, 20_000))
+            + len(_GLUED_GDB.findall(text, 0, 20_000))
+        )
+    return 1 if _candidate(text) else 0
 
 
 def _line_of(rec: Record, text: str, offset: int) -> _Line:
@@ -761,6 +789,15 @@ class _Channel:
                 if frame is not None:
                     self.thread.frames.append(frame)
                 return True
+        m = _GDB_HEADLESS.match(stripped)
+        if m and not self.gdb and self.proc is None and self.tb is None:
+            # gdb frames whose thread header the paste cut: one thread of an unknown process
+            self._new_thread(self._open(ln, "gdb"), None, None, None)
+            self.gdb = True
+            frame = _gdb_frame(m.group(2), m.group(3))
+            if frame is not None and self.thread is not None:
+                self.thread.frames.append(frame)
+            return True
         m = _C10D_FRAME.match(stripped)
         if m and not self.in_c10d and self.proc is None and self.tb is None:
             # torch's `#N f from file:line` frames whose header was cut off: only torch's
@@ -848,6 +885,17 @@ class _Channel:
         return False
 
     def _feed_frame(self, ln: _Line, text: str, stripped: str) -> bool:
+        gil = _PYBT_GIL.match(text)
+        builtin = None if gil else _PYBT_BUILTIN.match(text)
+        if (gil or (builtin and "at remote 0x" in text)) and not self.pybt and (
+            self.proc is None and self.tb is None
+        ):
+            self._new_thread(self._open(ln, "faulthandler"), None, None, None)
+            self.pybt = True  # a py-bt whose `Traceback (most recent call first):` was cut
+        if self.pybt and self.thread is not None and (gil or builtin):
+            name = "take_gil" if gil else builtin.group(1)  # type: ignore[union-attr]
+            self.thread.frames.append(replace(make_frame(name, ""), native=True))
+            return True
         if self.pybt and self.thread is not None and self.proc is not None:
             m = _PYBT_FRAME.match(text)
             if m:
@@ -1146,19 +1194,31 @@ def extract_stack_processes(records: Sequence[Record]) -> list[StackProcess]:
 # frames is cut (a log line that mentions one frame stays whole).
 _GLUED_FRAMES = re.compile(r"\((?:[^()\s]+:\d+|[^()\s]+\.so[\w.\-]*)\)|\bFile \"[^\"]*\", line \d+")
 _GLUED_CUT = re.compile(
-    r"\s+(?P<head>(?=Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil|most recent)"
+    r"(?:(?<!\s)(?<!\(Python\))(?<!\(C\))\s+|(?<=[)\"\w>]))"
+    r"(?P<head>(?=Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil|most recent)"
     r"|Current thread 0x|Process \d+: |Python v\d|Stack \(most recent|"
-    r"Traceback for thread \d+|\(Python\) File \"|\(C\) File \"|File \"))"
+    r"Traceback for thread \d+|\(Python\) File \"|\(C\) File \"|File \"|"
+    r"#\d+ [\w<>.]+ from \S|#\d+\s+0x[0-9a-fA-F]+ in |Traceback \(most recent call first\)|"
+    r"Waiting for the GIL|<built-in (?:method|function) ))"
     r"|(?<=[)\"])\s+(?=\S)"
 )
+# gdb's `#3  0x00007f.. in f ()` and torch c10d's `#3 f from file.py:12`
+_GLUED_GDB = re.compile(r"#\d+\s+0x[0-9a-fA-F]+ in |#\d+ [\w<>.]+ from \S")
 _GLUED_HEADER = re.compile(
     r"Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil|most recent)|Current thread 0x|"
+    r"Traceback \(most recent call first\)|Waiting for the GIL|"
     r"Traceback for thread \d+|Stack \(most recent"
 )
 # what the part before a cut after ``)`` or ``"`` must end with: a py-spy frame's place or
 # a thread header
+# `(Python) File "x.py", line 12, in f         return g()`: a frame, then its source line
+_GLUED_SOURCE = re.compile(
+    r"^((?:\((?:Python|C)\) )?File \"[^\"]*\", line \d+, in [\w<>.]+)\s+(\S.*)$"
+)
+# pystack's thread header names its command in parentheses before its flags: not an end
+_PYSTACK_TITLE_END = re.compile(r"Traceback for thread \d+ \([^()]*\)$")
 _GLUED_PART_END = re.compile(
-    r"\((?:[^()\s]+:\d+|[^()\s]+\.so[\w.\-]*|python[\d.]*)\)$"
+    r"\((?:[^()\s]+:\d+|[^()\s]+\.so[\w.\-]*|[^()\s]*python[\d.]*)\)$"
     r"|\((?:idle|active|gil)[+\w]*\):?(?: \"[^\"]*\")?$"
 )
 
@@ -1172,6 +1232,8 @@ def _maybe_glued(text: str) -> bool:
     n = text.count(".py:") + text.count('File "')
     if n < 2:
         n += text.count(".so") + text.count("<string>:")
+    if n < 2 and "#" in text:
+        n += len(_GLUED_GDB.findall(text, 0, 2_000))  # gdb's `#3  0x00007f.. in f ()`
     return n >= 2 or (n == 1 and ("Thread " in text or "thread 0x" in text or "Stack (" in text))
 
 
@@ -1183,16 +1245,21 @@ def split_glued_dump(text: str) -> list[str]:
     if len(text) < 40:
         return [text]
     one = text.strip()
-    if _PYSTACK_FRAME.match(one) or _FH_FRAME.match(one) or _PYBT_FRAME.match(one):
+    if (_PYSTACK_FRAME.match(one) or _FH_FRAME.match(one) or _PYBT_FRAME.match(one)) and (
+        one.count('File "') < 2 and not _GLUED_HEADER.search(one)
+    ):
         return [text]  # one whole frame line (pystack's names its file and its library)
     frames = len(_GLUED_FRAMES.findall(text, 0, 20_000))
+    frames += len(_GLUED_GDB.findall(text, 0, 20_000))
     if frames < 1 or (frames < 2 and not _GLUED_HEADER.search(text)):
         return [text]
     parts: list[str] = []
     start = 0
     for m in _GLUED_CUT.finditer(text):
         head = text[start : m.start()]
-        if m.group("head") is None and not _GLUED_PART_END.search(head):
+        if m.group("head") is None and (
+            not _GLUED_PART_END.search(head) or _PYSTACK_TITLE_END.search(head)
+        ):
             continue
         if head.strip():
             parts.append(head.strip())
@@ -1200,7 +1267,18 @@ def split_glued_dump(text: str) -> list[str]:
     tail = text[start:].strip()
     if tail:
         parts.append(tail)
-    return parts or [text]
+    if not parts:
+        return [text]
+    # a traceback-form frame (pystack's, Python's) glued to its source line: two lines
+    out: list[str] = []
+    for part in parts:
+        src = _GLUED_SOURCE.match(part)
+        if src:
+            out.append(src.group(1))
+            out.append("    " + src.group(2))
+        else:
+            out.append(part)
+    return out
 
 
 def records_from_text(text: str, *, source: str = "<text>") -> list[Record]:
