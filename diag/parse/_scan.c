@@ -20,6 +20,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define FLAG 0x80000000u
 #define MASK 0x7fffffffu
@@ -44,6 +47,17 @@ typedef struct {
     int32_t cr_class;      /* class of '\r' (candidate automata only; else -1) */
     int32_t quiet_nl;      /* 1: a newline goes to the root unflagged (candidate automata:
                             * the lines' starts are tested from the newline offsets) */
+    /* The tail (candidate automata with labels or line-before literals): once a line is a
+     * candidate, the rest of it is walked in a small automaton of those patterns alone
+     * (its rows stay in L1: on a log where most lines are candidates most bytes are
+     * walked there). Its states follow the main ones in delta, from tail_root on; a
+     * newline goes back to the main root. */
+    int32_t tail_root;     /* first tail state (0: no tail) */
+    uint32_t *tail_of;     /* per main state: the row offset of the tail state that reads
+                            * the same text (the longest suffix that starts a tail pattern) */
+    int32_t *tail_pats;    /* the tail's patterns (kinds 1 and 2), checked at its outputs */
+    int32_t n_tail;
+    int32_t caseless;
 } dg_ac;
 
 static uint8_t fold(uint8_t b, int caseless) {
@@ -53,7 +67,7 @@ static uint8_t fold(uint8_t b, int caseless) {
 void dg_free(dg_ac *ac) {
     if (!ac) return;
     free(ac->delta); free(ac->out); free(ac->own); free(ac->next_own); free(ac->dict);
-    free(ac->plen); free(ac->kind); free(ac->bit);
+    free(ac->plen); free(ac->kind); free(ac->bit); free(ac->tail_of); free(ac->tail_pats);
     if (ac->pat) {
         for (int32_t i = 0; i < ac->n_patterns; i++) free(ac->pat[i]);
         free(ac->pat);
@@ -78,12 +92,15 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
     /* byte classes */
     int used[256] = {0};
     int64_t total = 1;
+    int32_t n_tail = 0;
     const uint8_t *p = data;
     for (int32_t i = 0; i < n; i++) {
         for (int32_t j = 0; j < lens[i]; j++) used[fold(p[j], caseless)] = 1;
         total += lens[i];
+        if (special && kinds[i] != 0 && lens[i] > 0) { total += lens[i]; n_tail++; }
         p += lens[i];
     }
+    if (n_tail) total += 1;  /* the tail's root */
     int32_t k = 1;
     ac->nl_class = -1;
     ac->cr_class = -1;
@@ -96,6 +113,7 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
     ac->nl_class = ac->cls['\n'];
     if (special) ac->cr_class = ac->cls['\r'];
     ac->quiet_nl = special ? 1 : 0;
+    ac->caseless = caseless;
     ac->n_classes = k;
     if (k > 255 || total > (int64_t)(MASK / 2)) { dg_free(ac); return NULL; }
     /* trie: delta doubles as the goto function (0 = no edge; the root is never a target) */
@@ -134,13 +152,52 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
         else if (kinds[i] == 1) ac->out[s] |= OUT_CAND | OUT_PREV;
         else ac->out[s] |= OUT_LIST;
     }
+    /* the tail: a second trie of the kind 1 and 2 patterns, from its own root */
+    int32_t troot = 0;
+    if (n_tail) {
+        troot = states++;
+        ac->tail_pats = malloc(sizeof(int32_t) * (size_t)n_tail);
+        if (!ac->tail_pats) { free(fail); free(queue); dg_free(ac); return NULL; }
+        p = data;
+        for (int32_t i = 0; i < n; i++) {
+            int32_t len = lens[i];
+            if (kinds[i] != 0 && len > 0) {
+                ac->tail_pats[ac->n_tail++] = i;
+                int32_t s = troot;
+                for (int32_t j = 0; j < len; j++) {
+                    uint32_t *cell = &ac->delta[(size_t)s * k + ac->cls[fold(p[j], caseless)]];
+                    if (!*cell) *cell = (uint32_t)states++;
+                    s = (int32_t)*cell;
+                }
+                ac->out[s] |= kinds[i] == 1 ? (OUT_CAND | OUT_PREV) : OUT_LIST;
+            }
+            p += len;
+        }
+        ac->tail_root = troot;
+    }
     ac->n_states = states;
-    /* breadth first: failure links, then the full transition function */
+    /* breadth first from each root (the tail's first: the main trie's tail_of reads its
+     * rows): failure links, then the full transition function */
     int32_t head = 0, tail = 0;
-    fail[0] = 0;
+    for (int r = n_tail ? 1 : 0; r >= 0; r--) {
+    int32_t root = r ? troot : 0;
+    head = tail = 0;
+    fail[root] = root;
+    if (!r && n_tail) {
+        ac->tail_of = malloc(sizeof(uint32_t) * (size_t)troot);
+        if (!ac->tail_of) { free(fail); free(queue); dg_free(ac); return NULL; }
+        ac->tail_of[0] = (uint32_t)troot;
+    }
     for (int32_t c = 0; c < k; c++) {
-        uint32_t t = ac->delta[c];
-        if (t) { fail[t] = 0; queue[tail++] = (int32_t)t; }
+        uint32_t *cell = &ac->delta[(size_t)root * k + c];
+        uint32_t t = *cell;
+        if (t) {
+            fail[t] = root;
+            queue[tail++] = (int32_t)t;
+            if (!r && n_tail) ac->tail_of[t] = ac->delta[(size_t)troot * k + c] & MASK;
+        } else {
+            *cell = (uint32_t)root;
+        }
     }
     while (head < tail) {
         int32_t s = queue[head++];
@@ -154,10 +211,13 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
                 int32_t t = (int32_t)row[c];
                 fail[t] = (int32_t)(frow[c] & MASK);
                 queue[tail++] = t;
+                if (!r && n_tail)
+                    ac->tail_of[t] = ac->delta[(size_t)ac->tail_of[s] * k + c] & MASK;
             } else {
                 row[c] = frow[c] & MASK;
             }
         }
+    }
     }
     free(fail);
     free(queue);
@@ -175,6 +235,8 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
         uint32_t t = ac->delta[c];
         ac->delta[c] = (t & FLAG) | ((t & MASK) * (uint32_t)k);
     }
+    if (n_tail)
+        for (int32_t st = 0; st < troot; st++) ac->tail_of[st] *= (uint32_t)k;
     return ac;
 }
 
@@ -190,6 +252,16 @@ typedef struct { int64_t i, end, line; uint32_t s; } lane_t;
 
 /* where the labels occur: per label its count and its first cap positions (in no order) */
 typedef struct { int64_t *count, *at; int64_t cap; } label_pos_t;
+
+static inline void label_hit(const dg_ac *ac, int32_t pi, int64_t start, uint64_t *labels,
+                             label_pos_t *pos) {
+    int32_t bit = ac->bit[pi];
+    *labels |= 1ull << bit;
+    if (pos) {
+        int64_t c = pos->count[bit]++;
+        if (c < pos->cap) pos->at[(size_t)bit * pos->cap + c] = start;
+    }
+}
 
 static inline void hit(const dg_ac *ac, const uint8_t *buf, int64_t size, uint8_t *mask,
                        int64_t n_lines, lane_t *L, uint8_t b, uint32_t k, uint64_t *labels,
@@ -217,28 +289,42 @@ static inline void hit(const dg_ac *ac, const uint8_t *buf, int64_t size, uint8_
     }
     int32_t st = (int32_t)(L->s / k);
     uint8_t o = ac->out[st];
+    if (ac->tail_root && st >= ac->tail_root) {
+        /* the tail of a candidate line: which of its patterns end here, checked whole */
+        for (int32_t t = 0; t < ac->n_tail; t++) {
+            int32_t pi = ac->tail_pats[t], len = ac->plen[pi];
+            if (i + 1 < len) continue;
+            const uint8_t *at = buf + i + 1 - len, *pat = ac->pat[pi];
+            if (ac->kind[pi] == 2) {
+                if (ac->bit[pi] < 64 && memcmp(at, pat, (size_t)len) == 0)
+                    label_hit(ac, pi, i + 1 - len, labels, pos);
+            } else if ((o & OUT_PREV) && line > 0 && line < n_lines) {
+                int32_t j = 0;
+                while (j < len && fold(at[j], ac->caseless) == fold(pat[j], ac->caseless)) j++;
+                if (j == len) mask[line - 1] = 1;
+            }
+        }
+        return;
+    }
     if (line < n_lines) {
         if (o & OUT_CAND) mask[line] = 1;
         if ((o & OUT_PREV) && line > 0) mask[line - 1] = 1;
     }
     if (o & OUT_LIST) {
-        if (ac->own[st] < 0) st = ac->dict[st];
-        while (st >= 0) {
-            for (int32_t pi = ac->own[st]; pi >= 0; pi = ac->next_own[pi]) {
+        int32_t d = ac->own[st] < 0 ? ac->dict[st] : st;
+        while (d >= 0) {
+            for (int32_t pi = ac->own[d]; pi >= 0; pi = ac->next_own[pi]) {
                 int32_t len = ac->plen[pi];
                 if (ac->kind[pi] == 2 && ac->bit[pi] < 64 && i + 1 >= len &&
-                    memcmp(buf + i + 1 - len, ac->pat[pi], (size_t)len) == 0) {
-                    int32_t bit = ac->bit[pi];
-                    *labels |= 1ull << bit;
-                    if (pos) {
-                        int64_t c = pos->count[bit]++;
-                        if (c < pos->cap) pos->at[(size_t)bit * pos->cap + c] = i + 1 - len;
-                    }
-                }
+                    memcmp(buf + i + 1 - len, ac->pat[pi], (size_t)len) == 0)
+                    label_hit(ac, pi, i + 1 - len, labels, pos);
             }
-            st = ac->dict[st];
+            d = ac->dict[d];
         }
     }
+    /* a candidate line: its rest is walked in the tail (from the state that has read
+     * the same text) */
+    if (ac->tail_root && (o & OUT_CAND) && line < n_lines) L->s = ac->tail_of[st];
 }
 
 uint64_t dg_candidates(const dg_ac *ac, const uint8_t *buf, int64_t size, const int64_t *nl,
@@ -313,6 +399,7 @@ uint64_t dg_candidates(const dg_ac *ac, const uint8_t *buf, int64_t size, const 
                 if (__builtin_expect(t & FLAG, 0)) {                            \
                     L->i = I; L->s = S;                                         \
                     hit(ac, buf, size, mask, n_lines, L, b, k, &labels, pos, qnl, n_nl);   \
+                    S = L->s;                                                   \
                 }                                                               \
                 I++;                                                            \
             }
@@ -530,10 +617,26 @@ void dg_kinds(const uint8_t *buf, const int64_t *starts, const int64_t *ends, in
 }
 
 /* The offsets of the newlines of buf into out (room for n_out); returns how many there
- * are (when more than n_out, only the first n_out were written). */
+ * are (when more than n_out, only the first n_out were written). With SSE2 (every x86-64)
+ * 32 bytes are compared at a time and the newlines read from the bit mask: on short lines
+ * a memchr call per line cost more than the scan. */
 int64_t dg_newlines(const uint8_t *buf, int64_t size, int64_t *out, int64_t n_out) {
-    int64_t n = 0;
-    const uint8_t *p = buf, *end = buf + size;
+    int64_t n = 0, i = 0;
+#if defined(__SSE2__)
+    const __m128i nlv = _mm_set1_epi8('\n');
+    for (; i + 32 <= size; i += 32) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(buf + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(buf + i + 16));
+        uint32_t m = (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(a, nlv)) |
+                     ((uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(b, nlv)) << 16);
+        while (m) {
+            if (n < n_out) out[n] = i + __builtin_ctz(m);
+            n++;
+            m &= m - 1;
+        }
+    }
+#endif
+    const uint8_t *p = buf + i, *end = buf + size;
     while (p < end) {
         const uint8_t *q = memchr(p, '\n', (size_t)(end - p));
         if (!q) break;
@@ -702,4 +805,69 @@ int64_t dg_form(const uint8_t *buf, int64_t size, const int64_t *q, int64_t nq,
         }
     }
     return bigs;
+}
+
+/* A count per 64-bit key (the repeat cap's kinds, over a whole run): an open-addressing
+ * table that doubles when half full. dg_counter_add: for each key in order, its count
+ * goes up by one and seen[i] gets the new count (so the i-th line of a kind reads i). */
+typedef struct { uint64_t *keys; int64_t *vals; uint8_t *used; int64_t cap, n; } dg_counter;
+
+void dg_counter_free(dg_counter *c) {
+    if (!c) return;
+    free(c->keys); free(c->vals); free(c->used); free(c);
+}
+
+static int counter_alloc(dg_counter *c, int64_t cap) {
+    c->keys = malloc(sizeof(uint64_t) * (size_t)cap);
+    c->vals = malloc(sizeof(int64_t) * (size_t)cap);
+    c->used = calloc((size_t)cap, 1);
+    c->cap = cap;
+    c->n = 0;
+    return c->keys && c->vals && c->used;
+}
+
+dg_counter *dg_counter_new(void) {
+    dg_counter *c = calloc(1, sizeof(dg_counter));
+    if (!c) return NULL;
+    if (!counter_alloc(c, 1024)) { dg_counter_free(c); return NULL; }
+    return c;
+}
+
+static inline uint64_t slot_of(uint64_t key, int64_t cap) {
+    uint64_t h = key * 0x9e3779b97f4a7c15ull;
+    return (h ^ (h >> 29)) & (uint64_t)(cap - 1);
+}
+
+static int64_t *counter_slot(dg_counter *c, uint64_t key) {
+    uint64_t m = (uint64_t)(c->cap - 1);
+    for (uint64_t s = slot_of(key, c->cap);; s = (s + 1) & m) {
+        if (!c->used[s]) {
+            c->used[s] = 1; c->keys[s] = key; c->vals[s] = 0; c->n++;
+            return &c->vals[s];
+        }
+        if (c->keys[s] == key) return &c->vals[s];
+    }
+}
+
+static int counter_grow(dg_counter *c) {
+    dg_counter old = *c;
+    if (!counter_alloc(c, old.cap * 2)) {
+        free(c->keys); free(c->vals); free(c->used);
+        *c = old;
+        return 0;
+    }
+    for (int64_t s = 0; s < old.cap; s++)
+        if (old.used[s]) *counter_slot(c, old.keys[s]) = old.vals[s];
+    free(old.keys); free(old.vals); free(old.used);
+    return 1;
+}
+
+/* returns 0, or -1 when out of memory (the counts are then those of the keys before i) */
+int32_t dg_counter_add(dg_counter *c, const uint64_t *ids, int64_t n, int64_t *seen) {
+    for (int64_t i = 0; i < n; i++) {
+        if (2 * (c->n + 1) > c->cap && !counter_grow(c)) return -1;
+        int64_t *v = counter_slot(c, ids[i]);
+        seen[i] = ++*v;
+    }
+    return 0;
 }

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Automaton", "Native", "build", "library_name", "load", "loaded"]
+__all__ = ["Automaton", "Counter", "Native", "build", "library_name", "load", "loaded"]
 
 SOURCE = Path(__file__).with_name("_scan.c")
 _FLAGS = ("-O2", "-shared", "-fPIC", "-std=c99")
@@ -104,6 +104,13 @@ class Native:
                                 ctypes.c_int64, ctypes.c_void_p, ctypes.c_int32,
                                 ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p,
                                 ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+        lib.dg_counter_new.restype = ctypes.c_void_p
+        lib.dg_counter_new.argtypes = []
+        lib.dg_counter_free.restype = None
+        lib.dg_counter_free.argtypes = [ctypes.c_void_p]
+        lib.dg_counter_add.restype = ctypes.c_int32
+        lib.dg_counter_add.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                       ctypes.c_void_p]
         self._programs: dict[tuple[Any, ...], tuple[Any, bytes, int, int]] = {}
 
     def find(self, chunk: bytes | bytearray, needle: bytes, rare: int = 0) -> int:
@@ -200,6 +207,35 @@ class Native:
         if len(starts):
             fn(_addr(chunk), starts.ctypes.data, ends.ctypes.data, len(starts), out.ctypes.data)
         return out
+
+
+class Counter:
+    """A count per 64-bit key, kept in C (the repeat cap's kinds over a run)."""
+
+    def __init__(self, native: Native) -> None:
+        self._native = native
+        ptr = native.lib.dg_counter_new()
+        if not ptr:
+            raise MemoryError("the scanner's counter could not be made")
+        self._ptr: ctypes.c_void_p | None = ctypes.c_void_p(ptr)
+
+    def __del__(self) -> None:
+        ptr = getattr(self, "_ptr", None)
+        if ptr is not None and ptr.value:
+            self._native.lib.dg_counter_free(ptr)
+            self._ptr = None
+
+    def add(self, keys: Any) -> Any:
+        """Count each key of ``keys`` (in order): its count after it (numpy int64; the
+        i-th occurrence of a key over all calls reads i)."""
+        import numpy as np
+
+        keys = np.ascontiguousarray(keys, dtype=np.uint64)
+        seen = np.empty(len(keys), dtype=np.int64)
+        if len(keys) and self._native.lib.dg_counter_add(
+                self._ptr, keys.ctypes.data, len(keys), seen.ctypes.data) != 0:
+            raise MemoryError("the scanner's counter could not grow")
+        return seen
 
 
 def _addr(chunk: bytes | bytearray) -> int:

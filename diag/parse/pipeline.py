@@ -113,7 +113,7 @@ class RepeatCap:
     chunk's rest is decided again with the late limit). The result is that of
     :meth:`split_lines`, the line-by-line loop it replaces (tests compare the two)."""
 
-    __slots__ = ("count", "ids", "late", "native", "next_id", "parsed", "skipping")
+    __slots__ = ("count", "counter", "ids", "late", "native", "next_id", "parsed", "skipping")
 
     def __init__(self, native: Any = None) -> None:
         """``native``: diag's compiled scanner (or :func:`diag.parse.native.load`, called
@@ -122,6 +122,7 @@ class RepeatCap:
         self.native = native
         self.ids: dict[bytes, int] = {}  # kind -> its number
         self.count: dict[int, int] = {}  # kind number (or hash) -> lines of that kind seen
+        self.counter: Any = None  # the same in C (compiled scanner: kinds are hashes)
         self.next_id = 0
         self.skipping = False
         self.parsed = 0  # candidate lines parsed past the first REPEAT_CAP_AFTER lines
@@ -185,17 +186,25 @@ class RepeatCap:
                 ids = np.fromiter(map(self.ids.setdefault, kinds, count(self.next_id)),
                                   dtype=np.int64, count=len(hpos))
                 self.next_id += len(hpos)
-            uniq, inv, cnt = np.unique(ids, return_inverse=True, return_counts=True)
-            inv = inv.reshape(-1)
-            counts = self.count
-            prior = np.array([counts.get(u, 0) for u in uniq.tolist()], dtype=np.int64)
-            order = np.argsort(inv, kind="stable")
-            group0 = np.concatenate(([0], np.cumsum(cnt)[:-1]))
-            rank = np.empty(len(hpos), dtype=np.int64)
-            rank[order] = np.arange(len(hpos)) - group0[inv[order]]
-            seen[hpos] = prior[inv] + rank + 1
-            for u, total in zip(uniq.tolist(), (prior + cnt).tolist(), strict=True):
-                counts[u] = total
+            if nat is not None:
+                # the kinds' hashes counted in C, in order (one table for the run)
+                if self.counter is None:
+                    from diag.parse.native import Counter
+
+                    self.counter = Counter(nat)
+                seen[hpos] = self.counter.add(ids)
+            else:
+                uniq, inv, cnt = np.unique(ids, return_inverse=True, return_counts=True)
+                inv = inv.reshape(-1)
+                counts = self.count
+                prior = np.array([counts.get(u, 0) for u in uniq.tolist()], dtype=np.int64)
+                order = np.argsort(inv, kind="stable")
+                group0 = np.concatenate(([0], np.cumsum(cnt)[:-1]))
+                rank = np.empty(len(hpos), dtype=np.int64)
+                rank[order] = np.arange(len(hpos)) - group0[inv[order]]
+                seen[hpos] = prior[inv] + rank + 1
+                for u, total in zip(uniq.tolist(), (prior + cnt).tolist(), strict=True):
+                    counts[u] = total
         pos = np.arange(n)
         lasthead = np.maximum.accumulate(np.where(head, pos, -1))
         ind_pos = np.flatnonzero(indented)

@@ -428,14 +428,31 @@ def _vllm_spec(
     return True
 
 
-def _accept_figures(fig: ServingFigures, data: bytes | bytearray) -> int:
+def _accept_figures(
+    fig: ServingFigures, data: bytes | bytearray, present: frozenset[str] | None = None,
+    label_at: dict[str, Any] | None = None,
+) -> int:
     """SGLang's ``accept len: L`` and ``accept rate: R`` (each label on its own, the
-    number right after it), read in numpy (:func:`_label_numbers`). Returns the number of
-    ``accept len`` figures read."""
+    number right after it), read in numpy (:func:`_label_numbers`; the labels' offsets
+    from the caller's scanner when it has them: ``present``, ``label_at``). Returns the
+    number of ``accept len`` figures read."""
     import numpy as np
 
     arr = np.frombuffer(data, dtype=np.uint8)
-    found = _label_numbers(arr, data, (b"accept len: ", b"accept rate: "))
+    labs = (b"accept len: ", b"accept rate: ")
+    at: list[Any] | None = None
+    if present is not None and label_at is not None:
+        at = []
+        for lab in labs:
+            name = lab.decode()
+            got = label_at.get(name) if name in present else np.empty(0, dtype=np.int64)
+            if got is None:  # (more than the scanner keeps)
+                at = None
+                break
+            # in the order _find_label gives them (by alignment, then offset): the sums
+            # are the same to the bit whichever way the offsets were found
+            at.append(got[np.argsort(got % 4, kind="stable")])
+    found = _label_numbers(arr, data, labs, at)
     for (_, attr, _), vals in zip(_DENSE, found, strict=True):
         if len(vals):
             getattr(fig, attr).add_many(len(vals), float(vals.sum()), float(vals.max()))
@@ -473,7 +490,8 @@ def labels() -> tuple[str, ...]:
     :func:`present_labels` completes the set): the rare ones, and the markers of the
     lines that carry the frequent ones."""
     return tuple(dict.fromkeys((*(x[0] for x in _SPARSE), *SPEC_MARKERS, *_FAMILY,
-                                "Draft acceptance rate", "Number of ", "Accepted: ")))
+                                "Draft acceptance rate", "Number of ", "Accepted: ",
+                                "Per-position acceptance rate: ", "accept rate: ")))
 
 
 def present_labels(chunk: bytes | bytearray, found: frozenset[str]) -> frozenset[str]:
@@ -522,7 +540,7 @@ def scan_chunk(
         def has(label: str) -> bool:
             return label in seen
 
-    sg = _accept_figures(fig, data) if has("accept len: ") else 0
+    sg = _accept_figures(fig, data, present, label_at) if has("accept len: ") else 0
     i = max(data.rfind(b"Decode batch") if has("Decode batch") else -1,
             data.rfind(b"Prefill batch") if has("Prefill batch") else -1)
     if i >= 0:
@@ -547,13 +565,14 @@ def scan_chunk(
                 getattr(fig, attr).add_many(*_read_re(rx, data, k))
     markers = tuple(m.encode() for m in SPEC_MARKERS if (sg if m == SPEC_MARKERS[0] else has(m)))
     if markers:
-        _spec_lines(fig, data, source, line0, sg, spec_done, nl, markers, label_at)
+        _spec_lines(fig, data, source, line0, sg, spec_done, nl, markers, label_at, present)
 
 
 def _spec_lines(
     fig: ServingFigures, data: bytes | bytearray, source: str, line0: int, sg: int,
     read: bool,
     nl: Any, markers: tuple[bytes, ...], label_at: dict[str, Any] | None = None,
+    present: frozenset[str] | None = None,
 ) -> None:
     known = label_at or {}
     vl = sum(len(known[m.decode()]) if m.decode() in known else data.count(m)
@@ -561,15 +580,18 @@ def _spec_lines(
     fig.spec_reports += sg + vl
     if vl and not read:
         # vLLM's report lines (a few per minute): read one by one
-        rates = [float(v) / 100.0 if pct else float(v) for v, pct in _RATE.findall(data)]
+        def find(rx: re.Pattern[bytes]) -> list[Any]:
+            return _findall_at(rx, data, present, label_at)
+
+        rates = [float(v) / 100.0 if pct else float(v) for v, pct in find(_RATE)]
         fig.accept_rate.add_many(len(rates), sum(rates), None)
         for rx in (_ACCEPTED, _V0_COUNTS):
-            for a, d in rx.findall(data):
+            for a, d in find(rx):
                 fig.accepted += int(a)
                 fig.drafted += int(d)
-        for s in _V0_STEPS.findall(data):
+        for s in find(_V0_STEPS):
             fig.positions = max(fig.positions or 0, int(s))
-        for p in _PER_POS.findall(data):
+        for p in find(_PER_POS):
             n = len(_NUM_B.findall(p))
             fig.positions = max(fig.positions or 0, n)
 
@@ -593,6 +615,43 @@ def _spec_lines(
     i = max(data.rfind(m) for m in markers)
     start, end = _line_at(data, i)
     fig.last = SpecLine(source, number(start), _text(data[start:end]))
+
+
+# the label every match of each report regex starts with (labels(): the scanner reports
+# where they occur)
+_REPORT_LABEL = {
+    _RATE: "Draft acceptance rate", _ACCEPTED: "Accepted: ", _V0_COUNTS: "Number of ",
+    _V0_STEPS: "Number of ", _PER_POS: "Per-position acceptance rate: ",
+}
+
+
+def _findall_at(
+    rx: re.Pattern[bytes], data: bytes | bytearray, present: frozenset[str] | None,
+    label_at: dict[str, Any] | None,
+) -> list[Any]:
+    """``rx.findall(data)``, from the offsets of the label its matches start with when
+    the caller's scanner found them (``present``: the labels found; ``label_at``: their
+    offsets): a match at each offset past the last match's end, as ``findall`` scans."""
+    label = _REPORT_LABEL[rx]
+    if present is None or label_at is None:
+        return rx.findall(data)
+    if label not in present:
+        return []
+    at = label_at.get(label)
+    if at is None:  # (found more often than the scanner keeps offsets)
+        return rx.findall(data)
+    out: list[Any] = []
+    end = 0
+    many = rx.groups > 1
+    match = rx.match
+    for p in at.tolist():
+        if p < end:
+            continue
+        m = match(data, p)
+        if m is not None:
+            out.append(m.groups() if many else m.group(1))
+            end = m.end()
+    return out
 
 
 def _text(line: bytes | bytearray) -> str:
@@ -714,12 +773,15 @@ def _numbers_at(arr: Any, data: bytes | bytearray, q: Any) -> Any:
     return out
 
 
-def _label_numbers(arr: Any, data: bytes | bytearray, labels: Sequence[bytes]) -> list[Any]:
-    """For each label, the numbers right after its occurrences (NaN-free float64)."""
+def _label_numbers(
+    arr: Any, data: bytes | bytearray, labels: Sequence[bytes], at: list[Any] | None = None
+) -> list[Any]:
+    """For each label, the numbers right after its occurrences (NaN-free float64);
+    ``at``: the labels' offsets, when the caller has them (in :func:`_find_label`'s order)."""
     import numpy as np
 
     out = []
-    for lab, pos in zip(labels, _find_label(arr, labels), strict=True):
+    for lab, pos in zip(labels, _find_label(arr, labels) if at is None else at, strict=True):
         vals = _numbers_at(arr, data, pos + len(lab))
         out.append(vals[~np.isnan(vals)])
     return out
