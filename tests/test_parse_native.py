@@ -258,3 +258,27 @@ def test_keys_known_absent_are_not_waited_for() -> None:
     assert absent.tolist() == [0, 0, 1]
     assert ac.last(chunk, nl, None, absent).tolist() == ac.last(chunk, nl).tolist()
     assert ac.last(chunk, nl, None, np.ones(3, dtype=np.uint8)).tolist() == [-1, -1, -1]
+
+
+def test_kinds_portable_packing_equals_the_run_time_one() -> None:
+    """dg_kinds packs a word's non-digit bytes with a byte shuffle where the CPU has one
+    (SSSE3), else one by one: the same hashes either way."""
+    import ctypes
+
+    assert NAT is not None
+    fn = NAT.lib.dg_kinds_plain
+    fn.restype = None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                   ctypes.c_void_p]
+    rng = random.Random(11)
+    alphabet = b"ab0123456789 :[]-.x/\xb0\xff"
+    lines = [bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 220)))
+             for _ in range(4000)]
+    chunk = b"\n".join(lines) + b"\n"
+    starts, ends, at = [], [], 0
+    for ln in lines:
+        starts.append(at)
+        ends.append(min(at + len(ln), at + 160))
+        at += len(ln) + 1
+    s, e = np.array(starts), np.array(ends)
+    assert NAT.kinds(chunk, s, e).tolist() == NAT._per_line(fn, chunk, s, e, "uint64").tolist()

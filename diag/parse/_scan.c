@@ -569,51 +569,122 @@ static inline uint64_t digit_bytes(uint64_t x) {
     return ~(t | y) & 0x8080808080808080ull;
 }
 
+/* the kept bytes of word x (those not marked in the digit mask d) packed low, and how
+ * many: one by one (portable), or with one byte shuffle (SSSE3, chosen at run time) */
+static inline uint64_t pack_plain(uint64_t x, uint64_t d, unsigned *nk) {
+    uint64_t packed = 0;
+    unsigned k = 0;
+    for (uint64_t keep = ~d & 0x8080808080808080ull; keep; keep &= keep - 1, k++)
+        packed |= ((x >> (__builtin_ctzll(keep) - 7)) & 0xff) << (8 * k);
+    *nk = k;
+    return packed;
+}
+
+#define KINDS_BODY(PACK)                                                                \
+    for (int64_t i = 0; i < n; i++) {                                                   \
+        int64_t a = starts[i], b = ends[i];                                             \
+        if (b - a > 160) b = a + 160;                                                   \
+        uint64_t h = 0x243f6a8885a308d3ull, w = 0;                                      \
+        unsigned fill = 0;                                                              \
+        uint64_t kept = 0;                                                              \
+        int64_t j = a;                                                                  \
+        /* a word of 8 bytes at a time: without a digit, appended in one step; with    \
+         * some, its other bytes packed and appended together */                        \
+        for (; b - j >= 8; j += 8) {                                                    \
+            uint64_t x;                                                                 \
+            memcpy(&x, buf + j, 8);                                                     \
+            uint64_t d = digit_bytes(x);                                                \
+            if (!d) {                                                                   \
+                if (fill == 0) {                                                        \
+                    h = mix(h, x);                                                      \
+                } else {                                                                \
+                    w |= x << (8 * fill);                                               \
+                    h = mix(h, w);                                                      \
+                    w = x >> (64 - 8 * fill);                                           \
+                }                                                                       \
+                kept += 8;                                                              \
+                continue;                                                               \
+            }                                                                           \
+            unsigned nk;                                                                \
+            uint64_t packed = PACK(x, d, &nk);                                          \
+            if (!nk) continue;                                                          \
+            w |= packed << (8 * fill);                                                  \
+            if (fill + nk >= 8) {                                                       \
+                /* (nk < 8: a word with a digit; so 8 - fill < 8) */                    \
+                h = mix(h, w);                                                          \
+                w = packed >> (8 * (8 - fill));                                         \
+                fill = fill + nk - 8;                                                   \
+            } else {                                                                    \
+                fill += nk;                                                             \
+            }                                                                           \
+            kept += nk;                                                                 \
+        }                                                                               \
+        for (; j < b; j++) {                                                            \
+            uint8_t c = buf[j];                                                         \
+            if ((uint8_t)(c - '0') < 10) continue;                                      \
+            w |= (uint64_t)c << (8 * fill);                                             \
+            if (++fill == 8) { h = mix(h, w); w = 0; fill = 0; }                        \
+            kept++;                                                                     \
+        }                                                                               \
+        h = mix(h, w);                                                                  \
+        h = mix(h, kept);                                                               \
+        h ^= h >> 31; h *= 0xd6e8feb86659fd93ull; h ^= h >> 32;                         \
+        out[i] = h;                                                                     \
+    }
+
+static void kinds_plain(const uint8_t *buf, const int64_t *starts, const int64_t *ends,
+                        int64_t n, uint64_t *out) {
+    KINDS_BODY(pack_plain)
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <tmmintrin.h>
+#define DG_SHUFFLE 1
+static uint8_t pack_ctl[256][16];  /* per keep mask: the kept bytes' indices, then 0x80 */
+static uint8_t pack_n[256];        /* per keep mask: how many bytes it keeps */
+
+__attribute__((target("ssse3"))) static inline uint64_t pack_ssse3(uint64_t x, uint64_t d,
+                                                                  unsigned *nk) {
+    unsigned m = (unsigned)_mm_movemask_epi8(_mm_cvtsi64_si128((long long)(~d & 0x8080808080808080ull))) & 0xff;
+    *nk = pack_n[m];
+    __m128i ctl = _mm_loadu_si128((const __m128i *)(const void *)pack_ctl[m]);
+    return (uint64_t)_mm_cvtsi128_si64(_mm_shuffle_epi8(_mm_cvtsi64_si128((long long)x), ctl));
+}
+
+__attribute__((target("ssse3"))) static void kinds_ssse3(const uint8_t *buf,
+                                                         const int64_t *starts,
+                                                         const int64_t *ends, int64_t n,
+                                                         uint64_t *out) {
+    KINDS_BODY(pack_ssse3)
+}
+#endif
+
+/* Kind hashes; the same with either packing (the tests compare them with the kinds'
+ * bytes) */
 void dg_kinds(const uint8_t *buf, const int64_t *starts, const int64_t *ends, int64_t n,
               uint64_t *out) {
-    for (int64_t i = 0; i < n; i++) {
-        int64_t a = starts[i], b = ends[i];
-        if (b - a > 160) b = a + 160;
-        uint64_t h = 0x243f6a8885a308d3ull, w = 0;
-        unsigned fill = 0;
-        uint64_t kept = 0;
-        int64_t j = a;
-        /* a word of 8 bytes at a time: without a digit, appended in one step; with some,
-         * only its other bytes, one by one (found from the word's digit mask) */
-        for (; b - j >= 8; j += 8) {
-            uint64_t x;
-            memcpy(&x, buf + j, 8);
-            uint64_t d = digit_bytes(x);
-            if (!d) {
-                if (fill == 0) {
-                    h = mix(h, x);
-                } else {
-                    w |= x << (8 * fill);
-                    h = mix(h, w);
-                    w = x >> (64 - 8 * fill);
-                }
-                kept += 8;
-                continue;
-            }
-            for (uint64_t keep = ~d & 0x8080808080808080ull; keep; keep &= keep - 1) {
-                uint64_t c = (x >> (__builtin_ctzll(keep) - 7)) & 0xff;
-                w |= c << (8 * fill);
-                if (++fill == 8) { h = mix(h, w); w = 0; fill = 0; }
-                kept++;
-            }
+#ifdef DG_SHUFFLE
+    static int have = -1;
+    if (have < 0) {
+        for (int m = 0; m < 256; m++) {
+            int k = 0;
+            for (int j = 0; j < 8; j++)
+                if (m >> j & 1) pack_ctl[m][k++] = (uint8_t)j;
+            pack_n[m] = (uint8_t)k;
+            while (k < 16) pack_ctl[m][k++] = 0x80;
         }
-        for (; j < b; j++) {
-            uint8_t c = buf[j];
-            if ((uint8_t)(c - '0') < 10) continue;
-            w |= (uint64_t)c << (8 * fill);
-            if (++fill == 8) { h = mix(h, w); w = 0; fill = 0; }
-            kept++;
-        }
-        h = mix(h, w);
-        h = mix(h, kept);
-        h ^= h >> 31; h *= 0xd6e8feb86659fd93ull; h ^= h >> 32;
-        out[i] = h;
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("ssse3") ? 1 : 0;
     }
+    if (have) { kinds_ssse3(buf, starts, ends, n, out); return; }
+#endif
+    kinds_plain(buf, starts, ends, n, out);
+}
+
+/* the portable packing alone (the tests compare it with the one chosen at run time) */
+void dg_kinds_plain(const uint8_t *buf, const int64_t *starts, const int64_t *ends, int64_t n,
+                    uint64_t *out) {
+    kinds_plain(buf, starts, ends, n, out);
 }
 
 /* The offsets of the newlines of buf into out (room for n_out); returns how many there
