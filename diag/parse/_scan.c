@@ -221,19 +221,17 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
     }
     free(fail);
     free(queue);
-    /* FLAG: entries into states with output, and every entry of the newline / CR classes */
+    /* FLAG: entries into states with output, and every entry of the newline / CR classes;
+     * entries hold the target's row offset (state * classes): no multiply per byte (one
+     * pass over the table) */
     for (int64_t s = 0; s < states; s++) {
         uint32_t *row = &ac->delta[(size_t)s * k];
         for (int32_t c = 0; c < k; c++) {
+            uint32_t t = row[c] & MASK;
             if (c == ac->nl_class) row[c] = ac->quiet_nl ? 0 : FLAG;  /* to the root */
             else if (c == ac->cr_class) row[c] = FLAG;
-            else if (ac->out[row[c] & MASK]) row[c] |= FLAG;
+            else row[c] = (ac->out[t] ? FLAG : 0) | (t * (uint32_t)k);
         }
-    }
-    /* entries hold the target's row offset (state * classes): no multiply per byte */
-    for (size_t c = 0; c < (size_t)states * (size_t)k; c++) {
-        uint32_t t = ac->delta[c];
-        ac->delta[c] = (t & FLAG) | ((t & MASK) * (uint32_t)k);
     }
     if (n_tail)
         for (int32_t st = 0; st < troot; st++) ac->tail_of[st] *= (uint32_t)k;
