@@ -282,3 +282,25 @@ def test_kinds_portable_packing_equals_the_run_time_one() -> None:
         at += len(ln) + 1
     s, e = np.array(starts), np.array(ends)
     assert NAT.kinds(chunk, s, e).tolist() == NAT._per_line(fn, chunk, s, e, "uint64").tolist()
+
+
+def test_newline_pass_flags_nul_and_non_ascii() -> None:
+    """The newline pass's flags (the pipeline skips its NUL count and UTF-8 check on
+    plain ASCII): never clear where the chunk holds such a byte; exact with SSE2."""
+    assert NAT is not None
+    import platform
+
+    exact = platform.machine().lower() in ("x86_64", "amd64")
+    rng = random.Random(5)
+    for _ in range(2000):
+        n = rng.randint(0, 200)
+        chunk = bytearray(rng.choice(b"ab \n:") for _ in range(n))
+        for _ in range(rng.randint(0, 2)):
+            if chunk:
+                chunk[rng.randrange(len(chunk))] = rng.choice((0, 0x80, 0xC3, 0xFF, 0x7F))
+        nl, flags = NAT.newlines_flags(bytes(chunk))
+        assert nl.tolist() == [i for i, c in enumerate(chunk) if c == 10]
+        want = (1 if 0 in chunk else 0) | (2 if any(c >= 0x80 for c in chunk) else 0)
+        assert flags & want == want
+        if exact:
+            assert flags == want, bytes(chunk)

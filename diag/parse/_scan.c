@@ -688,14 +688,25 @@ void dg_kinds_plain(const uint8_t *buf, const int64_t *starts, const int64_t *en
 /* The offsets of the newlines of buf into out (room for n_out); returns how many there
  * are (when more than n_out, only the first n_out were written). With SSE2 (every x86-64)
  * 32 bytes are compared at a time and the newlines read from the bit mask: on short lines
- * a memchr call per line cost more than the scan. */
-int64_t dg_newlines(const uint8_t *buf, int64_t size, int64_t *out, int64_t n_out) {
+ * a memchr call per line cost more than the scan. flags (may be NULL): bit 0 set when
+ * buf may hold a NUL byte, bit 1 when it may hold a byte past ASCII (exact with SSE2; both
+ * set without it): the caller skips its NUL count and UTF-8 check on plain ASCII. */
+int64_t dg_newlines_flags(const uint8_t *buf, int64_t size, int64_t *out, int64_t n_out,
+                          int32_t *flags) {
     int64_t n = 0, i = 0;
+    int32_t f = 3;
 #if defined(__SSE2__)
     const __m128i nlv = _mm_set1_epi8('\n');
+    const __m128i zero = _mm_setzero_si128();
+    __m128i anyz = zero, anyhi = zero;
     for (; i + 32 <= size; i += 32) {
         __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(buf + i));
         __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(buf + i + 16));
+        if (flags) {
+            anyz = _mm_or_si128(anyz, _mm_or_si128(_mm_cmpeq_epi8(a, zero),
+                                                   _mm_cmpeq_epi8(b, zero)));
+            anyhi = _mm_or_si128(anyhi, _mm_or_si128(a, b));
+        }
         uint32_t m = (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(a, nlv)) |
                      ((uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(b, nlv)) << 16);
         while (m) {
@@ -704,7 +715,13 @@ int64_t dg_newlines(const uint8_t *buf, int64_t size, int64_t *out, int64_t n_ou
             m &= m - 1;
         }
     }
+    f = (_mm_movemask_epi8(anyz) ? 1 : 0) | (_mm_movemask_epi8(anyhi) ? 2 : 0);
+    for (int64_t j = i; j < size; j++) {
+        if (!buf[j]) f |= 1;
+        if (buf[j] & 0x80) f |= 2;
+    }
 #endif
+    if (flags) *flags = f;
     const uint8_t *p = buf + i, *end = buf + size;
     while (p < end) {
         const uint8_t *q = memchr(p, '\n', (size_t)(end - p));
@@ -714,6 +731,10 @@ int64_t dg_newlines(const uint8_t *buf, int64_t size, int64_t *out, int64_t n_ou
         p = q + 1;
     }
     return n;
+}
+
+int64_t dg_newlines(const uint8_t *buf, int64_t size, int64_t *out, int64_t n_out) {
+    return dg_newlines_flags(buf, size, out, n_out, NULL);
 }
 
 /* 1 when buf is valid UTF-8 as Python's strict decoder reads it (no overlong forms, no
@@ -877,8 +898,7 @@ int64_t dg_form(const uint8_t *buf, int64_t size, const int64_t *q, int64_t nq,
 }
 
 /* A count per 64-bit key (the repeat cap's kinds, over a whole run): an open-addressing
- * table that doubles when half full. dg_counter_add: for each key in order, its count
- * goes up by one and seen[i] gets the new count (so the i-th line of a kind reads i). */
+ * table that doubles when half full (dg_cap counts in it). */
 typedef struct { uint64_t *keys; int64_t *vals; uint8_t *used; int64_t cap, n; } dg_counter;
 
 void dg_counter_free(dg_counter *c) {
@@ -931,12 +951,53 @@ static int counter_grow(dg_counter *c) {
     return 1;
 }
 
-/* returns 0, or -1 when out of memory (the counts are then those of the keys before i) */
-int32_t dg_counter_add(dg_counter *c, const uint64_t *ids, int64_t n, int64_t *seen) {
-    for (int64_t i = 0; i < n; i++) {
-        if (2 * (c->n + 1) > c->cap && !counter_grow(c)) return -1;
-        int64_t *v = counter_slot(c, ids[i]);
-        seen[i] = ++*v;
+/* The repeat cap over n candidate lines [starts[i], ends[i]) in order (the line-by-line
+ * loop of diag/parse/pipeline.py's RepeatCap.split_lines, which the tests compare with
+ * it): an empty line is kept; an indented one is dropped while the last head line was
+ * (unless blank), else kept and parsed; a head of only control white space is kept; any
+ * other head is counted under its kind (ids[i], in the counter) and dropped once seen
+ * more than the limit (keep, or keep_late once budget lines were parsed). state: skipping,
+ * parsed, late (read and updated). drop: one byte per line, set to 1 for a dropped line.
+ * Returns 0, or -1 when the counter could not grow. */
+static inline int blank_bytes(const uint8_t *buf, int64_t a, int64_t b) {
+    for (int64_t j = a; j < b; j++) {
+        uint8_t c = buf[j];
+        if (!(c == ' ' || (c >= '\t' && c <= '\r'))) return 0;
     }
+    return 1;
+}
+
+int32_t dg_cap(const uint8_t *buf, const int64_t *starts, const int64_t *ends,
+               const uint64_t *ids, int64_t n, dg_counter *ctr, int64_t *state, int64_t keep,
+               int64_t keep_late, int64_t budget, uint8_t *drop) {
+    int64_t skipping = state[0], parsed = state[1], late = state[2];
+    int64_t limit = parsed < budget ? keep : keep_late;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t a = starts[i], b = ends[i];
+        drop[i] = 0;
+        if (a == b) continue;
+        uint8_t c = buf[a];
+        if (c == ' ' || c == '\t') {
+            if (skipping && !blank_bytes(buf, a, b)) drop[i] = 1;
+            else parsed++;
+            continue;
+        }
+        if ((c == 13 || c == 11 || c == 12) && blank_bytes(buf, a, b - a > 160 ? a + 160 : b))
+            continue;
+        if (2 * (ctr->n + 1) > ctr->cap && !counter_grow(ctr)) {
+            state[0] = skipping; state[1] = parsed; state[2] = late;
+            return -1;
+        }
+        int64_t seen = ++*counter_slot(ctr, ids[i]);
+        skipping = seen > limit;
+        if (skipping) {
+            drop[i] = 1;
+            if (seen <= keep) late++;
+        } else {
+            parsed++;
+            if (parsed >= budget) limit = keep_late;
+        }
+    }
+    state[0] = skipping; state[1] = parsed; state[2] = late;
     return 0;
 }

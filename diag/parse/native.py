@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Automaton", "Counter", "Native", "build", "library_name", "load", "loaded"]
+__all__ = ["Automaton", "Counter", "Native", "build", "cap", "library_name", "load", "loaded"]
 
 SOURCE = Path(__file__).with_name("_scan.c")
 _FLAGS = ("-O2", "-shared", "-fPIC", "-std=c99")
@@ -91,6 +91,9 @@ class Native:
         lib.dg_newlines.restype = ctypes.c_int64
         lib.dg_newlines.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                     ctypes.c_int64]
+        lib.dg_newlines_flags.restype = ctypes.c_int64
+        lib.dg_newlines_flags.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                                          ctypes.c_int64, ctypes.c_void_p]
         lib.dg_utf8_valid.restype = ctypes.c_int32
         lib.dg_utf8_valid.argtypes = [ctypes.c_void_p, ctypes.c_int64]
         lib.dg_nonblank.restype = None
@@ -108,9 +111,11 @@ class Native:
         lib.dg_counter_new.argtypes = []
         lib.dg_counter_free.restype = None
         lib.dg_counter_free.argtypes = [ctypes.c_void_p]
-        lib.dg_counter_add.restype = ctypes.c_int32
-        lib.dg_counter_add.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                       ctypes.c_void_p]
+        lib.dg_cap.restype = ctypes.c_int32
+        lib.dg_cap.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                               ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                               ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                               ctypes.c_void_p]
         self._programs: dict[tuple[Any, ...], tuple[Any, bytes, int, int]] = {}
 
     def find(self, chunk: bytes | bytearray, needle: bytes, rare: int = 0) -> int:
@@ -120,16 +125,23 @@ class Native:
 
     def newlines(self, chunk: bytes | bytearray) -> Any:
         """The offsets of the newlines of ``chunk`` (numpy int64)."""
+        return self.newlines_flags(chunk)[0]
+
+    def newlines_flags(self, chunk: bytes | bytearray) -> tuple[Any, int]:
+        """(the offsets of the newlines of ``chunk``, flags): bit 0 set when ``chunk`` may
+        hold a NUL byte, bit 1 when it may hold a byte past ASCII (both unsure: set)."""
         import numpy as np
 
         addr = _addr(chunk)
         guess = len(chunk) // 64 + 16
         out = np.empty(guess, dtype=np.int64)
-        n = int(self.lib.dg_newlines(addr, len(chunk), out.ctypes.data, guess))
+        flags = ctypes.c_int32(3)
+        n = int(self.lib.dg_newlines_flags(addr, len(chunk), out.ctypes.data, guess,
+                                           ctypes.byref(flags)))
         if n > guess:
             out = np.empty(n, dtype=np.int64)
             self.lib.dg_newlines(addr, len(chunk), out.ctypes.data, n)
-        return out[:n]
+        return out[:n], int(flags.value) if chunk else 0
 
     def utf8_valid(self, chunk: bytes | bytearray) -> bool:
         """Whether ``chunk`` decodes as strict UTF-8 (without building the text)."""
@@ -210,7 +222,8 @@ class Native:
 
 
 class Counter:
-    """A count per 64-bit key, kept in C (the repeat cap's kinds over a run)."""
+    """A count per 64-bit key, kept in C (the repeat cap's kinds over a run; see
+    :func:`cap`)."""
 
     def __init__(self, native: Native) -> None:
         self._native = native
@@ -225,17 +238,27 @@ class Counter:
             self._native.lib.dg_counter_free(ptr)
             self._ptr = None
 
-    def add(self, keys: Any) -> Any:
-        """Count each key of ``keys`` (in order): its count after it (numpy int64; the
-        i-th occurrence of a key over all calls reads i)."""
-        import numpy as np
 
-        keys = np.ascontiguousarray(keys, dtype=np.uint64)
-        seen = np.empty(len(keys), dtype=np.int64)
-        if len(keys) and self._native.lib.dg_counter_add(
-                self._ptr, keys.ctypes.data, len(keys), seen.ctypes.data) != 0:
-            raise MemoryError("the scanner's counter could not grow")
-        return seen
+def cap(counter: Counter, chunk: bytes | bytearray, starts: Any, ends: Any, ids: Any,
+        state: list[int], keep: int, keep_late: int, budget: int) -> Any:
+    """The repeat cap over the candidate lines [starts[i], ends[i]) of ``chunk`` in order
+    (kinds ``ids``, counted in ``counter``); ``state``: [skipping, parsed, late], updated.
+    Returns which lines are dropped (numpy bool). See ``dg_cap`` in ``_scan.c``."""
+    import numpy as np
+
+    nat = counter._native
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    ends = np.ascontiguousarray(ends, dtype=np.int64)
+    ids = np.ascontiguousarray(ids, dtype=np.uint64)
+    st = np.array(state, dtype=np.int64)
+    drop = np.zeros(len(starts), dtype=np.uint8)
+    if len(starts) and nat.lib.dg_cap(_addr(chunk), starts.ctypes.data, ends.ctypes.data,
+                                      ids.ctypes.data, len(starts), counter._ptr,
+                                      st.ctypes.data, keep, keep_late, budget,
+                                      drop.ctypes.data) != 0:
+        raise MemoryError("the scanner's counter could not grow")
+    state[:] = st.tolist()
+    return drop.view(bool)
 
 
 def _addr(chunk: bytes | bytearray) -> int:

@@ -105,13 +105,15 @@ class RepeatCap:
     :data:`REPEAT_BUDGET` lines parsed under the cap (all kinds together), a kind is
     parsed only :data:`REPEAT_KEEP_LATE` times (``late`` counts the lines that cut).
 
-    Decided per chunk in columns: each head line's kind is cut and digit-stripped by
+    With diag's compiled scanner, decided per chunk in one compiled pass (``dg_cap``:
+    :meth:`split_lines`'s loop over the kinds' 64-bit hashes, counted in one C table for
+    the run). Without it, in columns: each head line's kind is cut and digit-stripped by
     C-level ``map`` calls and numbered through one dict (a kind's number is the first one
     handed out for it); how many times each kind was seen before a line follows from a
     sort of those numbers; whether an indented line follows a dropped head from a running
     maximum; the point where the budget is spent from a cumulative sum (past it the
     chunk's rest is decided again with the late limit). The result is that of
-    :meth:`split_lines`, the line-by-line loop it replaces (tests compare the two)."""
+    :meth:`split_lines`, the line-by-line loop both replace (tests compare them)."""
 
     __slots__ = ("count", "counter", "ids", "late", "native", "next_id", "parsed", "skipping")
 
@@ -121,7 +123,7 @@ class RepeatCap:
         their bytes."""
         self.native = native
         self.ids: dict[bytes, int] = {}  # kind -> its number
-        self.count: dict[int, int] = {}  # kind number (or hash) -> lines of that kind seen
+        self.count: dict[int, int] = {}  # kind number -> lines of that kind seen
         self.counter: Any = None  # the same in C (compiled scanner: kinds are hashes)
         self.next_id = 0
         self.skipping = False
@@ -151,18 +153,20 @@ class RepeatCap:
             starts, ends = lines.cand_starts[free:], lines.cand_ends[free:]
         else:
             starts, ends = lines.bounds_np(idx)
+        if callable(self.native):
+            self.native = self.native()
+        if self.native is not None:
+            kept, dropped = self._split_native(chunk, idx, starts, ends, pre, free)
+            return head_free + kept, dropped
         arr = np.frombuffer(chunk, dtype=np.uint8)
         empty = starts == ends
         first = arr[np.minimum(starts, max(len(arr) - 1, 0))] if len(arr) else (
             np.zeros(n, dtype=np.uint8))
         indented = ~empty & ((first == 32) | (first == 9))
         head = ~empty & ~indented
-        if callable(self.native):
-            self.native = self.native()
-        nat = self.native
-        # (bytes: a kind is a dict key; a chunk of few candidates is not copied whole)
-        data = bytes(chunk) if isinstance(chunk, bytearray) and n > 256 and nat is None else (
-            chunk)
+        # (without the scanner: kinds are told apart by their bytes, numbered through a
+        # dict; bytes: a kind is a dict key; a chunk of few candidates is not copied whole)
+        data = bytes(chunk) if isinstance(chunk, bytearray) and n > 256 else chunk
         ctl = np.flatnonzero(head & ((first == 13) | (first == 11) | (first == 12)))
         for j in ctl.tolist():  # a line of only control white space: kept, like a blank
             a = int(starts[j])
@@ -173,55 +177,34 @@ class RepeatCap:
         if len(hpos):
             hs = starts[hpos]
             he = np.minimum(ends[hpos], hs + 160)
-            ids: Any
-            if pre is not None:
-                ids = pre[free:][hpos]
-            elif nat is not None:
-                # compiled: a 64-bit hash of each kind (the kinds themselves never built)
-                ids = nat.kinds(data, hs, he)
-            else:
-                cut: Iterator[Any] = map(data.__getitem__, map(slice, hs.tolist(), he.tolist()))
-                raws: Iterator[bytes] = map(bytes, cut) if isinstance(data, bytearray) else cut
-                kinds = map(bytes.translate, raws, repeat(None), repeat(b"0123456789"))
-                ids = np.fromiter(map(self.ids.setdefault, kinds, count(self.next_id)),
-                                  dtype=np.int64, count=len(hpos))
-                self.next_id += len(hpos)
-            if nat is not None:
-                # the kinds' hashes counted in C, in order (one table for the run)
-                if self.counter is None:
-                    from diag.parse.native import Counter
-
-                    self.counter = Counter(nat)
-                seen[hpos] = self.counter.add(ids)
-            else:
-                uniq, inv, cnt = np.unique(ids, return_inverse=True, return_counts=True)
-                inv = inv.reshape(-1)
-                counts = self.count
-                prior = np.array([counts.get(u, 0) for u in uniq.tolist()], dtype=np.int64)
-                order = np.argsort(inv, kind="stable")
-                group0 = np.concatenate(([0], np.cumsum(cnt)[:-1]))
-                rank = np.empty(len(hpos), dtype=np.int64)
-                rank[order] = np.arange(len(hpos)) - group0[inv[order]]
-                seen[hpos] = prior[inv] + rank + 1
-                for u, total in zip(uniq.tolist(), (prior + cnt).tolist(), strict=True):
-                    counts[u] = total
+            cut: Iterator[Any] = map(data.__getitem__, map(slice, hs.tolist(), he.tolist()))
+            raws: Iterator[bytes] = map(bytes, cut) if isinstance(data, bytearray) else cut
+            kinds = map(bytes.translate, raws, repeat(None), repeat(b"0123456789"))
+            ids = np.fromiter(map(self.ids.setdefault, kinds, count(self.next_id)),
+                              dtype=np.int64, count=len(hpos))
+            self.next_id += len(hpos)
+            uniq, inv, cnt = np.unique(ids, return_inverse=True, return_counts=True)
+            inv = inv.reshape(-1)
+            counts = self.count
+            prior = np.array([counts.get(u, 0) for u in uniq.tolist()], dtype=np.int64)
+            order = np.argsort(inv, kind="stable")
+            group0 = np.concatenate(([0], np.cumsum(cnt)[:-1]))
+            rank = np.empty(len(hpos), dtype=np.int64)
+            rank[order] = np.arange(len(hpos)) - group0[inv[order]]
+            seen[hpos] = prior[inv] + rank + 1
+            for u, total in zip(uniq.tolist(), (prior + cnt).tolist(), strict=True):
+                counts[u] = total
         pos = np.arange(n)
         lasthead = np.maximum.accumulate(np.where(head, pos, -1))
         ind_pos = np.flatnonzero(indented)
-        ind_full: Any = None  # per indented line: not blank (computed in C, once)
-        if nat is not None and len(ind_pos):
-            ind_full = nat.nonblank(data, starts[ind_pos], ends[ind_pos])
 
         def decide(limit: Any) -> tuple[Any, Any]:
             drop = head & (seen > limit)
             # an indented line after a dropped head is dropped too (unless blank)
             state = np.where(lasthead >= 0, drop[np.maximum(lasthead, 0)], self.skipping)
-            if ind_full is not None:
-                drop[ind_pos[state[ind_pos] & ind_full]] = True
-            else:
-                for j in ind_pos[state[ind_pos]].tolist():
-                    if data[int(starts[j]) : int(ends[j])].strip():
-                        drop[j] = True
+            for j in ind_pos[state[ind_pos]].tolist():
+                if data[int(starts[j]) : int(ends[j])].strip():
+                    drop[j] = True
             kept = ~drop & (head | indented)
             return drop, kept
 
@@ -240,6 +223,29 @@ class RepeatCap:
         if len(hpos):
             self.skipping = bool(drop[hpos[-1]])
         return head_free + idx[~drop].tolist(), idx[drop].astype(np.int64, copy=False)
+
+    def _split_native(
+        self, chunk: bytes | bytearray, idx: Any, starts: Any, ends: Any, pre: Any, free: int
+    ) -> tuple[list[int], Any]:
+        """:meth:`split` past the free lines, in one compiled pass (``dg_cap``: the loop of
+        :meth:`split_lines` over the kinds' hashes); the kept lines after the free ones
+        (a list) and the dropped ones (numpy int64)."""
+        import numpy as np
+
+        from diag.parse.native import Counter, cap
+
+        nat = self.native
+        if pre is not None:
+            ids = pre[free:]
+        else:
+            ids = nat.kinds(chunk, starts, np.minimum(ends, starts + 160))
+        if self.counter is None:
+            self.counter = Counter(nat)
+        state = [int(self.skipping), self.parsed, self.late]
+        drop = cap(self.counter, chunk, starts, ends, ids, state, REPEAT_KEEP,
+                   REPEAT_KEEP_LATE, REPEAT_BUDGET)
+        self.skipping, self.parsed, self.late = bool(state[0]), state[1], state[2]
+        return idx[~drop].tolist(), idx[drop].astype(np.int64, copy=False)
 
     def prepare(self, chunk: bytes | bytearray, lines: Lines) -> Lines:
         """``lines`` with its candidates' bounds and kind hashes (compiled scanner only;
@@ -340,14 +346,17 @@ class _Run:
             self.col.engine = self._matcher.engine
         return self._matcher
 
-    def _bytes_stats(self, chunk: bytes | bytearray, scanner: Any = None) -> None:
+    def _bytes_stats(self, chunk: bytes | bytearray, scanner: Any = None,
+                     flags: int = 3) -> None:
         """NUL bytes and invalid UTF-8 in ``chunk`` (counted alike on both paths);
         ``scanner``: diag's compiled scanner, which looks for a NUL and tells valid UTF-8
-        without decoding (and lets the read-ahead thread run meanwhile)."""
+        without decoding (and lets the read-ahead thread run meanwhile); ``flags``: what
+        its newline pass saw (:attr:`Lines.byte_flags`: no NUL, no byte past ASCII, when
+        clear), so plain ASCII is not looked at again."""
         if scanner is not None:
-            if scanner.find(chunk, b"\x00") >= 0:
+            if flags & 1 and scanner.find(chunk, b"\x00") >= 0:
                 self.col.nul_bytes += chunk.count(b"\x00")
-            if not scanner.utf8_valid(chunk):
+            if flags & 2 and not scanner.utf8_valid(chunk):
                 self.col.undecodable += decode(chunk)[1]
             return
         if b"\x00" in chunk:
@@ -391,7 +400,7 @@ class _Run:
         from diag.parse.prefilter import SourceScan
 
         assert isinstance(scan, SourceScan)
-        self._bytes_stats(chunk, native.load())
+        self._bytes_stats(chunk, native.load(), lines.byte_flags)
         present = lines.present
         scan_chunk(self.col.serving, chunk, name, lineno, present, lines.nl, lines.label_at)
         kept, dropped = self.cap.split(self.glines, chunk, lines, lines.candidates)

@@ -160,6 +160,9 @@ class Lines:
     cand_starts: Any = None
     cand_ends: Any = None
     cand_kinds: Any = None
+    # bit 0: the chunk may hold a NUL byte; bit 1: a byte past ASCII (found by the
+    # compiled newline pass; both set when unknown)
+    byte_flags: int = 3
 
     def __len__(self) -> int:
         n = len(self.nl)
@@ -291,8 +294,12 @@ class Matcher:
         """The lines of ``chunk`` (whole lines; the last may lack its newline); ``nl``:
         its newline offsets, when already known."""
         np = self._np
+        byte_flags = 3
         if nl is None:
-            nl = self.newlines(chunk)
+            if self._nat is not None:
+                nl, byte_flags = self._nat.newlines_flags(chunk)
+            else:
+                nl = self.newlines(chunk)
         size = len(chunk)
         label_at: dict[str, Any] | None = None
         n_lines = len(nl) + (1 if size and (not len(nl) or int(nl[-1]) != size - 1) else 0)
@@ -311,7 +318,7 @@ class Matcher:
         if size and (chunk[:1] in (b" ", b"\t") or (chunk[:1] == b"#" and chunk[1:2].isdigit())):
             cands = np.union1d(cands, np.array([0], dtype=np.int64))
         return Lines(nl=nl, size=size, candidates=cands, present=present, label_at=label_at,
-                     looked_for=self._looked_for)
+                     looked_for=self._looked_for, byte_flags=byte_flags)
 
     def _hyperscan(
         self, chunk: bytes | bytearray, nl: Any, n_lines: int
