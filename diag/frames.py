@@ -151,6 +151,15 @@ _REQUEST_FUNCS = frozenset(
         "v1_completions",
     }
 )
+# the step names above with their phase (a cut callee name is looked up by its prefix)
+_NAMED_STEPS: tuple[tuple[frozenset[str], str], ...] = (
+    (_DIST_FUNCS, "dist_init"),
+    (_WEIGHT_FUNCS, "weights_load"),
+    (_KV_FUNCS, "kv_cache"),
+    (_GRAPH_FUNCS, "cuda_graph"),
+    (_SERVING_FUNCS, "serving"),
+    (_WARMUP_FUNCS, "warmup"),
+)
 # A model's or a layer's own module (vllm/model_executor/models|layers/, sglang/srt/
 # models|layers/): its constructor runs while the model is built (LABELS.md: weights_load);
 # its forward runs in any later step, which the frames alone do not tell
@@ -253,6 +262,21 @@ def _lines(rec: Record) -> Iterator[tuple[int, str]]:
 
 
 _CALL = re.compile(r"^\s*(?:[\w.\[\]()]+\s*=\s*)?(?:await\s+)?(?:[\w.]+\.)?(\w+)\(")
+# a source line the paste cut inside the callee's name (`    scheduler.eve`): its prefix
+_CUT_CALL = re.compile(r"^\s*(?:[\w.\[\]()]+\s*=\s*)?(?:await\s+)?(?:[\w.]+\.)?(\w{3,})$")
+
+
+def _cut_call_phase(prefix: str) -> tuple[str, str] | None:
+    """(name, phase) for a callee name the paste cut: the one phase every step name that
+    begins so maps to (``eve`` -> the event loops -> serving); None when they disagree."""
+    names = [
+        (name, phase)
+        for names, phase in _NAMED_STEPS
+        for name in names
+        if name.startswith(prefix)
+    ]
+    phases = {phase for _, phase in names}
+    return (names[0][0], names[0][1]) if len(phases) == 1 else None
 _TB_START = re.compile(r"Traceback \(most recent call last\)|\(most recent call first\)")
 
 
@@ -291,6 +315,11 @@ def frame_events(records: Sequence[Record]) -> list[Event]:
     from diag.timeline import advance
 
     out: list[Event] = []
+    last_line: dict[str, int] = {}
+    for r in records:
+        end = r.line + len(r.continuation)
+        if end > last_line.get(r.source, 0):
+            last_line[r.source] = end
     for st in _stacks(records):
         if st.innermost_first:
             frames = list(reversed(st.frames))
@@ -303,6 +332,15 @@ def frame_events(records: Sequence[Record]) -> list[Event]:
                 call = _CALL.search(text)
                 if call is not None:
                     calls[i] = (line, call.group(1))
+                elif (
+                    i == len(st.frames) - 1
+                    and line == last_line.get(st.source)
+                    and (cut := _CUT_CALL.match(text)) is not None
+                ):
+                    # the window ends inside the last call's name
+                    named = _cut_call_phase(cut.group(1))
+                    if named is not None:
+                        calls[i] = (line, named[0])
             frames = []
             for i, (line, path, func) in enumerate(st.frames):
                 frames.append((line, path, func))

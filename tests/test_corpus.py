@@ -147,6 +147,26 @@ TUNING_XFAIL: dict[str, str] = {
         "newlines, Triton's own 'At:' frame list); env.version_mismatch is inferred from an "
         "unexpected keyword argument"
     ),
+    # gather s11 (2026-12-05), each scored before any change made for it
+    "stacks/comfyui-windows-15gb-clip-safetensors-get-tensor-access-violation-hand-condensed-stack": (  # noqa: E501
+        "new case (gather s11): the reporter rewrote the stack by hand (`path line N in func "
+        "(...)`), in no dump format; reading free text as frames would take prose for stacks"
+    ),
+    "stacks/hordelib-comfyui-horde-worker-windows-tiled-vae-decode-active-executor-join-window": (  # noqa: E501
+        "new case (gather s11): cuda_sync rests on LABELS.md's released-GIL rule alone, for a "
+        "thread in an image worker's VAE decode; diag reads the executor's join it shows as a "
+        "lock wait, and keeps the released-GIL reading to serving workers"
+    ),
+    "vllm/lmcache-nixl-pd-decode-nixl-err-backend-enginedead-post-500-interleaved-traceback": (  # noqa: E501
+        "new case (gather s11): serving from a POST answered 500 after EngineDeadError; diag "
+        "reads a 5xx after the engine said it died as no request served (listening), which "
+        "an earlier tuning label needed"
+    ),
+    "vllm/sleep-mode-post-wake-up-500-asgi-exception-two-apiserver-pids-cut": (
+        "new case (gather s11): serving from an operator's POST /wake_up answered 500; "
+        "LABELS.md's serving markers are batches, throughput and inference routes, and diag "
+        "does not count a sleep-mode control call as a request served"
+    ),
 }
 
 MIN_PASS_RATIO = 0.90  # old cases: at most 10% xfailed

@@ -6,6 +6,7 @@ safe to run on every line (idempotent, clean lines untouched, wrapped = clean re
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -395,3 +396,46 @@ def test_a_gutter_inside_a_per_line_wrapper_comes_off() -> None:
     a = analyze_text("".join(stamp + b + "\n" for b in body))
     assert a.last_phase == "kv_cache"
     assert "python.exception" in {f.id for f in a.findings}
+
+
+# --- a launcher's own prefix, learned per source ------------------------------------------
+
+_VLLM_LINES = [
+    "INFO 05-12 10:11:12 [__init__.py:239] Automatically detected platform cuda.",
+    "INFO 05-12 10:11:14 [api_server.py:1043] vLLM API server version 0.8.5",
+    "Traceback (most recent call last):",
+    '  File "/x/vllm/v1/engine/core.py", line 390, in run_engine_core',
+    "    engine_core = EngineCoreProc(*args, **kwargs)",
+    "RuntimeError: boom",
+]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda i: "vLLM STDOUT: ",
+        lambda i: "worker-1 >> ",
+        lambda i: f"2025-03-01 10:00:{i:02d}.123  >> ",
+    ],
+)
+def test_a_launchers_prefix_of_one_shape_is_a_gutter(make: Callable[[int], str]) -> None:
+    lines = [make(i) + ln for i, ln in enumerate(_VLLM_LINES)]
+    u = SourceUnwrapper(lines)
+    assert [g for g in u.gutters if g.startswith("prefix:")]
+    assert [u.strip_gutters(ln)[0] for ln in lines] == _VLLM_LINES
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        _VLLM_LINES,  # no prefix at all
+        # progress bars share their label: it is no prefix
+        [f"Loading safetensors checkpoint shards:  {p}% Completed | {p}/100 [00:01<00:02]"
+         for p in range(10, 90, 10)] + _VLLM_LINES[:2],
+        # a process or rank prefix is the framework's own attribution
+        [f"(VllmWorker TP{i % 2} pid=12{i}) {ln}" for i, ln in enumerate(_VLLM_LINES)],
+        [f"[rank{i % 2}]: {ln}" for i, ln in enumerate(_VLLM_LINES)],
+    ],
+)
+def test_no_prefix_gutter_where_none_was_added(lines: list[str]) -> None:
+    assert not [g for g in SourceUnwrapper(lines).gutters if g.startswith("prefix:")]

@@ -323,3 +323,52 @@ def test_shell_job_report_with_a_core_is_a_kill() -> None:
         "./start.sh: line 22:  5255 Aborted                    (core dumped) vllm serve m\n"
     )
     assert "process.killed" in {x.id for x in analyze_text(text).findings}
+
+
+_HANDLER_TB = (
+    "Traceback (most recent call last):\n"
+    '  File "/x/sglang/srt/entrypoints/openai/serving_base.py", line 45, in handle_request\n'
+    "    return await self._handle_non_streaming_request(\n"
+    '  File "/x/sglang/srt/entrypoints/openai/serving_chat.py", line 785, in _build_chat_response\n'
+    "    raise ValueError(\n"
+    "ValueError: Expected 2 output messages (reasoning and final), but got 3.\n"
+)
+
+
+@pytest.mark.parametrize("stamp", ["", "2025-03-01T10:00:00.123456789Z stdout F "])
+def test_a_request_handlers_logged_exception_does_not_end_the_run(stamp: str) -> None:
+    """SGLang's serving_base.handle_request logs `Error in request: ...` with its traceback
+    and answers that request with a 500; the server goes on (diag/data/handled_errors.tsv,
+    from the sources' logger.exception calls in entrypoints/)."""
+    text = "[2025-08-08 16:52:59] Error in request: Expected 2 output messages\n" + _HANDLER_TB
+    text = "".join(stamp + ln + "\n" for ln in text.splitlines())
+    assert "python.exception" not in {x.id for x in analyze_text(text).findings}
+    crash = "[2025-08-08 16:52:59 TP0] Scheduler hit an exception: " + _HANDLER_TB
+    assert "python.exception" in {x.id for x in analyze_text(crash).findings}
+
+
+def test_the_handled_messages_are_generated_from_the_table() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location(
+        "gen_handled_errors", root / "tools" / "gen_handled_errors.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    data = (root / "diag" / "data" / "handled_errors.tsv").read_text(encoding="utf-8")
+    assert data == mod.render(), "run tools/gen_handled_errors.py"
+    assert "Error\\ in\\ request:" in data
+
+
+def test_a_source_line_cut_inside_the_callee_name_at_the_end() -> None:
+    text = (
+        "[2026-04-23 07:32:10 TP3] Scheduler hit an exception: Traceback (most recent call last):\n"  # noqa: E501
+        '  File "/x/sglang/srt/managers/scheduler.py", line 3277, in run_scheduler_process\n'
+        "    scheduler.eve"
+    )
+    assert analyze_text(text).last_phase == "serving"
+    # the same cut in the middle of a paste names nothing
+    assert analyze_text(text + "\nINFO: something else\n").last_phase == "launch"

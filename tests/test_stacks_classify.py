@@ -427,6 +427,42 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         ("TorchCompileWithNoGuardsWrapper.aot_compile (vllm/compilation/wrapper.py:185)",),
     ),
     (
+        "triton-driver-build",
+        "stack.jit_compile",
+        (
+            "create_module (<frozen importlib._bootstrap_external>:1320)",
+            "compile_module_from_src (triton/backends/nvidia/driver.py:71)",
+            "__init__ (triton/backends/nvidia/driver.py:500)",
+        ),
+    ),
+    (
+        "xla-compile",
+        "stack.jit_compile",
+        (
+            "backend_compile (jax/_src/compiler.py:267)",
+            "wrapper (jax/_src/profiler.py:334)",
+            "compile_or_get_cached (jax/_src/compiler.py:490)",
+        ),
+    ),
+    (
+        "xla-compile-native",
+        "stack.jit_compile",
+        (
+            "_Unwind_Backtrace (libgcc_s.so.1)",
+            "xla::gpu::GpuCompiler::RunBackend (xla_cuda_plugin.so)",
+        ),
+    ),
+    (
+        "mpi-collective-native",
+        "stack.nccl_collective",
+        (
+            "MPIDI_CH3I_Progress (libmpi.so.12)",
+            "MPIC_Recv (libmpi.so.12)",
+            "MPIR_Bcast_intra_binomial (libmpi.so.12)",
+            "PMPI_Bcast (libmpi.so.12)",
+        ),
+    ),
+    (
         "triton-compile",
         "stack.jit_compile",
         (

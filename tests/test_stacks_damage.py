@@ -137,6 +137,14 @@ KNOWN_BROKEN: set[tuple[str, str]] = {
     # glued with no space at all: frame names run into the frame before them
     ("newlines lost, nothing left", "ray-053-rllib-ppo-gpu-hang-ray-stack-workers-idle-local-scheduler"),  # noqa: E501
     ("newlines lost, nothing left", "sglang-hicache-qwen3-32b-fp8-tp0-writing-check-all-reduce-while-tp1-syncs"),  # noqa: E501
+    # gather s11: a thread header glued after the reporter's prose ("...如下所示：0卡： Thread
+    # 59633 (active):"), whose frames then lose their indentation: nothing ties them to it
+    ("indentation lost", "ms-swift-grpo-qwen35-colocated-vllm-symm-mem-all-reduce-step105-window"),  # noqa: E501
+    ("no-break spaces", "ms-swift-grpo-qwen35-colocated-vllm-symm-mem-all-reduce-step105-window"),  # noqa: E501
+    # gather s11: a markdown-quoted gdb backtrace under a second wrapper (a Ray prefix, or
+    # the quote's '>' escaped as '&gt;'): the quote is no longer the line's first text
+    ("Ray prefix", "dlio-mpich-mpi4py-bcast-gdb-quoted-one-rank-in-allreduce-window"),
+    ("HTML entities", "dlio-mpich-mpi4py-bcast-gdb-quoted-one-rank-in-allreduce-window"),
 }
 
 

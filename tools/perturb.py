@@ -401,6 +401,12 @@ PERTURBATIONS: dict[str, Perturb] = {
     "html-escaped": _html_escaped,
     "tabs": _tabs,
     "mid-line": _mid_line,
+    # a launcher of its own format (one no rule of diag names): a constant word prefix on
+    # every line, and the launcher's own stamp before a bar
+    "launcher-prefix": _prefix(lambda i, r: "vLLM STDOUT: "),
+    "launcher-stamp": _prefix(
+        lambda i, r: f"2025-03-01 10:{(i // 60) % 60:02d}:{i % 60:02d}.{r.randrange(1000):03d} >> "
+    ),
 }
 
 # what a perturbation may legitimately change: a silence measured from time stamps is

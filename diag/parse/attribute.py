@@ -39,6 +39,11 @@ def _catalogue() -> Catalogue:
 _LOG_LINE = re.compile(
     r"^(?:[\w.]+(?:Error|Exception|Interrupt|Exit)(?:: |$)|Killed$|Aborted(?: \(core dumped\))?$|"
     r"Segmentation fault|terminate called after throwing|Fatal Python error: |"
+    # a shell's report of a job a signal ended (bash: "./run.sh: line 22:  5255 Aborted
+    # (core dumped) vllm serve ..."); ROCm's runtime on a GPU fault (ROCR-Runtime:
+    # "Memory access fault by GPU node-1 (Agent handle: ...)", "HW Exception by GPU node-1")
+    r".*: line \d+: +\d+ (?:Killed|Aborted|Segmentation fault|Bus error)\b|"
+    r"(?:Memory access fault|HW Exception) by GPU node-\d+|"
     r'(?:\((?:Python|C)\) )?File "[^"]+", line \d+,? in \S+|'  # traceback/faulthandler/pystack
     r"#\d+ \S+ from \S+:\d+$|"  # a frame of torch's failed-collective report
     r"[\w<>.]+ \([^()\s]+\.py:\d+\)$|"  # a py-spy frame (a dump's frames without a header)

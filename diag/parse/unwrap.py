@@ -429,6 +429,11 @@ class SourceUnwrapper:
                 if m:
                     line = line[m.end() :]
                     self.counts["bar"] += 1
+            elif g.startswith("prefix:"):
+                m = _compiled_prefix(g[7:]).match(line)
+                if m:
+                    line = line[m.end() :]
+                    self.counts["prefix"] += 1
             elif g.startswith("label:"):
                 word = g[6:]
                 if line.startswith(word) and line[len(word) : len(word) + 1] in (" ", ""):
@@ -605,6 +610,18 @@ def paste_indent(lines: list[str]) -> str:
     return common if starts * 2 >= len(mine) else ""
 
 
+_PREFIX_CACHE: dict[str, re.Pattern[str]] = {}
+
+
+def _compiled_prefix(rx: str) -> re.Pattern[str]:
+    pattern = _PREFIX_CACHE.get(rx)
+    if pattern is None:
+        if len(_PREFIX_CACHE) > 64:
+            _PREFIX_CACHE.clear()
+        pattern = _PREFIX_CACHE[rx] = re.compile(rx)
+    return pattern
+
+
 def detect_gutters(lines: list[str]) -> tuple[str, ...]:
     """The ambiguous gutters that most of ``lines`` (non-blank) carry."""
     n = len(lines)
@@ -628,7 +645,92 @@ def detect_gutters(lines: list[str]) -> tuple[str, ...]:
             out.append("bar")
         elif (label := _label_gutter(lines, need)) is not None:
             out.append("label:" + label)
+        elif (shape := _prefix_gutter(lines, need)) is not None:
+            out.append("prefix:" + shape)
     return tuple(out)
+
+
+# where a framework's own line begins (SGLang's stamp, vLLM's level and stamp or its process
+# prefix, uvicorn's level, an NCCL line, a traceback): a wrapper's prefix is what comes before
+_FRAMEWORK_HEAD = re.compile(
+    r"\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d|"
+    r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d|"
+    r"\((?:[A-Za-z][\w\-]{0,80}\s*)?(?:rank=\d{1,9}\s*)?pid=\d{1,9}(?:, ip=[\d.]+)?\) |"
+    r"(?:INFO|WARNING|ERROR):\s{2,}|\S+:\d+:\d+ \[\d+\] NCCL |Traceback \(most recent call"
+)
+_PREFIX_END = frozenset(" \t|:>])-")
+_OWN_PREFIX = re.compile(
+    r"pid=|rank|\b(?:TP|PP|DP|EP|CP)[0-9_]|\x1b|\^\[|\.py:[0-9]|\((?:Python|C)\)|"
+    r"\b(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\b",  # a level: the line's own head
+    re.I,
+)
+# a traceback's own lines (an indented source line is not: any text can be indented)
+_TRACE_LINE = re.compile(
+    r'\s*File "|Traceback \(most recent call|[A-Za-z_][\w.]*(?:Error|Exception)\b|'
+    r"During handling of the above exception|The above exception was the direct cause|"
+    r"[^|\n]{0,160}?\b\d{1,3}%\|"  # a progress bar's line
+)
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def _starts_known(line: str) -> bool:
+    """A line that begins as a framework's own line or a traceback's."""
+    return _FRAMEWORK_HEAD.match(line) is not None or _TRACE_LINE.match(line) is not None
+
+
+def _prefix_gutter(lines: list[str], need: int) -> str | None:
+    """A wrapper's prefix of one shape before most lines, which no per-line rule knows (a
+    launcher's ``vLLM STDOUT: ``, ``worker-1 >> ``, its own stamp ``2025-03-01 10:00:12.123
+    | ``): cut candidates end at a separator in a line's first 60 characters, digits free;
+    the one that most lines carry and after which most lines read as log or traceback
+    lines (and more than before) wins. Its regex, else None."""
+    shapes: Counter[str] = Counter()
+    for ln in lines:
+        if ln[:1] in (" ", "\t"):
+            continue  # indentation is no prefix
+        seen: set[str] = set()
+        for i in range(2, min(len(ln) - 1, 60) + 1):  # never the whole line
+            if ln[i - 1] in _PREFIX_END and (ln[i - 1] == " " or ln[i] == " "):
+                shape = _DIGITS.sub("0", ln[:i])
+                if shape not in seen:
+                    seen.add(shape)
+                    shapes[shape] += 1
+    # a prefix that names a process or a rank is the framework's (or torch's, Ray's) own
+    # attribution, read by the grammars: never a gutter to drop
+    candidates = [
+        sh
+        for sh, n in shapes.items()
+        if n >= need
+        and not _OWN_PREFIX.search(sh)
+        and any(c.isalnum() for c in sh)  # punctuation alone: a quote or a bar, read above
+        and not _LEVEL_WORD.fullmatch(sh.strip(" :|-[]"))  # a level is the line's own
+    ]
+    if not candidates:
+        return None
+    if sum(1 for ln in lines if unwrap_line(ln)[1] is not None) * 2 >= len(lines):
+        return None  # a per-line wrapper diag reads (its stamp kept) already explains them
+    known_before = [_starts_known(ln) or unwrap_line(ln)[1] is not None for ln in lines]
+    best: tuple[int, int, str] | None = None
+    for shape in candidates:
+        rx = "".join(
+            r"[0-9]+" if part == "0" else re.escape(part)
+            for part in re.split(r"(0)", shape) if part
+        )
+        pattern = _compiled_prefix(rx)
+        before = after = total = 0
+        for ln, was in zip(lines, known_before, strict=True):
+            m = pattern.match(ln)
+            rest = ln[m.end() :] if m is not None else ln
+            if m is not None and not rest.strip():
+                continue  # the wrapper's prefix before an empty line: neither way
+            total += 1
+            before += was
+            after += _starts_known(rest)
+        if after * 3 < total or after <= before:
+            continue
+        if best is None or (after - before, len(shape)) > (best[0], best[1]):
+            best = (after - before, len(shape), rx)
+    return best[2] if best is not None else None
 
 
 # a log viewer's or runtime's name column before every line (a container's or pod's name:

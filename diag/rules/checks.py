@@ -422,8 +422,8 @@ def _hang_note(tail: Sequence[Record]) -> Record | None:
     """The last line when it is a reporter's short prose note that the run hung: no log
     format, no time, no level, not a frame or an exception, not indented."""
     last = next((r for r in reversed(tail) if r.message.strip()), None)
-    if last is None or last.continuation or last.grammar != "plain" or last.ts is not None:
-        return None
+    if last is None or last.continuation or last.grammar != "plain":
+        return None  # (a time may be a wrapper's stamp on the reporter's line)
     text = last.message
     if last.level is not None or last.pid is not None or last.process is not None:
         return None
@@ -813,10 +813,18 @@ def _cut_head(last: Record, before: Record) -> bool:
     """A last line that is only the start of the line before it (``Aug 19 1`` under
     ``Aug 19 18:34:30 host unit[8707]: ...``): the excerpt cut the next line inside the
     head every line of it begins with (a journald or container stamp, a prefix)."""
-    text = (last.raw or last.message).strip()
-    if last.continuation or not text or len(text) >= 48:
+    if last.continuation:
         return False
-    return (before.raw or before.message).startswith(text)
+    raw, prev = (last.raw or last.message), (before.raw or before.message)
+    text = raw.strip()
+    if not text or len(text) >= 48 + len(raw) - len(last.message.lstrip()):
+        return False
+    if prev.startswith(text):
+        return True
+    # under a per-line wrapper of one width (a container stamp): compare after it
+    msg = last.message.strip()
+    at = raw.find(msg) if msg else -1
+    return at > 0 and len(msg) < 48 and prev[at:].startswith(msg)
 
 
 def _cut_traceback(tail: Sequence[Record]) -> tuple[Record, Record] | None:

@@ -13,8 +13,10 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import datetime as dt
+import functools
 import time
 from collections.abc import Mapping, Sequence
+from importlib import resources
 from typing import Any
 
 import regex
@@ -159,6 +161,53 @@ def _no_exc_info(records: Sequence[Record], at: int, i: int) -> bool:
     return bool(nxt) and nxt[0].strip() == "NoneType: None"
 
 
+@functools.lru_cache(maxsize=1)
+def _handled_messages() -> regex.Pattern[str] | None:
+    """The messages SGLang's and vLLM's request handlers log with ``logger.exception``
+    after catching what one request raised (diag/data/handled_errors.tsv, generated from
+    the sources' message table by tools/gen_handled_errors.py)."""
+    try:
+        text = resources.files("diag.data").joinpath("handled_errors.tsv").read_text("utf-8")
+    except OSError:
+        return None
+    pats = [ln.split("\t", 1)[0] for ln in text.splitlines() if ln and not ln.startswith("#")]
+    return regex.compile("(?:" + "|".join(pats) + ")") if pats else None
+
+
+def _handled_request_error(records: Sequence[Record], at: int) -> bool:
+    """The exception line ends a traceback that a request handler logged after catching it
+    ("Error in request: ..." from SGLang's serving_base.handle_request, vLLM's "Error in
+    chat completion stream generator."): that request failed and was answered with an
+    error; the server went on. The head is the record the line belongs to, or the last
+    record before it that is no traceback line (a traceback whose lines lost their
+    indentation, or that a container stamp made records of their own)."""
+    handled = _handled_messages()
+    if handled is None:
+        return False
+    rec = records[at]
+    if handled.match(rec.message.strip()):
+        return True  # the exception line is inside the handler's own record
+    for j in range(at - 1, max(-1, at - 120), -1):
+        r = records[j]
+        if r.source != rec.source:
+            return False
+        if not _traceback_material(r.message):
+            return handled.match(r.message.strip()) is not None
+    return False
+
+
+_TB_MATERIAL = regex.compile(
+    r'^(?:File "|Traceback \(most recent call|During handling of the above|The above exception|'
+    r"[\^~ ]*$|-{2,}$|(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b)"
+)
+
+
+def _traceback_material(message: str) -> bool:
+    """A line of a traceback (a frame, its source line, carets, its header, an exception
+    line), also where a paste took its indentation away."""
+    return message[:1] in (" ", "\t") or _TB_MATERIAL.match(message.strip()) is not None
+
+
 def hits_for_line(rule: Rule, line: str) -> list[Any]:
     """Matches of a pattern rule on one line of text, ignoring record limits (used by
     the example runner, so examples test exactly what the engine tests)."""
@@ -277,7 +326,9 @@ def _scan(
                     and not _ERROR_SHAPE.search(line)
                 ):
                     continue  # an INFO/DEBUG line that mentions the failure: advice, not one
-                if rule.finding_id == "python.exception" and _no_exc_info(records, at, i):
+                if rule.finding_id == "python.exception" and (
+                    _no_exc_info(records, at, i) or _handled_request_error(records, at)
+                ):
                     continue
                 groups = {k: v for k, v in m.groupdict().items() if v is not None}
                 for gi, value in enumerate(m.groups(), start=1):

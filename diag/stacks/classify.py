@@ -253,6 +253,15 @@ RULES: tuple[SiteRule, ...] = (
     ),
     # --- collectives (NCCL, gloo, custom all-reduce, CPU shm all-reduce) ---------------
     SiteRule(
+        "mpi-collective-native",
+        _NCCL,
+        native=True,
+        name=r"^P?MPI[RC]?_\w*(?:Bcast|Allreduce|Reduce|Allgather|Alltoall|Barrier|Gather|"
+        r"Scatter|Reduce_scatter)",
+        why="an MPI collective (MPICH/Open MPI MPIR_Bcast_*, PMPI_Allreduce): the MPI "
+        "peer of a torch.distributed collective, waiting for every rank of the communicator",
+    ),
+    SiteRule(
         "nccl-native",
         _NCCL,
         name=r"^nccl|^ncclKernel|^ncclDevKernel|^rccl",
@@ -543,6 +552,32 @@ RULES: tuple[SiteRule, ...] = (
         _JIT,
         file=r"triton/(compiler/|backends/.*compiler\.py$|runtime/build\.py$|"
         r"runtime/autotuner\.py$|testing\.py$)",
+    ),
+    SiteRule(
+        "triton-driver-build",
+        _JIT,
+        file=r"triton/backends/\w+/driver\.py$",
+        name=r"(^|\.)(compile_module_from_src|_build|build)$",
+        why="Triton's driver building and loading its C launcher module with the host "
+        "compiler (triton/backends/nvidia/driver.py compile_module_from_src, 3.x)",
+    ),
+    SiteRule(
+        "xla-compile",
+        _JIT,
+        file=r"jax/_src/(dispatch|compiler|interpreters/pxla)\.py$",
+        name=r"(^|\.)(backend_compile\w*|compile_or_get_cached|_cached_compilation|"
+        r"from_xla_computation|compile_with_cache)$",
+        why="JAX handing a computation to XLA to compile (jax/_src/compiler.py "
+        "backend_compile, dispatch.py in older JAX): the JIT of JAX/TPU serving "
+        "(tpu-inference, sglang-jax)",
+    ),
+    SiteRule(
+        "xla-compile-native",
+        _JIT,
+        native=True,
+        name=r"^xla::(?:\w+::)*\w*Compil\w*::(?:RunBackend|RunHloPasses|Compile\w*)|"
+        r"^xla::\w*(?:Client|Executable)\w*::Compile\b",
+        why="XLA's compiler (GpuCompiler::RunBackend / RunHloPasses, a PjRt client's Compile)",
     ),
     SiteRule(
         "kernel-jit",
