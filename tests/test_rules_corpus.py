@@ -80,6 +80,18 @@ XFAIL.update(
             "(Unsloth's 'Stdout stream ended before readiness message detected', gone from "
             "its current release), not on a line of vLLM"
         ),
+        "sglang/gpt-oss-torch-compile-init-device-graphs-capture-failed-inductor-subprocexception-nested-traceback-cut": (  # noqa: E501
+            "new case (gather s12): compile.error rests on a paired PyTorch issue; the text "
+            "shows only Inductor's 'SubprocException: An exception occurred in a subprocess'"
+        ),
+        "vllm/omni-hunyuanimage3-npu-dit-loader-0of32-then-waiting-for-core-engine-proc-debug": (  # noqa: E501
+            "new case (gather s12): a stall labelled without startup.no_listen_port, which "
+            "diag reports wherever a stall is proven (as the earlier stall cases are labelled)"
+        ),
+        "vllm/xpu-0.10.1-stuck-after-long-benchmark-rpc-execute-model-timed-out-output-handler-failed": (  # noqa: E501
+            "new case (gather s12): watchdog.timeout unexpected for vLLM's 'RPC call to "
+            "execute_model timed out', which diag reads as vLLM's counterpart of the watchdog"
+        ),
         "vllm/tritonserver-vllm-backend-glog-prefix-tz-skew-stub-typeerror-stat-loggers-escaped-newlines": (  # noqa: E501
             "new case (gather s10): the exception sits inside Triton's quoted stub error "
             "(escaped newlines, pybind11's 'At:' frame list); env.version_mismatch is "

@@ -425,13 +425,25 @@ def _hang_note(tail: Sequence[Record]) -> Record | None:
     if last is None or last.continuation or last.grammar != "plain":
         return None  # (a time may be a wrapper's stamp on the reporter's line)
     text = last.message
-    if last.level is not None or last.pid is not None or last.process is not None:
-        return None
+    if last.level is not None:
+        return None  # (a pid or a process may be a wrapper's: journald, compose)
     if text[:1].isspace() or len(text.strip()) > 160 or _is_trace(last):
         return None
     if is_exception_line(text.strip()) or ":" in text.strip()[:40]:
         return None  # `Error: ...`, `RuntimeError: ...`, a `key: value` line
     return last if _HANG_NOTE.search(text) else None
+
+
+def _cut_wait(last: Record, tail: Sequence[Record]) -> bool:
+    """The excerpt's last line is a wait line it cut (``Waiting for 1 loca``): the start of
+    a wait message the log printed before, at least 16 characters of it."""
+    text = last.message.strip()
+    if len(text) < 16 or last.continuation:
+        return False
+    return any(
+        r is not last and _is_wait(r) and r.message.strip().startswith(text)
+        for r in tail[-40:]
+    )
 
 
 def _stall_reason(
@@ -496,7 +508,7 @@ def _stall_reason(
     # 3. a wait message repeating at the end with nothing else between
     waits: list[Record] = []
     for r in reversed(tail):
-        if _is_wait(r):
+        if _is_wait(r) or (r is tail[-1] and _cut_wait(r, tail)):
             waits.append(r)
         elif parse_progress(r) or r.message.strip():
             break
