@@ -227,6 +227,31 @@ def test_keyscan_first_batch_lines_against_find(labels: str) -> None:
         assert first == want, lines
 
 
+@pytest.mark.parametrize("many", [False, True])
+def test_keyscan_first_batch_lines_at_the_label_offsets(many: bool) -> None:
+    """The probes' first offsets read at the scanner's batch-kind offsets (few of them)
+    or by one pass (many): ``chunk.find``'s, with keys that end other keys, lines that
+    start with a batch kind, and probes already found skipped."""
+    rng = random.Random(11 + many)
+    keys = {"[TP0] ", "[TP1] ", "[DP0 TP1] ", " TP1] ", "[DP10 TP1] ", "(Worker pid=7) "}
+    forms = ["[TP0] a", "[TP1] b", "[DP0 TP1] c", "none", "[TP0] Decode batch",
+             "[TP1] Prefill batch x", "[DP0 TP1] Decode batch", "Decode batch, #x",
+             "x [DP10 TP1] Prefill batch", "y TP1] Decode batch", "[DP10 TP1] Decode batc",
+             "(Worker pid=7) Decode batch", "[TP0]  Decode batch"]
+    m = Matcher(LITERALS, LABELS)
+    for _ in range(40 if many else 300):
+        n = rng.randint(3000, 6000) if many else rng.randint(1, 60)
+        lines = [rng.choice(forms) for _ in range(n)]
+        chunk = ("\n".join(lines) + "\n").encode()
+        found = m.lines(chunk)
+        scan = _KeyScan(None, NAT)
+        scan._build(keys)
+        skip = {p for p in scan._probes if rng.random() < 0.2}
+        _, first = scan.scan(chunk, found, set(keys), skip, np.empty(0, dtype=np.int64))
+        want = {p: chunk.find(p) for p in scan._probes if p not in skip and p in chunk}
+        assert first == want, lines
+
+
 def test_no_compiler_means_no_scanner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A missing compiler is no error: build() says None and diag keeps Hyperscan."""
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))

@@ -360,9 +360,10 @@ def test_read_ahead_shortens_the_switch_interval_while_it_runs() -> None:
     before = sys.getswitchinterval()
     seen: list[float] = []
 
-    def make():  # type: ignore[no-untyped-def]
+    def make(behind):  # type: ignore[no-untyped-def]
         for i in range(3):
             seen.append(sys.getswitchinterval())
+            assert behind() in (True, False)
             yield i
 
     assert list(pipeline._ahead(make, 2)) == [0, 1, 2]

@@ -188,3 +188,28 @@ def test_compiled_form_many_long_numbers() -> None:
     data = "".join(f"X: {v};\n" for v in vals).encode()
     got = nat.form(data, _offsets(data, b"X: "), steps)
     assert got is not None and got[0].tolist() == [float(v) for v in vals]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sparse_labels_read_at_their_offsets_as_the_regex_reads_them(seed: int) -> None:
+    """_read_at (compiled when many offsets) against the label's regex over the chunk:
+    the same count, sum (in order) and max, to the bit; an offset with no number after
+    its label sends the chunk to the Python reader, with the same result."""
+    _native_or_skip()
+    rng = random.Random(seed)
+    label = "GPU KV cache usage: "
+    nums = ["0", "7", "12.5", "3.", "123456789012345", "1234567890123.123456789",
+            "99.99999999", "0.1", "5e3", ".5", "00012.000"]
+    lines = []
+    for _ in range(rng.choice((40, 300))):
+        num = rng.choice(nums) if rng.random() < 0.97 or seed % 2 else "x"
+        lines.append(f"INFO stats: Running: 3 reqs, {label}{num}%, more")
+    data = ("\n".join(lines) + "\n").encode()
+    at = np.array([m.start() for m in re.finditer(re.escape(label.encode()), data)],
+                  dtype=np.int64)
+    rx = re.compile(re.escape(label.encode()) + b"(" + serving._BNUM + b")")
+    want = serving._read_re(rx, data, 0.01)
+    got = serving._read_at(data, at, len(label), 0.01)
+    assert got[0] == want[0]
+    assert np.float64(got[1]).tobytes() == np.float64(want[1]).tobytes()
+    assert got[2] == want[2]

@@ -33,3 +33,22 @@ def test_batch_pass_keeps_every_text_with_a_needle(seed: int) -> None:
 
 def test_few_texts_are_each_tested() -> None:
     assert _NeedleFinder(NEEDLES).maybe(["error: x"] * 10) is None
+
+
+@pytest.mark.skipif(native.load() is None, reason="no C compiler: the scanner is not built")
+@pytest.mark.parametrize("seed", range(4))
+def test_batch_pass_finds_exactly_the_needles_of_each_text(seed: int) -> None:
+    rng = random.Random(seed)
+    finder = _NeedleFinder((*NEEDLES, "nccl", "cc:", "r:", "\u03c3x"))
+    pieces = (*PIECES, "\u03a3X", "\u03a3", "\ud800", "k\u212a")
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+             for _ in range(_NeedleFinder.BATCH + 500)]
+    found = finder.found(texts)
+    assert found is not None and len(found) == len(texts)
+    assert found == [tuple(finder.present(t.lower())) for t in texts]
+    assert sum(1 for f in found if len(f) > 1) > 50
+
+
+def test_needle_with_a_newline_is_tested_per_text() -> None:
+    texts = ["a\nb"] * (_NeedleFinder.BATCH + 1)
+    assert _NeedleFinder(("a\nb",)).found(texts) is None

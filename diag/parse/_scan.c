@@ -9,6 +9,7 @@
  *                  before a "with line before" literal, an indented line and the line before
  *                  it, a line with a carriage return inside, a line starting "#<digit>"; and
  *                  reports which case-sensitive labels occur in the chunk, and where;
+ *   dg_hits        which patterns occur on which line (each pair once);
  *   dg_last        the start of each key's last occurrence on a line not marked dropped,
  *                  walking the chunk backwards with an automaton of the reversed keys;
  *   dg_kinds       a 64-bit hash of each line's kind (its first 160 bytes, digits deleted);
@@ -547,6 +548,45 @@ int32_t dg_last(const dg_ac *ac, const uint8_t *buf, int64_t size, const int64_t
         }
     }
     free(found);
+    return got;
+}
+
+/* Which patterns occur on which line of buf (lines cut at '\n'): each (line, pattern) pair
+ * once, in order of the pattern's first end on the line, into out_line / out_pat (at most
+ * cap pairs written). The automaton is built without special (a newline goes to the root,
+ * flagged) and holds no pattern with a newline. Returns the number of pairs (more than cap:
+ * call again with room for them), or -1 when out of memory. */
+int64_t dg_hits(const dg_ac *ac, const uint8_t *buf, int64_t size, int64_t *out_line,
+                int32_t *out_pat, int64_t cap) {
+    const uint32_t *delta = ac->delta;
+    const uint8_t *cls = ac->cls;
+    const uint32_t k = (uint32_t)ac->n_classes;
+    const int32_t n = ac->n_patterns;
+    if (n <= 0 || size <= 0) return 0;
+    int64_t *seen = malloc(sizeof(int64_t) * (size_t)n);  /* per pattern: last line reported */
+    if (!seen) return -1;
+    for (int32_t i = 0; i < n; i++) seen[i] = -1;
+    int64_t line = 0, got = 0;
+    uint32_t s = 0;
+    for (int64_t i = 0; i < size; i++) {
+        uint8_t b = buf[i];
+        uint32_t t = delta[s + cls[b]];
+        s = t & MASK;
+        if (__builtin_expect(!(t & FLAG), 1)) continue;
+        if (b == '\n') { line++; s = 0; continue; }
+        int32_t st = (int32_t)(s / k);
+        if (ac->own[st] < 0) st = ac->dict[st];
+        while (st >= 0) {
+            for (int32_t pi = ac->own[st]; pi >= 0; pi = ac->next_own[pi]) {
+                if (seen[pi] == line) continue;
+                seen[pi] = line;
+                if (got < cap) { out_line[got] = line; out_pat[got] = pi; }
+                got++;
+            }
+            st = ac->dict[st];
+        }
+    }
+    free(seen);
     return got;
 }
 

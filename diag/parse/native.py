@@ -85,6 +85,9 @@ class Native:
         lib.dg_last.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                 ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                 ctypes.c_void_p, ctypes.c_void_p]
+        lib.dg_hits.restype = ctypes.c_int64
+        lib.dg_hits.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
         lib.dg_find.restype = ctypes.c_int64
         lib.dg_find.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p,
                                 ctypes.c_int64, ctypes.c_int64]
@@ -316,6 +319,25 @@ class Automaton:
         where = {j: np.sort(at[j * cap : j * cap + c])
                  for j, c in enumerate(count[: self.n_labels].tolist()) if 0 < c <= cap}
         return np.flatnonzero(mask[:n_lines]).astype(np.int64), int(labels), where
+
+    def hits(self, text: bytes | bytearray) -> tuple[Any, Any]:
+        """(line indices, pattern indices) of each (line, pattern) pair where the pattern
+        occurs on that line of ``text`` (lines cut at newlines), each pair once, in order
+        of line. The automaton must be built without ``special`` and hold no pattern with
+        a newline."""
+        import numpy as np
+
+        cap = len(text) // 32 + 64
+        while True:
+            lines = np.empty(cap, dtype=np.int64)
+            pats = np.empty(cap, dtype=np.int32)
+            n = int(self._native.lib.dg_hits(self._ptr, _addr(text), len(text),
+                                             lines.ctypes.data, pats.ctypes.data, cap))
+            if n < 0:
+                raise MemoryError("the scanner's hit pass could not allocate")
+            if n <= cap:
+                return lines[:n], pats[:n]
+            cap = n
 
     def last(self, chunk: bytes | bytearray, nl: Any, dropped: Any = None,
              absent: Any = None) -> Any:

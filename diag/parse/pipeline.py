@@ -347,22 +347,26 @@ class _Run:
         return self._matcher
 
     def _bytes_stats(self, chunk: bytes | bytearray, scanner: Any = None,
-                     flags: int = 3) -> None:
-        """NUL bytes and invalid UTF-8 in ``chunk`` (counted alike on both paths);
-        ``scanner``: diag's compiled scanner, which looks for a NUL and tells valid UTF-8
-        without decoding (and lets the read-ahead thread run meanwhile); ``flags``: what
-        its newline pass saw (:attr:`Lines.byte_flags`: no NUL, no byte past ASCII, when
-        clear), so plain ASCII is not looked at again."""
-        if scanner is not None:
-            if flags & 1 and scanner.find(chunk, b"\x00") >= 0:
-                self.col.nul_bytes += chunk.count(b"\x00")
-            if flags & 2 and not scanner.utf8_valid(chunk):
-                self.col.undecodable += decode(chunk)[1]
-            return
-        if b"\x00" in chunk:
-            self.col.nul_bytes += chunk.count(b"\x00")
-        if not chunk.isascii():
-            self.col.undecodable += decode(chunk)[1]
+                     flags: int = 3, counts: tuple[int, int] | None = None) -> None:
+        """NUL bytes and invalid UTF-8 in ``chunk`` (counted alike on both paths; see
+        :func:`_bytes_counts`); ``counts``: those two, when counted ahead."""
+        nul, bad = _bytes_counts(chunk, scanner, flags) if counts is None else counts
+        self.col.nul_bytes += nul
+        self.col.undecodable += bad
+
+    def ahead(self, chunk: bytes | bytearray, lines: Lines) -> Lines:
+        """``lines`` with the passes over ``chunk`` that depend on the chunk alone done
+        (the cap's kind hashes, :meth:`RepeatCap.prepare`; NUL and invalid UTF-8 bytes):
+        the read-ahead thread does them while the parsing is behind it (so that both
+        cores stay busy whichever thread is the slower on a log); else the parsing thread
+        does them, with the same result."""
+        import dataclasses
+
+        from diag.parse import native
+
+        lines = self.cap.prepare(chunk, lines)
+        return dataclasses.replace(
+            lines, byte_counts=_bytes_counts(chunk, native.load(), lines.byte_flags))
 
     # -- line by line --------------------------------------------------------------
 
@@ -400,7 +404,7 @@ class _Run:
         from diag.parse.prefilter import SourceScan
 
         assert isinstance(scan, SourceScan)
-        self._bytes_stats(chunk, native.load(), lines.byte_flags)
+        self._bytes_stats(chunk, native.load(), lines.byte_flags, lines.byte_counts)
         present = lines.present
         scan_chunk(self.col.serving, chunk, name, lineno, present, lines.nl, lines.label_at)
         kept, dropped = self.cap.split(self.glines, chunk, lines, lines.candidates)
@@ -438,6 +442,26 @@ class _Run:
         import numpy as np
 
         return np
+
+
+def _bytes_counts(chunk: bytes | bytearray, scanner: Any = None, flags: int = 3) -> tuple[int, int]:
+    """(NUL bytes, invalid UTF-8 bytes) in ``chunk``; ``scanner``: diag's compiled
+    scanner, which looks for a NUL and tells valid UTF-8 without decoding (and lets the
+    other thread run meanwhile); ``flags``: what its newline pass saw
+    (:attr:`Lines.byte_flags`: no NUL, no byte past ASCII, when clear), so plain ASCII is
+    not looked at again."""
+    nul = bad = 0
+    if scanner is not None:
+        if flags & 1 and scanner.find(chunk, b"\x00") >= 0:
+            nul = chunk.count(b"\x00")
+        if flags & 2 and not scanner.utf8_valid(chunk):
+            bad = decode(chunk)[1]
+        return nul, bad
+    if b"\x00" in chunk:
+        nul = chunk.count(b"\x00")
+    if not chunk.isascii():
+        bad = decode(chunk)[1]
+    return nul, bad
 
 
 class _SourceRead:
@@ -610,15 +634,18 @@ def _chunks(run: _Run, sources: Sequence[Source], use_pf: bool) -> Iterator[_Ite
     thread up to :data:`_AHEAD` chunks ahead of the parsing, across the sources: on two
     cores their time comes off the wall clock, and a folder of files is one pipeline."""
 
-    def produce() -> Iterator[_Item]:
+    def produce(behind: Callable[[], bool] = lambda: False) -> Iterator[_Item]:
         for src in sources:
             notes: list[str] = []
             for buf, lo, hi, consumed in iter_chunks(src, notes,
                                                      chunk_bytes=reader.CHUNK_BYTES):
                 chunk = buf[lo:hi] if (lo, hi) != (0, len(buf)) else buf
                 if use_pf:
-                    # the cap's input too, while the chunk is still in the cache
-                    lines: Lines = run.cap.prepare(chunk, run.matcher.lines(chunk))
+                    lines: Lines = run.matcher.lines(chunk)
+                    if behind():
+                        # the parsing has chunks waiting: this thread would wait too, so
+                        # it does the chunk's own passes (else the parsing does them)
+                        lines = run.ahead(chunk, lines)
                     yield chunk, lines, len(lines), consumed, None
                 else:
                     yield chunk, None, _count_lines(chunk), consumed, None
@@ -642,10 +669,12 @@ class _Failed:
         self.exc = exc
 
 
-def _ahead(make: Callable[[], Iterator[Any]], depth: int) -> Iterator[Any]:
-    """The items of ``make()``, produced in a thread at most ``depth`` items ahead; an
-    exception there is raised here. Closing this generator stops the thread at its next
-    item (it holds no lock and is a daemon: it never keeps the process alive)."""
+def _ahead(make: Callable[[Callable[[], bool]], Iterator[Any]], depth: int) -> Iterator[Any]:
+    """The items of ``make(behind)``, produced in a thread at most ``depth`` items ahead
+    (``behind()``: whether ``depth`` items wait for the consumer, so that the thread's
+    next put waits); an exception there is raised here. Closing this generator stops the
+    thread at its next item (it holds no lock and is a daemon: it never keeps the process
+    alive)."""
     import queue
     import threading
 
@@ -663,7 +692,7 @@ def _ahead(make: Callable[[], Iterator[Any]], depth: int) -> Iterator[Any]:
 
     def work() -> None:
         try:
-            for item in make():
+            for item in make(q.full):
                 if not put(item):
                     return
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there

@@ -163,6 +163,8 @@ class Lines:
     # bit 0: the chunk may hold a NUL byte; bit 1: a byte past ASCII (found by the
     # compiled newline pass; both set when unknown)
     byte_flags: int = 3
+    # (NUL bytes, invalid UTF-8 bytes) of the chunk, when counted ahead (else None)
+    byte_counts: tuple[int, int] | None = None
 
     def __len__(self) -> int:
         n = len(self.nl)
@@ -315,8 +317,10 @@ class Matcher:
         if self.complete is not None:
             present = self.complete(chunk, present)
         # a line starting the chunk is not preceded by a newline: test it here
-        if size and (chunk[:1] in (b" ", b"\t") or (chunk[:1] == b"#" and chunk[1:2].isdigit())):
-            cands = np.union1d(cands, np.array([0], dtype=np.int64))
+        first_in = size and (chunk[:1] in (b" ", b"\t")
+                             or (chunk[:1] == b"#" and chunk[1:2].isdigit()))
+        if first_in and (not len(cands) or int(cands[0]) != 0):  # (sorted, each once)
+            cands = np.concatenate([np.zeros(1, dtype=np.int64), cands])
         return Lines(nl=nl, size=size, candidates=cands, present=present, label_at=label_at,
                      looked_for=self._looked_for, byte_flags=byte_flags)
 
@@ -535,6 +539,7 @@ class _KeyScan:
         probes = self._probes
         kind = self._probe_kind
         has: dict[str, bool] = {}
+        wanted: list[bytes] = []
         for p in probes:
             if p in skip:
                 continue
@@ -543,8 +548,10 @@ class _KeyScan:
                 has[lit] = (lit in lines.present if lit in lines.looked_for
                             else lit.encode() in chunk)
             if has[lit]:
-                break
-        else:
+                wanted.append(p)
+        if not wanted:
+            return
+        if self._first_at_labels(chunk, wanted, first, lines):
             return
         if self._fwd is None:  # no Hyperscan: one find per probe still looked for
             for p in probes:
@@ -561,7 +568,47 @@ class _KeyScan:
 
         self._fwd.scan(chunk, match_event_handler=on_first)
 
+    def _first_at_labels(
+        self, chunk: bytes | bytearray, wanted: list[bytes], first: dict[bytes, int],
+        lines: Lines,
+    ) -> bool:
+        """The first occurrence of each probe of ``wanted`` (into ``first``) from the
+        scanner's offsets of its batch kind (every occurrence of the kind in the chunk:
+        a probe is its key right before one), when they are known for every kind wanted
+        and few (a key that never prints a batch line then costs no pass over the chunk);
+        False (nothing done) otherwise."""
+        at = lines.label_at
+        if at is None:
+            return False
+        kind = self._probe_kind
+        by_kind: dict[str, dict[bytes, bytes]] = {}
+        for p in wanted:
+            lit = kind[p]
+            if lit not in at:
+                return False  # (found more often than the scanner keeps)
+            by_kind.setdefault(lit, {})[p[: len(p) - len(lit.encode())]] = p
+        if sum(len(at[lit]) for lit in by_kind) > _FEW_LABELS:
+            return False
+        import numpy as np
 
+        arr = np.frombuffer(chunk, dtype=np.uint8)
+        for lit, want in by_kind.items():
+            offsets = at[lit]  # (sorted)
+            for n in sorted({len(k) for k in want}):
+                o = offsets[offsets >= n]
+                if not len(o):
+                    continue
+                # the n bytes before each offset, one bytes object each
+                rows = np.ascontiguousarray(arr[o[:, None] - n + np.arange(n)])
+                before = rows.view(f"V{n}").ravel().tolist()
+                mine = {k: p for k, p in want.items() if len(k) == n}
+                for k in set(before).intersection(mine):
+                    first[mine[k]] = int(o[before.index(k)]) - n
+        return True
+
+
+# batch kind offsets up to which the probes are looked for at them (more: one pass)
+_FEW_LABELS = 4096
 _DIGIT_RUNS = re.compile(rb"[0-9]+")
 # bytes by how common they are in log text (lower: rarer), for the memchr of a probe
 _COMMONNESS = {**dict.fromkeys(range(256), 1), **dict.fromkeys(b" ", 4),

@@ -471,11 +471,27 @@ def _count_sum_max(vals: list[float]) -> tuple[int, float, float | None]:
     return len(vals), sum(vals), max(vals)
 
 
+_FORM_AT_LEAST = 32  # offsets from which _read_at reads the numbers in compiled code
+
+
 def _read_at(
     data: bytes | bytearray, at: Any, skip: int, k: float
 ) -> tuple[int, float, float | None]:
     """As :func:`_read_re` with the label's pattern, reading the number right after each
-    label at the offsets ``at`` (the label is ``skip`` bytes long)."""
+    label at the offsets ``at`` (the label is ``skip`` bytes long). With diag's compiled
+    scanner, when a number follows every label, the numbers are read as one line form
+    (its "num" step reads what ``_NUM`` matches, each value as ``float()`` reads it) and
+    summed in order as here."""
+    if len(at) >= _FORM_AT_LEAST:
+        from diag.parse import native
+
+        nat = native.loaded()
+        if nat is not None:
+            import numpy as np
+
+            cols = nat.form(data, np.asarray(at, dtype=np.int64) + skip, ["num"])
+            if cols is not None:
+                return _count_sum_max((cols[0] * k).tolist())
     match = _NUM_B.match
     return _count_sum_max(
         [float(m.group()) * k for m in (match(data, p + skip) for p in at.tolist()) if m]

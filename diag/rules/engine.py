@@ -78,11 +78,22 @@ class _NeedleFinder:
         return [n for n in self._needles if n in low]
 
     def maybe(self, texts: Sequence[str]) -> Any:
-        """Per text, whether it may hold a needle (a superset of those whose
-        lowercased text does: :meth:`present` decides), from one pass of diag's compiled
-        scanner over all the texts lowercased; None (test each) for fewer than
-        :data:`BATCH` texts, without the scanner, or for a needle that holds a newline."""
-        if len(texts) < self.BATCH or not self._needles or any("\n" in n for n in self._needles):
+        """Per text, whether it holds a needle (lowercased; see :meth:`found`); None (test
+        each) where :meth:`found` gives None."""
+        found = self.found(texts)
+        return None if found is None else [bool(f) for f in found]
+
+    def found(self, texts: Sequence[str]) -> list[tuple[str, ...]] | None:
+        """Per text, the needles its lowercased text holds, in the order :meth:`present`
+        gives them (the same needles: each text's lowercased UTF-8 is searched for the
+        needles' bytes, which finds a needle exactly where the text holds it), from one
+        pass of diag's compiled scanner over all the texts lowercased; None (test each)
+        for fewer than :data:`BATCH` texts, without the scanner, or for a needle that is
+        empty or holds a newline."""
+        needles = self._needles
+        if len(texts) < self.BATCH or not needles or any(
+            not n or "\n" in n for n in needles
+        ):
             return None
         from diag.parse import native
 
@@ -91,21 +102,27 @@ class _NeedleFinder:
             return None
         import numpy as np
 
-        pats = [n.encode("utf-8", "surrogatepass") for n in self._needles]
+        pats = [n.encode("utf-8", "surrogatepass") for n in needles]
         try:
-            ac = native.Automaton(nat, pats, [0] * len(pats), caseless=True, special=True)
+            ac = native.Automaton(nat, pats, [0] * len(pats), caseless=False, special=False)
         except MemoryError:  # pragma: no cover - each text is tested instead
             return None
         lows = [t.lower() for t in texts]
         blob = "\n".join(lows).encode("utf-8", "surrogatepass")
-        nl = nat.newlines(blob)
-        # (the automaton's own rules for indented and CR lines only add candidates)
-        lines, _, _ = ac.candidates(blob, nl, len(nl) + 1)
+        lines, which = ac.hits(blob)
         per = np.fromiter((low.count("\n") + 1 for low in lows), dtype=np.int64, count=len(lows))
-        owner = np.repeat(np.arange(len(lows)), per)
-        out = np.zeros(len(lows), dtype=bool)
-        out[owner[lines]] = True
-        return out.tolist()
+        owner = np.repeat(np.arange(len(lows), dtype=np.int64), per)
+        # (text, needle) pairs, each once, by text then needle (``needles`` is sorted)
+        pairs = np.unique(owner[lines] * len(needles) + which.astype(np.int64))
+        out: list[tuple[str, ...]] = [()] * len(texts)
+        if not len(pairs):
+            return out
+        texts_at = pairs // len(needles)
+        cuts = np.flatnonzero(texts_at[1:] != texts_at[:-1]) + 1
+        for part in np.split(pairs, cuts):
+            t = int(part[0]) // len(needles)
+            out[t] = tuple(needles[j] for j in (part % len(needles)).tolist())
+        return out
 
 
 def _last_frame(lines: Sequence[str]) -> str:
@@ -240,15 +257,16 @@ def _scan(
         for n in rule.needles:
             by_needle.setdefault(n, []).append(pos)
     finder = _NeedleFinder(tuple(by_needle))
-    maybe = finder.maybe([rec.text for rec in records])
+    found = finder.found([rec.text for rec in records])
     for at, rec in enumerate(records):
-        if maybe is not None and not maybe[at]:
-            continue
         text = rec.text
-        if len(text) > _MAX_LINE:  # a multi-MB "line" is a data dump, not a message
-            text = "\n".join(part[:_MAX_LINE] for part in text.split("\n"))
-        low = text.lower()
-        present = finder.present(low)
+        present: Sequence[str]
+        if found is not None and len(text) <= _MAX_LINE:
+            present = found[at]
+        else:
+            if len(text) > _MAX_LINE:  # a multi-MB "line" is a data dump, not a message
+                text = "\n".join(part[:_MAX_LINE] for part in text.split("\n"))
+            present = finder.present(text.lower())
         if not present:
             continue
         wanted = sorted({pos for n in present for pos in by_needle[n]})
