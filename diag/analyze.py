@@ -279,7 +279,14 @@ def _finish(
         if ev is not None:
             events.append(ev)
     events = _requests_after_engine_death(events, records)
-    frames = frame_events(records)
+    in_method: set[tuple[str, int]] = set()
+    frames = frame_events(records, in_method)
+    if in_method:
+        # a traceback inside a start-up RPC (diag.frames._METHOD) is no crash while serving
+        events = [
+            e for e in events
+            if not (e.pattern == "any.serving_traceback" and (e.source, e.line) in in_method)
+        ]
     if frames:
         order = {s: i for i, s in enumerate(dict.fromkeys(r.source for r in records))}
         events = sorted(events + frames, key=lambda e: (order.get(e.source, 0), e.line))
@@ -426,7 +433,7 @@ def _post(analysis: Analysis, records: list[Record], rules_dirs: Sequence[Path])
 
     from diag.stacks.textdump import extract_stack_processes
 
-    processes = extract_stack_processes(records)
+    processes = extract_stack_processes(records, bare_tracebacks=True)
     if processes:  # (speed: the stack classifier's import compiles ~120 regexes)
         from diag.stacks.merge import group_stacks
 

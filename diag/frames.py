@@ -253,6 +253,8 @@ class _Stack:
     # the source lines printed under frames (the call each was making): (frame index, line,
     # text); a traceback cut before its next frame still names the call in progress
     codes: list[tuple[int, int, str]] = field(default_factory=list)
+    # the first frame is the RPC method an executor named on the line before (_METHOD)
+    method: bool = False
 
 
 def _lines(rec: Record) -> Iterator[tuple[int, str]]:
@@ -278,16 +280,28 @@ def _cut_call_phase(prefix: str) -> tuple[str, str] | None:
     phases = {phase for _, phase in names}
     return (names[0][0], names[0][1]) if len(phases) == 1 else None
 _TB_START = re.compile(r"Traceback \(most recent call last\)|\(most recent call first\)")
+# the worker's RPC the traceback below it ran in: vLLM's executors log the method's name
+# before the traceback (vllm/executor/multiproc_worker_utils.py 0.4.3-0.10.2 "Exception in
+# worker {} while processing method {}."; worker_base.py / v1/worker/worker_base.py /
+# v1/executor/ray_utils.py 0.4.3-0.25.1 "Error executing method {}. This might cause
+# deadlock in distributed execution."): the method is the traceback's outermost step
+# (V0's determine_num_available_blocks runs execute_model for its profile run)
+_METHOD = re.compile(r"(?:while processing method|Error executing method) '?(\w+)'?[.:]")
 
 
 def _stacks(records: Sequence[Record]) -> Iterator[_Stack]:
     """Tracebacks and dump threads: frames grouped per (source, rank, pid), a new group at
     each "Traceback (most recent call last)" / "Thread ... (most recent call first)"."""
     open_: dict[tuple[str, RankId | None, int | None], _Stack] = {}
+    # the executor's "while processing method M" line last seen per stream: (line, M)
+    method: dict[tuple[str, RankId | None, int | None], tuple[int, str]] = {}
     for rec in records:
         key = (rec.source, rec.rank, rec.pid)
         for line, text in _lines(rec):
             if "File \"" not in text:
+                if "method" in text and (mm := _METHOD.search(text)) is not None:
+                    method[key] = (line, mm.group(1))
+                    continue
                 if _TB_START.search(text):
                     st = open_.pop(key, None)
                     if st is not None and st.frames:
@@ -304,14 +318,25 @@ def _stacks(records: Sequence[Record]) -> Iterator[_Stack]:
             if st is None:
                 st = _Stack(rec.source, rec.rank, rec.ts, line, [], m.group("comma") == "", rec)
                 open_[key] = st
+                named = method.pop(key, None)
+                if named is not None and not st.innermost_first and 0 < line - named[0] <= 2:
+                    # the method line, then (at most) the traceback's header, then frames
+                    st.frames.append((named[0], "", named[1]))
+                    st.method = True
             st.frames.append((line, m.group("path"), m.group("func")))
     for st in open_.values():
         if st.frames:
             yield st
 
 
-def frame_events(records: Sequence[Record]) -> list[Event]:
-    """One phase event per traceback or dump thread whose frames map to a phase."""
+def frame_events(
+    records: Sequence[Record], in_startup_method: set[tuple[str, int]] | None = None
+) -> list[Event]:
+    """One phase event per traceback or dump thread whose frames map to a phase.
+
+    ``in_startup_method`` collects (source, line) of the records whose traceback ran in a
+    start-up RPC an executor named (``while processing method determine_num_available_
+    blocks``): their serving frames (``execute_model``) are that step's, not serving."""
     from diag.timeline import advance
 
     out: list[Event] = []
@@ -353,6 +378,8 @@ def frame_events(records: Sequence[Record]) -> list[Event]:
             continue
         if any(ph in _STARTUP for _, _, ph in mapped):
             mapped = [m for m in mapped if m[2] != "serving"]
+            if st.method and in_startup_method is not None and mapped[0][1] == st.frames[0][2]:
+                in_startup_method.add((st.source, st.rec.line))
         phase: str | None = None
         where = mapped[0]
         for m in mapped:

@@ -185,15 +185,7 @@ TUNING_XFAIL: dict[str, str] = {
         "execute_model timed out'; diag's watchdog.engine_iteration reads it as vLLM's "
         "counterpart of SGLang's watchdog, which LABELS.md names for SGLang only"
     ),
-    "vllm/ascend-1p2d-kv-pool-mooncake-connector-zmq-address-already-in-use-caret-m-line-ends-cut": (  # noqa: E501
-        "new case (gather s12): python.exception's evidence labelled at the error line th"
-        "at announces the traceback; diag points at the traceback itself"
-    ),
     "vllm/rocm-gfx906-fork-qwq-gguf-starting-to-load-model-swa-partial-warning-hip-invalid-device-function": (  # noqa: E501
-        "new case (gather s12): python.exception's evidence labelled at the error line th"
-        "at announces the traceback; diag points at the traceback itself"
-    ),
-    "vllm/wsl-mnt-path-v0-turing-qwen3-32b-awq-asym-compressed-tensors-scheme-min-capability-80-starting-to-load-model": (  # noqa: E501
         "new case (gather s12): python.exception's evidence labelled at the error line th"
         "at announces the traceback; diag points at the traceback itself"
     ),
@@ -215,8 +207,24 @@ TUNING_XFAIL: dict[str, str] = {
         "efix; diag reads no phase from a logger's file path"
     ),
     "vllm/rtx5090-block-scaled-fp8-gemm-not-implemented-for-blackwell-destroy-pg-warning-api-server-traceback-cut": (  # noqa: E501
-        "new case (gather s13): quant.unsupported from 'block scaled fp8 gemm is not implement"
-        "ed for Blackwell', a message of a release the table does not read"
+        "new case (gather s13): launch, where torch's exit warning 'destroy_process_group() "
+        "was not called' shows a process group had been made (dist_init by what the text "
+        "proves)"
+    ),
+    # gather s14 (2026-12-05), each scored before any change made for it
+    "sglang/npu-a3-slime-ray-sglangengine-prefix-tree-spec-sampling-fallback-then-triton-ascend-compile-scheduler-exception-cut": (  # noqa: E501
+        "new case (gather s14): launch where diag reads compile from Triton's compiler frames"
+        " (LABELS.md's phase table names Triton JIT under compile; its frame list names only"
+        " Dynamo/Inductor, which the gatherer followed)"
+    ),
+    "vllm/v0.5.4-ray-tp16-llama405b-leonardo-working-run-160col-wrapped-config-9min-gap-driver-ip-to-pynccl-cut": (  # noqa: E501
+        "new case (gather s14): the window ends on pynccl.py's 'vLLM is using nccl==' line, "
+        "logged before ncclCommInitRank (a step start by LABELS.md's convention); the label "
+        "follows the thread (a working run) as the s8 case of the same line does"
+    ),
+    "stacks/sglang-049-rocm630-2node-mi300x-dsr1-aiter-capture-bar-8pct-glued-fatal-segfault-idle-helpers-window": (  # noqa: E501
+        "new case (gather s14): cuda_graph_capture from the capture bar before the dump, where"
+        " every thread the dump shows is an idle helper (LABELS.md: stack.idle_loop)"
     ),
     "vllm/qwen38-27b-recipe-old-pc-kv-needed-4.76-available-1.56-gib-user-elision-destroy-pg-warning": (  # noqa: E501
         "new case (gather s13): python.exception's evidence labelled at the error line th"

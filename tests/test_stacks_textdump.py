@@ -762,3 +762,33 @@ def test_ucx_backtraces_take_the_signal_lines_pid_once() -> None:
         518,
     )
     assert first.wait_site == second.wait_site == "stack.nccl_collective"
+
+
+def test_a_bare_error_traceback_is_where_its_thread_was() -> None:
+    """Through the log reader (levels read): a text that is only a traceback ending in an
+    error, or cut before its exception, gives its innermost frames as the thread's place;
+    the same traceback inside a log is the log's error, not a dump."""
+    from diag.analyze import analyze_text
+
+    bare = (
+        "  File \"/sgl/python/sglang/srt/managers/scheduler.py\", line 1098, in pop_and_process\n"
+        "    self.process_batch_result(tmp_batch, tmp_result)\n"
+        "  File \"/sgl/python/sglang/srt/managers/scheduler.py\", line 2425, in process_batch_result\n"  # noqa: E501
+        "    result.copy_done.synchronize()\n"
+        "  File \"/venv/lib/python3.12/site-packages/torch/cuda/streams.py\", line 231, in synchronize\n"  # noqa: E501
+        "    super().synchronize()\n"
+        "torch.AcceleratorError: CUDA error: an illegal memory access was encountered\n"
+    )
+    (proc,) = analyze_text(bare).stack_processes
+    assert proc.mode == "traceback" and proc.wait_site == "stack.cuda_sync"
+    assert [f.name for f in proc.threads[0].frames][:2] == ["synchronize", "process_batch_result"]
+    # the indentation lost: the source lines are still the frames' own
+    flat = "\n".join(line.strip() for line in bare.splitlines()) + "\n"
+    assert [p.wait_site for p in analyze_text(flat).stack_processes] == ["stack.cuda_sync"]
+    # cut before the exception line: the same place
+    cut = "\n".join(bare.splitlines()[:-1]) + "\n"
+    assert [p.wait_site for p in analyze_text(cut).stack_processes] == ["stack.cuda_sync"]
+    logged = "[2026-04-22 08:39:14 TP0] Decode batch. #running-req: 1\n" + bare
+    assert analyze_text(logged).stack_processes == ()
+    # and never through the plain dump reader, which reads no levels
+    assert parse_stack_text(bare) == []

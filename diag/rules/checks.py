@@ -767,6 +767,16 @@ def _check_no_listen_port(ctx: CheckContext) -> CheckOutcome | None:
             hits=tuple(bind),
             severity="error",
         )
+    died = [h for h in ctx.hits if "readiness probe" in h.text]
+    if died:
+        return CheckOutcome(
+            message=(
+                "the engine process died before the API server was ready, so the HTTP "
+                f"port was never opened: {died[0].text[:200]}"
+            ),
+            hits=tuple(died[:1]),
+            severity="error",
+        )
     if ctx.hits:
         first, last = ctx.hits[0], ctx.hits[-1]
         span = ""
@@ -1330,7 +1340,62 @@ def _check_unknown_model_type(ctx: CheckContext) -> CheckOutcome | None:
     return None
 
 
+# multiprocessing/connection.py (CPython 3.x): Connection.recv raises EOFError when every
+# writer's end of the pipe is closed, which for a launcher's pipe from a child it started
+# means the child exited
+_PIPE_FILE = "/multiprocessing/connection.py"
+_FRAMEWORK_FILE = regex.compile(r"/(?:sglang|vllm)/")
+_EOF_LINE = regex.compile(r"^\s*(?:builtins\.)?EOFError\s*$")
+
+
+def _check_child_pipe_eof(ctx: CheckContext) -> CheckOutcome | None:
+    """A traceback in which a framework frame reads a multiprocessing pipe (the next frame
+    is multiprocessing/connection.py) and ``EOFError`` ends it: the process at the pipe's
+    other end exited before it wrote. SGLang's launcher reads each scheduler's ready
+    message so (sglang/srt/entrypoints/engine.py ``_wait_for_scheduler_ready``, 0.4.3-0.5.23:
+    ``scheduler_pipe_readers[i].recv()``; 0.5.23 raises "Rank N scheduler died during
+    initialization" from it, earlier releases logged "Rank N scheduler is dead"), vLLM's
+    executors their workers' (vllm/v1/executor/multiproc_executor.py ``wait_for_ready``)."""
+    if "process.killed" in ctx.fired:
+        return None
+    # per stream: the framework frame whose call reads the pipe, once the pipe frame follows
+    caller: dict[tuple[str, RankId | None, int | None], str | None] = {}
+    last_fw: dict[tuple[str, RankId | None, int | None], str | None] = {}
+    for rec in ctx.records:
+        key = (rec.source, rec.rank, rec.pid)
+        for i, text in enumerate((rec.message, *rec.continuation)):
+            if "Traceback (most recent call last)" in text:
+                caller[key] = last_fw[key] = None
+                continue
+            m = FRAME.search(text)
+            if m is not None:
+                path = m.group("path").replace("\\", "/")
+                if path.endswith(_PIPE_FILE):
+                    if last_fw.get(key) and not caller.get(key):
+                        caller[key] = last_fw[key]
+                elif _FRAMEWORK_FILE.search(path):
+                    last_fw[key] = m.group("func")
+                    caller[key] = None
+                else:
+                    last_fw[key] = None
+                continue
+            who = caller.get(key)
+            if who is None or "EOFError" not in text or not _EOF_LINE.match(text):
+                continue
+            return CheckOutcome(
+                message=(
+                    f"{who} read a pipe from a child process and got EOFError: the child "
+                    "exited before it reported (look above for its own error)"
+                ),
+                hits=(
+                    Hit(rec.source, rec.line + i, text.strip(), rec.rank, rec.ts, {}, rec.level),
+                ),
+            )
+    return None
+
+
 CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
+    "child_pipe_eof": _check_child_pipe_eof,
     "stack_collective_wait": _check_stack_collective,
     "specdec_acceptance": _check_specdec,
     "specdec_summary": _check_specdec_summary,

@@ -600,5 +600,49 @@ def evaluate(
         if outcome is not None:
             add(rule, outcome_finding(rule, outcome))
 
+    exc = findings.get("python.exception")
+    if exc is not None:
+        findings["python.exception"] = _with_announcers(exc, records)
     tied = _tie_cascades(list(findings.values()), origins)
     return sort_findings(tied), tuple(dict.fromkeys(checked)), tuple(notes)
+
+
+_ANNOUNCE_LEVELS = frozenset({"ERROR", "CRITICAL", "FATAL", "EXCEPTION"})
+
+
+def _with_announcers(finding: Finding, records: Sequence[Record]) -> Finding:
+    """python.exception's evidence with the line that announced each traceback: the
+    ERROR/CRITICAL record that ends right above it (``logger.exception(msg)`` prints its
+    message, then the traceback: vLLM's "EngineCore failed to start.", SGLang's "Scheduler
+    hit an exception", a wrapper's own "Error in ... setup"), which says what failed."""
+    starts = {(e.source, e.line) for e in finding.evidence}
+    if not starts:
+        return finding
+    extra: list[Evidence] = []
+    have = {(e.source, e.line) for e in finding.evidence}
+    prev: Record | None = None
+    for rec in records:
+        if (rec.source, rec.line) in starts and prev is not None and prev.source == rec.source:
+            end = prev.line + len(prev.continuation)
+            if (
+                end == rec.line - 1
+                and (prev.level or "").upper() in _ANNOUNCE_LEVELS
+                and "Traceback (most recent call last)" in (rec.raw or rec.message)
+                and (prev.source, prev.line) not in have
+            ):
+                have.add((prev.source, prev.line))
+                extra.append(
+                    Evidence(
+                        prev.source, prev.line, prev.message.strip()[:500],
+                        prev.rank.label if prev.rank is not None else None, prev.ts,
+                    )
+                )
+        prev = rec
+    if not extra:
+        return finding
+    evidence = tuple(sorted((*finding.evidence, *extra), key=lambda e: (e.source, e.line)))
+    return dataclasses.replace(
+        finding,
+        evidence=evidence[: MAX_EVIDENCE + len(extra)],
+        evidence_total=finding.evidence_total + len(extra),
+    )

@@ -169,7 +169,11 @@ RULES: tuple[SiteRule, ...] = (
         _INIT,
         native=True,
         name=r"^(bootstrap[A-Z]\w*|ncclSocket\w*|ncclBootstrap\w*|initTransportsRank|"
-        r"ncclTransportP2pSetup|ncclTransportRingConnect)",
+        r"ncclTransportP2pSetup|ncclTransportRingConnect|"
+        # NCCL src/init.cc and misc/cudawrap.cc (2.18-2.2x): the library's and a
+        # communicator's set-up (ncclInit, ncclCudaLibraryInit, ncclCommInitRankDev/Func)
+        r"ncclInit\b|ncclCudaLibraryInit|ncclCommInitRank\w*|ncclCommInitAll|commAlloc\b|"
+        r"devCommSetup|ncclInitKernelsForDevice)",
         why="NCCL's bootstrap/transport setup (inside communicator creation): ranks meeting",
     ),
     SiteRule(
@@ -911,8 +915,16 @@ _HELPER_FRAME = re.compile(
     r"multiprocessing/queues\.py:(\w+\.)?_feed|multiprocessing/pool\.py:(\w+\.)?_handle_|"
     r"(monitor_death_pipe|start_worker_monitor|_monitor_loop|process_input_sockets?|"
     r"process_output_sockets?|_?watchdog_thread|pyspy_dump_schedulers|monitor_workers|"
-    r"monitor_engine_cores|_report_usage_worker|_report_continu?ous_usage)"
+    r"monitor_engine_cores|_report_usage_worker|_report_continu?ous_usage)|"
+    # SGLang PD disaggregation's listener threads (sglang/srt/disaggregation/{mooncake,nixl,
+    # common}/conn.py 0.4.6-0.5.23: bootstrap_thread, decode_thread, heartbeat_checker):
+    # each loops on a zmq recv or a sleep for the peer's status messages
+    r"disaggregation/\w+/conn\.py:(\w+\.)?(bootstrap_thread\w*|decode_thread|"
+    r"decode_listener_thread|heartbeat_checker)$"
 )
+# the frames threading.py puts under every thread's own code: a thread the paste cut to
+# these shows nothing of what it runs
+_THREAD_START = frozenset({"_bootstrap", "_bootstrap_inner", "run"})
 
 # Pass-through frames: decorators and dispatch wrappers between a wait and the code that
 # asked for it (``OpOverload.__call__``, ``Module._call_impl``, ``decorate_context``, a
@@ -1275,9 +1287,22 @@ def _all_idle_helpers(p: StackProcess) -> bool:
     return any(t.frames for t in p.threads) and all(
         _parked_worker(t, p)
         or ((t.idle is True or _parked(t, p.mode)) and (is_helper_thread(t) or not t.frames))
-        # faulthandler's "<no Python frame>": a native thread that runs no Python
-        or (not t.frames and t.idle is None and p.mode in _STATELESS_DUMPS)
+        # a listener helper (a pipe or socket reader's loop) in a dump without thread
+        # states: waiting for its next message is its idle state
+        or (p.mode in _STATELESS_DUMPS and t.idle is None and is_helper_thread(t)
+            and classify_frames(t.frames)[0] == _IPC)
+        # faulthandler's "<no Python frame>": a native thread that runs no Python, and a
+        # thread the paste cut to threading.py's start frames: nothing of it in sight
+        or (p.mode in _STATELESS_DUMPS and t.idle is None and _nothing_shown(t))
         for t in p.threads
+    )
+
+
+def _nothing_shown(t: StackThread) -> bool:
+    """No frame, or only threading.py's frames that start every thread (cut by the paste)."""
+    return all(
+        _THREAD_WAIT_PY.search(normalise_path(f.filename)) and f.name in _THREAD_START
+        for f in t.frames
     )
 
 
@@ -1353,6 +1378,7 @@ def pick_thread(p: StackProcess) -> tuple[StackThread | None, str | None]:
         i
         for i, t in enumerate(p.threads)
         if t.frames and not is_helper_thread(t) and not _parked_worker(t, p)
+        and not (p.mode in _STATELESS_DUMPS and _nothing_shown(t))
     ]
     if not candidates or _parked_without_main(p):
         return None, (

@@ -554,9 +554,16 @@ class _Pending:
 class _Channel:
     """The parser state of one demultiplexed stream of lines."""
 
-    def __init__(self, out: list[StackProcess], key: tuple[str, str]) -> None:
+    def __init__(
+        self, out: list[StackProcess], key: tuple[str, str],
+        raised: list[StackProcess] | None = None,
+    ) -> None:
         self.out = out
         self.key = key
+        # tracebacks that ended in an exception (or were cut): where a thread was when it
+        # raised; used only for a text that holds nothing but them (extract_stack_processes)
+        self.raised: list[StackProcess] = raised if raised is not None else []
+        self.tb_frame_at: tuple[str, int] | None = None  # the open traceback's last frame
         self.proc: _Proc | None = None
         self.thread: _Thread | None = None
         self.pending: _Pending | None = None
@@ -935,7 +942,10 @@ class _Channel:
             if text[:1] in (" ", "\t"):
                 return True  # the source line under a frame
         m = _TB_FRAME.match(text)
-        if m and m.group(1) == "<unknown>" and self.tb is None and not self.pybt:
+        if (
+            m and (m.group(1) == "<unknown>" or m.group(3).endswith("()"))
+            and self.tb is None and not self.pybt
+        ):
             # torch's fatal-signal printer (C++ symbols as `File "<unknown>", line 0, in
             # f`, innermost first) whose `!!!!!!! Segfault encountered !!!!!!!` was cut off
             self._new_thread(self._open(ln, "faulthandler"), None, None, None)
@@ -946,6 +956,7 @@ class _Channel:
                 self.tb = _Proc("traceback", ln.source, ln.line, None, ln.title, ln.rank)
                 self.tb.threads.append(_Thread(None, None, None, outer_first=True))
             self.tb.threads[0].frames.append(make_frame(m.group(3), f"{m.group(1)}:{m.group(2)}"))
+            self.tb_frame_at = (ln.source, ln.line)
             return True
         m = _FH_FRAME.match(text) or (
             _FH_FRAME_CUT.match(text) if self.proc is None and self.tb is None else None
@@ -997,12 +1008,16 @@ class _Channel:
         if text[:1] in (" ", "\t") or set(stripped) <= set("^~ "):
             return True  # a source line or its carets
         m = _EXCEPTION.match(stripped)
+        if m is None and self.tb_frame_at == (ln.source, ln.line - 1):
+            return True  # the source line under a frame, its indentation lost
         self.tb = None
+        built = tb.build() if m else None
         if m and m.group(1).rsplit(".", 1)[-1] == "KeyboardInterrupt":
-            built = tb.build()
             if built is not None:
                 self.out.append(replace(built, mode="traceback"))
             return True
+        if built is not None:
+            self.raised.append(replace(built, mode="traceback"))
         return bool(m)
 
     def _feed_json(self, ln: _Line, stripped: str) -> bool:
@@ -1041,6 +1056,10 @@ class _Channel:
         for x in held:
             self._feed(x)
         self.close()
+        if self.tb is not None:  # a traceback the text cut before its exception line
+            built = self.tb.build()
+            if built is not None:
+                self.raised.append(replace(built, mode="traceback"))
         self.tb = None
         self.json = None
 
@@ -1099,14 +1118,25 @@ def _trace_processes(records: Sequence[Record]) -> list[StackProcess]:
     return out
 
 
-def extract_stack_processes(records: Sequence[Record]) -> list[StackProcess]:
+# record grammars (diag.parse.grammars) that are no log line: a traceback's or a dump's
+# own lines, and text no grammar read
+_NOT_A_LOG = frozenset({"plain", "traceback", "pyspy", "faulthandler"})
+
+
+def extract_stack_processes(
+    records: Sequence[Record], *, bare_tracebacks: bool = False
+) -> list[StackProcess]:
     """Every stack dump in a stream of records, classified (``wait_site`` set).
+
+    With ``bare_tracebacks`` (records a log parser made, levels read), a source that is
+    nothing but a traceback ending in an error, or cut, gives that traceback as a process.
 
     Dumps of the same pid in the same source are merged into one process (see
     :func:`diag.stacks.merge.merge_samples`); processes come in the order they first appear."""
     found: list[StackProcess] = []
     # one parser per (source, per-line prefix): a dump never runs on into another file
     channels: dict[tuple[str, str], _Channel] = {}
+    raised: list[StackProcess] = []
     busy: set[tuple[str, str]] = set()  # channels with a dump (or a pending header) open
     c10d_open: dict[str, _Channel] = {}  # source -> channel with torch's report open
     candidate = _candidate
@@ -1135,7 +1165,7 @@ def extract_stack_processes(records: Sequence[Record]) -> list[StackProcess]:
             if len(pick) == 1:
                 chan = pick[0]
         if chan is None:
-            chan = channels[ckey] = _Channel(found, ckey)
+            chan = channels[ckey] = _Channel(found, ckey, raised)
         chan.feed(ln)
         if chan.in_c10d:
             c10d_open[ln.source] = chan
@@ -1166,6 +1196,16 @@ def extract_stack_processes(records: Sequence[Record]) -> list[StackProcess]:
     for chan in channels.values():
         chan.finish()
     found.extend(_trace_processes(records))
+    if raised and bare_tracebacks:
+        # A text that is nothing but a traceback (a bug report's paste of one: no line of
+        # it is a log record of any grammar): where its thread was when the error surfaced
+        # is the only stack there is (an exception out of a CUDA sync, a JIT build, a pipe
+        # read). In a log, a traceback is the error it ends in (python.exception).
+        dumped = {p.source for p in found}
+        logged = {r.source for r in records if r.grammar not in _NOT_A_LOG}
+        found.extend(
+            classified(p) for p in raised if p.source not in dumped and p.source not in logged
+        )
     found.sort(key=lambda p: (p.source or "", p.line or 0))
     by_pid: dict[tuple[str | None, int], list[StackProcess]] = {}
     order: list[tuple[str | None, int] | int] = []
