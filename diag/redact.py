@@ -96,6 +96,21 @@ def is_secret_name(name: str) -> bool:
     return bool(secret)
 
 
+# words that make a "token" field a number of tokens (max_total_num_token, num_tokens,
+# max_prefill_tokens, context_len_tokens), never a credential
+_COUNT_WORDS = frozenset(
+    {"num", "max", "min", "total", "count", "len", "size", "per", "new", "prefill", "decode",
+     "input", "output", "cached", "context", "batch", "chunk"}
+)
+
+
+def _token_count_name(name: str) -> bool:
+    """A field named for a count of tokens: its only secret word is token(s) and another
+    word says count or size."""
+    words = {w.lower() for w in _WORD_SPLIT.split(name) if w}
+    return (words & _SECRET_WORDS) <= {"token", "tokens"} and bool(words & _COUNT_WORDS)
+
+
 def _prose_plain_key(text: str, start: int) -> bool:
     """The word before a bare ``key`` (one space apart) makes it a lookup key."""
     i = start - 1
@@ -493,6 +508,8 @@ class Redactor:
             return match.group(0)
         if not quote and ":" in match.group("op") and _NUMBER.fullmatch(inner):
             return match.group(0)  # a count in a log line ("#new-token: 6"), not a secret
+        if not quote and _NUMBER.fullmatch(inner) and _token_count_name(name):
+            return match.group(0)  # SGLang 0.1's "max_total_num_token=52656": a count
         if not quote and "(" in inner:
             return match.group(0)  # code in a traceback (next_token_ids = batch.sample(...))
         kind = "env" if _ENV_NAME.match(name) and "=" in match.group("op") else "field"

@@ -69,6 +69,8 @@ NEGATIVE = [
     "node-0:270:270 [0] NCCL INFO Bootstrap: Using eth0:10.0.0.2<0>",
     "NCCL version 2.21.5+cuda12.4 at 15:01:54.123",
     "{'api_key': None, 'admin_api_key': '', 'token': None}",
+    # SGLang 0.1's memory summary (model_rpc.py): token counts named like a token field
+    "Rank 1: max_total_num_token=52656, max_prefill_num_token=8776, context_len=4096",
 ]
 
 
@@ -350,3 +352,11 @@ def test_lookup_keys_are_not_secrets() -> None:
         assert r.text(line) == line
     assert "s3cr3tvalue99" not in r.text("api_key: s3cr3tvalue99")
     assert "s3cr3tvalue99" not in r.text("cache_api_key=s3cr3tvalue99")
+
+
+def test_a_number_in_a_secret_field_is_masked_unless_the_name_counts_tokens() -> None:
+    red = Redactor()
+    assert "8776" in red.text("max_prefill_num_token=8776")
+    for line in ("hf_token=123456789012345", "token=123456789012345", "api_key=1234567890"):
+        assert "1234567890" not in red.text(line), line
+

@@ -765,7 +765,9 @@ def test_the_cpu_window_can_start_at_the_proc_tier() -> None:
         assert 0.25 < time.monotonic() - t0 < 0.45  # the window's rest, not all of it
         hot, cold = facts[busy.pid].cpu_percent, facts[idle.pid].cpu_percent
         assert isinstance(hot, float) and isinstance(cold, float)
-        assert hot > 40 and cold < 10
+        # (a busy process on a loaded 2-core box may get a third of a core: the reading
+        # must tell the two apart, not measure the box)
+        assert hot > 20 and cold < 10 and hot > cold + 15
     finally:
         for p in (busy, idle):
             p.kill()
