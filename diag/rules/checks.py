@@ -1328,16 +1328,20 @@ def _check_unknown_model_type(ctx: CheckContext) -> CheckOutcome | None:
             k = _KEY_ERROR.search(text)
             if k is None:
                 continue
-            return CheckOutcome(
-                message=(
-                    f"transformers does not know the model type '{k.group('key')}' "
-                    "(KeyError in its config mapping, configuration_auto.py)"
-                ),
-                hits=(
-                    Hit(rec.source, rec.line + i, text.strip(), rec.rank, rec.ts, {}, rec.level),
-                ),
+            return _outcome_at(
+                rec, i, text,
+                f"transformers does not know the model type '{k.group('key')}' "
+                "(KeyError in its config mapping, configuration_auto.py)",
             )
     return None
+
+
+def _outcome_at(rec: Record, i: int, text: str, message: str) -> CheckOutcome:
+    """A check's outcome with one hit: line ``i`` of ``rec`` (0: its first line)."""
+    return CheckOutcome(
+        message=message,
+        hits=(Hit(rec.source, rec.line + i, text.strip(), rec.rank, rec.ts, {}, rec.level),),
+    )
 
 
 # multiprocessing/connection.py (CPython 3.x): Connection.recv raises EOFError when every
@@ -1382,14 +1386,10 @@ def _check_child_pipe_eof(ctx: CheckContext) -> CheckOutcome | None:
             who = caller.get(key)
             if who is None or "EOFError" not in text or not _EOF_LINE.match(text):
                 continue
-            return CheckOutcome(
-                message=(
-                    f"{who} read a pipe from a child process and got EOFError: the child "
-                    "exited before it reported (look above for its own error)"
-                ),
-                hits=(
-                    Hit(rec.source, rec.line + i, text.strip(), rec.rank, rec.ts, {}, rec.level),
-                ),
+            return _outcome_at(
+                rec, i, text,
+                f"{who} read a pipe from a child process and got EOFError: the child "
+                "exited before it reported (look above for its own error)",
             )
     return None
 
