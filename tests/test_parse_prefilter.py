@@ -369,3 +369,38 @@ def test_read_ahead_shortens_the_switch_interval_while_it_runs() -> None:
     assert list(pipeline._ahead(make, 2)) == [0, 1, 2]
     assert seen and max(seen) <= pipeline._SWITCH_S
     assert sys.getswitchinterval() == before
+
+
+@pytest.mark.parametrize("name", ["real", "spam", "folder8", "warn5"])
+def test_the_chunks_own_and_in_order_stages_give_one_result_whichever_thread_runs_them(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read-ahead thread runs a chunk's own passes (kind hashes, byte counts) and its
+    in-order stage (the repeat cap, the kept lines' text, the timeline's lines) only while
+    the parsing is behind it; else the parsing thread runs them: every thread, none, or
+    any mix of the two gives the same analysis."""
+    import random
+
+    from diag.parse import native, pipeline
+
+    if native.load() is None:
+        pytest.skip("no C compiler: the scanner is not built")
+    monkeypatch.setattr(diag.parse.reader, "CHUNK_BYTES", 256 << 10)
+    out = tmp_path / ("mix" if name == "folder8" else "mix.log")
+    _mixes()[name][1](out, 3 << 20, 1)  # type: ignore[index]
+    real_ahead = pipeline._ahead
+    got = []
+    for mode in ("never", "always", "random"):
+        rng = random.Random(7)
+
+        def behind(mode: str = mode, rng: random.Random = rng) -> bool:
+            return mode == "always" or (mode == "random" and rng.random() < 0.5)
+
+        monkeypatch.setattr(pipeline, "_ahead",
+                            lambda make, depth, b=behind: real_ahead(lambda _: make(b), depth))
+        a = analyze([out], prefilter=True)
+        col = read_sources(resolve_inputs([out]), year=None, literals=_literals(()),
+                           prefilter=True)
+        got.append((_summary(a), _findings(a), a.records, col.serving.as_dict(), col.repeats,
+                    col.candidates, col.notes))
+    assert got[0] == got[1] == got[2]

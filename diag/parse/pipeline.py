@@ -331,6 +331,10 @@ class _Run:
 
         self.cap = RepeatCap(native.load)
         self.glines = 0  # lines of earlier chunks (all sources)
+        # prefilter path: chunks whose in-order stage (:meth:`settle`) is done, and their
+        # lines (the cap's position)
+        self.settled = 0
+        self.settled_lines = 0
         self._matcher: object | None = None
 
     @property
@@ -393,31 +397,55 @@ class _Run:
 
     # -- prefilter -----------------------------------------------------------------
 
-    def pf_chunk(
-        self, name: str, sp: SourceParser, scan: object, chunk: bytes | bytearray,
-        lines: Lines, lineno: int, tail_from: int | None,
-    ) -> tuple[int, int]:
-        """Feed the candidate and timeline lines of ``chunk`` (``lines``: its lines, from
-        the matcher; and those of the source's head and, from line index ``tail_from``
-        on, its tail); returns (lines, capped)."""
-        from diag.parse import native
+    def settle(self, pf: _Pf, chunk: bytes | bytearray) -> tuple[dict[int, str], Any, list[int]]:
+        """The in-order stage of a chunk on the prefilter path (done once, by the thread
+        that gets to it first, always in chunk order: the repeat cap's and the source's
+        timeline state go from chunk to chunk): (the kept candidates' text by line index,
+        the dropped candidates (sorted numpy int64), the lines the timeline and the
+        spec-decode figures need). The read-ahead thread does it for the chunk it just
+        matched while the parsing is behind it and the chunk before is done; else the
+        parsing thread does it, with the same result."""
+        if pf.done is None:
+            if pf.seq != self.settled:
+                raise RuntimeError("prefilter chunks settled out of order")
+            pf.done = self._stage(pf, chunk)
+            self.settled += 1
+        return pf.done
+
+    def _stage(self, pf: _Pf, chunk: bytes | bytearray) -> tuple[dict[int, str], Any, list[int]]:
         from diag.parse.prefilter import SourceScan
 
+        scan, lines = pf.scan, pf.lines
         assert isinstance(scan, SourceScan)
-        self._bytes_stats(chunk, native.load(), lines.byte_flags, lines.byte_counts)
-        present = lines.present
-        scan_chunk(self.col.serving, chunk, name, lineno, present, lines.nl, lines.label_at)
-        kept, dropped = self.cap.split(self.glines, chunk, lines, lines.candidates)
+        kept, dropped = self.cap.split(self.settled_lines, chunk, lines, lines.candidates)
         keep: dict[int, str] = {}
         if kept:
             starts, ends = lines.bounds(self._np.asarray(kept, dtype=self._np.int64))
             for i, a, b in zip(kept, starts, ends, strict=True):
                 keep[i] = decode(chunk[a:b])[0]
         more = scan.timeline_lines(chunk, lines, keep.values(), dropped)
+        present = lines.present
         if any(m in present for m in SPEC_MARKERS):
             spec = spec_positions(chunk, present)
             if spec:
                 more += lines.index(spec).tolist()
+        self.settled_lines += len(lines)
+        return keep, dropped, more
+
+    def pf_chunk(
+        self, name: str, sp: SourceParser, pf: _Pf, chunk: bytes | bytearray,
+        lineno: int, tail_from: int | None,
+    ) -> tuple[int, int]:
+        """Feed the candidate and timeline lines of ``chunk`` (``pf``: its lines, from
+        the matcher, and its stage, :meth:`settle`) and those of the source's head and,
+        from line index ``tail_from`` on, its tail; returns (lines, capped)."""
+        from diag.parse import native
+
+        lines = pf.lines
+        self._bytes_stats(chunk, native.load(), lines.byte_flags, lines.byte_counts)
+        scan_chunk(self.col.serving, chunk, name, lineno, lines.present, lines.nl,
+                   lines.label_at)
+        keep, dropped, more = self.settle(pf, chunk)
         n = len(lines)
         more += range(min(n, max(0, HEAD_LINES - lineno)))
         if tail_from is not None:
@@ -464,29 +492,38 @@ def _bytes_counts(chunk: bytes | bytearray, scanner: Any = None, flags: int = 3)
     return nul, bad
 
 
+@dataclass(slots=True)
+class _Pf:
+    """A chunk on the prefilter path, as the read-ahead thread hands it over."""
+
+    lines: Lines
+    scan: Any  # its source's SourceScan
+    seq: int  # its place among all the run's chunks
+    done: tuple[dict[int, str], Any, list[int]] | None = None  # its stage (_Run.settle)
+
+
 class _SourceRead:
     """Reading one source: its chunks go through the prefilter or line by line."""
 
-    def __init__(self, run: _Run, name: str, sp: SourceParser, scan: object | None) -> None:
-        self.run, self.name, self.sp, self.scan = run, name, sp, scan
+    def __init__(self, run: _Run, name: str, sp: SourceParser, use_pf: bool) -> None:
+        self.run, self.name, self.sp, self.use_pf = run, name, sp, use_pf
         self.lineno = 0
         self.repeats = 0
         self.primed = False
 
     def step(self, chunk: bytes | bytearray, lines: object, n_lines: int,
              after: int | None) -> None:
-        """Parse one chunk (``lines``: its :class:`~diag.parse.prefilter.Lines` on the
-        prefilter path); ``after``: lines after it in the source (None: many)."""
-        if self.scan is not None:
+        """Parse one chunk (``lines``: its :class:`_Pf` on the prefilter path); ``after``:
+        lines after it in the source (None: many)."""
+        if self.use_pf:
             if not self.primed:
                 self.sp.prime(decode(chunk[: 64 << 10])[0].split("\n")[:60])
                 self.primed = True
             tail = None
             if after is not None and after < TAIL_LINES:
                 tail = n_lines - (TAIL_LINES - after)
-            assert isinstance(lines, Lines)
-            n, capped = self.run.pf_chunk(self.name, self.sp, self.scan, chunk, lines,
-                                          self.lineno, tail)
+            assert isinstance(lines, _Pf)
+            n, capped = self.run.pf_chunk(self.name, self.sp, lines, chunk, self.lineno, tail)
         else:
             n, capped = self.run.full_chunk(self.name, self.sp, chunk, self.lineno)
         self.lineno += n
@@ -547,14 +584,11 @@ def _read_one(
 ) -> int:
     """Parse one source's chunks from ``stream`` (up to its end marker, whose notes are
     the reader's for this source); returns the progress position after it."""
-    from diag.parse.prefilter import BulkStats, SourceScan
-
     col = run.col
     sp = SourceParser(src.name)
-    scan = SourceScan(BulkStats()) if use_pf else None
     # chunk, its lines (prefilter path), their number, position
     pending: list[tuple[bytes | bytearray, object, int, int]] = []
-    reading = _SourceRead(run, src.name, sp, scan)
+    reading = _SourceRead(run, src.name, sp, use_pf)
     for chunk, lines, n_lines, consumed, notes in stream:
         if chunk is None:  # this source's end: the reader's notes about it
             col.notes.extend(notes)
@@ -635,18 +669,25 @@ def _chunks(run: _Run, sources: Sequence[Source], use_pf: bool) -> Iterator[_Ite
     cores their time comes off the wall clock, and a folder of files is one pipeline."""
 
     def produce(behind: Callable[[], bool] = lambda: False) -> Iterator[_Item]:
+        from diag.parse.prefilter import BulkStats, SourceScan
+
+        seq = count()
         for src in sources:
             notes: list[str] = []
+            scan = SourceScan(BulkStats())  # (prefilter path: the source's timeline state)
             for buf, lo, hi, consumed in iter_chunks(src, notes,
                                                      chunk_bytes=reader.CHUNK_BYTES):
                 chunk = buf[lo:hi] if (lo, hi) != (0, len(buf)) else buf
                 if use_pf:
-                    lines: Lines = run.matcher.lines(chunk)
+                    pf = _Pf(run.matcher.lines(chunk), scan, next(seq))
                     if behind():
                         # the parsing has chunks waiting: this thread would wait too, so
-                        # it does the chunk's own passes (else the parsing does them)
-                        lines = run.ahead(chunk, lines)
-                    yield chunk, lines, len(lines), consumed, None
+                        # it does the chunk's own passes and, when the chunk before is
+                        # done, its in-order stage (else the parsing does them)
+                        pf.lines = run.ahead(chunk, pf.lines)
+                        if run.settled == pf.seq:
+                            run.settle(pf, chunk)
+                    yield chunk, pf, len(pf.lines), consumed, None
                 else:
                     yield chunk, None, _count_lines(chunk), consumed, None
             yield None, None, 0, 0, notes
