@@ -237,6 +237,11 @@ def frame_phase(path: str, func: str) -> str | None:
         return "weights_load"  # a model or layer being built (the registry: with the config)
     if "/disaggregation/" in p and name == "transfer_worker":
         return "serving"  # SGLang's KV transfer threads run for live requests
+    if "graph_runner" in p and name.lstrip("_").startswith("replay"):
+        # a captured graph replayed for a batch (sglang/srt/model_executor/
+        # cuda_graph_runner.py CudaGraphRunner.replay 0.3-0.5.23, the NPU and draft
+        # runners' replay / _replay_update): a forward of requests, after capture
+        return "serving"
     return None
 
 

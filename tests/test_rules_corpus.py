@@ -96,6 +96,10 @@ XFAIL.update(
             "new case (gather s14): the window ends on pynccl.py's 'vLLM is using nccl==' "
             "line (a step start by LABELS.md's convention); the label follows the thread"
         ),
+        "sglang/v0.4.3.post2-2xl40s-nemotron70b-awq-eagle-tp2-shards-load-end-kv-no-token-count-capture-begin-failure-after-window-cut": (  # noqa: E501
+            "new case (gather s15): the window ends 0 s after 'Capture cuda graph begin' (a "
+            "step start by LABELS.md's convention); the label follows the thread"
+        ),
         "vllm/tritonserver-vllm-backend-glog-prefix-tz-skew-stub-typeerror-stat-loggers-escaped-newlines": (  # noqa: E501
             "new case (gather s10): the exception sits inside Triton's quoted stub error "
             "(escaped newlines, pybind11's 'At:' frame list); env.version_mismatch is "

@@ -362,6 +362,14 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         ),
     ),
     (
+        "flashinfer-module-getter",
+        "stack.jit_compile",
+        (
+            "get_batch_prefill_module (flashinfer/prefill.py:374)",
+            "plan (flashinfer/decode.py:1031)",
+        ),
+    ),
+    (
         "gpu-kernel-leaf",
         "stack.cuda_sync",
         (

@@ -149,6 +149,9 @@ KNOWN_BROKEN: set[tuple[str, str]] = {
     # frame (`ncclCudaLibraryInit()`, `<unknown>` line 0); the cut takes that line's prefix,
     # so the frame falls into another stream and the rest reads as a Python traceback
     ("starts mid-line", "vllm-pr-vgpu-ray-worker-nested-prefix-native-symbolized-segfault-ncclcudalibraryinit-ncclcomminitrank"),  # noqa: E501
+    # gather s15: a hand-condensed traceback ('...' lines between frames) glued with no
+    # space: its frames and its '...' run together, and no frame starts a line
+    ("newlines lost, nothing left", "vllm-v1-glm51-fp8-mtp-tp8-enginecore-condensed-traceback-step-with-batch-queue-get-response-timeout"),  # noqa: E501
 }
 
 

@@ -608,6 +608,9 @@ def evaluate(
 
 
 _ANNOUNCE_LEVELS = frozenset({"ERROR", "CRITICAL", "FATAL", "EXCEPTION"})
+# threading.excepthook's header above an uncaught exception's traceback (Lib/threading.py,
+# Python 3.8+: "Exception in thread NAME:")
+_THREAD_EXCEPTION = regex.compile(r"^Exception in thread \S.*:$")
 
 
 def _with_announcers(finding: Finding, records: Sequence[Record]) -> Finding:
@@ -626,7 +629,10 @@ def _with_announcers(finding: Finding, records: Sequence[Record]) -> Finding:
             end = prev.line + len(prev.continuation)
             if (
                 end == rec.line - 1
-                and (prev.level or "").upper() in _ANNOUNCE_LEVELS
+                and (
+                    (prev.level or "").upper() in _ANNOUNCE_LEVELS
+                    or _THREAD_EXCEPTION.match(prev.message.strip()) is not None
+                )
                 and "Traceback (most recent call last)" in (rec.raw or rec.message)
                 and (prev.source, prev.line) not in have
             ):

@@ -305,6 +305,8 @@ RULES: tuple[SiteRule, ...] = (
     SiteRule(
         "framework-comm-module",
         _NCCL,
+        # (not pynccl_wrapper.py's NCCL_CHECK: it checks the result of the call around it)
+        name=r"^(?!NCCL_CHECK$)",
         file=r"(device_communicators/(custom_all_reduce(?!_utils)|pynccl|cpu_communicator|"
         r"quick_all_reduce|symm_mem|cuda_communicator|all2all|base_device_communicator|"
         r"pymscclpp|custom_all_reduce_ops|ray_communicator|mnnvl_compat|xpu_communicator|"
@@ -482,6 +484,15 @@ RULES: tuple[SiteRule, ...] = (
         name=r"(^|\.)(empty_cache|mem_get_info|reset_peak_memory_stats|memory_stats)$",
         why="the caching allocator releasing memory (cudaFree synchronises the device) or "
         "asking the driver for free memory: the thread waits for the GPU",
+    ),
+    SiteRule(
+        "flashinfer-module-getter",
+        _JIT,
+        file=r"flashinfer/(?!jit/)\w+\.py$",
+        name=r"(^|\.)(get_\w+_module|gen_\w+_module|load_cuda_ops|build_and_load)$",
+        why="FlashInfer's kernel-module getters (flashinfer/prefill.py "
+        "get_batch_prefill_module, decode.py get_batch_decode_module, 0.2-0.5) build the "
+        "module with its JIT, or load the built one, on first use",
     ),
     SiteRule(
         "gpu-kernel-leaf",

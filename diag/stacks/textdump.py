@@ -277,8 +277,15 @@ def dump_lines_in(text: str) -> int:
     return 1 if _candidate(text) else 0
 
 
+# Ray's log deduplication (ray/_private/ray_logging.py, Ray 2.x) appends this to a line
+# other workers printed too
+_RAY_REPEATED = re.compile(r"\s*\[repeated \d{1,9}x across cluster\](?:\s*\(Ray dedup.*)?$")
+
+
 def _line_of(rec: Record, text: str, offset: int) -> _Line:
     clean = _ANSI.sub("", text).rstrip("\r\n ")
+    if clean.endswith("]") or "(Ray dedup" in clean:
+        clean = _RAY_REPEATED.sub("", clean)
     if "\xa0" in clean:  # a paste through a web page: indentation as no-break spaces
         clean = clean.replace("\xa0", " ")
     rest, channel, rank, title = _split_prefixes(clean)
@@ -1128,8 +1135,8 @@ def extract_stack_processes(
 ) -> list[StackProcess]:
     """Every stack dump in a stream of records, classified (``wait_site`` set).
 
-    With ``bare_tracebacks`` (records a log parser made, levels read), a source that is
-    nothing but a traceback ending in an error, or cut, gives that traceback as a process.
+    With ``bare_tracebacks`` (the analyser's call), a source that is nothing but a
+    traceback ending in an error, or cut, gives that traceback as a process.
 
     Dumps of the same pid in the same source are merged into one process (see
     :func:`diag.stacks.merge.merge_samples`); processes come in the order they first appear."""
@@ -1200,7 +1207,9 @@ def extract_stack_processes(
         # A text that is nothing but a traceback (a bug report's paste of one: no line of
         # it is a log record of any grammar): where its thread was when the error surfaced
         # is the only stack there is (an exception out of a CUDA sync, a JIT build, a pipe
-        # read). In a log, a traceback is the error it ends in (python.exception).
+        # read). In a log, a traceback is the error it ends in (python.exception), not a
+        # dump (a looser test, half the lines tracebacks, made two tracebacks of one log
+        # read as a collective waiting for a rank).
         dumped = {p.source for p in found}
         logged = {r.source for r in records if r.grammar not in _NOT_A_LOG}
         found.extend(
