@@ -187,7 +187,7 @@ Killed
 def test_records_for_stacks_and_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     got: list[Sequence[Record]] = []
 
-    def fake_extract(records: Sequence[Record]) -> list:  # type: ignore[type-arg]
+    def fake_extract(records: Sequence[Record], **_: object) -> list:  # type: ignore[type-arg]
         got.append(records)
         return []
 
