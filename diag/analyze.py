@@ -12,12 +12,13 @@ missing ranks, stragglers; stack dumps found in the text, their groups, and the 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import gc
 import io
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -121,30 +122,23 @@ def _dump_lines(drafts: Sequence[Draft]) -> bool:
     return sum(dump_lines_in(d.p.message) for d in drafts[:2000]) >= 3
 
 
-def _analyze_sources(
-    sources: Sequence[Source],
-    *,
-    year: int | None,
-    rules_dirs: Sequence[Path],
-    progress: ProgressFn | None,
-    prefilter: bool | None,
-    clocks: Mapping[str, tuple[float, float]] | None = None,
-) -> Analysis:
-    # (speed) The analysis builds tens of thousands of long-lived objects (records, their
-    # fields, events) and no garbage cycles to speak of: the cyclic collector's passes over
-    # them (a full one each time the long-lived objects grew by a quarter) are wasted.
-    # It is off for the analysis and back on after it.
+@contextlib.contextmanager
+def _gc_off() -> Iterator[None]:
+    """(speed) The analysis builds tens of thousands of long-lived objects (records, their
+    fields, events) and no garbage cycles to speak of: the cyclic collector's passes over
+    them (a full one each time the long-lived objects grew by a quarter) are wasted. It is
+    off for the analysis and back on after it."""
     was_on = gc.isenabled()
     gc.disable()
     try:
-        return _analyze_sources_gc_off(sources, year=year, rules_dirs=rules_dirs,
-                                       progress=progress, prefilter=prefilter, clocks=clocks)
+        yield
     finally:
         if was_on:
             gc.enable()
 
 
-def _analyze_sources_gc_off(
+@_gc_off()
+def _analyze_sources(
     sources: Sequence[Source],
     *,
     year: int | None,

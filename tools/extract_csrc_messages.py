@@ -46,7 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from extract_messages import Row, _hint_name, version_key, write_tsv  # noqa: E402
+from extract_messages import Row, _hint_name, version_key, write_output  # noqa: E402
 
 EXTENSIONS = (".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp", ".hip")
 # macro -> (exception type, text put before the message)
@@ -310,13 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("sources", nargs="+", help="vLLM sdist, or VERSION@FOLDER")
     ap.add_argument("-o", "--output", default="-", help="TSV file (default stdout)")
     args = ap.parse_args(argv)
-    rows = extract(args.sources)
-    if args.output == "-":
-        write_tsv(rows, sys.stdout)  # type: ignore[arg-type]
-    else:
-        with open(args.output, "w", encoding="utf-8", newline="\n") as f:
-            write_tsv(rows, f)
-    print(f"{len(rows)} rows", file=sys.stderr)
+    write_output(extract(args.sources), args.output)
     return 0
 
 

@@ -707,13 +707,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-debug", action="store_true", help="leave out debug-level messages")
     args = ap.parse_args(argv)
     rows, _ = extract(args.sources, with_debug=not args.no_debug)
-    if args.output == "-":
+    write_output(rows, args.output)
+    return 0
+
+
+def write_output(rows: list[Row], output: str) -> None:
+    """The table to ``output`` (``-``: stdout), and its row count to stderr."""
+    if output == "-":
         write_tsv(rows, sys.stdout)
     else:
-        with open(args.output, "w", encoding="utf-8", newline="\n") as f:
+        with open(output, "w", encoding="utf-8", newline="\n") as f:
             write_tsv(rows, f)
     print(f"{len(rows)} rows", file=sys.stderr)
-    return 0
 
 
 if __name__ == "__main__":
