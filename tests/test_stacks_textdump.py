@@ -767,7 +767,7 @@ def test_ucx_backtraces_take_the_signal_lines_pid_once() -> None:
 def test_a_bare_error_traceback_is_where_its_thread_was() -> None:
     """Through the log reader (levels read): a text that is only a traceback ending in an
     error, or cut before its exception, gives its innermost frames as the thread's place;
-    the same traceback inside a log is the log's error, not a dump."""
+    the same traceback inside a log is also where its thread was when the error surfaced."""
     from diag.analyze import analyze_text
 
     bare = (
@@ -788,7 +788,45 @@ def test_a_bare_error_traceback_is_where_its_thread_was() -> None:
     # cut before the exception line: the same place
     cut = "\n".join(bare.splitlines()[:-1]) + "\n"
     assert [p.wait_site for p in analyze_text(cut).stack_processes] == ["stack.cuda_sync"]
+    # inside a log, the traceback is the log's error and also where its thread was
     logged = "[2026-04-22 08:39:14 TP0] Decode batch. #running-req: 1\n" + bare
-    assert analyze_text(logged).stack_processes == ()
+    (proc,) = analyze_text(logged).stack_processes
+    assert proc.mode == "traceback" and proc.wait_site == "stack.cuda_sync"
     # and never through the plain dump reader, which reads no levels
     assert parse_stack_text(bare) == []
+
+
+def test_tracebacks_in_a_log_are_no_collective_wait() -> None:
+    """Two ranks' tracebacks in one log, one raised inside a collective and one elsewhere,
+    each at its own moment: they are where the errors surfaced, not a dump of ranks waiting
+    for one another, so nccl.waiting_for_rank does not fire; two dumps of the same frames
+    do."""
+    from diag.analyze import analyze_text
+
+    def tb(rank: int, inner: str, exc: str) -> str:
+        return (
+            f"[2026-04-22 08:39:1{rank} TP{rank}] Scheduler hit an exception: Traceback (most recent call last):\n"  # noqa: E501
+            f'  File "/sgl/python/sglang/srt/managers/scheduler.py", line 1098, in event_loop\n'
+            f"    self.run_batch(batch)\n"
+            f"{inner}"
+            f"{exc}\n"
+        )
+
+    coll = (
+        '  File "/venv/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py", line 2501, in all_reduce\n'  # noqa: E501
+        "    work = group.allreduce([tensor], opts)\n"
+    )
+    sync = (
+        '  File "/venv/lib/python3.12/site-packages/torch/cuda/streams.py", line 231, in synchronize\n'  # noqa: E501
+        "    super().synchronize()\n"
+    )
+    a = analyze_text(
+        tb(0, coll, "torch.distributed.DistBackendError: NCCL error")
+        + tb(1, sync, "torch.AcceleratorError: CUDA error: an illegal memory access")
+    )
+    assert sorted(p.wait_site or "" for p in a.stack_processes) == [
+        "stack.cuda_sync",
+        "stack.nccl_collective",
+    ]
+    assert all(p.mode == "traceback" for p in a.stack_processes)
+    assert "nccl.waiting_for_rank" not in {f.id for f in a.findings}

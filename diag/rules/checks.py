@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import regex
 
@@ -1209,7 +1209,17 @@ def _check_straggler(ctx: CheckContext) -> CheckOutcome | None:
 def _check_stack_collective(ctx: CheckContext) -> CheckOutcome | None:
     """Stack dumps in the input: some processes wait inside an NCCL collective while
     others are elsewhere; the others are who the collective waits for."""
-    groups = ctx.analysis.stack_groups
+    # A traceback is where its thread was when an error surfaced, each at its own moment,
+    # not a dump taken while the ranks wait: it takes no part in the comparison.
+    from diag.stacks.merge import member_label
+
+    dumped = [p for p in ctx.analysis.stack_processes if p.mode != "traceback"]
+    labels = {member_label(p) for p in dumped}
+    groups = [
+        replace(g, members=tuple(m for m in g.members if m in labels))
+        for g in ctx.analysis.stack_groups
+    ]
+    groups = [g for g in groups if g.members]
     waiting = [g for g in groups if g.wait_site == "stack.nccl_collective"]
     others = [g for g in groups if g.wait_site and g.wait_site != "stack.nccl_collective"]
     if not waiting or not others:
@@ -1218,7 +1228,7 @@ def _check_stack_collective(ctx: CheckContext) -> CheckOutcome | None:
     odd = [m for g in others for m in g.members]
     sites = sorted({g.wait_site or "unknown" for g in others})
     hits = []
-    for proc in ctx.analysis.stack_processes:
+    for proc in dumped:
         if proc.source and proc.line and proc.wait_site:
             label = proc.rank.label if proc.rank else f"pid {proc.pid}"
             hits.append(

@@ -1211,10 +1211,7 @@ def extract_stack_processes(
         # dump (a looser test, half the lines tracebacks, made two tracebacks of one log
         # read as a collective waiting for a rank).
         dumped = {p.source for p in found}
-        logged = {r.source for r in records if r.grammar not in _NOT_A_LOG}
-        found.extend(
-            classified(p) for p in raised if p.source not in dumped and p.source not in logged
-        )
+        found.extend(classified(p) for p in raised if p.source not in dumped)
     found.sort(key=lambda p: (p.source or "", p.line or 0))
     by_pid: dict[tuple[str | None, int], list[StackProcess]] = {}
     order: list[tuple[str | None, int] | int] = []
