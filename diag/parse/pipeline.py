@@ -426,7 +426,7 @@ class _Run:
         more = scan.timeline_lines(chunk, lines, keep.values(), dropped)
         present = lines.present
         if any(m in present for m in SPEC_MARKERS):
-            spec = spec_positions(chunk, present)
+            spec = spec_positions(chunk, present, lines.label_at)
             if spec:
                 more += lines.index(spec).tolist()
         self.settled_lines += len(lines)

@@ -600,10 +600,13 @@ class _KeyScan:
                     continue
                 # the n bytes before each offset, one bytes object each
                 rows = np.ascontiguousarray(arr[o[:, None] - n + np.arange(n)])
-                before = rows.view(f"V{n}").ravel().tolist()
+                # (speed) each distinct n bytes once, with its first offset (np.unique's
+                # index is the first occurrence), not one bytes object per offset
+                kinds, at_first = np.unique(rows.view(f"V{n}").ravel(), return_index=True)
                 mine = {k: p for k, p in want.items() if len(k) == n}
-                for k in set(before).intersection(mine):
-                    first[mine[k]] = int(o[before.index(k)]) - n
+                for k, j in zip(kinds.tolist(), at_first.tolist(), strict=True):
+                    if k in mine:
+                        first[mine[k]] = int(o[j]) - n
         return True
 
 
@@ -682,13 +685,18 @@ class SourceScan:
                 self.first_found.add(probe)
         else:
             self._scan_keys(chunk, lines, keys, dropped, pos)
+        label_at = lines.label_at or {}
         for lit in _GLOBAL_BULK:
             if lit not in lines.present:
                 continue
             blit = lit.encode()
-            pos.add(chunk.rfind(blit))  # the kind's last line in the chunk
+            # (speed) the scanner's offsets of the kind, when it kept them all: its first
+            # and last occurrence without a pass over the chunk (rfind: 0.3 s per GiB)
+            at = label_at.get(lit)
+            known = at is not None and len(at) > 0
+            pos.add(int(at[-1]) if known else chunk.rfind(blit))  # the kind's last line
             if blit not in self.first_found:
-                pos.add(chunk.find(blit))
+                pos.add(int(at[0]) if known else chunk.find(blit))
                 self.first_found.add(blit)
         last = size - 1
         while last >= 0 and chunk[last] in (10, 13):

@@ -619,16 +619,17 @@ def _spec_lines(
         return line0 + data.count(b"\n", 0, start) + 1
 
     # evidence: the first two reports of the input and its last one
+    offs = _marker_offsets_all(markers, label_at)
     if len(fig.first) < 2:
         pos = 0
         while len(fig.first) < 2:
-            hits = [i for i in (data.find(m, pos) for m in markers) if i >= 0]
+            hits = _finds(data, markers, offs, pos)
             if not hits:
                 break
             start, end = _line_at(data, min(hits))
             fig.first.append(SpecLine(source, number(start), _text(data[start:end])))
             pos = end + 1
-    i = max(data.rfind(m) for m in markers)
+    i = _rfind_last(data, markers, offs)
     start, end = _line_at(data, i)
     fig.last = SpecLine(source, number(start), _text(data[start:end]))
 
@@ -682,18 +683,21 @@ def _line_at(data: bytes | bytearray, i: int) -> tuple[int, int]:
     return start, len(data) if end < 0 else end
 
 
-def spec_positions(chunk: bytes | bytearray, present: Iterable[str] = SPEC_MARKERS) -> list[int]:
+def spec_positions(chunk: bytes | bytearray, present: Iterable[str] = SPEC_MARKERS,
+                   label_at: dict[str, Any] | None = None) -> list[int]:
     """Byte offsets in ``chunk`` of its first two and its last spec-decoding report line:
     the lines that can be evidence (the prefilter makes them records, as the line-by-line
     path does, so that their time stamps are settled alike). ``present``: the markers
-    that occur in it (the others are not looked for)."""
+    that occur in it (the others are not looked for); ``label_at``: where labels occur
+    (label -> sorted start offsets), when the caller's scanner found them."""
     markers = [m.encode() for m in SPEC_MARKERS if m in present]
     out: list[int] = []
     if not markers:
         return out
+    offs = _marker_offsets_all(markers, label_at)
     pos = 0
     for _ in range(2):
-        hits = [i for i in (chunk.find(m, pos) for m in markers) if i >= 0]
+        hits = _finds(chunk, markers, offs, pos)
         if not hits:
             break
         i = min(hits)
@@ -703,8 +707,47 @@ def spec_positions(chunk: bytes | bytearray, present: Iterable[str] = SPEC_MARKE
             break
         pos = nl + 1
     if out:
-        out.append(max(chunk.rfind(m) for m in markers))
+        out.append(_rfind_last(chunk, markers, offs))
     return out
+
+
+def _marker_offsets_all(
+    markers: Sequence[bytes], label_at: dict[str, Any] | None
+) -> list[Any] | None:
+    """(speed) Each marker's sorted offsets in the chunk, from the scanner's ``label_at``
+    when it has them for every marker (else None: ``find`` / ``rfind`` over the chunk)."""
+    if not label_at:
+        return None
+    out = []
+    for m in markers:
+        at = label_at.get(m.decode())
+        if at is None or not len(at):
+            return None
+        out.append(at)
+    return out
+
+
+def _finds(
+    data: bytes | bytearray, markers: Sequence[bytes], offs: list[Any] | None, pos: int
+) -> list[int]:
+    """The first offset at or past ``pos`` of each marker found there (``data.find``)."""
+    if offs is None:
+        return [i for i in (data.find(m, pos) for m in markers) if i >= 0]
+    import numpy as np
+
+    out = []
+    for at in offs:
+        k = int(np.searchsorted(at, pos, side="left"))
+        if k < len(at):
+            out.append(int(at[k]))
+    return out
+
+
+def _rfind_last(data: bytes | bytearray, markers: Sequence[bytes], offs: list[Any] | None) -> int:
+    """The last offset of any of the markers (``max(data.rfind(m) ...)``)."""
+    if offs is None:
+        return max(data.rfind(m) for m in markers)
+    return max(int(at[-1]) for at in offs)
 
 
 # ---------------------------------------------------------------------------
