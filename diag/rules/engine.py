@@ -273,6 +273,11 @@ def _scan(
         level = (rec.level or "").upper()
         phase: str | None = None
         phase_known = False
+        # (speed) the record's lines, each lowercased and its code test, made once for all
+        # the rules wanted (not once per rule and needle), when the first one gets there
+        lines: list[str] = []
+        lows: list[str] = []
+        code: list[bool | None] = []
         for rule in (active[pos] for pos in wanted):
             spec = rule.match
             assert spec is not None
@@ -304,15 +309,21 @@ def _scan(
                         f"(at {rec.source}:{rec.line}); later lines were not matched"
                     )
                 break
-            lines = text.split("\n") if rec.continuation else [text]
+            if not lines:
+                lines = text.split("\n") if rec.continuation else [text]
+                lows = [line.lower() for line in lines]
+                code = [None] * len(lines)
             for i, line in enumerate(lines):
-                if len(lines) > 1 and not any(n in line.lower() for n in rule.needles):
+                if len(lines) > 1 and not any(n in lows[i] for n in rule.needles):
                     continue
-                if _is_code(line):
+                is_code = code[i]
+                if is_code is None:
+                    is_code = code[i] = _is_code(line)
+                if is_code:
                     continue
                 began = time.perf_counter()
                 try:
-                    m = spec.search(line)
+                    m = spec.search(line, lows[i])
                 except TimeoutError:
                     m = None
                     timed_out = True

@@ -81,11 +81,13 @@ class MatchSpec:
     # a pattern whose literals are all absent from a line is not run on it
     gates: tuple[tuple[str, ...] | None, ...] = ()
 
-    def search(self, line: str) -> Any | None:
-        """The first pattern's match on one line (None when excluded or no match).
+    def search(self, line: str, low: str | None = None) -> Any | None:
+        """The first pattern's match on one line (None when excluded or no match);
+        ``low``: ``line.lower()``, when the caller has it.
 
         Raises TimeoutError when a pattern runs past REGEX_TIMEOUT_S."""
-        low = line.lower()
+        if low is None:
+            low = line.lower()
         for i, pattern in enumerate(self.patterns):
             gate = self.gates[i] if i < len(self.gates) else None
             if gate is not None and not any(g in low for g in gate):
