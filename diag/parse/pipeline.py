@@ -372,6 +372,19 @@ class _Run:
         return dataclasses.replace(
             lines, byte_counts=_bytes_counts(chunk, native.load(), lines.byte_flags))
 
+    def counted(self, chunk: bytes | bytearray, lines: Lines) -> Lines:
+        """``lines`` with the chunk's NUL and invalid UTF-8 bytes counted (the read-ahead
+        thread does it for every chunk: only a chunk with a byte past ASCII or a NUL is
+        looked at, mostly a real log's, where the parsing is the slower thread)."""
+        import dataclasses
+
+        from diag.parse import native
+
+        if lines.byte_counts is not None or not lines.byte_flags:
+            return lines
+        return dataclasses.replace(
+            lines, byte_counts=_bytes_counts(chunk, native.load(), lines.byte_flags))
+
     # -- line by line --------------------------------------------------------------
 
     def full_chunk(
@@ -687,6 +700,8 @@ def _chunks(run: _Run, sources: Sequence[Source], use_pf: bool) -> Iterator[_Ite
                         pf.lines = run.ahead(chunk, pf.lines)
                         if run.settled == pf.seq:
                             run.settle(pf, chunk)
+                    else:
+                        pf.lines = run.counted(chunk, pf.lines)
                     yield chunk, pf, len(pf.lines), consumed, None
                 else:
                     yield chunk, None, _count_lines(chunk), consumed, None
