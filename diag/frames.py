@@ -165,6 +165,9 @@ _NAMED_STEPS: tuple[tuple[frozenset[str], str], ...] = (
 # its forward runs in any later step, which the frames alone do not tell
 _MODEL_CODE = re.compile(r"/(?:vllm/model_executor|sglang/srt)/(?:models|layers)/")
 _STARTUP = ("launch", "dist_init", "weights_load", "kv_cache", "compile", "cuda_graph")
+# vLLM V1's executor RPC, sent and answered only once every worker is ready (below): a
+# lower bound that start-up steps and serving alike run in
+_READY_RPC = frozenset({"collective_rpc", "get_response", "worker_busy_loop"})
 
 
 def frame_phase(path: str, func: str) -> str | None:
@@ -198,6 +201,13 @@ def frame_phase(path: str, func: str) -> str | None:
         return "cuda_graph"
     if name in _GRAPH_FUNCS:
         return "cuda_graph"
+    # SGLang's graph backends (0.5.x model_executor/runner_backend/*_backend.py, hardware_
+    # backends' graph_runner/*_backend.py: capture_session / capture_one per shape), and the
+    # graph runners' run_once, the forward each shape's capture (and its warm-up runs) calls
+    # (model_executor/runner/*_cuda_graph_runner.py, speculative/*_cuda_graph_runner.py)
+    graph_code = "/runner_backend/" in p or "/graph_runner/" in p or "cuda_graph_runner" in p
+    if graph_code and name in ("capture_one", "capture_session", "run_once"):
+        return "cuda_graph"
     if name in _KV_FUNCS:
         return "kv_cache"
     if name in _WEIGHT_FUNCS:
@@ -219,6 +229,11 @@ def frame_phase(path: str, func: str) -> str | None:
         # groups' construction (GroupCoordinator.__init__) and their collectives; any frame
         # there proves a process group was being set up or used (at least dist_init)
         return "dist_init"
+    if p.endswith("multiproc_executor.py") and name in _READY_RPC:
+        # vllm/v1/executor/multiproc_executor.py (0.8.5-0.34.0): a WorkerProc loads its
+        # model (init_device, load_model) before it sends READY, and the executor sends RPCs
+        # (collective_rpc, answered in worker_busy_loop) only once every worker is ready
+        return "weights_load"
     if name in _LAUNCH_FUNCS:
         return "launch"
     if name in _SERVING_FUNCS:
@@ -237,7 +252,7 @@ def frame_phase(path: str, func: str) -> str | None:
         return "weights_load"  # a model or layer being built (the registry: with the config)
     if "/disaggregation/" in p and name == "transfer_worker":
         return "serving"  # SGLang's KV transfer threads run for live requests
-    if "graph_runner" in p and name.lstrip("_").startswith("replay"):
+    if ("graph_runner" in p or "/runner_backend/" in p) and name.lstrip("_").startswith("replay"):
         # a captured graph replayed for a batch (sglang/srt/model_executor/
         # cuda_graph_runner.py CudaGraphRunner.replay 0.3-0.5.23, the NPU and draft
         # runners' replay / _replay_update): a forward of requests, after capture
@@ -381,7 +396,7 @@ def frame_events(
         ]
         if not mapped:
             continue
-        if any(ph in _STARTUP for _, _, ph in mapped):
+        if any(ph in _STARTUP and func not in _READY_RPC for _, func, ph in mapped):
             mapped = [m for m in mapped if m[2] != "serving"]
             if st.method and in_startup_method is not None and mapped[0][1] == st.frames[0][2]:
                 in_startup_method.add((st.source, st.rec.line))

@@ -269,6 +269,8 @@ class StackFrame:
     line: int | None = None
     module: str | None = None
     native: bool = False
+    # a traceback's innermost frame: the source line printed under it, the call that raised
+    call: str | None = None
 
     @property
     def label(self) -> str:

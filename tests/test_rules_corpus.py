@@ -107,6 +107,14 @@ XFAIL.update(
         ),
     }
 )
+XFAIL.update(
+    {
+        "vllm/flashinfer-rfc-2026-03-mxfp8-moe-autotune-skipping-tactic-got-cuda-error-blank-line-spaced-worker-dp0-ep0-workerproc-exception-compile-or-warm-up-cut": (  # noqa: E501
+            "new case (gather s16): cuda.error from FlashInfer's autotuner warning that it "
+            "skips a tactic whose profiling got a CUDA error (an advisory it survives)"
+        ),
+    }
+)
 EVIDENCE_XFAIL: dict[str, str] = {}
 
 # held-out floors (counts only): measured 66/85 findings right, 82/85 evidence right on

@@ -301,6 +301,22 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         ),
     ),
     (
+        "framework-graph-run-once",
+        "stack.cuda_graph_capture",
+        (
+            "LlamaForCausalLM.forward (llama.py:400)",
+            "EAGLEDraftCudaGraphRunner.capture_one_batch_size.<locals>.run_once (eagle_draft_cuda_graph_runner.py:446)",  # noqa: E501
+        ),
+    ),
+    (
+        "graph-or-trace-capture-name",
+        "stack.cuda_graph_capture",
+        (
+            "Generator._capture_decode_trace_text (generator.py:642)",
+            "Generator._decode_forward_trace_text (generator.py:658)",
+        ),
+    ),
+    (
         "cuda-sync-native",
         "stack.cuda_sync",
         (

@@ -152,6 +152,28 @@ KNOWN_BROKEN: set[tuple[str, str]] = {
     # gather s15: a hand-condensed traceback ('...' lines between frames) glued with no
     # space: its frames and its '...' run together, and no frame starts a line
     ("newlines lost, nothing left", "vllm-v1-glm51-fp8-mtp-tp8-enginecore-condensed-traceback-step-with-batch-queue-get-response-timeout"),  # noqa: E501
+    # gather s16, not yet handled. A traceback read by the call under its innermost frame
+    # (`.tolist()`) loses it when the newlines go: the call runs into the exception line
+    ("newlines lost, a space left", "lmdeploy-0721-ascend-dlinfer-serving-bench-update-step-context-q-seqlens-tolist-acl-sync-507048-traceback"),  # noqa: E501
+    ("newlines lost, nothing left", "lmdeploy-0721-ascend-dlinfer-serving-bench-update-step-context-q-seqlens-tolist-acl-sync-507048-traceback"),  # noqa: E501
+    # a hand-trimmed py-spy stack of five lines with no thread header: with its frames'
+    # indentation, or its line breaks, gone, nothing marks them as frames
+    ("indentation lost", "sglang-0513-hicache-mooncake-tp4-tp0-condensed-pyspy-all-reduce-can-terminate-prefetch"),  # noqa: E501
+    ("starts mid-line", "sglang-0513-hicache-mooncake-tp4-tp0-condensed-pyspy-all-reduce-can-terminate-prefetch"),  # noqa: E501
+    ("newlines lost, a space left", "sglang-0513-hicache-mooncake-tp4-tp0-condensed-pyspy-all-reduce-can-terminate-prefetch"),  # noqa: E501
+    ("newlines lost, nothing left", "sglang-0513-hicache-mooncake-tp4-tp0-condensed-pyspy-all-reduce-can-terminate-prefetch"),  # noqa: E501
+    # a headerless traceback whose lines carry vLLM's logger prefix: wrapped or glued, its
+    # innermost frame's name is split from its file, and the capture frame is lost
+    ("word wrap at 80", "tt-inference-server-080-n300-llama31-8b-vllm-v0-decode-trace-capture-tt-fatal-trace-region-window"),  # noqa: E501
+    ("newlines lost, a space left", "tt-inference-server-080-n300-llama31-8b-vllm-v0-decode-trace-capture-tt-fatal-trace-region-window"),  # noqa: E501
+    # a Ray-prefixed traceback with ANSI residue: a second Ray prefix, or a hard wrap that
+    # cuts the prefixes from the frames, leaves no line a grammar or the dump reader reads
+    ("hard wrap at 80", "vllm-064-custom-ray-actor-ansi-residue-traceback-window-inductor-fxgraphcache-codegen-and-compile"),  # noqa: E501
+    ("Ray prefix", "vllm-064-custom-ray-actor-ansi-residue-traceback-window-inductor-fxgraphcache-codegen-and-compile"),  # noqa: E501
+    # old `ray stack` output (tab-indented, every thread "(active)"): cut mid-line or glued,
+    # the idle local-scheduler thread's header goes and its Redis listen reads as an IPC wait
+    ("starts mid-line", "ray-rllib-impala-perf-question-ray-stack-py-spy-01-tab-format-workers-local-scheduler-redis-listen"),  # noqa: E501
+    ("newlines lost, nothing left", "ray-rllib-impala-perf-question-ray-stack-py-spy-01-tab-format-workers-local-scheduler-redis-listen"),  # noqa: E501
 }
 
 

@@ -295,13 +295,16 @@ def _finding_from_dict(d: Mapping[str, Any]) -> Finding:
 
 
 def frame_to_dict(f: StackFrame) -> dict[str, Any]:
-    return {
+    out = {
         "name": f.name,
         "filename": f.filename,
         "line": f.line,
         "module": f.module,
         "native": f.native,
     }
+    if f.call is not None:
+        out["call"] = f.call
+    return out
 
 
 def _frame_from_dict(d: Mapping[str, Any]) -> StackFrame:
@@ -311,6 +314,7 @@ def _frame_from_dict(d: Mapping[str, Any]) -> StackFrame:
         line=d.get("line"),
         module=d.get("module"),
         native=bool(d.get("native", False)),
+        call=d["call"] if isinstance(d.get("call"), str) else None,
     )
 
 

@@ -408,7 +408,28 @@ RULES: tuple[SiteRule, ...] = (
         _GRAPH,
         native=False,
         file=r"(cuda_graph|cudagraph|model_runner|graph_runner)\w*\.py$",
-        name=r"(^|[._])_?capture(_model|_cudagraphs?|_graphs?|_one_batch_size|_one_graph)?$",
+        name=r"(^|[._])_?capture(_model|_cudagraphs?|_graphs?|_one_batch_size|_one_graph|"
+        r"_one_shape|_one|_session)?$",
+    ),
+    SiteRule(
+        "framework-graph-run-once",
+        _GRAPH,
+        native=False,
+        file=r"cuda_graph_runner\.py$",
+        name=r"(^|\.)run_once$",
+        why="SGLang's graph runners (model_executor/cuda_graph_runner.py, runner/*_cuda_graph_"
+        "runner.py, speculative/*_cuda_graph_runner.py) define run_once inside the capture of "
+        "one batch size: the forward being captured (and its warm-up runs)",
+    ),
+    SiteRule(
+        "graph-or-trace-capture-name",
+        _GRAPH,
+        native=False,
+        name=r"(^|[._])_?(?:begin_|end_)?capture_\w*(?:graph|trace)\w*$|"
+        r"(^|[._])\w*(?:graph|trace)_capture\w*$",
+        why="a function named for capturing a graph or a device trace, in any framework "
+        "(vLLM/SGLang forks, tt-metal's begin/end_trace_capture and its generators' "
+        "_capture_*_trace): the analogue of CUDA-graph capture",
     ),
     # --- CUDA synchronisation --------------------------------------------------------------
     SiteRule(
@@ -1092,6 +1113,41 @@ def catalogue_rule(frame: StackFrame) -> SiteRule | None:
     return rule
 
 
+# The calls into C that have no Python frame of their own (tools/stack_catalogue.py's
+# PRIMITIVES, as a traceback prints the call): where a traceback's innermost frame raised
+_CALLS: tuple[tuple[re.Pattern[str], str, str], ...] = (
+    (re.compile(r"\.(?:item|tolist|cpu|numpy)\(\s*\)"), _SYNC, "tensor.item()/.tolist()/.cpu()"),
+    (re.compile(r"\w\.synchronize\("), _SYNC, "synchronize()"),
+    (re.compile(r"\b_?(?:tcp_|prefix_|master_)?store\.(?:get|wait|add|compare_set)\("), _INIT,
+     "store.get()/wait()"),
+    (re.compile(r"\bTCPStore\("), _INIT, "TCPStore()"),
+    (re.compile(r"\b(?:sock|socket|zmq)\w*\.recv(?:_multipart|_pyobj|_string|_json)?\("), _IPC,
+     "zmq socket.recv()"),
+    (re.compile(r"\bfcntl\.(?:flock|lockf)\("), _JIT, "fcntl.flock()"),
+    (re.compile(r"\b(?:safe_open|\w*\.get_tensor)\("), _WEIGHTS, "safetensors get_tensor()"),
+)
+_CALL_RULES: dict[str, SiteRule] = {}
+CALL_WHY = (
+    "the call a traceback prints under its innermost frame is one into C with no Python "
+    "frame of its own (tools/stack_catalogue.py's primitives: {label}): the thread raised "
+    "inside it"
+)
+
+
+def call_rule(frame: StackFrame) -> SiteRule | None:
+    """A traceback's innermost frame, by the call its printed source line makes."""
+    if frame.call is None:
+        return None
+    for pattern, site, label in _CALLS:
+        if pattern.search(frame.call):
+            rule = _CALL_RULES.get(label)
+            if rule is None:
+                why = CALL_WHY.format(label=label)
+                rule = _CALL_RULES[label] = SiteRule("traceback-call", site, leaf=True, why=why)
+            return rule
+    return None
+
+
 CATALOGUE_WHY = (
     "the wait-site catalogue (diag/stacks/wait_catalogue.tsv, written by "
     "tools/stack_catalogue.py from the vLLM 0.2.7-0.32 and SGLang 0.3.6-0.5.23 sources): "
@@ -1127,7 +1183,7 @@ def classify_frames(frames: Sequence[StackFrame]) -> tuple[str | None, SiteRule 
         elif frame.native or not is_pass_through(frame):
             only_wrappers = False
         if hit is None and chain_open and weak is None:
-            hit = catalogue_rule(frame)
+            hit = catalogue_rule(frame) or call_rule(frame)
         if hit is not None and hit.strength == "strong":
             return hit.site, hit
         if hit is not None:
@@ -1451,9 +1507,38 @@ def classify_process(p: StackProcess) -> tuple[str | None, int | None]:
 
 
 def classified(p: StackProcess) -> StackProcess:
-    """The process with ``wait_site`` and ``wait_thread`` set by :func:`classify_process`."""
+    """The process with ``wait_site`` and ``wait_thread`` set by :func:`classify_process`
+    (a traceback no frame names a site of: by the start-up step its frames show)."""
     site, tid = classify_process(p)
+    if site is None and p.mode == "traceback" and p.threads:
+        site = step_site(p.threads[0].frames)
     return replace(p, wait_site=site, wait_thread=tid)
+
+
+# the start-up steps (diag.frames, LABELS.md's frame map) whose frames say where a thread
+# was: the site of each
+_STEP_SITES = {
+    "dist_init": _INIT,
+    "weights_load": _WEIGHTS,
+    "compile": _JIT,
+    "cuda_graph": _GRAPH,
+}
+
+
+def step_site(frames: Sequence[StackFrame]) -> str | None:
+    """Where a traceback's thread was when no frame names a wait: the start-up step of its
+    innermost frame that shows one (``init_process_group`` -> dist_init, the model loader
+    -> weights I/O, Inductor -> JIT compile, graph capture). A model's constructor
+    (``__init__`` in its own module) builds layers: no step of I/O, so not read."""
+    from diag.frames import frame_phase
+
+    for f in frames:
+        if f.native or f.name.rsplit(".", 1)[-1] == "__init__":
+            continue
+        site = _STEP_SITES.get(frame_phase(f.filename, f.name) or "")
+        if site is not None:
+            return site
+    return None
 
 
 def apply_gpu_facts(

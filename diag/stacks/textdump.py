@@ -315,11 +315,18 @@ class _Proc:
     rank: RankId | None = None
     threads: list[_Thread] = field(default_factory=list)
     error: str | None = None  # the dump failed: py-spy's own message
+    # a traceback's last frame so far and the source line printed under it (the call)
+    call_at: tuple[int, str] | None = None
 
     def build(self) -> StackProcess | None:
         threads = []
         for t in self.threads:
-            frames = tuple(reversed(t.frames)) if t.outer_first else tuple(t.frames)
+            frames_in = t.frames
+            if self.call_at is not None and t.outer_first and self.call_at[0] == len(t.frames) - 1:
+                # the innermost frame's source line: the call that raised (a C function
+                # has no frame of its own: `.tolist()`, `store.get()`)
+                frames_in = [*t.frames[:-1], replace(t.frames[-1], call=self.call_at[1])]
+            frames = tuple(reversed(frames_in)) if t.outer_first else tuple(frames_in)
             if t.cstack:
                 frames = (*_crash_site(t.cstack), *frames)
             threads.append(
@@ -1012,13 +1019,22 @@ class _Channel:
             return False
         if not stripped:
             return True
-        if text[:1] in (" ", "\t") or set(stripped) <= set("^~ "):
-            return True  # a source line or its carets
+        under = self.tb_frame_at == (ln.source, ln.line - 1)
+        if set(stripped) <= set("^~ "):
+            return True  # carets
+        if text[:1] in (" ", "\t"):
+            if under and tb.threads:
+                tb.call_at = (len(tb.threads[0].frames) - 1, stripped[:240])
+            return True  # a source line
         m = _EXCEPTION.match(stripped)
-        if m is None and self.tb_frame_at == (ln.source, ln.line - 1):
+        if m is None and under:
+            if tb.threads:
+                tb.call_at = (len(tb.threads[0].frames) - 1, stripped[:240])
             return True  # the source line under a frame, its indentation lost
         self.tb = None
-        built = tb.build() if m else None
+        # no exception line under the frames (another stream's line, a log prefix the
+        # reader kept on it): a traceback cut there, kept as one cut at the text's end is
+        built = tb.build()
         if m and m.group(1).rsplit(".", 1)[-1] == "KeyboardInterrupt":
             if built is not None:
                 self.out.append(replace(built, mode="traceback"))
