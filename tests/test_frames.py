@@ -46,6 +46,15 @@ T0 = dt.datetime(2026, 2, 22, 22, 35, 0)
         ("/x/sglang/srt/layers/linear.py", "__init__", "weights_load"),
         ("/x/sglang/srt/layers/linear.py", "forward", None),
         ("/x/vllm/model_executor/models/registry.py", "inspect_model_cls", None),
+        # SGLang 0.5.x graph backends and runners: capture per shape, and run_once, the
+        # forward each capture calls; a replay is a batch served
+        ("/x/sglang/srt/model_executor/runner_backend/full_cuda_graph_backend.py", "capture_one", "cuda_graph"),  # noqa: E501
+        ("/x/sglang/srt/speculative/eagle_draft_cuda_graph_runner.py", "run_once", "cuda_graph"),
+        ("/x/sglang/srt/model_executor/runner_backend/full_cuda_graph_backend.py", "replay", "serving"),  # noqa: E501
+        ("/x/sglang/srt/managers/scheduler.py", "run_once", None),
+        # vLLM V1's executor RPC: every worker had loaded its model
+        ("/x/vllm/v1/executor/multiproc_executor.py", "get_response", "weights_load"),
+        ("/x/vllm/v1/executor/multiproc_executor.py", "worker_busy_loop", "weights_load"),
     ],
 )
 def test_frame_phases_follow_labels(path: str, func: str, phase: str | None) -> None:
@@ -81,6 +90,34 @@ def test_the_innermost_startup_step_decides_and_serving_yields_to_startup() -> N
         ]
     )
     assert [e.phase for e in frame_events([rec])] == ["kv_cache"]
+
+
+def test_the_executor_rpc_is_a_lower_bound_that_serving_passes() -> None:
+    """V1's worker_busy_loop answers start-up RPCs and serving's execute_model alike: it
+    proves weights_load, and does not turn a serving traceback into a start-up one."""
+    serving = _tb(  # the engine core's busy loop, its step's RPC to the workers failing
+        [
+            ("/x/vllm/v1/engine/core.py", "run_busy_loop"),
+            ("/x/vllm/v1/engine/core.py", "step"),
+            ("/x/vllm/v1/executor/multiproc_executor.py", "collective_rpc"),
+            ("/x/vllm/v1/executor/multiproc_executor.py", "get_response"),
+        ]
+    )
+    assert [e.phase for e in frame_events([serving])] == ["serving"]
+    rpc = _tb(
+        [
+            ("/x/vllm/v1/executor/multiproc_executor.py", "collective_rpc"),
+            ("/x/vllm/v1/executor/multiproc_executor.py", "get_response"),
+        ]
+    )
+    assert [e.phase for e in frame_events([rpc])] == ["weights_load"]
+    warm = _tb(
+        [
+            ("/x/vllm/v1/executor/multiproc_executor.py", "worker_busy_loop"),
+            ("/x/vllm/v1/worker/gpu_worker.py", "compile_or_warm_up_model"),
+        ]
+    )
+    assert [e.phase for e in frame_events([warm])] == ["compile"]
 
 
 def test_the_call_under_the_innermost_frame_counts() -> None:

@@ -830,3 +830,43 @@ def test_tracebacks_in_a_log_are_no_collective_wait() -> None:
     ]
     assert all(p.mode == "traceback" for p in a.stack_processes)
     assert "nccl.waiting_for_rank" not in {f.id for f in a.findings}
+
+
+def test_a_traceback_reads_the_call_its_innermost_frame_prints() -> None:
+    """A C function raises with no Python frame of its own: the source line under the
+    innermost frame names it (`.tolist()` is a device sync), kept as the frame's call and
+    in the JSON; a traceback no frame or call names a site of takes its start-up step."""
+    from diag.analyze import analyze_text
+    from diag.report.json_out import analysis_from_dict, analysis_to_dict
+
+    def tb(inner: str, call: str) -> str:
+        return (
+            "Traceback (most recent call last):\n"
+            '  File "/opt/engine/model_agent.py", line 57, in model_forward\n'
+            "    context = ctx_mgr.build_context(inputs)\n"
+            f'  File "/opt/engine/backends/op_backend.py", line 117, in {inner}\n'
+            f"    {call}\n"
+            "RuntimeError: stream synchronize failed, error code:507048\n"
+        )
+
+    (proc,) = analyze_text(tb("update_step_context", "q = ctx.q_seqlens.tolist()")).stack_processes
+    assert proc.wait_site == "stack.cuda_sync"
+    inner = proc.threads[0].frames[0]
+    assert (inner.name, inner.call) == ("update_step_context", "q = ctx.q_seqlens.tolist()")
+    assert all(f.call is None for f in proc.threads[0].frames[1:])
+    back = analysis_from_dict(analysis_to_dict(analyze_text(tb("f", "x.tolist()"))))
+    assert back.stack_processes[0].threads[0].frames[0].call == "x.tolist()"
+    # a call that is no primitive: no site from it
+    (proc,) = analyze_text(tb("update_step_context", "q = ctx.lengths(3)")).stack_processes
+    assert proc.wait_site is None
+    # the model loader's frames, no wait named: the start-up step's site (weights I/O)
+    loading = (
+        "Traceback (most recent call last):\n"
+        '  File "/w/worker/gpu_worker.py", line 160, in load_model\n'
+        "    self.model_runner.load_model()\n"
+        '  File "/w/worker/gpu_model_runner.py", line 725, in load_model\n'
+        "    self.model = get_model_from_loader(fd_config=self.fd_config)\n"
+        "ValueError: SafeTensorError::MetadataIncompleteBuffer\n"
+    )
+    (proc,) = analyze_text(loading).stack_processes
+    assert proc.wait_site == "stack.weights_io"
