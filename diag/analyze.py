@@ -427,7 +427,7 @@ def _post(analysis: Analysis, records: list[Record], rules_dirs: Sequence[Path])
 
     from diag.stacks.textdump import extract_stack_processes
 
-    processes = extract_stack_processes(records, bare_tracebacks=True)
+    processes = extract_stack_processes(records, tracebacks=True)
     if processes:  # (speed: the stack classifier's import compiles ~120 regexes)
         from diag.stacks.merge import group_stacks
 

@@ -575,7 +575,7 @@ class _Channel:
         self.out = out
         self.key = key
         # tracebacks that ended in an exception (or were cut): where a thread was when it
-        # raised; used only for a text that holds nothing but them (extract_stack_processes)
+        # raised; processes of their own where the source holds no dump (extract_stack_processes)
         self.raised: list[StackProcess] = raised if raised is not None else []
         self.tb_frame_at: tuple[str, int] | None = None  # the open traceback's last frame
         self.proc: _Proc | None = None
@@ -1141,18 +1141,14 @@ def _trace_processes(records: Sequence[Record]) -> list[StackProcess]:
     return out
 
 
-# record grammars (diag.parse.grammars) that are no log line: a traceback's or a dump's
-# own lines, and text no grammar read
-_NOT_A_LOG = frozenset({"plain", "traceback", "pyspy", "faulthandler"})
-
-
 def extract_stack_processes(
-    records: Sequence[Record], *, bare_tracebacks: bool = False
+    records: Sequence[Record], *, tracebacks: bool = False
 ) -> list[StackProcess]:
     """Every stack dump in a stream of records, classified (``wait_site`` set).
 
-    With ``bare_tracebacks`` (the analyser's call), a source that is nothing but a
-    traceback ending in an error, or cut, gives that traceback as a process.
+    With ``tracebacks`` (the analyser's call), each traceback of a source with no dump
+    (ending in an error, or cut) is a process too: where its thread was when the error
+    surfaced (mode ``traceback``).
 
     Dumps of the same pid in the same source are merged into one process (see
     :func:`diag.stacks.merge.merge_samples`); processes come in the order they first appear."""
@@ -1219,13 +1215,11 @@ def extract_stack_processes(
     for chan in channels.values():
         chan.finish()
     found.extend(_trace_processes(records))
-    if raised and bare_tracebacks:
-        # A text that is nothing but a traceback (a bug report's paste of one: no line of
-        # it is a log record of any grammar): where its thread was when the error surfaced
-        # is the only stack there is (an exception out of a CUDA sync, a JIT build, a pipe
-        # read). In a log, a traceback is the error it ends in (python.exception), not a
-        # dump (a looser test, half the lines tracebacks, made two tracebacks of one log
-        # read as a collective waiting for a rank).
+    if raised and tracebacks:
+        # A traceback is where its thread was when the error surfaced (an exception out of
+        # a CUDA sync, a JIT build, a pipe read): in a bare paste of one, the only stack
+        # there is; in a log, beside the error it ends in (python.exception). Each is of its
+        # own moment, so the collective-wait rule leaves them out (mode traceback).
         dumped = {p.source for p in found}
         found.extend(classified(p) for p in raised if p.source not in dumped)
     found.sort(key=lambda p: (p.source or "", p.line or 0))
