@@ -191,3 +191,20 @@ def test_stacks_name_processes_without_a_stack() -> None:
     )
     out = render(dataclasses.replace(base, stack_processes=(*base.stack_processes, lost)))
     assert "  pid 4242 VLLM::Worker_TP3: no stack (timeout: py-spy took over 10 s)" in out
+
+
+def test_stacks_read_from_tracebacks_say_so() -> None:
+    """A log's traceback is where its error surfaced: the terminal and Markdown views say
+    the stacks come from tracebacks, not from a dump of ranks waiting together."""
+    from diag.analyze import analyze_text
+    from diag.report.markdown import render_markdown
+
+    a = analyze_text(
+        "Traceback (most recent call last):\n"
+        '  File "/x/vllm/worker/worker.py", line 132, in init_device\n'
+        "    init_worker_distributed_environment(self.parallel_config, self.rank)\n"
+        "RuntimeError: NCCL error: unhandled system error\n"
+    )
+    assert [p.mode for p in a.stack_processes] == ["traceback"]
+    assert "from tracebacks: where each error surfaced" in render(a)
+    assert "From tracebacks: where each error surfaced" in render_markdown(a)

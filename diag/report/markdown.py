@@ -472,7 +472,10 @@ def _sections(
         body += [f"… {len(findings) - max_findings} more findings (`analysis.json`)", ""]
     out.append(("findings", body))
     if a.stack_groups or a.stack_processes:
-        out.append(("stacks", ["### Stack groups", "", *_stack_groups(a, frames)]))
+        head = ["### Stack groups", ""]
+        if a.stack_processes and all(p.mode == "traceback" for p in a.stack_processes):
+            head += ["From tracebacks: where each error surfaced, not a dump of waiting ranks.", ""]
+        out.append(("stacks", [*head, *_stack_groups(a, frames)]))
     env = _environment(v)
     if env:
         out.append(("environment", env))

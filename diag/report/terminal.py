@@ -573,7 +573,10 @@ def _frames_text(frames: tuple[StackFrame, ...], indent: str, limit: int = 5) ->
 
 
 def _stacks_view(groups: tuple[StackGroup, ...], procs: tuple[StackProcess, ...]) -> RenderableType:
-    parts: list[RenderableType] = [Text("Stacks", style="bold")]
+    title = Text("Stacks", style="bold")
+    if procs and all(p.mode == "traceback" for p in procs):
+        title.append("  from tracebacks: where each error surfaced, not a dump", style="dim")
+    parts: list[RenderableType] = [title]
     titles_by_pid = {p.pid: p.title for p in procs if p.pid is not None and p.title}
     if groups:
         for g in groups:
