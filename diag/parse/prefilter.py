@@ -444,9 +444,9 @@ class _KeyScan:
         pairs = [(k + lit.encode(), lit) for k in enc if k.endswith(b"] ") for lit in _KEYED_BULK]
         self._probes = [p for p, _ in pairs]
         self._probe_kind = dict(pairs)  # probe -> its batch kind (a label of the matcher)
+        # (speed) the probes' Hyperscan database is compiled when a chunk needs it (the
+        # scanner's label offsets mostly answer instead: each new key rebuilt it)
         self._fwd = None
-        if self._probes and self._hs is not None:
-            self._fwd = self._db([_hs_bytes(p) for p in self._probes])
 
     def _db(self, exprs: list[bytes]) -> Any:
         hs = self._hs
@@ -553,6 +553,8 @@ class _KeyScan:
             return
         if self._first_at_labels(chunk, wanted, first, lines):
             return
+        if self._fwd is None and self._probes and self._hs is not None:
+            self._fwd = self._db([_hs_bytes(p) for p in self._probes])
         if self._fwd is None:  # no Hyperscan: one find per probe still looked for
             for p in probes:
                 if p not in skip:
