@@ -170,6 +170,13 @@ KNOWN_BROKEN: set[tuple[str, str]] = {
     # cuts the prefixes from the frames, leaves no line a grammar or the dump reader reads
     ("hard wrap at 80", "vllm-064-custom-ray-actor-ansi-residue-traceback-window-inductor-fxgraphcache-codegen-and-compile"),  # noqa: E501
     ("Ray prefix", "vllm-064-custom-ray-actor-ansi-residue-traceback-window-inductor-fxgraphcache-codegen-and-compile"),  # noqa: E501
+    # gather s15 tracebacks inside log lines, read since session 11: a word wrap or HTML
+    # entities move the innermost frame (a JIT build's, pynccl's comm init) out of the
+    # traceback, and a cut at the start takes the frame that names the step
+    ("word wrap at 80", "slime-ray-sglangengine-flashinfer-053-ninja-build-failed-during-capture-ray-dedup-suffixes"),  # noqa: E501
+    ("HTML entities", "slime-ray-sglangengine-flashinfer-053-ninja-build-failed-during-capture-ray-dedup-suffixes"),  # noqa: E501
+    ("starts mid-line", "nccl-issue-vllm-v0-ray-multinode-ib-traceback-window-pynccl-commInitRank-internal-error"),  # noqa: E501
+    ("HTML entities", "nccl-issue-vllm-v0-ray-multinode-ib-traceback-window-pynccl-commInitRank-internal-error"),  # noqa: E501
     # old `ray stack` output (tab-indented, every thread "(active)"): cut mid-line or glued,
     # the idle local-scheduler thread's header goes and its Redis listen reads as an IPC wait
     ("starts mid-line", "ray-rllib-impala-perf-question-ray-stack-py-spy-01-tab-format-workers-local-scheduler-redis-listen"),  # noqa: E501
