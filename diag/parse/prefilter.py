@@ -695,10 +695,13 @@ class SourceScan:
             # (speed) the scanner's offsets of the kind, when it kept them all: its first
             # and last occurrence without a pass over the chunk (rfind: 0.3 s per GiB)
             at = label_at.get(lit)
-            known = at is not None and len(at) > 0
-            pos.add(int(at[-1]) if known else chunk.rfind(blit))  # the kind's last line
+            if at is not None and len(at) > 0:
+                lo, hi = int(at[0]), int(at[-1])
+            else:
+                lo, hi = chunk.find(blit), chunk.rfind(blit)
+            pos.add(hi)  # the kind's last line
             if blit not in self.first_found:
-                pos.add(int(at[0]) if known else chunk.find(blit))
+                pos.add(lo)
                 self.first_found.add(blit)
         last = size - 1
         while last >= 0 and chunk[last] in (10, 13):
