@@ -167,7 +167,7 @@ _MODEL_CODE = re.compile(r"/(?:vllm/model_executor|sglang/srt)/(?:models|layers)
 _STARTUP = ("launch", "dist_init", "weights_load", "kv_cache", "compile", "cuda_graph")
 # vLLM V1's executor RPC, sent and answered only once every worker is ready (below): a
 # lower bound that start-up steps and serving alike run in
-_READY_RPC = frozenset({"collective_rpc", "get_response", "worker_busy_loop"})
+READY_RPC = frozenset({"collective_rpc", "get_response", "worker_busy_loop"})
 
 
 def frame_phase(path: str, func: str) -> str | None:
@@ -229,7 +229,7 @@ def frame_phase(path: str, func: str) -> str | None:
         # groups' construction (GroupCoordinator.__init__) and their collectives; any frame
         # there proves a process group was being set up or used (at least dist_init)
         return "dist_init"
-    if p.endswith("multiproc_executor.py") and name in _READY_RPC:
+    if p.endswith("multiproc_executor.py") and name in READY_RPC:
         # vllm/v1/executor/multiproc_executor.py (0.8.5-0.34.0): a WorkerProc loads its
         # model (init_device, load_model) before it sends READY, and the executor sends RPCs
         # (collective_rpc, answered in worker_busy_loop) only once every worker is ready
@@ -396,7 +396,7 @@ def frame_events(
         ]
         if not mapped:
             continue
-        if any(ph in _STARTUP and func not in _READY_RPC for _, func, ph in mapped):
+        if any(ph in _STARTUP and func not in READY_RPC for _, func, ph in mapped):
             mapped = [m for m in mapped if m[2] != "serving"]
             if st.method and in_startup_method is not None and mapped[0][1] == st.frames[0][2]:
                 in_startup_method.add((st.source, st.rec.line))

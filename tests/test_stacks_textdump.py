@@ -870,3 +870,14 @@ def test_a_traceback_reads_the_call_its_innermost_frame_prints() -> None:
     )
     (proc,) = analyze_text(loading).stack_processes
     assert proc.wait_site == "stack.weights_io"
+    # vLLM V1's executor RPC proves the weights were loaded; it is no weights I/O
+    rpc = (
+        "Traceback (most recent call last):\n"
+        '  File "/v/vllm/v1/executor/multiproc_executor.py", line 927, in worker_busy_loop\n'
+        "    output = func(*args, **kwargs)\n"
+        '  File "/v/plugin/worker.py", line 88, in add_adapter\n'
+        "    raise ValueError(msg)\n"
+        "ValueError: no adapter found\n"
+    )
+    (proc,) = analyze_text(rpc).stack_processes
+    assert proc.wait_site is None

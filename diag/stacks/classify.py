@@ -1530,11 +1530,12 @@ def step_site(frames: Sequence[StackFrame]) -> str | None:
     innermost frame that shows one (``init_process_group`` -> dist_init, the model loader
     -> weights I/O, Inductor -> JIT compile, graph capture). A model's constructor
     (``__init__`` in its own module) builds layers: no step of I/O, so not read."""
-    from diag.frames import frame_phase
+    from diag.frames import READY_RPC, frame_phase
 
     for f in frames:
-        if f.native or f.name.rsplit(".", 1)[-1] == "__init__":
-            continue
+        name = f.name.rsplit(".", 1)[-1]
+        if f.native or name == "__init__" or name in READY_RPC:
+            continue  # (vLLM V1's executor RPC proves weights were loaded, not I/O)
         site = _STEP_SITES.get(frame_phase(f.filename, f.name) or "")
         if site is not None:
             return site
