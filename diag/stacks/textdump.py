@@ -322,7 +322,8 @@ class _Proc:
         threads = []
         for t in self.threads:
             frames_in = t.frames
-            if self.call_at is not None and t.outer_first and self.call_at[0] == len(t.frames) - 1:
+            if (self.call_at is not None and t.outer_first and t.frames
+                    and self.call_at[0] == len(t.frames) - 1):
                 # the innermost frame's source line: the call that raised (a C function
                 # has no frame of its own: `.tolist()`, `store.get()`)
                 frames_in = [*t.frames[:-1], replace(t.frames[-1], call=self.call_at[1])]
