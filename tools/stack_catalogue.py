@@ -34,79 +34,13 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from diag.stacks.primitives import PRIMITIVES, primitive_of_call  # noqa: E402
+
 OUT = ROOT / "diag" / "stacks" / "wait_catalogue.tsv"
 
 __all__ = ["PRIMITIVES", "calls_of", "main"]
-
-_NCCL = "stack.nccl_collective"
-_INIT = "stack.dist_init"
-_SYNC = "stack.cuda_sync"
-_JIT = "stack.jit_compile"
-_WEIGHTS = "stack.weights_io"
-_IPC = "stack.ipc_wait"
-_LOCK = "stack.gil_or_lock"
-
-# what the loaders call a safetensors handle (``with safe_open(p) as f: f.get_slice(k)``)
-_SAFE_HANDLES = ("safe", "st_file", "reader", "handle")
-
-# (method or function name, words one of which the receiver's text must hold ("" = any),
-# site, primitive label). Only calls that enter C with no Python frame of their own.
-PRIMITIVES: tuple[tuple[str, tuple[str, ...], str, str], ...] = (
-    ("item", ("",), _SYNC, "tensor.item()"),
-    ("tolist", ("",), _SYNC, "tensor.tolist()"),
-    ("cpu", ("",), _SYNC, "tensor.cpu()"),
-    ("numpy", ("",), _SYNC, "tensor.numpy()"),
-    ("synchronize", ("",), _SYNC, "synchronize()"),
-    ("get", ("store",), _INIT, "store.get()"),
-    ("wait", ("store",), _INIT, "store.wait()"),
-    ("add", ("store",), _INIT, "store.add()"),
-    ("compare_set", ("store",), _INIT, "store.compare_set()"),
-    ("TCPStore", ("",), _INIT, "TCPStore()"),
-    ("recv", ("sock", "socket", "zmq"), _IPC, "zmq socket.recv()"),
-    ("send", ("sock", "socket", "zmq"), _IPC, "zmq socket.send()"),
-    ("recv_bytes", ("sock", "socket", "conn", "pipe"), _IPC, "recv_bytes()"),
-    ("select", ("select",), _IPC, "select.select()"),
-    ("waitpid", ("os",), _IPC, "os.waitpid()"),
-    ("flock", ("fcntl",), _JIT, "fcntl.flock()"),
-    ("lockf", ("fcntl",), _JIT, "fcntl.lockf()"),
-    ("safe_open", ("",), _WEIGHTS, "safetensors safe_open()"),
-    ("get_tensor", _SAFE_HANDLES, _WEIGHTS, "safetensors get_tensor()"),
-    ("get_slice", _SAFE_HANDLES, _WEIGHTS, "safetensors get_slice()"),
-    ("acquire", ("lock", "mutex", "sem"), _LOCK, "lock.acquire()"),
-)
-# what c10d stores are called where the frameworks keep them
-_STORES = frozenset(
-    {
-        "store",
-        "_store",
-        "tcp_store",
-        "_tcp_store",
-        "prefix_store",
-        "master_store",
-        "c10d_store",
-        "dist_store",
-        "pg_store",
-        "self.store",
-    }
-)
-_BY_NAME: dict[str, list[tuple[tuple[str, ...], str, str]]] = defaultdict(list)
-for _n, _words, _site, _label in PRIMITIVES:
-    _BY_NAME[_n].append((_words, _site, _label))
-
-
-def _callee(node: ast.Call) -> tuple[str, str] | None:
-    """(name, receiver text) of a call: ``a.b.item()`` -> ("item", "a.b")."""
-    f = node.func
-    if isinstance(f, ast.Attribute):
-        try:
-            recv = ast.unparse(f.value)
-        except (ValueError, RecursionError):
-            recv = ""
-        return f.attr, recv.lower()
-    if isinstance(f, ast.Name):
-        return f.id, ""
-    return None
-
 
 def calls_of(fn: ast.AST) -> list[tuple[int, str, str]]:
     """(line, site, primitive) of the primitive calls in a function's own body (nested
@@ -118,29 +52,9 @@ def calls_of(fn: ast.AST) -> list[tuple[int, str, str]]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
             continue
         if isinstance(node, ast.Call):
-            got = _callee(node)
+            got = primitive_of_call(node)
             if got is not None:
-                name, recv = got
-                for words, site, label in _BY_NAME.get(name, ()):
-                    if name in ("item", "tolist", "cpu", "numpy") and node.args:
-                        continue  # dict.item? no: .item() takes no argument
-                    if name == "synchronize" and not recv:
-                        continue
-                    if "store" in words and recv.rsplit(".", 1)[-1] not in _STORES:
-                        continue  # a dict-like store of something else
-                    if (
-                        words is _SAFE_HANDLES
-                        and recv not in ("f", "fp", "sf", "st")
-                        and not any(w in recv for w in words)
-                    ):
-                        continue  # CuTe/other tensors' get_slice
-                    if (
-                        words is _SAFE_HANDLES
-                        or any(w in recv for w in words if w)
-                        or words == ("",)
-                    ):
-                        out.append((node.lineno, site, label))
-                        break
+                out.append((node.lineno, got[0], got[1]))
         stack.extend(ast.iter_child_nodes(node))
     return out
 

@@ -57,6 +57,7 @@ from typing import Literal
 
 from diag.model import STACK_SITES, StackFrame, StackProcess, StackThread
 from diag.stacks.frames import is_address, normalise_path
+from diag.stacks.primitives import primitive_in_line
 
 __all__ = [
     "C10D_REPORT_RULE",
@@ -1115,21 +1116,10 @@ def catalogue_rule(frame: StackFrame) -> SiteRule | None:
 
 # The calls into C that have no Python frame of their own (tools/stack_catalogue.py's
 # PRIMITIVES, as a traceback prints the call): where a traceback's innermost frame raised
-_CALLS: tuple[tuple[re.Pattern[str], str, str], ...] = (
-    (re.compile(r"\.(?:item|tolist|cpu|numpy)\(\s*\)"), _SYNC, "tensor.item()/.tolist()/.cpu()"),
-    (re.compile(r"\w\.synchronize\("), _SYNC, "synchronize()"),
-    (re.compile(r"\b_?(?:tcp_|prefix_|master_)?store\.(?:get|wait|add|compare_set)\("), _INIT,
-     "store.get()/wait()"),
-    (re.compile(r"\bTCPStore\("), _INIT, "TCPStore()"),
-    (re.compile(r"\b(?:sock|socket|zmq)\w*\.recv(?:_multipart|_pyobj|_string|_json)?\("), _IPC,
-     "zmq socket.recv()"),
-    (re.compile(r"\bfcntl\.(?:flock|lockf)\("), _JIT, "fcntl.flock()"),
-    (re.compile(r"\b(?:safe_open|\w*\.get_tensor)\("), _WEIGHTS, "safetensors get_tensor()"),
-)
 _CALL_RULES: dict[str, SiteRule] = {}
 CALL_WHY = (
     "the call a traceback prints under its innermost frame is one into C with no Python "
-    "frame of its own (tools/stack_catalogue.py's primitives: {label}): the thread raised "
+    "frame of its own (diag/stacks/primitives.py: {label}): the thread raised "
     "inside it"
 )
 
@@ -1138,14 +1128,15 @@ def call_rule(frame: StackFrame) -> SiteRule | None:
     """A traceback's innermost frame, by the call its printed source line makes."""
     if frame.call is None:
         return None
-    for pattern, site, label in _CALLS:
-        if pattern.search(frame.call):
-            rule = _CALL_RULES.get(label)
-            if rule is None:
-                why = CALL_WHY.format(label=label)
-                rule = _CALL_RULES[label] = SiteRule("traceback-call", site, leaf=True, why=why)
-            return rule
-    return None
+    got = primitive_in_line(frame.call)
+    if got is None:
+        return None
+    site, label = got
+    rule = _CALL_RULES.get(label)
+    if rule is None:
+        why = CALL_WHY.format(label=label)
+        rule = _CALL_RULES[label] = SiteRule("traceback-call", site, leaf=True, why=why)
+    return rule
 
 
 CATALOGUE_WHY = (
