@@ -217,3 +217,19 @@ def test_a_traceback_that_lost_its_indentation_stays_one_record() -> None:
         sp.feed(i, ln)
     assert len(sp.drafts) == 1
     assert sp.drafts[0].continuation[-1] == "RuntimeError: CUDA error: out of memory"
+
+
+def test_one_full_line_that_ends_a_statement_before_a_sentence_is_no_wrap() -> None:
+    """One line exactly a terminal's width (256) is weak evidence: where it ends a
+    statement and the next line starts a sentence of its own, they are two lines
+    (SGLang 0.2: a CUDA error line, then "Exception in ModelTpServer:")."""
+    head = "CUDA Error: no kernel image is available for execution on the device (209) "
+    tail = " at function cudaLaunchKernel((void*)kernel, nblks, nthrs, args, smem_size, stream)"
+    first = head + "/tmp/build/" + "x" * (256 - len(head) - len(tail) - 11) + tail
+    assert len(first) == 256
+    lines = [first, "Exception in ModelTpServer:", "Traceback (most recent call last):"]
+    assert detect_wrap(lines, _starts_or_bar) is None
+    # the same width with the next line starting mid-text is one wrapped line
+    cut = [first[:-1], first[-1] + "and the rest of it", "Traceback (most recent call last):"]
+    cut[0] = cut[0] + "x"
+    assert detect_wrap(cut, _starts_or_bar) == (256, False)

@@ -898,3 +898,65 @@ def test_a_cut_traceback_whose_indentation_was_lost() -> None:
         "^^^^^^^^^^^^^^^^^^^^^\n"
     )
     assert "python.exception" in {f.id for f in analyze_text(frames).findings}
+
+
+def test_an_exception_cpython_ignored_is_no_python_exception() -> None:
+    """PyErr_WriteUnraisable's "Exception ignored in: <obj>" traceback (a __del__ that
+    raised) did not end anything; the same traceback without that head does."""
+    tb = (
+        "Traceback (most recent call last):\n"
+        '  File "/x/vllm/model_executor/parallel_utils/pynccl.py", line 264, in __del__\n'
+        "    _c_ncclCommDestroy(self.comm)\n"
+        "AttributeError: 'NCCLCommunicator' object has no attribute 'comm'\n"
+    )
+    from diag.analyze import analyze_text
+
+    ignored = "Exception ignored in: <function NCCLCommunicator.__del__ at 0x7f4d8c3212d0>\n"
+    assert "python.exception" not in {f.id for f in analyze_text(ignored + tb).findings}
+    assert "python.exception" in {f.id for f in analyze_text(tb).findings}
+
+
+_LISTENING = (
+    "[2025-09-29 06:28:15] INFO:     Started server process [18346]\n"
+    "[2025-09-29 06:28:15] INFO:     Uvicorn running on http://127.0.0.1:30000 "
+    "(Press CTRL+C to quit)\n"
+    '[2025-09-29 06:28:16] INFO:     127.0.0.1:46704 - "GET /get_model_info HTTP/1.1" 200 OK\n'
+    "[2025-09-29 06:28:16 TP0] Prefill batch. #new-seq: 1, #new-token: 6, #cached-token: 0, "
+    "token usage: 0.00, #running-req: 0, #queue-req: 0,\n"
+)
+_DIES = (
+    "[2025-09-29 06:28:31 TP0] TpModelWorkerClient hit an exception: "
+    "Traceback (most recent call last):\n"
+    'File "/sgl-workspace/sglang/python/sglang/srt/managers/tp_worker_overlap_thread.py", '
+    "line 135, in forward_thread_func\n"
+    "self.forward_thread_func_()\n"
+    'File "/usr/local/lib/python3.10/dist-packages/torch/utils/_contextlib.py", line 116, '
+    "in decorate_context\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("between", "failed"),
+    [
+        ("", True),  # the warm-up's own probe and prefill only
+        ('[2025-09-29 06:28:17] INFO:     127.0.0.1:46704 - "POST /generate HTTP/1.1" 200 OK\n',
+         False),  # the warm-up request returned
+        ('[2025-09-29 06:28:20] INFO:     10.0.0.7:5100 - "POST /v1/chat/completions HTTP/1.1" '
+         "200 OK\n", False),  # a client's request: past the warm-up
+        ("[2025-09-29 06:28:17] The server is fired up and ready to roll!\n", False),
+    ],
+)
+def test_sglang_dying_before_its_warm_up_returned_is_warmup_failed(
+    between: str, failed: bool
+) -> None:
+    """SGLang prints "fired up" only once its own warm-up request returned
+    (http_server.py _wait_and_warmup): a death after listening with none of that before it
+    is the warm-up failing. The traceback here is cut, its header glued to the line that
+    announces it, its indentation lost: python.exception all the same."""
+    from diag.analyze import analyze_text
+
+    found = {f.id: f for f in analyze_text(_LISTENING + between + _DIES).findings}
+    assert "python.exception" in found
+    assert ("warmup.failed" in found) is failed
+    if failed:
+        assert "hit an exception" in found["warmup.failed"].evidence[0].text

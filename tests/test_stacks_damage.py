@@ -121,6 +121,15 @@ DUMPS = _dumps()
 # starts and stripped their indentation under a hard wrap; unwrap._RECORD_LEAD now wants a
 # process prefix's pid= after a "(").
 KNOWN_BROKEN: set[tuple[str, str]] = {
+    # s17 (2026-12-06): a traceback whose site is only in torch's C++ frames under its
+    # exception line ("Exception raised from doWait ... frame #2: c10d::TCPStore::doGet"),
+    # flattened: the exception message runs on into the frames with no cut before them
+    *(
+        (how, "openrlhf-2024-vllm-zero2-hang-barrier-lazy-nccl-init-tcpstore-doget-socket-timeout-c10-frames-window")  # noqa: E501
+        for how in ("newlines lost, a space left", "newlines lost, nothing left")
+    ),
+    # s17, a held-out case: fails under this damage since it was added; not examined (held out)
+    ("starts mid-line", "xinference-vllm-qwen25-32b-tp2-tcpstore-601s-1of2-clients-worker-base-tail-then-xoscar-launch-traceback"),  # noqa: E501
     # the cut removes the dump's only word for the wait (py-bt's "Waiting for the GIL")
     ("starts mid-line", "pytorch-rpc-memory-profiling-gdb-py-bt-waiting-for-the-gil-allocator-lock"),  # noqa: E501
     # flattened UCX signal backtraces (`0 0x.. sym() lib.so:0` rows) and a traceback under

@@ -881,3 +881,39 @@ def test_a_traceback_reads_the_call_its_innermost_frame_prints() -> None:
     )
     (proc,) = analyze_text(rpc).stack_processes
     assert proc.wait_site is None
+
+
+def test_torch_c10_frames_under_a_raised_exception_are_its_innermost_native_frames() -> None:
+    """c10::Error's "Exception raised from F at FILE:N (most recent call first):" and its
+    "frame #N:" lines are the C++ stack of the thread that raised, inside its innermost
+    Python frame: a barrier() that raised from TCPStore::doGet waited in the store."""
+    text = (
+        '  File "/env/lib/python3.10/site-packages/torch/distributed/c10d_logger.py", line 72, '
+        "in wrapper\n"
+        "    return func(*args, **kwargs)\n"
+        '  File "/env/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py", '
+        "line 3439, in barrier\n"
+        "    work = default_pg.barrier(opts=opts)\n"
+        "torch.distributed.DistBackendError: [1] is setting up NCCL communicator and retrieving "
+        "ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got "
+        "error: Socket Timeout\n"
+        "Exception raised from doWait at ../torch/csrc/distributed/c10d/TCPStore.cpp:550 "
+        "(most recent call first):\n"
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x57 "
+        "(0x7f63740f4d87 in /env/lib/python3.10/site-packages/torch/lib/libc10.so)\n"
+        "frame #1: <unknown function> + 0x15c0e0b (0x7f604e191e0b in "
+        "/env/lib/python3.10/site-packages/torch/lib/libtorch_cpu.so)\n"
+        "frame #2: c10d::TCPStore::doGet(std::string const&) + 0x32 (0x7f6052460b32 in "
+        "/env/lib/python3.10/site-packages/torch/lib/libtorch_cpu.so)\n"
+    )
+    from diag.analyze import analyze_text
+
+    (proc,) = analyze_text(text).stack_processes
+    names = [f.name for f in proc.threads[0].frames]
+    assert names[:3] == ["c10::Error::Error", "0x7f604e191e0b", "c10d::TCPStore::doGet"]
+    assert names[3:] == ["barrier", "wrapper"]
+    assert all(f.native for f in proc.threads[0].frames[:3])
+    assert proc.wait_site == "stack.dist_init"
+    # without the C++ frames the Python call alone reads as the collective it is
+    bare = text.split("Exception raised from")[0]
+    assert analyze_text(bare).stack_processes[0].wait_site == "stack.nccl_collective"

@@ -556,7 +556,10 @@ def detect_wrap(inner: list[str], is_start: Callable[[str], bool]) -> tuple[int,
     elif len(exact) == 1 and width in _TERMINAL_WIDTHS:
         # one wrapped line: only at a terminal's usual width, the next line mid-text
         nxt = inner[exact[0] + 1]
-        if not _INDENTED.match(nxt) and not is_start(nxt) and not _EXCEPTION_START.match(nxt):
+        if (
+            not _INDENTED.match(nxt) and not is_start(nxt) and not _EXCEPTION_START.match(nxt)
+            and not _ended_then_started(inner[exact[0]].rstrip("\r"), nxt)
+        ):
             return (width, words)
     if words:
         return (width, True)
@@ -567,6 +570,16 @@ _DIGIT_RUN = re.compile(r"[0-9]+")
 # indentation (a wrap that broke at a space leaves one space before the text)
 _INDENTED = re.compile(r"\t|  | ?$")
 _TERMINAL_WIDTHS = frozenset({80, 100, 120, 132, 140, 150, 160, 180, 200, 220, 240, 250, 256})
+# one full line is weak evidence: not where it ends a statement (a closing bracket, a
+# period, a colon) and the next line starts a sentence of its own (a capitalised word and
+# a space: SGLang 0.2's "Exception in ModelTpServer:" after a 256-wide CUDA error line)
+_SENTENCE_START = re.compile(r"[A-Z][a-z]+ ")
+
+
+def _ended_then_started(line: str, nxt: str) -> bool:
+    return line[-1:] in ").:]" and _SENTENCE_START.match(nxt) is not None
+
+
 _EXCEPTION_START = re.compile(
     r"[A-Za-z_][\w.]*(?:Error|Exception|Warning|Exit|Interrupt)(?::|\s*$)"
 )

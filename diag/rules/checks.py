@@ -867,6 +867,9 @@ def _cut_traceback(tail: Sequence[Record]) -> tuple[Record, Record] | None:
         return (
             _is_trace(r) or r.message.startswith((" ", "\t")) or not r.message.strip("^~ ")
             or (r.source, r.line) in framed
+            # the line that announces it with the header glued on (SGLang's
+            # f"Scheduler hit an exception: {get_exception_traceback()}")
+            or r.message.rstrip().endswith("Traceback (most recent call last):")
         )
 
     if not material(last):
@@ -1404,6 +1407,56 @@ def _check_child_pipe_eof(ctx: CheckContext) -> CheckOutcome | None:
     return None
 
 
+# SGLang's warm-up (sglang/srt/entrypoints/http_server.py _wait_and_warmup, 0.3.0-0.5.23;
+# srt/server.py before 0.4): once uvicorn listens, a thread asks GET /get_model_info (or
+# /model_info) and sends one short request (/generate, /v1/chat/completions for a VLM,
+# /encode for an embedding model, 8 new tokens at most); only when it returns does the
+# server print "The server is fired up and ready to roll!". Uvicorn logs a request's
+# access line when it is answered, so a POST line is a request that returned: the
+# warm-up's or a client's, past the warm-up either way. A process that dies after the
+# port opened, with no fired-up line and no answered request before it, died in the warm-up.
+_WARMUP_PROBE = regex.compile(r'"GET /(?:get_)?(?:model_info|server_info|health\w*)[ ?]')
+_ACCESS = regex.compile(r'"(?:GET|POST|PUT|DELETE|PATCH|HEAD) /\S* HTTP/')
+_FIRED_UP = regex.compile(r"The server is fired up and ready to roll")
+# the warm-up asks 8 new tokens at most; the scheduler logs its decode batches every 40
+# steps (--decode-log-interval): a decode line is another request's
+_DECODE_LOG = regex.compile(r"Decode batch[.,]")
+
+
+def _check_warmup_died(ctx: CheckContext) -> CheckOutcome | None:
+    """SGLang's process died after its HTTP server came up and before the warm-up request
+    returned (no "fired up" line, no request but the warm-up's): warmup.failed."""
+    if ctx.analysis.framework != "sglang" or "warmup.failed" in ctx.fired:
+        return None
+    listen = next((e for e in ctx.analysis.events if e.phase == "listening"), None)
+    if listen is None:
+        return None
+    fatal = {
+        (ev.source, ev.line)
+        for f in _error_explains(ctx.fired)
+        for ev in f.evidence
+        if ev.source == listen.source and ev.line > listen.line
+    }
+    if not fatal:
+        return None
+    for rec in ctx.records:
+        if rec.source != listen.source or rec.line < listen.line:
+            continue
+        if _FIRED_UP.search(rec.message) or _DECODE_LOG.match(rec.message):
+            return None
+        if _ACCESS.search(rec.message) and not _WARMUP_PROBE.search(rec.message):
+            return None  # an answered request: the warm-up's or a client's
+        if (rec.source, rec.line) in fatal:
+            return CheckOutcome(
+                message=(
+                    "the server listened, then failed before its warm-up request returned "
+                    f"(no 'fired up' line, no client request before it): {rec.message[:200]}"
+                ),
+                hits=(Hit.of(rec),),
+            )
+    return None
+
+
 CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
     "child_pipe_eof": _check_child_pipe_eof,
     "stack_collective_wait": _check_stack_collective,
@@ -1415,6 +1468,7 @@ CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
     "unknown_model_type": _check_unknown_model_type,
     "error_ends_log": _check_error_ends_log,
     "faulthandler_dump": _check_faulthandler_dump,
+    "warmup_died": _check_warmup_died,
     "compile_crash": _check_compile_crash,
     "dist_init_hang": _check_dist_init_hang,
     "stalled": _check_stalled,

@@ -191,25 +191,38 @@ def _handled_messages() -> regex.Pattern[str] | None:
     return regex.compile("(?:" + "|".join(pats) + ")") if pats else None
 
 
+# CPython's PyErr_WriteUnraisable (Python/errors.c): an exception raised where nothing can
+# catch it (a __del__, a weakref callback, a generator closed at exit) is printed as
+# "Exception ignored in: <obj>" and its traceback, and the program goes on
+_UNRAISABLE = regex.compile(r"^Exception ignored (?:in\b|on calling\b|while\b)")
+
+
 def _handled_request_error(records: Sequence[Record], at: int) -> bool:
-    """The exception line ends a traceback that a request handler logged after catching it
-    ("Error in request: ..." from SGLang's serving_base.handle_request, vLLM's "Error in
-    chat completion stream generator."): that request failed and was answered with an
-    error; the server went on. The head is the record the line belongs to, or the last
-    record before it that is no traceback line (a traceback whose lines lost their
-    indentation, or that a container stamp made records of their own)."""
+    """The exception line ends a traceback that was handled, not one that ended the run:
+    a request handler logged it after catching it ("Error in request: ..." from SGLang's
+    serving_base.handle_request, vLLM's "Error in chat completion stream generator."),
+    so that request was answered with an error and the server went on; or the interpreter
+    printed it as unraisable ("Exception ignored in: ...") and went on. The head is the
+    record the line belongs to, or the last record before it that is no traceback line (a
+    traceback whose lines lost their indentation, or that a container stamp made records
+    of their own)."""
     handled = _handled_messages()
-    if handled is None:
-        return False
+
+    def is_handled(message: str) -> bool:
+        head = message.strip()
+        return _UNRAISABLE.match(head) is not None or (
+            handled is not None and handled.match(head) is not None
+        )
+
     rec = records[at]
-    if handled.match(rec.message.strip()):
+    if is_handled(rec.message):
         return True  # the exception line is inside the handler's own record
     for j in range(at - 1, max(-1, at - 120), -1):
         r = records[j]
         if r.source != rec.source:
             return False
         if not _traceback_material(r.message):
-            return handled.match(r.message.strip()) is not None
+            return is_handled(r.message)
     return False
 
 
@@ -622,6 +635,13 @@ _ANNOUNCE_LEVELS = frozenset({"ERROR", "CRITICAL", "FATAL", "EXCEPTION"})
 # threading.excepthook's header above an uncaught exception's traceback (Lib/threading.py,
 # Python 3.8+: "Exception in thread NAME:")
 _THREAD_EXCEPTION = regex.compile(r"^Exception in thread \S.*:$")
+# the frameworks' own announcers, whatever the level prefix the paste kept: SGLang 0.1-0.3's
+# logger.error(f"Exception in ModelTpServer:\n{traceback}") (tp_worker.py; also
+# ControllerSingle, ControllerMulti, TokenizerManager, run_tp_server) and 0.4+'s
+# "Scheduler hit an exception: {traceback}"
+_ANNOUNCER_TEXT = regex.compile(
+    r"^(?:Exception in [A-Za-z_]\w{2,40}|[A-Z]\w{2,40} hit an exception):$"
+)
 
 
 def _with_announcers(finding: Finding, records: Sequence[Record]) -> Finding:
@@ -643,6 +663,7 @@ def _with_announcers(finding: Finding, records: Sequence[Record]) -> Finding:
                 and (
                     (prev.level or "").upper() in _ANNOUNCE_LEVELS
                     or _THREAD_EXCEPTION.match(prev.message.strip()) is not None
+                    or _ANNOUNCER_TEXT.match(prev.message.strip()) is not None
                 )
                 and "Traceback (most recent call last)" in (rec.raw or rec.message)
                 and (prev.source, prev.line) not in have

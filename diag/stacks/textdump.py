@@ -85,6 +85,12 @@ _PYSPY_ERROR = re.compile(r"^Error: (.+)$")
 # torch c10d's collective-timeout report: `[rank0]:[E... ProcessGroupNCCL.cpp:733] Stack
 # trace of the failed collective:` then `#0 all_reduce from /x/distributed_c10d.py:3068`
 _C10D_HEADER = re.compile(r"Stack trace of the failed collective:")
+# c10::Error's what(): "Exception raised from F at FILE:N (most recent call first):" and
+# one "frame #N: symbol + 0xoff (0xaddr in lib.so)" line per native frame, innermost first
+_C10_RAISED = re.compile(r"^Exception raised from \S+ at \S+(?: \(most recent call first\):)?$")
+_C10_FRAME = re.compile(
+    r"^frame #(\d+): (.+?)(?: \+ 0x[0-9a-fA-F]+)?(?: \((0x[0-9a-fA-F]+)(?: in ([^)]*)(\))?)?)?\s*$"
+)
 _C10D_FRAME = re.compile(r"^#(\d+) (.+?) from (.+):(\d+)$")
 # UCX's backtrace of a caught signal (ucs/debug/debug.c, ucs_debug_backtrace_log: printed
 # by any process that loaded UCX, NCCL's and NIXL's transports included):
@@ -593,6 +599,13 @@ class _Channel:
         self.ucx_pid: int | None = None  # the pid of UCX's 'Caught signal' line before it
         self.cstack: _Thread | None = None  # the thread a C stack trace being read is of
         self.partial: list[_Line] = []  # a frame line held (a word wrap may have cut it)
+        # torch's C++ frames under a raised exception (c10::Error's "Exception raised from"):
+        # the index in self.raised of the traceback they belong to, the lines they may
+        # still be apart from it, and the frames read so far
+        self.c10_for: int | None = None
+        self.c10_gap = 0
+        self.c10_frames: list[StackFrame] | None = None
+        self.c10_open = False  # the last header or frame line may go on in the next line
 
     @property
     def in_c10d(self) -> bool:
@@ -606,6 +619,7 @@ class _Channel:
             and self.json is None
             and self.pending is None
             and not self.partial
+            and self.c10_for is None
         )
 
     # -- emitting ----------------------------------------------------------------------
@@ -684,6 +698,8 @@ class _Channel:
             self.json, self.json_at = [text], ln
             return
         if self.tb is not None and self._feed_traceback(ln, text, stripped):
+            return
+        if self.c10_for is not None and self._feed_c10(stripped):
             return
         m = _WATCHDOG.search(text)
         if m:
@@ -1042,7 +1058,52 @@ class _Channel:
             return True
         if built is not None:
             self.raised.append(replace(built, mode="traceback"))
+            if m:
+                self.c10_for, self.c10_gap, self.c10_frames = len(self.raised) - 1, 3, None
         return bool(m)
+
+    def _feed_c10(self, stripped: str) -> bool:
+        """torch's C++ stack under an exception it raised (c10/util/Exception.cpp:
+        ``Exception raised from doWait at .../TCPStore.cpp:550 (most recent call first):``,
+        then ``frame #2: c10d::TCPStore::doGet(std::string const&) + 0x32 (0x7f.. in
+        libtorch_cpu.so)``): where in C++ the thread was, inside the traceback's innermost
+        Python frame. Returns False for a line that is not one of it."""
+        if _C10_RAISED.search(stripped):
+            self.c10_frames, self.c10_open = [], not stripped.endswith("):")
+            return True
+        m = _C10_FRAME.match(stripped)
+        if m is not None and self.c10_frames is not None:
+            name = m.group(2).strip()
+            if "::" in name or name.endswith(")"):
+                name = _strip_group(name)
+            if not name or name.startswith("<unknown"):
+                name = m.group(3) or name
+            lib = (m.group(4) or "??").rsplit("/", 1)[-1]
+            self.c10_frames.append(replace(make_frame(name, lib), native=True))
+            self.c10_open = m.group(5) is None  # a hard wrap cut its "(0x.. in lib.so)"
+            return True
+        if self.c10_frames is not None and self.c10_open and stripped:
+            # the rest of a header or frame line a hard wrap cut: "(most recent call
+            # first):", "/x/torch/lib/libtorch_cpu.so)"
+            self.c10_open = False
+            return True
+        if self.c10_frames is None and self.c10_gap > 0 and stripped:
+            self.c10_gap -= 1  # the exception's message may run over a few lines
+            return False
+        self._end_c10()
+        return False
+
+    def _end_c10(self) -> None:
+        at, frames = self.c10_for, self.c10_frames
+        self.c10_for = self.c10_frames = None
+        if at is None or not frames or at >= len(self.raised):
+            return
+        proc = self.raised[at]
+        if not proc.threads:
+            return
+        first = proc.threads[0]
+        thread = replace(first, frames=(*frames, *first.frames))
+        self.raised[at] = replace(proc, threads=(thread, *proc.threads[1:]))
 
     def _feed_json(self, ln: _Line, stripped: str) -> bool:
         assert self.json is not None and self.json_at is not None
@@ -1079,6 +1140,7 @@ class _Channel:
         held, self.partial = self.partial, []
         for x in held:
             self._feed(x)
+        self._end_c10()
         self.close()
         if self.tb is not None:  # a traceback the text cut before its exception line
             built = self.tb.build()
@@ -1256,7 +1318,8 @@ _GLUED_CUT = re.compile(
     r"|Current thread 0x|Process \d+: |Python v\d|Stack \(most recent|"
     r"Traceback for thread \d+|\(Python\) File \"|\(C\) File \"|File \"|"
     r"#\d+ [\w<>.]+ from \S|#\d+\s+0x[0-9a-fA-F]+ in |Traceback \(most recent call first\)|"
-    r"Waiting for the GIL|<built-in (?:method|function) ))"
+    r"Waiting for the GIL|<built-in (?:method|function) |"
+    r"Exception raised from \S+ at |frame #\d+: ))"
     r"|(?<=[)\"])\s+(?=\S)"
 )
 # gdb's `#3  0x00007f.. in f ()` and torch c10d's `#3 f from file.py:12`
