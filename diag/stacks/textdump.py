@@ -1039,15 +1039,13 @@ class _Channel:
         under = self.tb_frame_at == (ln.source, ln.line - 1)
         if set(stripped) <= set("^~ "):
             return True  # carets
-        if text[:1] in (" ", "\t"):
+        indented = text[:1] in (" ", "\t")
+        m = None if indented else _EXCEPTION.match(stripped)
+        if indented or (m is None and under):
+            # a source line (under a frame: its call, also when the paste lost its indent)
             if under and tb.threads:
                 tb.call_at = (len(tb.threads[0].frames) - 1, stripped[:240])
-            return True  # a source line
-        m = _EXCEPTION.match(stripped)
-        if m is None and under:
-            if tb.threads:
-                tb.call_at = (len(tb.threads[0].frames) - 1, stripped[:240])
-            return True  # the source line under a frame, its indentation lost
+            return True
         self.tb = None
         # no exception line under the frames (another stream's line, a log prefix the
         # reader kept on it): a traceback cut there, kept as one cut at the text's end is
