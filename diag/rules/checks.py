@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import regex
 
@@ -1214,15 +1214,10 @@ def _check_stack_collective(ctx: CheckContext) -> CheckOutcome | None:
     others are elsewhere; the others are who the collective waits for."""
     # A traceback is where its thread was when an error surfaced, each at its own moment,
     # not a dump taken while the ranks wait: it takes no part in the comparison.
-    from diag.stacks.merge import member_label
+    from diag.stacks.merge import group_stacks
 
     dumped = [p for p in ctx.analysis.stack_processes if p.mode != "traceback"]
-    labels = {member_label(p) for p in dumped}
-    groups = [
-        replace(g, members=tuple(m for m in g.members if m in labels))
-        for g in ctx.analysis.stack_groups
-    ]
-    groups = [g for g in groups if g.members]
+    groups = group_stacks(dumped)
     waiting = [g for g in groups if g.wait_site == "stack.nccl_collective"]
     others = [g for g in groups if g.wait_site and g.wait_site != "stack.nccl_collective"]
     if not waiting or not others:
