@@ -649,11 +649,11 @@ def _with_announcers(finding: Finding, records: Sequence[Record]) -> Finding:
     ERROR/CRITICAL record that ends right above it (``logger.exception(msg)`` prints its
     message, then the traceback: vLLM's "EngineCore failed to start.", SGLang's "Scheduler
     hit an exception", a wrapper's own "Error in ... setup"), which says what failed."""
-    starts = {(e.source, e.line) for e in finding.evidence}
+    starts = frozenset((e.source, e.line) for e in finding.evidence)
     if not starts:
         return finding
     extra: list[Evidence] = []
-    have = {(e.source, e.line) for e in finding.evidence}
+    have = set(starts)  # the evidence so far: an announcer is added once
     prev: Record | None = None
     for rec in records:
         if (rec.source, rec.line) in starts and prev is not None and prev.source == rec.source:
