@@ -50,6 +50,17 @@ def _lines(m: Matcher, chunk: bytes) -> Lines:
     return m.lines(chunk)
 
 
+
+def _chunk_of(lines: list[bytes], cap: int = 160) -> tuple[bytes, list[int], list[int]]:
+    """The lines as one chunk, with each line's start and its end capped at ``cap`` bytes
+    (the kind hashes read a line's first 160 bytes)."""
+    starts, ends, at = [], [], 0
+    for ln in lines:
+        starts.append(at)
+        ends.append(min(at + len(ln), at + cap))
+        at += len(ln) + 1
+    return b"\n".join(lines) + b"\n", starts, ends
+
 def test_candidates_equal_hyperscan_on_random_chunks() -> None:
     hs = _hs_matcher()
     nat = Matcher(LITERALS, LABELS)
@@ -114,12 +125,7 @@ def test_kinds_tell_lines_apart_as_their_digitless_heads_do() -> None:
              for _ in range(5000)]
     lines += [b"[2026-01-01 10:00:%02d TP%d] WARNING long queue" % (i % 60, i % 8)
               for i in range(300)]
-    chunk = b"\n".join(lines) + b"\n"
-    starts, ends, at = [], [], 0
-    for ln in lines:
-        starts.append(at)
-        ends.append(min(at + len(ln), at + 160))
-        at += len(ln) + 1
+    chunk, starts, ends = _chunk_of(lines)
     h = NAT.kinds(chunk, np.array(starts), np.array(ends)).tolist()
     kinds = [chunk[a:b].translate(None, b"0123456789") for a, b in zip(starts, ends, strict=True)]
     by_kind: dict[bytes, int] = {}
@@ -299,12 +305,7 @@ def test_kinds_portable_packing_equals_the_run_time_one() -> None:
     alphabet = b"ab0123456789 :[]-.x/\xb0\xff"
     lines = [bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 220)))
              for _ in range(4000)]
-    chunk = b"\n".join(lines) + b"\n"
-    starts, ends, at = [], [], 0
-    for ln in lines:
-        starts.append(at)
-        ends.append(min(at + len(ln), at + 160))
-        at += len(ln) + 1
+    chunk, starts, ends = _chunk_of(lines)
     s, e = np.array(starts), np.array(ends)
     assert NAT.kinds(chunk, s, e).tolist() == NAT._per_line(fn, chunk, s, e, "uint64").tolist()
 
