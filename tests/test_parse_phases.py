@@ -56,6 +56,12 @@ MESSAGES = [
     ("Memory pool end. avail mem=3.36 GB", "kv_cache", "sglang.memory_pool_end"),
     ("Available KV cache memory: 26.91 GiB", "kv_cache", "vllm.kv_memory"),
     ("# GPU blocks: 1478, # CPU blocks: 2048", "kv_cache", "vllm.kv_memory"),
+    # V0 0.7.3-0.11.0 executor_base.py names the platform's device: "# %s blocks"
+    ("# cuda blocks: 1478, # CPU blocks: 2048", "kv_cache", "vllm.kv_memory"),
+    ("# hpu blocks: 6144, # CPU blocks: 1024", "kv_cache", "vllm.kv_memory"),
+    ("# CPU blocks: 2048", "kv_cache", "vllm.kv_memory"),
+    ("WeightLoader: Will load layers 0 to 35", "weights_load", "sglang_jax.weights"),
+    ("Qwen3 weights loaded successfully!", "weights_load", "sglang_jax.weights"),
     ("torch.compile takes 59.90 s in total", "compile", "vllm.torch_compile"),
     ("Running FlashInfer autotune with cache: /x.json", "compile", "sglang.jit_warmup"),
     ("Capture cuda graph begin. This can take up to several minutes. avail mem=2.85 GB", "cuda_graph", "sglang.capture_begin"),
@@ -69,6 +75,8 @@ MESSAGES = [
     ("Decode batch, #running-req: 3, #token: 1200, token usage: 0.01, accept len: 2.17", "serving", "sglang.batch"),
     ("Engine 000: Avg prompt throughput: 1436.3 tokens/s, Avg generation throughput: 93.9 tokens/s", "serving", "vllm.throughput"),
     ('192.168.1.108:39394 - "POST /v1/chat/completions HTTP/1.1" 200 OK', "serving", "any.http_request"),
+    ("Generated response chatcmpl-9f2: output: 'Paris', output_token_ids: [3], finish_reason: stop", "serving", "vllm.throughput"),
+    ("Finished request cmpl-4e1b7.", "serving", "vllm.throughput"),
     ("Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)", "serving", "sglang.watchdog"),
 ]
 
