@@ -77,6 +77,7 @@ MESSAGES = [
     ('192.168.1.108:39394 - "POST /v1/chat/completions HTTP/1.1" 200 OK', "serving", "any.http_request"),
     ("Generated response chatcmpl-9f2: output: 'Paris', output_token_ids: [3], finish_reason: stop", "serving", "vllm.throughput"),
     ("Finished request cmpl-4e1b7.", "serving", "vllm.throughput"),
+    ("Receive: obj=GenerateReqInput(text='The capital city of France is', input_ids=None)", "serving", "sglang.request_log"),
     ("Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)", "serving", "sglang.watchdog"),
 ]
 
