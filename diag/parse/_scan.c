@@ -1138,21 +1138,22 @@ int64_t dg_form(const uint8_t *buf, int64_t size, const int64_t *q, int64_t nq,
 }
 
 /* A count per 64-bit key (the repeat cap's kinds, over a whole run): an open-addressing
- * table that doubles when half full (dg_cap counts in it). */
-typedef struct { uint64_t *keys; int64_t *vals; uint8_t *used; int64_t cap, n; } dg_counter;
+ * table that doubles when half full (dg_cap counts in it). A slot holds its key and count
+ * side by side (one cache line read per look-up: the table of a real log's kinds is larger
+ * than the caches); a count of 0 marks a free slot (a key is counted once it has one). */
+typedef struct { uint64_t key; int64_t val; } dg_slot;
+typedef struct { dg_slot *slots; int64_t cap, n; } dg_counter;
 
 void dg_counter_free(dg_counter *c) {
     if (!c) return;
-    free(c->keys); free(c->vals); free(c->used); free(c);
+    free(c->slots); free(c);
 }
 
 static int counter_alloc(dg_counter *c, int64_t cap) {
-    c->keys = malloc(sizeof(uint64_t) * (size_t)cap);
-    c->vals = malloc(sizeof(int64_t) * (size_t)cap);
-    c->used = calloc((size_t)cap, 1);
+    c->slots = calloc((size_t)cap, sizeof(dg_slot));
     c->cap = cap;
     c->n = 0;
-    return c->keys && c->vals && c->used;
+    return c->slots != NULL;
 }
 
 dg_counter *dg_counter_new(void) {
@@ -1167,27 +1168,29 @@ static inline uint64_t slot_of(uint64_t key, int64_t cap) {
     return (h ^ (h >> 29)) & (uint64_t)(cap - 1);
 }
 
+/* the count of key (a new slot's is 0: the caller counts it at once) */
 static int64_t *counter_slot(dg_counter *c, uint64_t key) {
     uint64_t m = (uint64_t)(c->cap - 1);
     for (uint64_t s = slot_of(key, c->cap);; s = (s + 1) & m) {
-        if (!c->used[s]) {
-            c->used[s] = 1; c->keys[s] = key; c->vals[s] = 0; c->n++;
-            return &c->vals[s];
+        dg_slot *sl = &c->slots[s];
+        if (!sl->val) {
+            sl->key = key;
+            c->n++;
+            return &sl->val;
         }
-        if (c->keys[s] == key) return &c->vals[s];
+        if (sl->key == key) return &sl->val;
     }
 }
 
 static int counter_grow(dg_counter *c) {
     dg_counter old = *c;
     if (!counter_alloc(c, old.cap * 2)) {
-        free(c->keys); free(c->vals); free(c->used);
         *c = old;
         return 0;
     }
     for (int64_t s = 0; s < old.cap; s++)
-        if (old.used[s]) *counter_slot(c, old.keys[s]) = old.vals[s];
-    free(old.keys); free(old.vals); free(old.used);
+        if (old.slots[s].val) *counter_slot(c, old.slots[s].key) = old.slots[s].val;
+    free(old.slots);
     return 1;
 }
 
@@ -1206,6 +1209,8 @@ static inline int blank_bytes(const uint8_t *buf, int64_t a, int64_t b) {
     }
     return 1;
 }
+
+#define CAP_AHEAD 8
 
 int32_t dg_cap(const uint8_t *buf, const int64_t *starts, const int64_t *ends,
                const uint64_t *ids, int64_t n, dg_counter *ctr, int64_t *state, int64_t keep,
@@ -1228,6 +1233,8 @@ int32_t dg_cap(const uint8_t *buf, const int64_t *starts, const int64_t *ends,
             state[0] = skipping; state[1] = parsed; state[2] = late;
             return -1;
         }
+        if (i + CAP_AHEAD < n)  /* (the slot of a kind a few lines on, fetched meanwhile) */
+            __builtin_prefetch(&ctr->slots[slot_of(ids[i + CAP_AHEAD], ctr->cap)]);
         int64_t seen = ++*counter_slot(ctr, ids[i]);
         skipping = seen > limit;
         if (skipping) {
