@@ -403,18 +403,31 @@ RANK_KEY_PORTABLE = (
 _KEY_HINT = re.compile(r":\d\d[.,\d]* [A-Z]|pid=|\[rank")
 
 
-# KEY_RE's first alternative alone: a text without "pid=" and "[rank" can match no other
-# (the search is then several times faster: no try at every "(" and "[")
-_KEY_TAGS_RE = re.compile(r"\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(" + TAGS_RE_SRC + r"\] )")
+# (speed) rank_keys reads KEY_RE's three alternatives apart, each found from a literal: no
+# match of one can overlap a match of another (a tag key holds no "(" and no "[", a process
+# prefix no "[rank" and no "] ", torch's no "(" and no ":" but its last), so the keys are
+# those of KEY_RE.findall (the tests compare them). SGLang's tags are found from the colon
+# before the seconds, the hours and minutes before it checked after: the search from every
+# digit of the text was the slow part (most of the prefilter's key search on a real log).
+_KEY_TAIL_RE = re.compile(r":\d\d(?:[.,]\d{1,9})?(" + TAGS_RE_SRC + r"\] )")
+_KEY_HEAD_RE = re.compile(r"\d\d:\d\d")
+_KEY_PID_RE = re.compile(
+    r"\((?:[A-Za-z][\w\-]{0,80}\s*)?(?:rank=[0-9]{1,9}\s*)?pid=[0-9]{1,9}"
+    r"(?:,\s*ip=[\w.:\-]{1,80})?\)"
+    r"(?:(?:\x1b|\^\[)?\[[0-9;]*m)? "
+)
+_KEY_RANK_RE = re.compile(r"\[rank[0-9]{1,9}\]:")
 
 
 def rank_keys(text: str) -> set[str]:
-    """Every rank key in a text (a chunk or many lines joined)."""
-    if "pid=" not in text and "[rank" not in text:
-        return set(_KEY_TAGS_RE.findall(text))
-    out: set[str] = set()
-    for a, b, c in KEY_RE.findall(text):
-        out.add(a or b or c)
+    """Every rank key in a text (a chunk or many lines joined): those KEY_RE finds."""
+    head = _KEY_HEAD_RE.fullmatch
+    out = {m.group(1) for m in _KEY_TAIL_RE.finditer(text)
+           if m.start() >= 5 and head(text, m.start() - 5, m.start())}
+    if "pid=" in text:
+        out.update(_KEY_PID_RE.findall(text))
+    if "[rank" in text:
+        out.update(_KEY_RANK_RE.findall(text))
     return out
 
 
