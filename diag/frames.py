@@ -103,6 +103,15 @@ _KV_FUNCS = frozenset(
         # takes the model runner's allocated pools (get_memory_pool) and builds the prefix
         # cache (RadixCache, SWA/Mamba variants) over them
         "init_cache_with_memory_pool",
+        # vllm/v1/core/kv_cache_utils.py (0.10-0.34): sizing the KV cache from the layers'
+        # specs, called from the engine core's _initialize_kv_caches only
+        "get_kv_cache_groups", "unify_kv_cache_spec_page_size", "unify_hybrid_kv_cache_specs",
+        "unify_kv_cache_configs", "group_and_unify_kv_cache_specs", "get_uniform_page_size",
+        "create_kv_cache_group_specs", "_get_kv_cache_groups_uniform_spec",
+        "_get_kv_cache_groups_uniform_type", "_get_kv_cache_groups_uniform_page_size",
+        "_get_kv_cache_groups_uniform_groups", "_get_kv_cache_config_uniform_type",
+        "_get_kv_cache_config_uniform_page_size", "_get_kv_cache_config_attention_free",
+        "generate_scheduler_kv_cache_config", "resolve_kv_cache_block_sizes",
     }
 )
 _GRAPH_FUNCS = frozenset(
@@ -162,8 +171,12 @@ _NAMED_STEPS: tuple[tuple[frozenset[str], str], ...] = (
 )
 # A model's or a layer's own module (vllm/model_executor/models|layers/, sglang/srt/
 # models|layers/): its constructor runs while the model is built (LABELS.md: weights_load);
-# its forward runs in any later step, which the frames alone do not tell
+# its forward runs in any later step, which the frames alone do not tell (a model's own
+# forward proves the model was loaded: at least weights_load, _MODEL_FILE)
 _MODEL_CODE = re.compile(r"/(?:vllm/model_executor|sglang/srt)/(?:models|layers)/")
+_MODEL_FILE = re.compile(
+    r"/(?:vllm/model_executor|sglang/srt)/models/(?!registry\.py|__init__\.py)"
+)
 _STARTUP = ("launch", "dist_init", "weights_load", "kv_cache", "compile", "cuda_graph")
 # vLLM V1's executor RPC, sent and answered only once every worker is ready (below): a
 # lower bound that start-up steps and serving alike run in
@@ -189,6 +202,10 @@ def frame_phase(path: str, func: str) -> str | None:
     if "/triton/compiler/" in p or "/flashinfer/jit/" in p or "/deep_gemm/jit" in p:
         return "compile"
     if name in ("kernel_warmup", "compile_or_warm_up_model", "deep_gemm_warmup"):
+        return "compile"
+    # vllm/model_executor/warmup/kernel_warmup.py and deep_gemm_warmup.py (0.10-0.34): run
+    # by kernel_warmup only (the folder's jit_warmup.py launches kernels at serving too)
+    if p.endswith(("/model_executor/warmup/kernel_warmup.py", "/warmup/deep_gemm_warmup.py")):
         return "compile"
     # SGLang's DeepGEMM wrapper compiles its kernels at start-up
     # (srt/layers/quantization/deep_gemm_wrapper/compile_utils.py, 0.4.6.post3+:
@@ -250,6 +267,11 @@ def frame_phase(path: str, func: str) -> str | None:
         and not p.endswith(("/models/registry.py", "/models/__init__.py"))
     ):
         return "weights_load"  # a model or layer being built (the registry: with the config)
+    if name == "forward" and _MODEL_FILE.search(p):
+        # a model's forward: the model was built and loaded (get_model returns it loaded;
+        # the profile run, capture, warm-up and requests all come after): at least that
+        # (a layer's forward alone says less: layers run inside other steps' probes)
+        return "weights_load"
     if "/disaggregation/" in p and name == "transfer_worker":
         return "serving"  # SGLang's KV transfer threads run for live requests
     if ("graph_runner" in p or "/runner_backend/" in p) and name.lstrip("_").startswith("replay"):

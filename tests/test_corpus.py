@@ -281,6 +281,18 @@ TUNING_XFAIL: dict[str, str] = {
         "'File ..., line N, in f' frames (a traceback's form, innermost first) with no "
         "header to tell py-bt's order from a traceback's"
     ),
+    # gather s18 (2026-12-06), each scored before any change made for it
+    "vllm/gpustack-orangepi-studio-pro-300i-duo-feb-2026-vllmworker-rank0-hcclcomminitrootinfoconfig-error-code-5-err02200-then-worker-busy-loop-traceback-cut": (  # noqa: E501
+        "label contradicts the source: the traceback runs in vLLM V1's worker_busy_loop, "
+        "which a WorkerProc enters only after load_model and READY (multiproc_executor.py "
+        "0.8.5-0.34.0), so weights_load is proven; the label keeps dist_init for the HCCL "
+        "communicator that failed inside it"
+    ),
+    "vllm/ms-swift-rollout-ascend-npu-sep-2025-kv-cache-size-x3-worker-prefix-alone-acl-graph-bar-0pct-glued-rank3-waiting-pending-nccl-warning-cut": (  # noqa: E501
+        "label contradicts LABELS.md: the window ends on a 0% capture bar, a stall reason "
+        "by the convention ('a 0% or frozen progress bar'); the label follows the thread's "
+        "later successful start"
+    ),
     "stacks/vllm-ci-rocm-mi300-hybrid-test-state-cleanup-pytest-faulthandler-timeout-25min-one-frame-threading-wait-elided": (  # noqa: E501
         "new case (gather s17): one visible frame (threading.py wait) of an elided dump; "
         "the label reads the Condition's lock wait as gil_or_lock, diag a helper's idle "

@@ -45,6 +45,15 @@ T0 = dt.datetime(2026, 2, 22, 22, 35, 0)
         ("/x/vllm/model_executor/models/llama.py", "__init__", "weights_load"),
         ("/x/sglang/srt/layers/linear.py", "__init__", "weights_load"),
         ("/x/sglang/srt/layers/linear.py", "forward", None),
+        # a model's forward runs only once it was loaded (at least weights_load)
+        ("/x/vllm/model_executor/models/qwen3_vl.py", "forward", "weights_load"),
+        # vLLM V1's KV sizing from the layers' specs (kv_cache_utils.py 0.10-0.34)
+        ("/x/vllm/v1/core/kv_cache_utils.py", "get_kv_cache_groups", "kv_cache"),
+        ("/x/vllm/v1/core/kv_cache_utils.py", "unify_kv_cache_spec_page_size", "kv_cache"),
+        ("/x/vllm/v1/core/kv_cache_utils.py", "hash_block_tokens", None),  # per request
+        # vLLM's kernel warm-up (compile_or_warm_up_model -> kernel_warmup)
+        ("/x/vllm/model_executor/warmup/deep_gemm_warmup.py", "_warmup", "compile"),
+        ("/x/vllm/model_executor/warmup/jit_warmup.py", "kernel_launcher", None),
         ("/x/vllm/model_executor/models/registry.py", "inspect_model_cls", None),
         # SGLang 0.5.x graph backends and runners: capture per shape, and run_once, the
         # forward each capture calls; a replay is a batch served

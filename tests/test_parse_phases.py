@@ -68,6 +68,7 @@ MESSAGES = [
     ("Capture cuda graph end. Time elapsed: 12.80 s. mem usage=4.69 GB. avail mem=20.31 GB.", "cuda_graph", "sglang.capture_end"),
     ("Capturing batches (bs=16 avail_mem=13.56 GB):  17%|█▋        | 1/6 [00:16<01:22, 16.57s/it]", "cuda_graph", "sglang.capture_progress"),
     ("Graph capturing finished in 32 secs.", "cuda_graph", "vllm.capture_end"),
+    ("Capturing ACL graphs (mixed prefill-decode, PIECEWISE):   0%|          | 0/9 [00:00<?, ?it/s]", "cuda_graph", "vllm.capture"),
     ("The server is fired up and ready to roll!", "warmup", "sglang.fired_up"),
     ("Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)", "listening", "any.uvicorn_running"),
     ("Starting vLLM API server 0 on http://0.0.0.0:8000", "listening", "vllm.api_server_start"),
@@ -195,3 +196,11 @@ def test_a_notice_applies_to_lines_of_the_files_it_cites() -> None:
     assert cat.match(Record("x", 1, msg, logger_file="_custom_ops.py")) is None
     # hand-written entries (position markers) are not restricted to the files they cite
     assert parse_catalogue(text).match(Record("x", 1, msg, logger_file="_custom_ops.py"))
+
+
+def test_custom_all_reduce_registering_graph_addresses_marks_no_capture() -> None:
+    """custom_all_reduce.py logs "Registering N cuda graph addresses" when any
+    graph_capture() context closes; vLLM 0.20+ opens one to profile graph memory while it
+    sizes the KV cache (gpu_model_runner.py profile_cudagraph_memory), before any capture."""
+    ev = load_catalogue().match(Record(source="x", line=1, message="Registering 0 cuda graph addresses"))
+    assert ev is None or ev.phase != "cuda_graph"

@@ -960,3 +960,57 @@ def test_sglang_dying_before_its_warm_up_returned_is_warmup_failed(
     assert ("warmup.failed" in found) is failed
     if failed:
         assert "hit an exception" in found["warmup.failed"].evidence[0].text
+
+
+def test_a_traceback_ending_in_any_qualified_exception_class_is_python_exception() -> None:
+    """CPython prints an exception by its module-qualified class name whatever it is
+    called (zmq.error.Again, triton's OutOfResources, JAX's traced-value errors)."""
+    from diag.analyze import analyze_text
+
+    frames = (
+        "Traceback (most recent call last):\n"
+        '  File "/x/sgl_jax/srt/mem_cache/memory_pool.py", line 603, in kv_cache_update_kernel\n'
+        "    async_copy.start()\n"
+    )
+    for line, exc in (
+        ("jax._src.source_info_util.JaxStackTraceBeforeTransformation: TypeError: Shapes must "
+         "be 1D sequences of concrete values", "JaxStackTraceBeforeTransformation"),
+        ("zmq.error.Again: Resource temporarily unavailable", "zmq.error.Again"),
+        ("triton.runtime.autotuner.OutOfResources: out of resource: shared memory, Required: "
+         "262144", "OutOfResources"),
+    ):
+        found = {f.id: f for f in analyze_text(frames + line + "\n").findings}
+        assert "python.exception" in found, line
+        assert exc in found["python.exception"].message
+    # a dotted name that follows no frame is no exception line
+    plain = "[2025-01-01 10:00:00] sglang.srt.server_args.ServerArgs: model_path='x'\n"
+    assert "python.exception" not in {f.id for f in analyze_text(plain).findings}
+
+
+def test_a_cpp_librarys_glog_error_line_ending_the_log_is_no_python_exception() -> None:
+    """glog's E lines (Mooncake's transfer engine, Ray's core) are a C++ library's errors,
+    not a scheduler announcing its fatal exception before its traceback."""
+    from diag.analyze import analyze_text
+
+    text = "".join(
+        f"E0529 23:22:59.55371{i} 67580 rdma_context.cpp:203] Failed to register memory "
+        f"0x7c0906000000: Bad address [14]\n" for i in range(4)
+    )
+    assert "python.exception" not in {f.id for f in analyze_text(text).findings}
+
+
+def test_a_traceback_cut_after_a_hard_wrap_inside_a_frame_line_is_still_cut() -> None:
+    """A frame line a terminal wrapped (``in R`` / ``untime``) leaves a one-word record
+    with the traceback's lines under it: the traceback is still the one the log ends in."""
+    from diag.analyze import analyze_text
+
+    p = "2024-06-02 00:26:10 | ERROR | stderr | "
+    text = (
+        f"{p}Traceback (most recent call last):\n"
+        f'{p}  File "<frozen runpy>", line 198, in _run_module_as_main\n'
+        f"{p}    runtime = sgl.Runtime(\n"
+        f'{p}  File "/x/site-packages/sglang/api.py", line 39, in R\n'
+        "untime\n"
+        f"{p}    return Runtime(*args, **kwargs)\n"
+    )
+    assert "python.exception" in {f.id for f in analyze_text(text).findings}

@@ -917,3 +917,38 @@ def test_torch_c10_frames_under_a_raised_exception_are_its_innermost_native_fram
     # without the C++ frames the Python call alone reads as the collective it is
     bare = text.split("Exception raised from")[0]
     assert analyze_text(bare).stack_processes[0].wait_site == "stack.nccl_collective"
+
+
+def test_glibc_backtrace_symbols_are_a_native_stack() -> None:
+    """glibc's backtrace_symbols_fd lines as Ray's crash handler prints them after an
+    abort (innermost first, the demangled name after the address where known)."""
+    p = "(RayWorkerWrapper pid=2667395) "
+    text = (
+        f"{p}/lib/x86_64-linux-gnu/libstdc++.so.6(+0xae1fe) [0x7fdb876201fe]\n"
+        f"{p}/x/torch/lib/libtorch_cuda.so(+0xe427c9) [0x7fd15b3007c9] "
+        "c10d::ProcessGroupNCCL::ncclCommWatchdog()\n"
+        f"{p}/lib/x86_64-linux-gnu/libstdc++.so.6(+0xdc253) [0x7fdb8764e253]\n"
+        f"{p}/lib/x86_64-linux-gnu/libc.so.6(+0x94ac3) [0x7fdb899c4ac3]\n"
+    )
+    (proc,) = parse_stack_text(text)
+    names = [f.name for f in proc.threads[0].frames]
+    assert names[:2] == ["0x7fdb876201fe", "c10d::ProcessGroupNCCL::ncclCommWatchdog"]
+    assert all(f.native for f in proc.threads[0].frames)
+    assert proc.wait_site == "stack.nccl_collective"
+
+
+def test_a_frame_line_drawn_over_by_a_progress_bar_keeps_its_function_name() -> None:
+    """A terminal's progress bars written over a traceback leave their residue after the
+    frame's function; the name ends at the space, the call under it still names the wait."""
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/x/vllm/v1/engine/core_client.py", line 444, in __init__  | 0.00/4.92G '
+        "[00:00<?, ?B/s]\n"
+        "    if not sync_input_socket.poll(timeout=600_000):            | 0.00/4.98G\n"
+        "KeyboardInterrupt\n"
+    )
+    from diag.analyze import analyze_text
+
+    (proc,) = analyze_text(text).stack_processes
+    assert proc.threads[0].frames[0].name == "__init__"
+    assert proc.wait_site == "stack.ipc_wait"

@@ -870,6 +870,17 @@ def _cut_traceback(tail: Sequence[Record]) -> tuple[Record, Record] | None:
             # the line that announces it with the header glued on (SGLang's
             # f"Scheduler hit an exception: {get_exception_traceback()}")
             or r.message.rstrip().endswith("Traceback (most recent call last):")
+            or wrap_rest(r)
+        )
+
+    def wrap_rest(r: Record) -> bool:
+        # the rest of a frame line a hard wrap cut (``in R`` / ``untime``): one short
+        # word, the traceback's own lines under it
+        msg = r.message.strip()
+        return (
+            0 < len(msg) < 48 and not any(c.isspace() for c in msg)
+            and bool(r.continuation) and not is_exception_line(msg)
+            and all(x[:1] in (" ", "\t") or FRAME.search(x) for x in r.continuation)
         )
 
     if not material(last):
@@ -956,8 +967,10 @@ def _check_error_ends_log(ctx: CheckContext) -> CheckOutcome | None:
     if not tail:
         return None
     last = tail[-1]
-    if last.grammar == "tsl":
-        return None  # TensorFlow/XLA's C++ logger: its E lines are not the framework's death
+    if last.grammar in ("tsl", "glog"):
+        # a C++ library's logger (TensorFlow/XLA's; glog's: Mooncake's transfer engine,
+        # Ray's core, gRPC): its E lines are no Python exception announcing itself
+        return None
     level = (last.level or "").upper()
     if level not in ("ERROR", "CRITICAL", "FATAL"):
         raw = last.raw or last.message
@@ -1452,6 +1465,46 @@ def _check_warmup_died(ctx: CheckContext) -> CheckOutcome | None:
     return None
 
 
+# CPython prints an exception by its class's module-qualified name (traceback.py
+# format_exception_only): "zmq.error.Again: Resource temporarily unavailable",
+# "triton.runtime.autotuner.OutOfResources: out of resource: shared memory",
+# "jax._src.source_info_util.JaxStackTraceBeforeTransformation: TypeError: ...": class
+# names the python.exception patterns (...Error, ...Exception, ...Exit) do not cover
+_QUALIFIED_EXC = regex.compile(
+    r"^(?P<exc>(?:[a-z_][a-z0-9_]*\.)+[A-Z][A-Za-z0-9_]{2,80})(?::\s+(?P<msg>.*)|\s*)$"
+)
+
+
+def _check_traceback_exception(ctx: CheckContext) -> CheckOutcome | None:
+    """A traceback that ends in an exception line of any class: the line right after its
+    frames (and their source lines) that names a module-qualified class, not handled
+    (a request handler's, or one CPython ignored)."""
+    if "python.exception" in ctx.fired:
+        return None
+    from diag.rules.engine import handled_traceback
+
+    framed = False  # the lines so far end in a traceback's frames (and source lines)
+    source = None
+    for at, rec in enumerate(ctx.records):
+        if rec.source != source:
+            source, framed = rec.source, False
+        for i, text in enumerate((rec.message, *rec.continuation)):
+            if FRAME.search(text):
+                framed = True
+                continue
+            if not framed or text[:1] in (" ", "\t") or not text.strip("^~ "):
+                continue
+            framed = False
+            m = _QUALIFIED_EXC.match(text.strip())
+            if m is None or handled_traceback(ctx.records, at):
+                continue
+            return _outcome_at(
+                rec, i, text,
+                f"a traceback ends in {m.group('exc')}: {(m.group('msg') or '')[:200]}",
+            )
+    return None
+
+
 CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
     "child_pipe_eof": _check_child_pipe_eof,
     "stack_collective_wait": _check_stack_collective,
@@ -1461,6 +1514,7 @@ CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
     "rank_missing": _check_missing,
     "rank_straggler": _check_straggler,
     "unknown_model_type": _check_unknown_model_type,
+    "traceback_exception": _check_traceback_exception,
     "error_ends_log": _check_error_ends_log,
     "faulthandler_dump": _check_faulthandler_dump,
     "warmup_died": _check_warmup_died,

@@ -197,7 +197,7 @@ def _handled_messages() -> regex.Pattern[str] | None:
 _UNRAISABLE = regex.compile(r"^Exception ignored (?:in\b|on calling\b|while\b)")
 
 
-def _handled_request_error(records: Sequence[Record], at: int) -> bool:
+def handled_traceback(records: Sequence[Record], at: int) -> bool:
     """The exception line ends a traceback that was handled, not one that ended the run:
     a request handler logged it after catching it ("Error in request: ..." from SGLang's
     serving_base.handle_request, vLLM's "Error in chat completion stream generator."),
@@ -369,7 +369,7 @@ def _scan(
                 ):
                     continue  # an INFO/DEBUG line that mentions the failure: advice, not one
                 if rule.finding_id == "python.exception" and (
-                    _no_exc_info(records, at, i) or _handled_request_error(records, at)
+                    _no_exc_info(records, at, i) or handled_traceback(records, at)
                 ):
                     continue
                 groups = {k: v for k, v in m.groupdict().items() if v is not None}

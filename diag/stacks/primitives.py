@@ -48,6 +48,7 @@ PRIMITIVES: tuple[tuple[str, tuple[str, ...], str, str], ...] = (
     ("recv_string", _SOCKETS, _IPC, "zmq socket.recv()"),
     ("recv_json", _SOCKETS, _IPC, "zmq socket.recv()"),
     ("send", _SOCKETS, _IPC, "zmq socket.send()"),
+    ("poll", _SOCKETS, _IPC, "zmq socket.poll()"),
     ("recv_bytes", ("sock", "socket", "conn", "pipe"), _IPC, "recv_bytes()"),
     ("select", ("select",), _IPC, "select.select()"),
     ("waitpid", ("os",), _IPC, "os.waitpid()"),

@@ -85,6 +85,13 @@ _PYSPY_ERROR = re.compile(r"^Error: (.+)$")
 # torch c10d's collective-timeout report: `[rank0]:[E... ProcessGroupNCCL.cpp:733] Stack
 # trace of the failed collective:` then `#0 all_reduce from /x/distributed_c10d.py:3068`
 _C10D_HEADER = re.compile(r"Stack trace of the failed collective:")
+# glibc's backtrace_symbols_fd, as a crash handler prints it (Ray's and abseil's after a
+# fatal signal, torch's terminate handler): one frame a line, innermost first,
+# `/x/libc.so.6(+0x94ac3) [0x7f..]` or `/x/lib.so(sym+0x1c) [0x7f..]`, the demangled name
+# after it where the printer has one (`... [0x7f..] c10d::ProcessGroupNCCL::ncclCommWatchdog()`)
+_BT_SYMBOLS = re.compile(
+    r"^(\S*\.so[\w.]*)\(([^()\s]*)\) \[(0x[0-9a-fA-F]+)\](?: +(\S.*?))?\s*$"
+)
 # c10::Error's what(): "Exception raised from F at FILE:N (most recent call first):" and
 # one "frame #N: symbol + 0xoff (0xaddr in lib.so)" line per native frame, innermost first
 _C10_RAISED = re.compile(r"^Exception raised from \S+ at \S+(?: \(most recent call first\):)?$")
@@ -167,7 +174,9 @@ _PYBT_BUILTIN = re.compile(
 # one whose `Thread N (...)` header the paste cut still begins a backtrace
 _GDB_HEADLESS = re.compile(r"^#(\d+)\s+(0x[0-9a-fA-F]+) in (\S.*)$")
 _PYBT_FRAME = re.compile(r'^\s*File "(.*)", line (\d+|\?+), in (.+?)\s*$')
-_TB_FRAME = re.compile(r'^\s*File "(.*)", line (\d+), in (.+?)\s*$')
+# (a function's name ends at a space: what follows it on the line is another line's residue,
+# a progress bar a terminal drew over the traceback)
+_TB_FRAME = re.compile(r'^\s*File "(.*)", line (\d+), in (\S+)(?:\s.*)?$')
 _PYSTACK_HEADER = re.compile(
     r"^Traceback for thread (\d+)(?: \(([^)]*)\))?.*\(most recent call last\):$"
 )
@@ -243,13 +252,14 @@ _CANDIDATE = re.compile(
     r"^#\d+ |(?<=\s)#\d+ \S+ from \S|(?<=\s)#\d+ +0x[0-9a-fA-F]+ in |Stack of | encountered !|"
     r"\] +Caught signal \d|backtrace \(tid:|(?:^|\s)\d{1,4} 0x[0-9a-fA-F]{8,16} \S.*\(\) "  # UCX
     r"|Waiting for the GIL|<built-in (?:method|function) [\w.]+ of .* at remote 0x"  # gdb py-bt
+    r"|\.so[\w.]*\([^()\s]*\) \[0x[0-9a-fA-F]+\]"  # glibc backtrace_symbols
 )
 # Every match of _CANDIDATE holds one of these, or "#" and a digit: tested first (a few
 # substring tests cost far less than the search, which has no literal prefix to skip by)
 _CANDIDATE_NEEDS = ("Thread ", "Current thread", "Process ", 'File "', "Traceback", "Pyspy ",
                     "Stack ", "KeyboardInterrupt", '.py", line ', " encountered !",
                     "Caught signal ", "backtrace (tid:", " 0x", "PID ", "TID ",
-                    "Waiting for the GIL")
+                    "Waiting for the GIL", ") [0x")
 _HASH_DIGIT = re.compile(r"#\d")
 
 
@@ -596,6 +606,7 @@ class _Channel:
         self.pybt = False  # the open thread is gdb py-bt's (innermost first)
         self.gdb = False  # the open process is gdb's native `bt`
         self.ucx = False  # the open process is UCX's signal backtrace
+        self.btsym = False  # the open process is glibc's backtrace_symbols list
         self.ucx_pid: int | None = None  # the pid of UCX's 'Caught signal' line before it
         self.cstack: _Thread | None = None  # the thread a C stack trace being read is of
         self.partial: list[_Line] = []  # a frame line held (a word wrap may have cut it)
@@ -635,6 +646,7 @@ class _Channel:
         self.pybt = False
         self.gdb = False
         self.ucx = False
+        self.btsym = False
         self.cstack = None
 
     def _open(
@@ -787,6 +799,21 @@ class _Channel:
             return True
         if _C10D_HEADER.search(stripped):
             self._new_thread(self._open(ln, "c10d"), None, None, None)
+            return True
+        m = _BT_SYMBOLS.match(stripped)
+        if m:
+            if not (self.btsym and self.thread is not None):
+                self._new_thread(self._open(ln, "gdb"), None, None, None)
+                self.btsym = True
+            assert self.thread is not None
+            path, symbol, address, shown = m.groups()
+            if shown:
+                name = _strip_group(shown) if shown.endswith(")") else shown
+                bt_frame = replace(make_frame(name, path), native=True)
+            else:
+                plain = "" if symbol.startswith("+") else symbol.split("+")[0]
+                bt_frame = _c_frame(path, plain, address)
+            self.thread.frames.append(bt_frame)
             return True
         m = _EU_PROCESS.match(stripped)
         if m:
