@@ -32,6 +32,7 @@ masked from its first line.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import socket
 from collections import Counter
@@ -777,3 +778,43 @@ class Redactor:
             return [self.value(item) for item in obj]
         return obj
 
+
+
+def redact_tree(obj: object, redactor: Redactor | None = None) -> object:
+    """A copy of an analysis (any tree of dataclasses, mappings, tuples, lists and strings)
+    with every string redacted as :meth:`Redactor.text` does, and every value under a
+    secret key masked whole (:meth:`Redactor.value`): what the terminal, Markdown and
+    Perfetto views render from, as ``--json`` and bundles are. Unchanged parts are shared."""
+    r = redactor if redactor is not None else Redactor()
+    return _redact_node(obj, r, None)
+
+
+def _redact_node(obj: object, r: Redactor, key: str | None) -> object:
+    if isinstance(obj, str):
+        new = r.value(obj, key=key) if key is not None else r.text(obj, learn=False)
+        return obj if new == obj else new
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        changes = {}
+        for f in dataclasses.fields(obj):
+            if not f.init:
+                continue
+            value = getattr(obj, f.name)
+            new = _redact_node(value, r, None)
+            if new is not value:
+                changes[f.name] = new
+        return dataclasses.replace(obj, **changes) if changes else obj
+    if isinstance(obj, Mapping):
+        items = {k: _redact_node(v, r, str(k)) for k, v in obj.items()}
+        if all(items[k] is v for k, v in obj.items()):
+            return obj
+        return items
+    if isinstance(obj, (tuple, list)):
+        seq = [_redact_node(x, r, None) for x in obj]
+        if all(a is b for a, b in zip(seq, obj, strict=True)):
+            return obj
+        if isinstance(obj, list):
+            return seq
+        if hasattr(obj, "_fields"):  # a namedtuple
+            return type(obj)._make(seq)  # type: ignore[attr-defined]
+        return tuple(seq)
+    return obj

@@ -6,6 +6,7 @@ Pure functions over model objects; no I/O.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -102,6 +103,10 @@ def ordered(events: Iterable[Event]) -> list[Event]:
 # one that set the phase reached, a later event of an earlier phase (but past the phase
 # before it) is where the run got to.
 PROVISIONAL: frozenset[str] = frozenset({"vllm.attention_backend_v0_worker"})
+# custom all-reduce's "Registering N cuda graph addresses" closes any graph_capture()
+# context: right after vLLM 0.20+'s graph-memory profiling (KV sizing), it is that
+# profiling's, not a capture (vllm/v1/worker/gpu_model_runner.py profile_cudagraph_memory)
+_GRAPH_MEMORY_PROFILE = re.compile(r"^(?:Profiling|Estimated) CUDA graph memory")
 
 
 def reached_phase(events: Iterable[Event]) -> str | None:
@@ -111,7 +116,13 @@ def reached_phase(events: Iterable[Event]) -> str | None:
     seen: set[str] = set()
     before: str | None = None  # the phase before a provisional event set ``current``
     provisional = False
+    profiled = False  # the last event was the graph-memory profiling of KV sizing
     for e in ordered(events):
+        if e.pattern == "vllm.graph_buffers_registered" and profiled:
+            continue
+        profiled = e.pattern == "vllm.kv_profiling" and bool(
+            _GRAPH_MEMORY_PROFILE.match(e.message.strip())
+        )
         if (
             provisional
             and current is not None

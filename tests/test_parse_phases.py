@@ -198,9 +198,22 @@ def test_a_notice_applies_to_lines_of_the_files_it_cites() -> None:
     assert parse_catalogue(text).match(Record("x", 1, msg, logger_file="_custom_ops.py"))
 
 
-def test_custom_all_reduce_registering_graph_addresses_marks_no_capture() -> None:
+def test_registering_graph_addresses_right_after_graph_memory_profiling_is_no_capture() -> None:
     """custom_all_reduce.py logs "Registering N cuda graph addresses" when any
-    graph_capture() context closes; vLLM 0.20+ opens one to profile graph memory while it
-    sizes the KV cache (gpu_model_runner.py profile_cudagraph_memory), before any capture."""
-    ev = load_catalogue().match(Record(source="x", line=1, message="Registering 0 cuda graph addresses"))
-    assert ev is None or ev.phase != "cuda_graph"
+    graph_capture() context closes: after a capture, and in vLLM 0.20+ after the
+    graph-memory profiling of KV sizing (gpu_model_runner.py profile_cudagraph_memory)."""
+    from diag.analyze import analyze_text
+
+    head = "(Worker_TP0 pid=1440) INFO 06-22 11:17:44 [gpu_model_runner.py:6471] "
+    ar = "(Worker_TP0 pid=1440) INFO 06-22 11:18:30 [custom_all_reduce.py:211] "
+    profiled = (
+        f"{head}Profiling CUDA graph memory: PIECEWISE=41 (largest=384), FULL=25 (largest=192)\n"
+        f"{ar}Registering 0 cuda graph addresses\n"
+    )
+    assert analyze_text(profiled).last_phase == "kv_cache"
+    captured = (
+        "INFO 06-22 11:17:44 model_runner.py:1100] Capturing the model for CUDA graphs. This "
+        "may lead to unexpected consequences if the model is not static.\n"
+        "INFO 06-22 11:18:30 custom_all_reduce.py:211] Registering 2275 cuda graph addresses\n"
+    )
+    assert analyze_text(captured).last_phase == "cuda_graph"

@@ -101,11 +101,21 @@ def render(
     color: bool = False,
     context: dict[tuple[str, int], list[tuple[int, str]]] | None = None,
 ) -> str:
-    """The analysis (or a log and its snapshot) rendered as text in the chosen format."""
+    """The analysis (or a log and its snapshot) rendered as text in the chosen format,
+    secrets redacted in every format (``--json`` redacts its own strings)."""
     if fmt is Format.json:
         from diag.report.combined_json import render_combined_json
 
         return render_combined_json(analysis) + "\n"
+    from diag.redact import Redactor, redact_tree
+
+    redactor = Redactor()
+    analysis = redact_tree(analysis, redactor)  # type: ignore[assignment]
+    if context is not None:
+        context = {
+            at: [(n, redactor.text(line, learn=False)) for n, line in lines]
+            for at, lines in context.items()
+        }
     if fmt is Format.markdown:
         from diag.report.markdown import render_markdown
 
