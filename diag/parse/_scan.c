@@ -826,73 +826,107 @@ static inline unsigned keep_bits(uint64_t x) {
  * per word that depends on the text (KINDS_BODY's were mostly mispredicted on log text):
  * about 2x faster on the real-corpus mix. A line's last bytes (fewer than 8) are read as
  * the 8-byte word that ends the line, shifted down (never a byte past the line). */
+/* the hash of a line's packed bytes (row: pos of them, then at least 8 more readable),
+ * its first q (a multiple of 8) mixed into h already */
+static inline uint64_t kind_hash_from(const uint8_t *row, unsigned pos, unsigned q,
+                                      uint64_t h) {
+    uint64_t w = 0;
+    for (; q + 8 <= pos; q += 8) {
+        memcpy(&w, row + q, 8);
+        h = mix(h, w);
+    }
+    w = 0;
+    if (q < pos) {
+        memcpy(&w, row + q, 8);
+        w &= ~(uint64_t)0 >> (8 * (8 - (pos - q)));
+    }
+    h = mix(h, w);
+    h = mix(h, (uint64_t)pos);
+    h ^= h >> 31; h *= 0xd6e8feb86659fd93ull; h ^= h >> 32;
+    return h;
+}
+
+#define KINDS_BATCH 32  /* lines packed before any is hashed */
+#define KINDS_ROW 176    /* a line's packed bytes: at most 160, and a word stored past them */
+
 __attribute__((target("ssse3"))) static void kinds_ssse3(const uint8_t *buf,
                                                          const int64_t *starts,
                                                          const int64_t *ends, int64_t n,
                                                          uint64_t *out) {
-    uint8_t tmp[160 + 16];
+    /* (the lines of a batch are all packed first: a word hashed right after the stores
+     * that packed it would wait for them, as it spans two) */
+    uint8_t tmp[KINDS_BATCH][KINDS_ROW];
+    unsigned lens[KINDS_BATCH];
     memset(tmp, 0, sizeof tmp);  /* (a word read past the packed bytes is masked) */
     const __m128i zero = _mm_set1_epi8('0'), nine = _mm_set1_epi8(9);
-    for (int64_t i = 0; i < n; i++) {
-        int64_t a = starts[i], b = ends[i];
-        if (b - a > 160) b = a + 160;
-        unsigned pos = 0;
-        int64_t j = a;
-        for (; b - j >= 16; j += 16) {
-            __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(buf + j));
-            __m128i d = _mm_sub_epi8(v, zero);
-            __m128i digit = _mm_cmpeq_epi8(_mm_min_epu8(d, nine), d);  /* d <= 9 */
-            unsigned keep = ~(unsigned)_mm_movemask_epi8(digit) & 0xffffu;
-            unsigned m0 = keep & 0xffu, m1 = keep >> 8;
-            __m128i c0 = _mm_loadu_si128((const __m128i *)(const void *)pack_ctl[m0]);
-            __m128i c1 = _mm_loadu_si128((const __m128i *)(const void *)pack_ctl[m1]);
-            uint64_t p0 = (uint64_t)_mm_cvtsi128_si64(_mm_shuffle_epi8(v, c0));
-            uint64_t p1 = (uint64_t)_mm_cvtsi128_si64(
-                _mm_shuffle_epi8(_mm_srli_si128(v, 8), c1));
-            memcpy(tmp + pos, &p0, 8);
-            pos += pack_n[m0];
-            memcpy(tmp + pos, &p1, 8);
-            pos += pack_n[m1];
-        }
-        if (b - j >= 8) {
-            uint64_t x;
-            memcpy(&x, buf + j, 8);
-            unsigned m = keep_bits(x);
-            uint64_t pk = pack_ssse3(x, m);
-            memcpy(tmp + pos, &pk, 8);
-            pos += pack_n[m];
-            j += 8;
-        }
-        int64_t r = b - j;
-        if (r > 0 && b - a >= 8) {
-            uint64_t x;
-            memcpy(&x, buf + b - 8, 8);
-            x >>= 8 * (8 - r);
-            unsigned m = keep_bits(x) & ((1u << r) - 1u);
-            uint64_t pk = pack_ssse3(x, m);
-            memcpy(tmp + pos, &pk, 8);
-            pos += pack_n[m];
-        } else {
-            for (; j < b; j++) {
-                uint8_t c = buf[j];
-                if ((uint8_t)(c - '0') >= 10) tmp[pos++] = c;
+    for (int64_t i0 = 0; i0 < n; i0 += KINDS_BATCH) {
+        int64_t m = n - i0 < KINDS_BATCH ? n - i0 : KINDS_BATCH;
+        for (int64_t r0 = 0; r0 < m; r0++) {
+            uint8_t *row = tmp[r0];
+            int64_t a = starts[i0 + r0], b = ends[i0 + r0];
+            if (b - a > 160) b = a + 160;
+            unsigned pos = 0;
+            int64_t j = a;
+            for (; b - j >= 16; j += 16) {
+                __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(buf + j));
+                __m128i d = _mm_sub_epi8(v, zero);
+                __m128i digit = _mm_cmpeq_epi8(_mm_min_epu8(d, nine), d);  /* d <= 9 */
+                unsigned keep = ~(unsigned)_mm_movemask_epi8(digit) & 0xffffu;
+                unsigned m0 = keep & 0xffu, m1 = keep >> 8;
+                __m128i c0 = _mm_loadu_si128((const __m128i *)(const void *)pack_ctl[m0]);
+                __m128i c1 = _mm_loadu_si128((const __m128i *)(const void *)pack_ctl[m1]);
+                uint64_t p0 = (uint64_t)_mm_cvtsi128_si64(_mm_shuffle_epi8(v, c0));
+                uint64_t p1 = (uint64_t)_mm_cvtsi128_si64(
+                    _mm_shuffle_epi8(_mm_srli_si128(v, 8), c1));
+                memcpy(row + pos, &p0, 8);
+                pos += pack_n[m0];
+                memcpy(row + pos, &p1, 8);
+                pos += pack_n[m1];
             }
+            if (b - j >= 8) {
+                uint64_t x;
+                memcpy(&x, buf + j, 8);
+                unsigned k = keep_bits(x);
+                uint64_t pk = pack_ssse3(x, k);
+                memcpy(row + pos, &pk, 8);
+                pos += pack_n[k];
+                j += 8;
+            }
+            int64_t r = b - j;
+            if (r > 0 && b - a >= 8) {
+                uint64_t x;
+                memcpy(&x, buf + b - 8, 8);
+                x >>= 8 * (8 - r);
+                unsigned k = keep_bits(x) & ((1u << r) - 1u);
+                uint64_t pk = pack_ssse3(x, k);
+                memcpy(row + pos, &pk, 8);
+                pos += pack_n[k];
+            } else {
+                for (; j < b; j++) {
+                    uint8_t c = buf[j];
+                    if ((uint8_t)(c - '0') >= 10) row[pos++] = c;
+                }
+            }
+            lens[r0] = pos;
         }
-        uint64_t h = 0x243f6a8885a308d3ull, w = 0;
-        unsigned q = 0;
-        for (; q + 8 <= pos; q += 8) {
-            memcpy(&w, tmp + q, 8);
-            h = mix(h, w);
+        /* two lines' hashes at a time (each is a chain of multiplies: two keep the
+         * core busy) */
+        int64_t r0 = 0;
+        for (; r0 + 1 < m; r0 += 2) {
+            const uint8_t *ra = tmp[r0], *rb = tmp[r0 + 1];
+            unsigned pa = lens[r0], pb = lens[r0 + 1];
+            unsigned both = (pa < pb ? pa : pb) & ~7u;
+            uint64_t ha = 0x243f6a8885a308d3ull, hb = ha, wa, wb;
+            for (unsigned q = 0; q < both; q += 8) {
+                memcpy(&wa, ra + q, 8);
+                memcpy(&wb, rb + q, 8);
+                ha = mix(ha, wa);
+                hb = mix(hb, wb);
+            }
+            out[i0 + r0] = kind_hash_from(ra, pa, both, ha);
+            out[i0 + r0 + 1] = kind_hash_from(rb, pb, both, hb);
         }
-        w = 0;
-        if (q < pos) {
-            memcpy(&w, tmp + q, 8);
-            w &= ~(uint64_t)0 >> (8 * (8 - (pos - q)));
-        }
-        h = mix(h, w);
-        h = mix(h, (uint64_t)pos);
-        h ^= h >> 31; h *= 0xd6e8feb86659fd93ull; h ^= h >> 32;
-        out[i] = h;
+        if (r0 < m) out[i0 + r0] = kind_hash_from(tmp[r0], lens[r0], 0, 0x243f6a8885a308d3ull);
     }
 }
 #endif
