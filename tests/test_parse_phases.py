@@ -217,3 +217,18 @@ def test_registering_graph_addresses_right_after_graph_memory_profiling_is_no_ca
         "INFO 06-22 11:18:30 custom_all_reduce.py:211] Registering 2275 cuda graph addresses\n"
     )
     assert analyze_text(captured).last_phase == "cuda_graph"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Some requests fail to receive KV Cache transfer done signal after bootstrapping. If a "
+        "greater mean TTFT is acceptable, you can 'export SGLANG_DISAGGREGATION_WAITING_TIMEOUT=600'",
+        "Request 8f3a waiting_timeout",
+        "Transfer for room 1234 failed due to node failure",
+        "Lost connection with prefill instance (bootstrap_addr: 10.0.0.2:8998), 3 requests affected",
+    ],
+)
+def test_pd_kv_transfer_failures_of_requests_are_serving(line: str) -> None:
+    ev = load_catalogue().match(Record(source="x", line=1, message=line))
+    assert ev is not None and (ev.phase, ev.pattern) == ("serving", "sglang.pd_request_failed")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 
 from report_samples import stacks_analysis, story_analysis, straggler_analysis, untimed_analysis
 
@@ -150,3 +151,27 @@ def test_log_text_cannot_break_the_details_block() -> None:
     assert md.count("</details>") == md.count("<details>") == 2
     assert "line with &lt;/details&gt; and &lt;b&gt;bold&lt;/b&gt; second line" in md
     assert "**Remedy:** run `nc -zv <addr> <port>` then check &lt;this&gt;" in md
+
+
+def test_no_view_prints_a_secret_json_would_redact(tmp_path: Path) -> None:
+    """The terminal, Markdown and Perfetto views redact the analysis (and the evidence's
+    context lines) as --json does: an args line's api_key, a token in a URL, a bearer."""
+    import subprocess
+    import sys
+    from importlib import resources
+
+    text = resources.files("diag.data").joinpath("example.log").read_text().replace(
+        "api_key=None", "api_key='sk-abcdef1234567890SECRET'"
+    )
+    text += (
+        "[2025-01-01 10:00:05] ERROR: request failed GET /v1/x?token=hf_abcdefghijklmnopqrstu"
+        "SECRET Authorization: Bearer sk-proj-abcdefghijklmnopSECRET\n"
+    )
+    log = tmp_path / "server.log"
+    log.write_text(text)
+    for fmt in ("terminal", "markdown", "perfetto", "json"):
+        out = subprocess.run(
+            [sys.executable, "-m", "diag", "analyze", "-v", "--format", fmt, str(log)],
+            capture_output=True, text=True, timeout=120,
+        )
+        assert out.stdout and "SECRET" not in out.stdout, fmt

@@ -121,6 +121,17 @@ DUMPS = _dumps()
 # starts and stripped their indentation under a hard wrap; unwrap._RECORD_LEAD now wants a
 # process prefix's pid= after a "(").
 KNOWN_BROKEN: set[tuple[str, str]] = {
+    # s19: VLLM_TRACE_FUNCTION logs are read one call per line ("Call to f in a.py:12 from
+    # g in b.py:34" to the line's end); wrapped at 80 or flattened, no line is whole
+    *(
+        (how, name)
+        for how in ("word wrap at 80", "newlines lost, a space left", "newlines lost, nothing left")
+        for name in (
+            "vllm-041-april-2024-offline-tp-ray-cuda-graph-exit-hang-vllm-trace-function-tail-ray-private-worker-serialize-disable-client-hook-window",  # noqa: E501
+            "vllm-041-llama3-70b-warmup-stall-vllm-trace-function-full-trace-window-pynccl-communicator-init-is-initialized-get-rank-py311",  # noqa: E501
+            "vllm-v0-sept-2024-pp-response-format-hang-vllm-trace-function-log-async-engine-run-engine-loop-no-unfinished-requests-await-window",  # noqa: E501
+        )
+    ),
     # s18 (2026-12-06), failing under this damage since they were added (clean dumps pass):
     # glibc backtrace_symbols lines wrapped at 80 or cut at the start lose the
     # `lib.so(+0x..) [0x..]` shape each line is read by; a traceback drawn over by progress

@@ -952,3 +952,51 @@ def test_a_frame_line_drawn_over_by_a_progress_bar_keeps_its_function_name() -> 
     (proc,) = analyze_text(text).stack_processes
     assert proc.threads[0].frames[0].name == "__init__"
     assert proc.wait_site == "stack.ipc_wait"
+
+
+def test_a_trace_whose_calls_all_returned_sits_in_the_caller_they_returned_to() -> None:
+    """VLLM_TRACE_FUNCTION: when every call of the window returned, the last return names
+    the caller that runs on (PyNcclCommunicator.__init__ at pynccl.py:208): communicator
+    set-up, dist_init. vLLM 0.4.0-0.4.1's lines name no caller: open calls only."""
+    from diag.analyze import analyze_text
+
+    c10d = "/x/torch/distributed/distributed_c10d.py"
+    text = (
+        f"2024-04-23 05:48:36.169350 Call to WORLD in {c10d}:583 from is_initialized in "
+        f"{c10d}:950\n"
+        f"2024-04-23 05:48:36.169463 Call to default_pg in {c10d}:453 from WORLD in {c10d}:585\n"
+        f"2024-04-23 05:48:36.169599 Return from default_pg in {c10d}:461 to WORLD in "
+        f"{c10d}:585\n"
+        f"2024-04-23 05:48:36.169905 Return from WORLD in {c10d}:585 to is_initialized in "
+        f"{c10d}:950\n"
+        f"2024-04-23 05:48:36.170247 Return from is_initialized in {c10d}:950 to __init__ in "
+        "/x/vllm/distributed/device_communicators/pynccl.py:208\n"
+    )
+    (proc,) = analyze_text(text).stack_processes
+    assert [f.name for f in proc.threads[0].frames] == ["__init__"]
+    assert proc.wait_site == "stack.dist_init"
+    w = "/x/ray/_private/worker.py"
+    short = (
+        f"2024-04-23 11:07:10.120781 Call to get_serialization_context in {w}:660\n"
+        f"2024-04-23 11:07:10.120801 Call to current_job_id in {w}:491\n"
+        f"2024-04-23 11:07:10.120820 Return from current_job_id in {w}:494\n"
+        f"2024-04-23 11:07:10.120844 Return from get_serialization_context in {w}:672\n"
+        "2024-04-23 11:07:10.120863 Call to serialize in /x/ray/_private/serialization.py:482\n"
+    )
+    (proc,) = analyze_text(short).stack_processes
+    assert [f.name for f in proc.threads[0].frames] == ["serialize"]
+
+
+def test_a_worker_spinning_for_its_next_message_is_idle() -> None:
+    """vLLM's MessageQueue polls with sched_yield (distributed/utils.py): a generic spin
+    whose caller, the worker's busy loop waiting for its next RPC, decides."""
+    text = (
+        'Thread 100 (active): "MainThread"\n'
+        "    sched_yield (vllm/distributed/utils.py:48)\n"
+        "    wait (vllm/distributed/device_communicators/shm_broadcast.py:196)\n"
+        "    acquire_read (vllm/distributed/device_communicators/shm_broadcast.py:698)\n"
+        "    dequeue (vllm/distributed/device_communicators/shm_broadcast.py:779)\n"
+        "    worker_busy_loop (vllm/v1/executor/multiproc_executor.py:987)\n"
+    )
+    (proc,) = parse_stack_text(text)
+    assert proc.wait_site == "stack.idle_loop"

@@ -304,6 +304,15 @@ RULES: tuple[SiteRule, ...] = (
         "functional-collectives", _NCCL, file=r"torch/distributed/_functional_collectives\.py$"
     ),
     SiteRule(
+        "pynccl-communicator-init",
+        _INIT,
+        name=r"^(?:PyNcclCommunicator\.)?__init__$",
+        file=r"device_communicators/pynccl\.py$",
+        why="vLLM's PyNcclCommunicator constructor (pynccl.py __init__, 0.4-0.34): it gets "
+        "the NCCL unique id, broadcasts it over the process group and creates the "
+        "communicator (ncclCommInitRank): process-group set-up, not a collective of data",
+    ),
+    SiteRule(
         "framework-comm-module",
         _NCCL,
         # (not pynccl_wrapper.py's NCCL_CHECK: it checks the result of the call around it)
@@ -847,6 +856,15 @@ RULES: tuple[SiteRule, ...] = (
         r"_recv_msg_from_socket)$",
         why="a framework's thin wrapper around a ZeroMQ receive (SGLang's sock_recv in "
         "managers/io_struct.py): generic, its caller says what it waits for",
+    ),
+    SiteRule(
+        "sched-yield-spin",
+        _IPC,
+        strength="weak",
+        name=r"(^|\.)sched_yield$",
+        why="a spin-wait's yield (vllm/distributed/utils.py sched_yield, called by the "
+        "shared-memory MessageQueue while it polls for a message): generic, its caller "
+        "says what it waits for",
     ),
     SiteRule(
         "shm-broadcast",

@@ -1179,7 +1179,7 @@ class _Channel:
 # call and return, `Call to F in a.py:12 from G in b.py:34` / `Return from F in a.py:20 to
 # G in b.py:34`. The calls still open at the end of the trace are where the thread sits.
 _TRACE = re.compile(
-    r"\b(Call to|Return from) (\S+) in (\S+?):(\d+) (?:from|to) (\S+) in (\S+?):(\d+)\s*$"
+    r"\b(Call to|Return from) (\S+) in (\S+?):(\d+)(?: (?:from|to) (\S+) in (\S+?):(\d+))?\s*$"
 )
 
 
@@ -1188,6 +1188,7 @@ def _trace_processes(records: Sequence[Record]) -> list[StackProcess]:
     innermost first (mode "trace": no thread state, like faulthandler)."""
     stacks: dict[str, list[StackFrame]] = {}
     first: dict[str, int] = {}
+    seen: dict[str, int] = {}  # trace lines per source
     for rec in records:
         for text in (rec.raw or rec.message, *rec.continuation):
             if "Call to " not in text and "Return from " not in text:
@@ -1198,8 +1199,10 @@ def _trace_processes(records: Sequence[Record]) -> list[StackProcess]:
             kind, name, where, line, caller, cwhere, cline = m.groups()
             stack = stacks.setdefault(rec.source, [])
             first.setdefault(rec.source, rec.line)
+            seen[rec.source] = seen.get(rec.source, 0) + 1
+            # (vLLM 0.4.0-0.4.1 logged no caller: "Call to f in a.py:12")
             if kind == "Call to":
-                if not stack:  # the excerpt starts inside the caller
+                if not stack and caller:  # the excerpt starts inside the caller
                     stack.append(make_frame(caller, f"{cwhere}:{cline}"))
                 stack.append(make_frame(name, f"{where}:{line}"))
                 continue
@@ -1207,11 +1210,13 @@ def _trace_processes(records: Sequence[Record]) -> list[StackProcess]:
                 if stack[i].name == name:
                     del stack[i:]
                     break
-            if not stack:
+            if not stack and caller:
                 stack.append(make_frame(caller, f"{cwhere}:{cline}"))
     out = []
     for source, stack in stacks.items():
-        if len(stack) < 2:
+        # one frame left: every call of the window returned, the last one to this caller,
+        # which runs on at that line (a trace of a few lines is no trace to read)
+        if not stack or (len(stack) < 2 and seen[source] < 3):
             continue
         thread = StackThread(thread_id=None, name=None, frames=tuple(reversed(stack)))
         out.append(
