@@ -306,3 +306,21 @@ def test_python_basic_format_and_a_dated_vllm_format() -> None:
     assert parse_line('INFO:     127.0.0.1:1 - "GET /health HTTP/1.1" 200 OK').grammar == "uvicorn"
     q = parse_line("INFO 2025-03-01 10:00:00 [model_runner.py:200] Load weight begin.")
     assert q.grammar == "vllm" and q.ts is not None and q.ts.year == 2025 and not q.yearless
+
+
+def test_torchs_own_logger_prints_the_month_unpadded() -> None:
+    """torch's c10 logger (without glog) writes ``[E207 01:29:36.73 file.cpp:616]`` for
+    February 7: the line keeps its time, so the silence before it is measured."""
+    from diag.analyze import analyze_text
+
+    text = (
+        "[2025-02-07 01:19:47 TP0] Load weight end. type=DeepseekV3ForCausalLM, "
+        "avail mem=30.1 GB\n"
+        "[rank6]:[E207 01:29:36.730311765 ProcessGroupNCCL.cpp:616] [Rank 6] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE) ran for 600000 "
+        "milliseconds before timing out.\n"
+    )
+    a = analyze_text(text, year=2025)
+    assert a.log_end is not None
+    assert (a.log_end.month, a.log_end.day, a.log_end.hour, a.log_end.minute) == (2, 7, 1, 29)
+    assert not any("matched no known log format" in n for n in a.notes)

@@ -162,7 +162,7 @@ _TSL = re.compile(
     re.S | re.A,
 )
 _GLOG = re.compile(
-    r"^\[?(?P<l>[IWEF])(?P<md>\d{4}) (?P<t>\d\d:\d\d:\d\d)(?:\.\d+)?\s+(?:(?P<pid>\d{1,9}) )?"
+    r"^\[?(?P<l>[IWEF])(?P<md>\d{3,4}) (?P<t>\d\d:\d\d:\d\d)(?:\.\d+)?\s+(?:(?P<pid>\d{1,9}) )?"
     r"(?P<file>[\w./\-]+\.(?:cpp|cc|h|hpp|c|cu|py)):(?P<line>\d{1,9})\]\s?(?P<msg>.*)$",
     re.S | re.A,
 )
@@ -197,8 +197,12 @@ def _dt(d: str | None, t: str, frac: str | None = None) -> dt.datetime | None:
 
 
 def _dt_md(md: str, t: str) -> dt.datetime | None:
-    """'03-10' or '0310' + time, with the placeholder year."""
+    """'03-10', '0310' or '310' + time, with the placeholder year. (torch's own c10 logger,
+    without glog, prints the month unpadded: ``[E207 01:29:36.73 ProcessGroupNCCL.cpp:616]``
+    is February 7.)"""
     digits = md.replace("-", "")
+    if len(digits) == 3:
+        digits = "0" + digits
     try:
         return dt.datetime(
             PLACEHOLDER_YEAR, int(digits[0:2]), int(digits[2:4]),
