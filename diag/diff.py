@@ -93,15 +93,29 @@ def _text(value: object, limit: int = 160) -> str:
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
-def _config(a: Mapping[str, object], b: Mapping[str, object]) -> list[ConfigChange]:
+def _config(
+    a: Mapping[str, object],
+    b: Mapping[str, object],
+    prefix: str = "",
+    shown: frozenset[str] = frozenset(),
+) -> list[ConfigChange]:
+    """The settings that differ, compared whole (shown cut to 160 characters); a setting
+    that is a mapping on both sides (SGLang's whole args line) is compared key by key,
+    leaving out the keys already compared on their own (``shown``)."""
     out = []
     for key in sorted(set(a) | set(b)):
-        if key in _SKIP_KEYS:
+        if key in _SKIP_KEYS or key in shown:
             continue
-        va = _text(a[key]) if key in a else _MISSING
-        vb = _text(b[key]) if key in b else _MISSING
-        if va != vb:
-            out.append(ConfigChange(key, va, vb))
+        ra, rb = a.get(key, _MISSING), b.get(key, _MISSING)
+        if isinstance(ra, Mapping) and isinstance(rb, Mapping):
+            out.extend(_config(ra, rb, f"{prefix}{key}.", frozenset(a) | frozenset(b)))
+            continue
+        full_a = _text(ra, limit=10**9) if key in a else _MISSING
+        full_b = _text(rb, limit=10**9) if key in b else _MISSING
+        if full_a != full_b:
+            va = _text(ra) if key in a else _MISSING
+            vb = _text(rb) if key in b else _MISSING
+            out.append(ConfigChange(f"{prefix}{key}", va, vb))
     return out
 
 

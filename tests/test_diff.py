@@ -81,3 +81,25 @@ def test_missing_input_is_one_line_exit_2(
 ) -> None:
     code, out, err = run(["diff", str(HEALTHY), str(tmp_path / "nope.log")], capsys, monkeypatch)
     assert code == 2 and "Traceback" not in err and "nope.log" in err
+
+
+def test_a_setting_past_the_shown_width_of_a_long_args_line_still_differs(tmp_path: Path) -> None:
+    """SGLang's whole args line is one setting holding them all: it is compared key by
+    key and whole, not as the first 160 characters shown (a new user's check: a changed
+    mem_fraction_static read as no difference)."""
+    import re
+    from importlib import resources
+
+    from diag.analyze import analyze
+    from diag.report.combined import as_combined
+
+    text = resources.files("diag.data").joinpath("example.log").read_text()
+    changed = re.sub(r"mem_fraction_static=[0-9.]+", "mem_fraction_static=0.5", text)
+    assert changed != text
+    (tmp_path / "a.log").write_text(text)
+    (tmp_path / "b.log").write_text(changed)
+    d = diff_runs(
+        as_combined(analyze([tmp_path / "a.log"])), as_combined(analyze([tmp_path / "b.log"]))
+    )
+    keys = [c.key for c in d.config]
+    assert any(k.endswith("mem_fraction_static") for k in keys), keys
