@@ -175,3 +175,13 @@ def test_no_view_prints_a_secret_json_would_redact(tmp_path: Path) -> None:
             capture_output=True, text=True, timeout=120,
         )
         assert out.stdout and "SECRET" not in out.stdout, fmt
+
+
+def test_log_text_in_prose_is_not_read_as_emphasis() -> None:
+    """A finding's message is a log's text: ``__init__`` and ``*args`` stay as written
+    (escaped), an underscore inside a word and a URL are left alone."""
+    from diag.report.markdown import _md_text
+
+    out = _md_text("TypeError: X.__init__() got *args for dist_init, see https://x.io/a_b")
+    assert "X.\\_\\_init\\_\\_()" in out and "\\*args" in out
+    assert "dist_init" in out and "https://x.io/a_b" in out

@@ -50,15 +50,26 @@ def _cell(text: object) -> str:
 _CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
 
 
+# emphasis and strike-through marks, escaped in prose (a log's `__init__` or `*args` is no
+# bold or italic; an underscore inside a word, `dist_init`, is none in GitHub's Markdown); a
+# URL is left whole (GitHub links it as written)
+_EMPHASIS = re.compile(r"(https?://\S+)|([\\*~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
+
+
+def _plain(text: str) -> str:
+    return _EMPHASIS.sub(lambda m: m.group(1) or "\\" + m.group(2), html.escape(text, quote=False))
+
+
 def _md_text(text: str) -> str:
-    """Prose from a log or a rule, safe in Markdown: HTML escaped outside `code spans`
-    (a log line holding `</details>` must not close the block), one paragraph."""
+    """Prose from a log or a rule, safe in Markdown: HTML and emphasis escaped outside
+    `code spans` (a log line holding `</details>` must not close the block, a
+    ``__init__`` stays as written), one paragraph."""
     out, pos = [], 0
     for m in _CODE_SPAN.finditer(text):
-        out.append(html.escape(text[pos : m.start()], quote=False))
+        out.append(_plain(text[pos : m.start()]))
         out.append(_BLOCK_TAG.sub("<\u200b\\1\\2", m.group(0).replace("\n", " ")))
         pos = m.end()
-    out.append(html.escape(text[pos:], quote=False))
+    out.append(_plain(text[pos:]))
     return " ".join("".join(out).split("\n")).strip()
 
 
