@@ -46,7 +46,7 @@ def test_header_names_framework_model_layout_and_span() -> None:
     assert "tp 8 · pp 1 · dp 1 · ep 1 · nodes 1" in out
     assert "8 ranks seen, 8 expected" in out
     assert "2026-02-22 22:34:47 → 22:35:55" in out
-    assert "weights_load  (the server never reached `listening`)" in out
+    assert "weights_load  (the log never shows `listening`)" in out
 
 
 def test_gantt_rows_share_one_time_axis() -> None:

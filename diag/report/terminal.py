@@ -173,7 +173,7 @@ def _header(a: Analysis, verbose: bool = True) -> RenderableType:
     last = a.last_phase
     verdict = Text(last or "no startup phase recognised", style=_style(last or "") + " bold")
     if last is not None and not _listening_reached(last):
-        verdict.append("  (the server never reached `listening`)", style="dim")
+        verdict.append("  (the log never shows `listening`)", style="dim")
     grid.add_row("reached", verdict)
     return Group(Text("diag analyze", style="bold underline"), grid)
 
