@@ -51,13 +51,15 @@ def _lines(m: Matcher, chunk: bytes) -> Lines:
 
 
 
-def _chunk_of(lines: list[bytes], cap: int = 160) -> tuple[bytes, list[int], list[int]]:
-    """The lines as one chunk, with each line's start and its end capped at ``cap`` bytes
-    (the kind hashes read a line's first 160 bytes)."""
+def _chunk_of(
+    lines: list[bytes], cap: int | None = 160
+) -> tuple[bytes, list[int], list[int]]:
+    """The lines as one chunk, with each line's start and its end, capped at ``cap`` bytes
+    when given (the kind hashes read a line's first 160 bytes)."""
     starts, ends, at = [], [], 0
     for ln in lines:
         starts.append(at)
-        ends.append(min(at + len(ln), at + cap))
+        ends.append(at + len(ln) if cap is None else min(at + len(ln), at + cap))
         at += len(ln) + 1
     return b"\n".join(lines) + b"\n", starts, ends
 
@@ -186,12 +188,7 @@ def test_nonblank_equals_strip() -> None:
     rng = random.Random(9)
     lines = [bytes(rng.choice(b" \t\x0b\x0c\rx\x1c\xa0") for _ in range(rng.randint(0, 6)))
              for _ in range(2000)]
-    chunk = b"\n".join(lines)
-    starts, ends, at = [], [], 0
-    for ln in lines:
-        starts.append(at)
-        ends.append(at + len(ln))
-        at += len(ln) + 1
+    chunk, starts, ends = _chunk_of(lines, cap=None)
     got = NAT.nonblank(chunk, np.array(starts), np.array(ends)).tolist()
     assert got == [bool(ln.strip()) for ln in lines]
 
