@@ -206,11 +206,6 @@ TUNING_XFAIL: dict[str, str] = {
         "new case (gather s13): compile from Inductor's logger location in torch's per-rank pr"
         "efix; diag reads no phase from a logger's file path"
     ),
-    "vllm/rtx5090-block-scaled-fp8-gemm-not-implemented-for-blackwell-destroy-pg-warning-api-server-traceback-cut": (  # noqa: E501
-        "new case (gather s13): launch, where torch's exit warning 'destroy_process_group() "
-        "was not called' shows a process group had been made (dist_init by what the text "
-        "proves)"
-    ),
     # gather s14 (2026-12-05), each scored before any change made for it
     "sglang/npu-a3-slime-ray-sglangengine-prefix-tree-spec-sampling-fallback-then-triton-ascend-compile-scheduler-exception-cut": (  # noqa: E501
         "new case (gather s14): launch where diag reads compile from Triton's compiler frames"

@@ -50,7 +50,10 @@ FLOORS: dict[str, float] = {
     "wrap160": 0.99,
     "fold100": 0.95,  # 440/461 since gather s15
     "glued": 0.98,
-    "glued-space": 0.97,
+    # 0.965 since gather s17-s19 (505/522): two s17 cases whose clean answer got better in
+    # the twelfth session (sglang-jax's weight lines, warmup.failed) lose the gain when
+    # their lines are glued (the glued answer is the old one)
+    "glued-space": 0.965,
     "gha": 0.985,  # 456/461 since gather s15
     "kubectl": 0.985,  # 456/461 since gather s15
     "cri": 0.985,  # 456/461 since gather s15

@@ -547,6 +547,19 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
             "f (x.py:1)",
         ),
     ),
+    (
+        "sched-yield-spin",
+        "stack.ipc_wait",
+        ("sched_yield (vllm/distributed/utils.py:48)", "f (x.py:1)"),
+    ),
+    (
+        "pynccl-communicator-init",
+        "stack.dist_init",
+        (
+            "__init__ (vllm/distributed/device_communicators/pynccl.py:208)",
+            "__init__ (vllm/distributed/parallel_state.py:240)",
+        ),
+    ),
     ("mp-connection", "stack.ipc_wait", ("Connection._recv (multiprocessing/connection.py:395)",)),
     (
         "framework-wait-peer",
