@@ -110,9 +110,7 @@ def _config(
         if isinstance(ra, Mapping) and isinstance(rb, Mapping):
             out.extend(_config(ra, rb, f"{prefix}{key}.", frozenset(a) | frozenset(b)))
             continue
-        full_a = _text(ra, limit=10**9) if key in a else _MISSING
-        full_b = _text(rb, limit=10**9) if key in b else _MISSING
-        if full_a != full_b:
+        if ra != rb:
             va = _text(ra) if key in a else _MISSING
             vb = _text(rb) if key in b else _MISSING
             out.append(ConfigChange(f"{prefix}{key}", va, vb))
