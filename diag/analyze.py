@@ -311,7 +311,7 @@ def _finish(
         )
         notes.append("no line marks a startup phase: last phase taken as launch")
     stats = _rank_stats(records)
-    log_end = _log_end(records, stats)
+    log_start, log_end = _log_bounds(records, stats)
     ranks, global_phases = build_timelines(events, stats, log_end)
     seen = [t.rank for t in ranks]
     expected = expected_ranks(config, seen, framework)
@@ -342,6 +342,7 @@ def _finish(
         notes=tuple(notes),
         undecodable_bytes=col.undecodable,
         reached=reached,
+        log_start=log_start,
     )
     return _post(analysis, records, rules_dirs)
 
@@ -410,15 +411,24 @@ def _rank_stats(records: Sequence[Record]) -> dict[RankId, RankStats]:
     }
 
 
-def _log_end(records: Iterable[Record], stats: dict[RankId, RankStats]) -> dt.datetime | None:
+def _log_bounds(
+    records: Iterable[Record], stats: dict[RankId, RankStats]
+) -> tuple[dt.datetime | None, dt.datetime | None]:
+    """The log's first and last time stamp (any line's, not only the timeline's)."""
+    first: dt.datetime | None = None
     best: dt.datetime | None = None
     for r in records:
-        if r.ts is not None and (best is None or r.ts > best):
-            best = r.ts
+        if r.ts is not None:
+            if best is None or r.ts > best:
+                best = r.ts
+            if first is None or r.ts < first:
+                first = r.ts
     for st in stats.values():
         if st.last_ts is not None and (best is None or st.last_ts > best):
             best = st.last_ts
-    return best
+        if st.first_ts is not None and (first is None or st.first_ts < first):
+            first = st.first_ts
+    return first, best
 
 
 def _post(analysis: Analysis, records: list[Record], rules_dirs: Sequence[Path]) -> Analysis:

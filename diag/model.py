@@ -416,6 +416,7 @@ class Analysis:
     notes: tuple[str, ...] = ()
     undecodable_bytes: int = 0
     reached: str | None = None  # the phase reached in event order (diag.timeline)
+    log_start: dt.datetime | None = None  # the log's first time stamp (log_end: its last)
 
     @property
     def last_phase(self) -> str | None:

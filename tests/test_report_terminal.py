@@ -208,3 +208,33 @@ def test_stacks_read_from_tracebacks_say_so() -> None:
     assert [p.mode for p in a.stack_processes] == ["traceback"]
     assert "from tracebacks: where each error surfaced" in render(a)
     assert "From tracebacks: where each error surfaced" in render_markdown(a)
+
+
+def test_header_span_is_the_logs_first_to_last_time_stamp() -> None:
+    """The header's span runs from the log's first time stamp to its last, not from the
+    first phase event (a new user's check: a warning logged five minutes before the
+    launch was left out), and says which span it is."""
+    from importlib.resources import files
+
+    from diag.analyze import analyze_text
+    from diag.report.json_out import analysis_from_dict, analysis_to_dict
+    from diag.report.markdown import render_markdown
+
+    story = files("diag.data").joinpath("example.log").read_text(encoding="utf-8")
+    a = analyze_text(
+        "[2026-02-22 22:30:01] WARNING x.py:12: an early warning before anything\n"
+        + story
+        + "[2026-02-22 22:40:00] INFO tokenizer_manager.py:1: still here\n"
+    )
+    out = render(a)
+    what = "(9 min 59 s, first to last time stamp)"
+    assert f"log        2026-02-22 22:30:01 → 22:40:00  {what}" in out
+    assert f"Log: 2026-02-22 22:30:01 → 2026-02-22 22:40:00 {what}" in render_markdown(a)
+    d = analysis_to_dict(a)
+    assert (d["log_start"], d["log_end"]) == ("2026-02-22T22:30:01", "2026-02-22T22:40:00")
+    assert analysis_from_dict(d).log_start == a.log_start
+    # an analysis without its first time stamp (an older analysis.json) says what it shows
+    old = dict(d)
+    del old["log_start"]
+    span = "2026-02-22 22:34:47 → 22:40:00  (5 min 13 s, first to last phase event)"
+    assert span in render(analysis_from_dict(old))

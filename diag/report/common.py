@@ -30,6 +30,7 @@ __all__ = [
     "frame_label",
     "fmt_time",
     "layout",
+    "log_span",
     "member_label",
     "model_name",
     "not_fired",
@@ -124,6 +125,18 @@ def time_span(analysis: Analysis) -> tuple[dt.datetime | None, dt.datetime | Non
     except TypeError:  # naive and aware stamps mixed: compare as naive
         naive = [s.replace(tzinfo=None) for s in stamps]
         return min(naive), max(naive)
+
+
+def log_span(analysis: Analysis) -> tuple[dt.datetime | None, dt.datetime | None, str]:
+    """The log's first and last time stamp, and what they are: ``"first to last time
+    stamp"`` (any line's), or, for an analysis that does not carry its first time stamp
+    (read back from an older ``analysis.json``), the timeline's span, ``"first to last
+    phase event"``."""
+    start, end = analysis.log_start, analysis.log_end
+    if start is not None and end is not None:
+        return start, end, "first to last time stamp"
+    t0, t1 = time_span(analysis)
+    return t0, t1, "first to last phase event"
 
 
 def layout(config: Mapping[str, object]) -> list[tuple[str, object]]:

@@ -422,6 +422,7 @@ def analysis_to_dict(a: Analysis) -> dict[str, Any]:
         "expected_ranks": [r.label for r in a.expected_ranks],
         "missing_ranks": [r.label for r in a.missing_ranks],
         "stragglers": [r.label for r in a.stragglers],
+        "log_start": _iso(a.log_start),
         "log_end": _iso(a.log_end),
         "records": a.records,
         "undecodable_bytes": a.undecodable_bytes,
@@ -457,6 +458,7 @@ def analysis_from_dict(d: Mapping[str, Any]) -> Analysis:
             missing_ranks=tuple(parse_rank_label(x) for x in d.get("missing_ranks", ())),
             stragglers=tuple(parse_rank_label(x) for x in d.get("stragglers", ())),
             log_end=_from_iso(d.get("log_end")),
+            log_start=_from_iso(d.get("log_start")),
             records=int(d.get("records", 0)),
             global_phases=tuple(_phase_from_dict(p) for p in d.get("global_phases", ())),
             stack_processes=tuple(

@@ -22,6 +22,7 @@ from diag.report.common import (
     fmt_time,
     frame_label,
     layout,
+    log_span,
     member_label,
     model_name,
     not_fired,
@@ -424,11 +425,11 @@ def _sections(
     head = [_headline(v), "", _summary_line(v), ""]
     if v.verdict:
         head += [f"> **Verdict (live snapshot):** {_md_text(v.verdict)}", ""]
-    t0, t1 = time_span(a)
+    t0, t1, what = log_span(a)
     if t0 is not None and t1 is not None:
         head += [
             f"Log: {fmt_time(t0, date=True)} → {fmt_time(t1, date=True)} "
-            f"({fmt_duration((t1 - t0).total_seconds())}), {a.records} records, "
+            f"({fmt_duration((t1 - t0).total_seconds())}, {what}), {a.records} records, "
             f"sources: {', '.join(_code(s) for s in a.sources) or '-'}",
             "",
         ]

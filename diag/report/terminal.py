@@ -39,6 +39,7 @@ from diag.report.common import (
     fmt_time,
     frame_label,
     layout,
+    log_span,
     member_label,
     model_name,
     not_fired,
@@ -152,11 +153,11 @@ def _header(a: Analysis, verbose: bool = True) -> RenderableType:
         counts += f", {len(a.expected_ranks)} expected"
     layout_text.append(counts, style="dim")
     grid.add_row("layout", layout_text)
-    start, end = time_span(a)
+    start, end, what = log_span(a)
     if start is not None and end is not None:
         same_day = start.date() == end.date()
         span = Text(f"{fmt_time(start, date=True)} → {fmt_time(end, date=not same_day)}")
-        span.append(f"  ({fmt_duration((end - start).total_seconds())})", style="dim")
+        span.append(f"  ({fmt_duration((end - start).total_seconds())}, {what})", style="dim")
     else:
         span = Text("no time stamps", style="dim")
     span.append(f"   {a.records} records", style="dim")
