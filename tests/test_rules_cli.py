@@ -115,3 +115,39 @@ def test_schema_command_prints_the_schema_the_loader_uses() -> None:
     validator = jsonschema.Draft202012Validator(schema)
     assert not list(validator.iter_errors(yaml.safe_load(RULE)))
     assert list(validator.iter_errors(yaml.safe_load(RULE.replace("remedy:", "fix:"))))
+
+
+def _ids() -> list[str]:
+    from diag.rules.loader import load_rules
+
+    return sorted(r.id for r in load_rules([]))
+
+
+def test_list_in_a_pipe_never_cuts_a_rule_id() -> None:
+    """Piped (not a terminal), `rules list` prints fixed columns that cut nothing, at any
+    COLUMNS (a new user's check: ids cut at 24 characters in `diag rules list | grep`)."""
+    for columns in ("40", "80", "200"):
+        result = runner.invoke(app, ["rules", "list"], env={"COLUMNS": columns})
+        assert result.exit_code == 0, result.output
+        lines = result.output.splitlines()
+        assert lines[0].split() == ["id", "finding", "severity", "role", "kind", "title"]
+        assert [line.split()[0] for line in lines[1:]] == _ids()
+        assert "…" not in result.output
+        stalled = next(line for line in lines if line.startswith("startup.stalled "))
+        assert stalled.split()[1:6] == ["-", "error", "root", "stalled", "Startup"]
+
+
+def test_list_on_an_80_column_terminal_keeps_ids_whole() -> None:
+    import re
+
+    result = runner.invoke(
+        app, ["rules", "list"], env={"COLUMNS": "80", "FORCE_COLOR": "1", "NO_COLOR": ""}
+    )
+    assert result.exit_code == 0, result.output
+    text = re.sub(r"\x1b\[[0-9;]*m", "", result.output)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "…" not in text
+    firsts = [line.split()[0] for line in lines[1:-1] if line[:1].strip()]
+    assert firsts == _ids()
+    assert lines[-1] == f"{len(_ids())} rules"

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from diag.errors import EXIT_FINDINGS, RuleError
 from diag.rules.examples import ExampleResult, run_examples
@@ -44,21 +45,50 @@ def list_rules(
     if as_json:
         typer.echo(json.dumps([r.to_json() for r in loaded], indent=2))
         return
-    table = Table(box=None, pad_edge=False, show_edge=False)
-    for col in ("id", "finding", "severity", "role", "kind", "title"):
-        table.add_column(col, no_wrap=col != "title", overflow="fold")
-    for r in sorted(loaded, key=lambda r: r.id):
-        table.add_row(
-            r.id,
-            r.finding_id if r.finding_id != r.id else "",
-            r.severity,
-            r.role,
-            r.check or "pattern",
-            r.title,
-        )
+    header = ("id", "finding", "severity", "role", "kind", "title")
+    rows = [
+        (r.id, r.finding_id if r.finding_id != r.id else "", r.severity, r.role,
+         r.check or "pattern", r.title)
+        for r in sorted(loaded, key=lambda r: r.id)
+    ]
     console = Console(highlight=False)
+    if not console.is_terminal:
+        # a pipe or a file: fixed columns, nothing cut, no count line (`| grep`, `| awk`)
+        shown = [(row[0], row[1] or "-", *row[2:]) for row in rows]
+        for line in _plain_columns(header, shown):
+            typer.echo(line)
+        return
+    # a terminal: every column but the title whole (min_width), the title folds to fit;
+    # where the finding and kind columns leave the title under 20 columns, the finding
+    # goes under the title and the kind is left out (`diag rules show ID` has it)
+    widest = [max(len(col), *(len(row[i]) for row in rows)) for i, col in enumerate(header)]
+    wide = sum(widest[:-1]) + 2 * (len(header) - 1) + 20 <= console.width
+    keep = range(len(header)) if wide else (0, 2, 3, 5)
+    table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0))
+    for i in keep:
+        if header[i] == "title":
+            table.add_column("title", overflow="fold", ratio=1)
+        else:
+            table.add_column(header[i], no_wrap=True, min_width=widest[i])
+    for row in rows:
+        cells: list[str | Text] = [row[i] for i in keep]
+        if not wide and row[1]:
+            cells[-1] = Text(row[5]).append(f"\nreports {row[1]}", style="dim")
+        table.add_row(*cells)
     console.print(table)
     console.print(f"{len(loaded)} rules")
+
+
+def _plain_columns(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows as fixed-width columns two spaces apart, each as wide as its widest value;
+    the last column is not padded. No value is ever cut."""
+    widths = [max(len(header[i]), *(len(row[i]) for row in rows)) for i in range(len(header))]
+    return [
+        "  ".join(v.ljust(w) for v, w in zip(line[:-1], widths[:-1], strict=True))
+        + "  "
+        + line[-1]
+        for line in (header, *rows)
+    ]
 
 
 @rules_app.command("show")
