@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -79,7 +80,7 @@ def list_rules(
     console.print(f"{len(loaded)} rules")
 
 
-def _plain_columns(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+def _plain_columns(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
     """Rows as fixed-width columns two spaces apart, each as wide as its widest value;
     the last column is not padded. No value is ever cut."""
     widths = [max(len(header[i]), *(len(row[i]) for row in rows)) for i in range(len(header))]
