@@ -13,6 +13,7 @@ missing ranks, stragglers; stack dumps found in the text, their groups, and the 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import gc
 import io
@@ -159,11 +160,19 @@ def _analyze_sources(
         for d in col.drafts
         if d.p.grammar != "plain" or d.p.ts is not None or d.rank is not None or d.p.pid
     )
-    if recognised == 0 and not _any_log_word(col.drafts) and not _dump_lines(col.drafts):
+    if recognised or _any_log_word(col.drafts) or _dump_lines(col.drafts):
+        return _finish(sources, col, rules_dirs, clocks)
+    # No line has a log's shape (time, level, rank, pid) and none is a known log word. A
+    # paste can still hold a message the rules know (a library's error without its logger's
+    # prefix): it is refused only when the analysis finds nothing in it.
+    analysis = _finish(sources, col, rules_dirs, clocks)
+    if not (analysis.findings or analysis.stack_processes
+            or analysis.last_phase not in (None, "launch")):
         raise InputError(
             f"{', '.join(s.name for s in sources)}: not a log (no recognisable line)"
         )
-    return _finish(sources, col, rules_dirs, clocks)
+    note = "no line has a log's shape (time, level, rank or pid): read as plain text"
+    return dataclasses.replace(analysis, notes=(*analysis.notes, note))
 
 
 # Checks whose findings come from the serving columns, not from lines: their needles do

@@ -273,6 +273,19 @@ def test_source_code_and_prose_are_not_logs(tmp_path: Path) -> None:
         analyze([p])
 
 
+def test_a_known_message_without_a_log_shape_is_read(tmp_path: Path) -> None:
+    # No time, level, rank or pid on any line and no catalogued message: the text is still
+    # analysed, because a rule knows the message; it is refused only when nothing is found
+    p = tmp_path / "paste.txt"
+    p.write_text(
+        "CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 79.11 GiB total capacity)\n"
+        "the rest of the paste\n"
+    )
+    a = analyze([p])
+    assert [f.id for f in a.findings] == ["cuda.oom"]
+    assert any("read as plain text" in n for n in a.notes)
+
+
 def test_a_bare_traceback_is_a_log(tmp_path: Path) -> None:
     p = tmp_path / "tb.txt"
     p.write_text(
