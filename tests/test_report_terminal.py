@@ -17,12 +17,14 @@ from diag.model import Analysis, StackProcess
 from diag.report.terminal import render_terminal
 
 
-def render(a: Analysis, width: int = 120, color: bool = False) -> str:
+def render(
+    a: Analysis, width: int = 120, color: bool = False, system: str = "standard"
+) -> str:
     console = Console(
         width=width,
         record=True,
         force_terminal=color,
-        color_system="standard" if color else None,
+        color_system=system if color else None,  # type: ignore[arg-type]
         file=open("/dev/null", "w"),  # noqa: SIM115 - closed below
     )
     try:
@@ -69,10 +71,10 @@ def test_gantt_rows_share_one_time_axis() -> None:
 
 
 def test_gantt_colours_phases() -> None:
-    out = render(story_analysis(), color=True)
+    out = render(story_analysis(), color=True, system="256")
     tp0 = next(line for line in out.splitlines() if line.startswith("\x1b[1mTP0"))
-    assert "\x1b[34m█" in tp0  # dist_init, blue
-    assert "\x1b[33m█" in tp0  # weights_load, yellow
+    assert "\x1b[38;5;27m█" in tp0  # dist_init, dodger_blue2
+    assert "\x1b[38;5;136m█" in tp0  # weights_load, dark_goldenrod
     assert "\x1b[31m░" in tp0  # silence before `listening`, red
 
 
@@ -238,3 +240,36 @@ def test_header_span_is_the_logs_first_to_last_time_stamp() -> None:
     del old["log_start"]
     span = "2026-02-22 22:34:47 → 22:40:00  (5 min 13 s, first to last phase event)"
     assert span in render(analysis_from_dict(old))
+
+
+def _luminance(style: str) -> float:
+    """WCAG relative luminance of a style's foreground colour, which must be fixed: a
+    256-colour entry or true colour, not one of the 16 a terminal theme redefines."""
+    from rich.color import ColorType
+    from rich.style import Style
+
+    color = Style.parse(style).color
+    assert color is not None, style
+    assert color.type in (ColorType.EIGHT_BIT, ColorType.TRUECOLOR), style
+    rgb = color.get_truecolor()
+
+    def channel(v: int) -> float:
+        c = v / 255
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    return 0.2126 * channel(rgb.red) + 0.7152 * channel(rgb.green) + 0.0722 * channel(rgb.blue)
+
+
+def test_phase_colours_read_on_dark_and_light_backgrounds() -> None:
+    """Every phase colour keeps a 3:1 contrast (WCAG's floor for graphics) against black
+    and against white (a new user's check: `serving` in bright white vanished on a light
+    background)."""
+    from diag.model import PHASES
+    from diag.report import terminal
+
+    assert set(terminal.PHASE_STYLES) == set(PHASES)
+    for phase in [*PHASES, "a_phase_of_a_plugin"]:
+        style = terminal._style(phase)
+        lum = _luminance(style)
+        on_white, on_black = 1.05 / (lum + 0.05), (lum + 0.05) / 0.05
+        assert min(on_white, on_black) >= 3.0, (phase, style, on_white, on_black)

@@ -54,6 +54,7 @@ from diag.report.sanitize import Sanitized
 __all__ = [
     "MAX_EVIDENCE",
     "MAX_GANTT_ROWS",
+    "OTHER_PHASE_STYLE",
     "PHASE_LETTERS",
     "PHASE_STYLES",
     "SEVERITY_STYLES",
@@ -63,19 +64,24 @@ __all__ = [
     "render_terminal",
 ]
 
+# Phase colours read on a dark and on a light background alike: fixed 256-colour entries
+# (not the 16 the terminal's theme redefines) of middle luminance, each with a contrast
+# of 3:1 or more against both black and white (WCAG's floor for graphics; a test checks
+# it). No white, black or pale grey: "serving" in bright white vanished on a light theme.
 PHASE_STYLES: dict[str, str] = {
-    "launch": "grey62",
-    "platform": "grey70",
-    "dist_init": "blue",
-    "model_config": "cyan",
-    "weights_load": "yellow",
-    "kv_cache": "magenta",
-    "compile": "bright_magenta",
-    "cuda_graph": "green",
-    "warmup": "bright_green",
-    "listening": "bright_blue",
-    "serving": "bright_white",
+    "launch": "grey50",
+    "platform": "light_slate_grey",
+    "dist_init": "dodger_blue2",
+    "model_config": "steel_blue3",
+    "weights_load": "dark_goldenrod",
+    "kv_cache": "magenta3",
+    "compile": "dark_orange3",
+    "cuda_graph": "green4",
+    "warmup": "chartreuse4",
+    "listening": "slate_blue3",
+    "serving": "turquoise4",
 }
+OTHER_PHASE_STYLE = "grey50"  # a phase the table does not name
 # without colour each phase is drawn with its letter (a pipe, `less`, NO_COLOR)
 PHASE_LETTERS: dict[str, str] = {
     "launch": "L",
@@ -108,7 +114,7 @@ ContextLines = dict[tuple[str, int], list[tuple[int, str]]]
 
 
 def _style(phase: str) -> str:
-    return PHASE_STYLES.get(phase, "white")
+    return PHASE_STYLES.get(phase, OTHER_PHASE_STYLE)
 
 
 def _plain(console: Console) -> bool:
