@@ -183,6 +183,14 @@ _STARTUP = ("launch", "dist_init", "weights_load", "kv_cache", "compile", "cuda_
 READY_RPC = frozenset({"collective_rpc", "get_response", "worker_busy_loop"})
 
 
+def _lower_bound(path: str, func: str) -> bool:
+    """A frame whose phase is only a lower bound, not the start-up step running: code that
+    runs once start-up reached that far, in that step and at serving alike (vLLM V1's
+    executor RPC, SGLang's PD KV managers)."""
+    p = path.replace("\\", "/")
+    return func.rsplit(".", 1)[-1] in READY_RPC or "/sglang/srt/disaggregation/" in p
+
+
 def frame_phase(path: str, func: str) -> str | None:
     """The phase one frame shows was running, or None."""
     p = path.replace("\\", "/")
@@ -261,6 +269,12 @@ def frame_phase(path: str, func: str) -> str | None:
         name in _REQUEST_FUNCS and ("/vllm/" in p or "/sglang/" in p)
     ):
         return "serving"
+    if (p.endswith("/vllm/v1/engine/async_llm.py") and name == "generate") or (
+        p.endswith("/vllm/v1/engine/output_processor.py") and name in ("get", "get_nowait")
+    ):
+        # AsyncLLM.generate, a request's own coroutine, and the per-request output queue it
+        # reads (RequestOutputCollector.get, 0.8-0.34): a request was being served
+        return "serving"
     if (
         name == "__init__"
         and _MODEL_CODE.search(p)
@@ -274,6 +288,11 @@ def frame_phase(path: str, func: str) -> str | None:
         return "weights_load"
     if "/disaggregation/" in p and name == "transfer_worker":
         return "serving"  # SGLang's KV transfer threads run for live requests
+    if "/sglang/srt/disaggregation/" in p:
+        # the scheduler builds the PD KV managers (their bootstrap, heartbeat and receive
+        # threads, mooncake/nixl/... conn.py) in init_disaggregation, after it sized and
+        # allocated the KV pool (managers/scheduler.py __init__, 0.4.6-0.5.23)
+        return "kv_cache"
     if ("graph_runner" in p or "/runner_backend/" in p) and name.lstrip("_").startswith("replay"):
         # a captured graph replayed for a batch (sglang/srt/model_executor/
         # cuda_graph_runner.py CudaGraphRunner.replay 0.3-0.5.23, the NPU and draft
@@ -418,7 +437,11 @@ def frame_events(
         ]
         if not mapped:
             continue
-        if any(ph in _STARTUP and func not in READY_RPC for _, func, ph in mapped):
+        steps = [
+            ph for _, path, func in frames
+            if (ph := frame_phase(path, func)) in _STARTUP and not _lower_bound(path, func)
+        ]
+        if steps:
             mapped = [m for m in mapped if m[2] != "serving"]
             if st.method and in_startup_method is not None and mapped[0][1] == st.frames[0][2]:
                 in_startup_method.add((st.source, st.rec.line))

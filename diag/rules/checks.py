@@ -1423,7 +1423,11 @@ def _check_child_pipe_eof(ctx: CheckContext) -> CheckOutcome | None:
 # access line when it is answered, so a POST line is a request that returned: the
 # warm-up's or a client's, past the warm-up either way. A process that dies after the
 # port opened, with no fired-up line and no answered request before it, died in the warm-up.
-_WARMUP_PROBE = regex.compile(r'"GET /(?:get_)?(?:model_info|server_info|health\w*)[ ?]')
+# (the launcher's polls and liveness checks answer without a forward pass; /health_generate
+# runs a one-token generation through the scheduler, so its 2xx is an answered request)
+_WARMUP_PROBE = regex.compile(
+    r'"GET /(?:(?:get_)?(?:model_info|server_info)|health)[ ?]|"GET /health_generate[ ?][^"]*" [^2]'
+)
 _ACCESS = regex.compile(r'"(?:GET|POST|PUT|DELETE|PATCH|HEAD) /\S* HTTP/')
 _FIRED_UP = regex.compile(r"The server is fired up and ready to roll")
 # the warm-up asks 8 new tokens at most; the scheduler logs its decode batches every 40

@@ -412,13 +412,24 @@ def _rank_labels(ranks: Sequence[RankId | None]) -> tuple[str, ...]:
 
 def _pick_evidence(hits: Sequence[Hit]) -> tuple[Evidence, ...]:
     """A few lines that prove it: one line per rank first (at most 3 with the same
-    text), then further distinct lines, in log order."""
+    text), then further distinct lines, in log order. Where more lines matched than are
+    shown, the last one of a distinct text is kept too: a library reports a failure at
+    each layer it passes, and its last report (the outcome) follows its first (the cause)."""
     ordered = sorted(hits, key=lambda h: (h.source, h.line))
+    if len(ordered) > MAX_EVIDENCE:
+        last = ordered[-1]
+        if all(h.text[:120] != last.text[:120] for h in ordered[:-1]):
+            rest = _pick_evidence_of(ordered[:-1], MAX_EVIDENCE - 1)
+            return (*rest, last.evidence())
+    return _pick_evidence_of(ordered, MAX_EVIDENCE)
+
+
+def _pick_evidence_of(ordered: Sequence[Hit], most: int) -> tuple[Evidence, ...]:
     chosen: list[Hit] = []
     seen_ranks: set[RankId | None] = set()
     per_text: dict[str, int] = {}
     for h in ordered:
-        if len(chosen) >= MAX_EVIDENCE:
+        if len(chosen) >= most:
             break
         key = h.text[:120]
         if h.rank not in seen_ranks and per_text.get(key, 0) < 3:
@@ -426,7 +437,7 @@ def _pick_evidence(hits: Sequence[Hit]) -> tuple[Evidence, ...]:
             seen_ranks.add(h.rank)
             per_text[key] = per_text.get(key, 0) + 1
     for h in ordered:
-        if len(chosen) >= MAX_EVIDENCE:
+        if len(chosen) >= most:
             break
         if h not in chosen and h.text[:120] not in per_text:
             chosen.append(h)
