@@ -67,6 +67,30 @@ def test_mermaid_marks_silence_and_skips_untimed() -> None:
     assert "```mermaid" not in render_markdown(untimed_analysis())
 
 
+def test_mermaid_silence_is_crit_only_when_long_enough_to_be_a_finding() -> None:
+    """The end silence is red (crit) only from the stall rule's own threshold on (a new
+    user's check: 5 s of quiet before a log's end drawn red); shorter, a plain task."""
+    from diag.report.common import stall_min_s
+    from diag.rules.loader import builtin_rules
+
+    stalled = next(r for r in builtin_rules() if r.id == "startup.stalled")
+    assert stall_min_s() == stalled.params["min_gap_s"]
+    base = straggler_analysis()
+
+    def tp5(silent_s: float) -> list[str]:
+        ranks = tuple(
+            dataclasses.replace(r, silent_s=silent_s) if r.rank.label == "TP5" else r
+            for r in base.ranks
+        )
+        gantt = mermaid_gantt(dataclasses.replace(base, ranks=ranks))
+        assert gantt is not None
+        return gantt.split("section TP5\n", 1)[1].split("    section", 1)[0].splitlines()
+
+    assert tp5(35.0)[-1] == "    silent :2026-02-22 22:35:20, 35s"
+    assert tp5(stall_min_s() - 1)[-1] == "    silent :2026-02-22 22:35:20, 35s"
+    assert tp5(stall_min_s())[-1] == "    silent :crit, 2026-02-22 22:35:20, 35s"
+
+
 def test_findings_in_details_sorted_with_evidence() -> None:
     md = render_markdown(story_analysis())
     blocks = re.findall(r"<details>\n<summary>(.*?)</summary>(.*?)</details>", md, re.S)

@@ -39,11 +39,10 @@ from diag.model import (
     Unavailable,
     phase_index,
 )
-from diag.report.common import fmt_duration, fmt_time, time_span
+from diag.report.common import fmt_duration, fmt_time, stall_min_s, time_span
 
 __all__ = [
     "RANK_ROLES",
-    "STALL_MIN_S",
     "as_combined",
     "combine",
     "context_lines",
@@ -55,7 +54,6 @@ __all__ = [
 ]
 
 RANK_ROLES = ("scheduler", "worker", "engine_core")
-STALL_MIN_S = 60.0  # startup.stalled's min_gap_s: silence that proves a stall by itself
 _QUARTER_H = 900.0
 
 
@@ -342,7 +340,7 @@ def _prove_stall(
     ):
         return findings, stall, False
     stuck = _ranks_stuck(snap)
-    if stall < STALL_MIN_S and not (stuck and stall >= 1):
+    if stall < stall_min_s() and not (stuck and stall >= 1):
         return findings, stall, False
     port = server.get("port")
     how = "stuck (same frames in every sample)" if stuck else "alive"

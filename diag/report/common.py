@@ -37,7 +37,9 @@ __all__ = [
     "PhaseStats",
     "phase_order",
     "phase_stats",
+    "silence_alert",
     "sorted_findings",
+    "stall_min_s",
     "time_span",
     "weights_progress",
     "weights_summary",
@@ -137,6 +139,32 @@ def log_span(analysis: Analysis) -> tuple[dt.datetime | None, dt.datetime | None
         return start, end, "first to last time stamp"
     t0, t1 = time_span(analysis)
     return t0, t1, "first to last phase event"
+
+
+def stall_min_s() -> float:
+    """Seconds of silence that prove a stall by themselves: the built-in
+    ``startup.stalled`` rule's ``min_gap_s``, read from the rule, so that the views colour
+    red exactly the silence the rule would report (one threshold, in the rule file)."""
+    from diag.errors import RuleError
+    from diag.rules.loader import builtin_rules
+
+    for rule in builtin_rules():
+        if rule.id == "startup.stalled" and "min_gap_s" in rule.params:
+            return float(rule.params["min_gap_s"])  # type: ignore[arg-type]
+    raise RuleError("the built-in rule startup.stalled has no min_gap_s")
+
+
+def silence_alert(rank: RankTimeline, analysis: Analysis | None = None) -> bool:
+    """A rank that never reached ``listening`` and whose silence is a finding: long enough
+    by itself (:func:`stall_min_s`), or any length once ``startup.stalled`` fired on other
+    grounds (a live snapshot found the ranks stuck). Red in the terminal, ``crit`` in the
+    Markdown gantt."""
+    if rank.silent_s is None or phase_index(rank.last_phase) >= phase_index("listening"):
+        return False
+    if rank.silent_s >= stall_min_s():
+        return True
+    stalled = analysis is not None and any(f.id == "startup.stalled" for f in analysis.findings)
+    return stalled and rank.silent_s >= 1
 
 
 def layout(config: Mapping[str, object]) -> list[tuple[str, object]]:

@@ -27,6 +27,7 @@ from diag.report.common import (
     model_name,
     not_fired,
     phase_stats,
+    silence_alert,
     sorted_findings,
     time_span,
     weights_summary,
@@ -183,8 +184,8 @@ def mermaid_gantt(view: Analysis | Combined) -> str | None:
         if r.last_ts is not None and r.silent_s is not None and r.silent_s >= 1:
             stop = min(end, r.last_ts + dt.timedelta(seconds=r.silent_s))
             begin = max(r.last_ts.replace(microsecond=0), drawn_to or r.last_ts)
-            if stop > begin:
-                out.append(_task("silent", "crit", begin, stop)[0])
+            if stop > begin:  # red (crit) only where the silence is a finding's
+                out.append(_task("silent", "crit" if silence_alert(r, a) else None, begin, stop)[0])
         sections += 1
     if sections == 0:
         return None

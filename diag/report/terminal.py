@@ -45,6 +45,7 @@ from diag.report.common import (
     not_fired,
     phase_order,
     phase_stats,
+    silence_alert,
     sorted_findings,
     time_span,
     weights_summary,
@@ -107,7 +108,6 @@ SILENT_CHAR = "░"
 MAX_GANTT_ROWS = 64
 MAX_EVIDENCE = 3
 MAX_MESSAGE_LINES = 3
-SILENCE_ALERT_S = 60.0  # silence at the end worth colouring red (before `listening`)
 SHORT_EVIDENCE = 2  # evidence lines per finding in the short (default) view
 # (source, line) of an evidence line -> the log lines around it, as (number, text)
 ContextLines = dict[tuple[str, int], list[tuple[int, str]]]
@@ -253,7 +253,7 @@ class GanttChart:
             if timed and t0 is not None and t1 is not None:
                 line.append_text(self._bar(rank, phases, t0, span_s, axis_w, plain))
                 if zone_w:
-                    line.append_text(self._zone(rank, t1, zone_w))
+                    line.append_text(self._zone(rank, t1, zone_w, a))
             else:
                 line.append_text(self._chain(rank, phases, width))
             last = rank.last_phase if rank is not None else _last(phases)
@@ -263,7 +263,7 @@ class GanttChart:
             if rank is not None and rank.silent_s is not None and rank.silent_s >= 1:
                 line.append(
                     f" silent {fmt_duration(rank.silent_s)}",
-                    style="bold red" if _alert(rank) else "dim",
+                    style="bold red" if silence_alert(rank, a) else "dim",
                 )
             line.no_wrap = True
             line.overflow = "ellipsis"
@@ -320,7 +320,7 @@ class GanttChart:
             for i in range(first, min(stop + 1, width)):
                 covered[i] = True
         silent_from = (end_col + 1) if end_col is not None else width
-        alert = rank is not None and _alert(rank)
+        alert = rank is not None and silence_alert(rank, self.analysis)
         runs: list[tuple[str, str]] = []  # (char, style), merged into runs below
         for i, phase in enumerate(cells):
             if phase is not None:
@@ -341,7 +341,9 @@ class GanttChart:
         return text
 
     @staticmethod
-    def _zone(rank: RankTimeline | None, t1: dt.datetime, zone_w: int) -> Text:
+    def _zone(
+        rank: RankTimeline | None, t1: dt.datetime, zone_w: int, a: Analysis
+    ) -> Text:
         """The broken-axis zone: silence that runs past the last line of the log."""
         text = Text()
         text.append("┊", style="dim")
@@ -349,7 +351,7 @@ class GanttChart:
             return text.append(" " * zone_w)
         reaches = rank.last_ts + dt.timedelta(seconds=rank.silent_s) > t1
         if reaches:
-            text.append(SILENT_CHAR * zone_w, style="red" if _alert(rank) else "dim")
+            text.append(SILENT_CHAR * zone_w, style="red" if silence_alert(rank, a) else "dim")
         else:
             text.append(" " * zone_w)
         return text
@@ -379,15 +381,6 @@ class GanttChart:
         legend.append(SILENT_CHAR, style="red")
         legend.append(" silent")
         return legend
-
-
-def _alert(rank: RankTimeline) -> bool:
-    """Silence long enough to colour red, on a rank that never reached `listening`."""
-    return (
-        rank.silent_s is not None
-        and rank.silent_s >= SILENCE_ALERT_S
-        and not _listening_reached(rank.last_phase)
-    )
 
 
 def _silence_beyond(a: Analysis, t1: dt.datetime | None) -> float:
@@ -694,7 +687,7 @@ class LiveTable:
         silent = rt.silent_s if rt is not None else None
         cells["silent"] = Text(
             fmt_duration(silent) if silent else "-",
-            style="bold red" if rt is not None and _alert(rt) else "",
+            style="bold red" if rt is not None and silence_alert(rt, self.view.analysis) else "",
         )
         if row is None:
             cells["state"] = Text("no process", style="bold red")
