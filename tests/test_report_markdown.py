@@ -6,6 +6,7 @@ import dataclasses
 import re
 from pathlib import Path
 
+import pytest
 from report_samples import stacks_analysis, story_analysis, straggler_analysis, untimed_analysis
 
 from diag.model import Evidence
@@ -209,3 +210,30 @@ def test_log_text_in_prose_is_not_read_as_emphasis() -> None:
     out = _md_text("TypeError: X.__init__() got *args for dist_init, see https://x.io/a_b")
     assert "X.\\_\\_init\\_\\_()" in out and "\\*args" in out
     assert "dist_init" in out and "https://x.io/a_b" in out
+
+
+def test_markdown_sources_leave_out_the_reporters_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Markdown report (meant for a public issue) names its sources relative to the
+    current folder, else by file name: no home folder or host layout (a new user's
+    check); the JSON keeps the names as given."""
+    from diag.report.json_out import analysis_to_dict
+
+    monkeypatch.chdir(tmp_path)
+    here = str(tmp_path.resolve())
+    sources = (
+        "/home/someone/private/server.log",
+        f"{here}/logs/rank0.log",
+        "/srv/cases/hang.tar.gz:logs/rank1.log",
+        "rel/rank2.log",
+        "<stdin>",
+    )
+    a = dataclasses.replace(story_analysis(), sources=sources)
+    md = render_markdown(a)
+    assert (
+        "sources: `server.log`, `logs/rank0.log`, `hang.tar.gz:logs/rank1.log`, "
+        "`rel/rank2.log`, `<stdin>`" in md
+    )
+    assert "/home/someone" not in md and here not in md and "/srv/cases" not in md
+    assert analysis_to_dict(a)["sources"] == list(sources)

@@ -7,6 +7,7 @@ so that the three views say the same thing in the same words.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ __all__ = [
     "PhaseStats",
     "phase_order",
     "phase_stats",
+    "shown_source",
     "silence_alert",
     "sorted_findings",
     "stall_min_s",
@@ -139,6 +141,20 @@ def log_span(analysis: Analysis) -> tuple[dt.datetime | None, dt.datetime | None
         return start, end, "first to last time stamp"
     t0, t1 = time_span(analysis)
     return t0, t1, "first to last phase event"
+
+
+def shown_source(name: str, cwd: str | None = None) -> str:
+    """A source's name as a public report shows it: an absolute path relative to the
+    current directory (``cwd``) when under it, else its file name (an archive's member
+    keeps its path in the archive: ``hang.tar.gz:logs/rank0.log``); a relative name or
+    ``<stdin>`` as given. The reporter's home and host layout stay out of the report."""
+    if not os.path.isabs(name):
+        return name
+    prefix = os.path.join(cwd if cwd is not None else os.getcwd(), "")
+    if name.startswith(prefix) and len(name) > len(prefix):
+        return name[len(prefix):]
+    head, sep, member = name.partition(":")
+    return os.path.basename(head) + sep + member
 
 
 def stall_min_s() -> float:

@@ -27,6 +27,7 @@ from diag.report.common import (
     model_name,
     not_fired,
     phase_stats,
+    shown_source,
     silence_alert,
     sorted_findings,
     time_span,
@@ -431,7 +432,7 @@ def _sections(
         head += [
             f"Log: {fmt_time(t0, date=True)} → {fmt_time(t1, date=True)} "
             f"({fmt_duration((t1 - t0).total_seconds())}, {what}), {a.records} records, "
-            f"sources: {', '.join(_code(s) for s in a.sources) or '-'}",
+            f"sources: {', '.join(_code(shown_source(s)) for s in a.sources) or '-'}",
             "",
         ]
     if v.snapshot is not None:
