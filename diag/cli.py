@@ -12,6 +12,7 @@ scripted run does not pay for the interactive CLI's imports.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Any
 
@@ -38,11 +39,16 @@ def _build() -> dict[str, Any]:
         help="Forensics for LLM inference servers (SGLang, vLLM): where did startup hang, and why.",
         no_args_is_help=True,
         pretty_exceptions_show_locals=False,
+        # click's plain help, not rich's panels: at 80 columns rich cut words and option
+        # types mid-word ("per|fetto", "ProxyJump=bastio…"); click wraps at spaces
+        rich_markup_mode=None,
         add_completion=False,
     )
     COMMANDS = (analyze_cmd, snapshot_cmd, bundle_cmd, rules_cmd, watch_cmd, diff_cmd)
     for command in COMMANDS:
         command.register(app)
+
+    _whole_short_help(app)
 
     @app.callback()
     def _root() -> None:
@@ -57,6 +63,25 @@ def _build() -> dict[str, Any]:
 
     _BUILT.update(app=app, COMMANDS=COMMANDS)
     return _BUILT
+
+
+def _whole_short_help(app: Any) -> None:
+    """Command lists (``diag --help``, ``diag rules --help``) show each command's first
+    paragraph whole, wrapped at words: click shortens a help it is not given a short help
+    for at the width, cutting it with "..."."""
+    from typer.models import DefaultPlaceholder
+
+    def first_paragraph(doc: str | None) -> str:
+        return " ".join((doc or "").split("\n\n", 1)[0].split())
+
+    for info in app.registered_commands:
+        if info.short_help is None:
+            info.short_help = first_paragraph(info.help or inspect.getdoc(info.callback))
+    for group in app.registered_groups:
+        sub = group.typer_instance
+        if isinstance(sub.info.short_help, DefaultPlaceholder) and isinstance(sub.info.help, str):
+            sub.info.short_help = first_paragraph(sub.info.help)
+        _whole_short_help(sub)
 
 
 def __getattr__(name: str) -> Any:

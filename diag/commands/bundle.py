@@ -29,6 +29,7 @@ bundle_app = typer.Typer(
     name="bundle",
     help="Pack logs, analysis, a live snapshot and the environment into one redacted bundle.",
     pretty_exceptions_show_locals=False,
+    rich_markup_mode=None,  # click's plain help: wraps at words (see diag.cli)
     add_completion=False,
 )
 

@@ -24,6 +24,7 @@ rules_app = typer.Typer(
     help="List, show and test the rules that turn a log into findings.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
+    rich_markup_mode=None,  # click's plain help: wraps at words (see diag.cli)
 )
 
 RulesOpt = Annotated[
