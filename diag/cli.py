@@ -13,6 +13,8 @@ scripted run does not pay for the interactive CLI's imports.
 from __future__ import annotations
 
 import inspect
+import io
+import os
 import sys
 from typing import Any
 
@@ -90,11 +92,62 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+class _ReaderMayLeave(io.TextIOWrapper):
+    """stdout or stderr whose reader may leave early (``diag snapshot --help | head -1``):
+    from the first write or flush that meets a closed pipe on, the rest goes to /dev/null.
+    The command ends as it would have, with its own exit code (0 for ``--help``), and no
+    BrokenPipeError traceback or ``Exception ignored`` line at exit (click turned the
+    error into exit 1)."""
+
+    def write(self, text: str) -> int:
+        try:
+            return super().write(text)
+        except BrokenPipeError:
+            self._to_devnull()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except BrokenPipeError:
+            self._to_devnull()
+            super().flush()  # what was pending goes to /dev/null
+
+    def _to_devnull(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self.fileno())
+        finally:
+            os.close(devnull)
+
+
+def _quiet_when_the_reader_leaves() -> None:
+    """Put stdout and stderr behind :class:`_ReaderMayLeave` (each left as it is where it
+    is not a plain text stream over a file, as under a test runner's capture)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if type(stream) is not io.TextIOWrapper:
+            continue
+        try:
+            stream.flush()
+            wrapped = _ReaderMayLeave(
+                stream.buffer,
+                encoding=stream.encoding,
+                errors=stream.errors,
+                line_buffering=stream.line_buffering,
+                write_through=stream.write_through,
+            )
+        except (AttributeError, OSError, ValueError):
+            continue
+        setattr(sys, name, wrapped)
+
+
 def main() -> None:
     """Entry point: run the app; a DiagError becomes one line, a hint and its exit code."""
     from diag.commands.fast import run_fast
     from diag.errors import DiagError
 
+    _quiet_when_the_reader_leaves()
     code = run_fast(sys.argv[1:])
     if code is None:
         from diag.commands.fast_snapshot import exit_now, run_fast_snapshot

@@ -55,3 +55,46 @@ def test_help_at_80_columns_cuts_no_word(path: list[str]) -> None:
     assert max(len(line) for line in lines) <= 80
     assert "…" not in result.output
     assert _words(result.output) == _words(_unwrapped(path))
+
+
+def _closed_stdout(args: list[str]) -> tuple[int, str]:
+    """Run diag with a stdout whose reader has already left (``| head -1`` once head is
+    done): (exit code, stderr)."""
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "diag", *args],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    return proc.returncode, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["snapshot", "--help"], ["--help"], ["analyze", "--help"], ["rules", "list"], ["version"]],
+    ids=" ".join,
+)
+def test_a_reader_that_left_ends_the_command_quietly(args: list[str]) -> None:
+    """A new user's check: ``diag snapshot --help | head -1`` exited 1. A closed stdout
+    ends the command quietly, with the exit code it would have had (0 here)."""
+    code, err = _closed_stdout(args)
+    assert (code, err) == (0, "")
+
+
+def test_a_reader_that_left_keeps_the_commands_own_exit_code() -> None:
+    code, err = _closed_stdout(["analyze", "--example", "--color", "never", "--fail-on", "info"])
+    assert (code, err) == (1, "")  # the example's findings fail the run, pipe or not
+    code, err = _closed_stdout(["rules", "show", "no.such_rule"])
+    assert code == 2 and err.startswith("diag: error: no rule 'no.such_rule'")
+    assert "Traceback" not in err
