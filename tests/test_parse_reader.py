@@ -112,6 +112,21 @@ def test_empty_file(tmp_path: Path) -> None:
         analyze([p])
 
 
+def test_an_empty_file_is_named(tmp_path: Path) -> None:
+    """A new user's check: an empty file said "input is empty", not which input. Alone it
+    is "<path>: empty file"; beside a log, a note says so and the log is read."""
+    empty = tmp_path / "empty.log"
+    empty.write_bytes(b"")
+    with pytest.raises(InputError) as info:
+        analyze([empty])
+    assert info.value.message == f"{empty}: empty file"
+    log = tmp_path / "server.log"
+    log.write_text("[2026-02-22 22:35:01 TP0] Init torch distributed begin.\n")
+    a = analyze([empty, log])
+    assert f"{empty}: empty file" in a.notes
+    assert a.last_phase == "dist_init"
+
+
 def test_whitespace_only_is_empty(tmp_path: Path) -> None:
     p = tmp_path / "blank.log"
     p.write_bytes(b"\n\n   \n\r\n")

@@ -662,10 +662,11 @@ def _collected(run: _Run, sources: Sequence[Source], binary: list[str], total: i
         col.notes.append(f"{col.nul_bytes} NUL bytes dropped")
     if binary and not col.drafts:
         raise InputError(f"{', '.join(binary)}: not a log (binary data)")
-    if total == 0 and not col.drafts:
-        raise InputError("input is empty")
-    if not col.drafts:
-        raise InputError(f"{', '.join(s.name for s in sources)}: input is empty")
+    if not col.drafts:  # "<path>: empty file" (a new user's check: the path was left out)
+        names = ", ".join(s.name for s in sources) or "input"
+        what = "empty input" if names == "<stdin>" else "empty file" + "s" * (len(sources) > 1)
+        raise InputError(f"{names}: {what}" + ("" if total == 0 else " (blank lines only)"))
+    col.notes.extend(f"{s.name}: empty file" for s in sources if s.size == 0)
     return col
 
 
