@@ -524,3 +524,28 @@ def test_width_applies_in_a_pipe(
     assert max(len(line) for line in out.splitlines()) <= 80
     code, out, _ = run(["analyze", "--example"], capsys, monkeypatch)
     assert max(len(line) for line in out.splitlines()) > 80  # 120 in a pipe by default
+
+
+def test_rules_folder_missing_or_without_rules_is_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new user's check: `--rules DIR` with no rule in DIR said nothing, and a missing
+    DIR gave a usage box. A missing folder is one error line and exit 2; a folder with no
+    rule is one warning line on stderr, and the run goes on."""
+    missing = tmp_path / "no-such-rules"
+    for args in (["analyze", "--example", "--rules", str(missing)],
+                 ["rules", "list", "--rules", str(missing)]):
+        code, out, err = run(args, capsys, monkeypatch)
+        assert code == 2 and out == ""
+        assert err.splitlines()[0] == f"diag: error: {missing}: no such folder (--rules)"
+        assert err.splitlines()[1].startswith("hint: ") and len(err.splitlines()) == 2
+    empty = tmp_path / "my-rules"
+    empty.mkdir()
+    (empty / "README.md").write_text("rules go here\n")
+    warning = f"diag: warning: {empty}: no rule files (*.yaml, *.yml) in it: --rules adds no rule"
+    code, out, err = run(["analyze", "--example", "--json", "--rules", str(empty)], capsys,
+                         monkeypatch)
+    assert code == 0 and json.loads(out)["framework"] == "sglang"
+    assert err.splitlines() == [warning]
+    code, out, err = run(["rules", "list", "--rules", str(empty)], capsys, monkeypatch)
+    assert code == 0 and "startup.stalled" in out and err.splitlines() == [warning]

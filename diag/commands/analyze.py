@@ -260,8 +260,6 @@ def analyze_command(
         typer.Option(
             "--rules",
             help="A folder of extra rule files (repeatable).",
-            exists=True,
-            file_okay=False,
         ),
     ] = None,
     fail_on: Annotated[
@@ -356,6 +354,10 @@ def _analyze_main(
             "no input: pass a log file, a folder, - for stdin, or --example",
             help_text="Try `diag analyze --example`, or `diag analyze server.log`.",
         )
+    if rules:
+        from diag.commands.rules import check_rules_dirs
+
+        check_rules_dirs(rules)
     show_progress = chosen is not Format.json and sys.stderr.isatty()
     with _progress(show_progress) as progress:
         analysis = _run_analysis(

@@ -17,7 +17,7 @@ from diag.errors import EXIT_FINDINGS, RuleError
 from diag.rules.examples import ExampleResult, run_examples
 from diag.rules.loader import Rule, builtin_rules, load_dir, load_rules
 
-__all__ = ["register"]
+__all__ = ["check_rules_dirs", "register"]
 
 rules_app = typer.Typer(
     name="rules",
@@ -33,7 +33,37 @@ RulesOpt = Annotated[
 ]
 
 
+def check_rules_dirs(folders: Sequence[Path]) -> None:
+    """``--rules DIR``: a folder that does not exist is an error (exit 2); one that holds
+    no rule is said in one line on stderr (the run goes on with the other rules). Each
+    folder is named once, whatever the number of times it was given."""
+    seen: set[Path] = set()
+    for folder in folders:
+        if folder.resolve() in seen:
+            continue
+        seen.add(folder.resolve())
+        if not folder.exists():
+            raise RuleError(
+                f"{folder}: no such folder (--rules)",
+                help_text="Pass --rules a folder of rule files (*.yaml); "
+                "`diag rules test DIR` runs their examples.",
+            )
+        if not folder.is_dir():
+            raise RuleError(
+                f"{folder}: not a folder (--rules takes a folder of rule files)",
+                help_text="Put the rule file in a folder of its own and pass that folder.",
+            )
+        if not load_dir(folder):
+            Console(stderr=True, highlight=False).print(
+                f"diag: warning: {folder}: no rule files (*.yaml, *.yml) in it: "
+                "--rules adds no rule",
+                markup=False,
+                soft_wrap=True,
+            )
+
+
 def _load(extra: list[Path] | None) -> tuple[Rule, ...]:
+    check_rules_dirs(list(extra or []))
     return load_rules(list(extra or []))
 
 
