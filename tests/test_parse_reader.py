@@ -388,3 +388,31 @@ def test_long_stdin_is_streamed(monkeypatch: pytest.MonkeyPatch, compress: bool)
     assert [c[0] for c in calls] == sorted(c[0] for c in calls)
     if not compress:
         assert calls[-1][0] == len(data)
+
+
+def test_an_input_given_twice_is_read_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new user's check: the same log passed twice doubled its records. Inputs are
+    deduplicated by resolved path (two spellings, a folder and a file in it, stdin), in
+    the order first given, with a note."""
+    monkeypatch.chdir(tmp_path)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    log = logs / "server.log"
+    log.write_text(
+        "[2026-02-22 22:35:01 TP0] Init torch distributed begin.\n"
+        "[2026-02-22 22:35:02 TP0] Load weight begin. avail mem=78.00 GB\n"
+    )
+    once = analyze([log])
+    twice = analyze(["logs/server.log", str(log), "./logs/../logs/server.log", "logs"])
+    assert twice.sources == ("logs/server.log",)
+    assert twice.records == once.records == 2
+    also = f"{log}, logs/../logs/server.log"
+    assert f"logs/server.log: given 4 times (also as {also}): read once" in twice.notes
+    first_in_folder = resolve_inputs(["logs", "logs/server.log"])
+    assert [s.name for s in first_in_folder] == ["logs/server.log"]
+    assert first_in_folder[0].pending_notes == ["logs/server.log: given 2 times: read once"]
+    piped = resolve_inputs(["-", "-"], stdin=io.BytesIO(b"a line\n"))
+    assert [s.name for s in piped] == ["<stdin>"]
+    assert piped[0].pending_notes == ["<stdin>: given 2 times: read once"]

@@ -589,8 +589,22 @@ def resolve_inputs(
     if not inputs:
         raise InputError("no input given")
     out: list[Source] = []
+    # an input named twice (the same file, a folder and a file in it, two spellings of a
+    # path) is read once, by its resolved path, with a note on its first source
+    first: dict[object, tuple[int, str]] = {}
+    others: dict[object, list[str]] = {}
+
+    def again(key: object, name: str) -> bool:
+        if key not in first:
+            first[key] = (len(out), name)
+            return False
+        others.setdefault(key, []).append(name)
+        return True
+
     for item in inputs:
         if str(item) == "-":
+            if again("-", "<stdin>"):
+                continue
             stream = stdin if stdin is not None else sys.stdin.buffer
             out.append(_read_stream("<stdin>", stream, []))
             continue
@@ -607,15 +621,15 @@ def resolve_inputs(
                 more = _bundle_sources(f)
                 if more is None and f.suffix.lower() in _ARCHIVE_SUFFIXES:
                     more = _archive_sources(f)
-                if more is not None:
-                    out.extend(more)
-                elif _log_like(f):
-                    out.append(_file_source(f))
-                else:
+                if more is None and not _log_like(f):
                     continue
+                if not again(f.resolve(), str(f)):
+                    out.extend(more if more is not None else [_file_source(f)])
                 found += 1
             if not found:
                 raise InputError(f"{path}: folder holds no log files")
+            continue
+        if again(path.resolve(), str(path)):
             continue
         if not os.access(path, os.R_OK):
             raise InputError(f"{path}: not readable (permission denied)")
@@ -628,6 +642,12 @@ def resolve_inputs(
             if more == []:
                 raise InputError(f"{path}: archive holds no log files")
         out.extend(more or [_file_source(path)])
+    for key, names in others.items():
+        at, shown = first[key]
+        spelled = [n for n in dict.fromkeys(names) if n != shown]
+        also = f" (also as {', '.join(spelled)})" if spelled else ""
+        if at < len(out):
+            out[at].pending_notes.append(f"{shown}: given {1 + len(names)} times{also}: read once")
     return [_nul_skipping(src) for src in out]
 
 
