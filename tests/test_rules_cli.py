@@ -79,7 +79,7 @@ def test_failing_example_exits_1_with_a_table(tmp_path: Path) -> None:
     ("args", "text"),
     [
         (["rules", "show", "no.such"], "no rule 'no.such'"),
-        (["rules", "test", "/no/such/dir"], "not a folder of rule files"),
+        (["rules", "test", "/no/such/dir"], "/no/such/dir: no such folder"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], text: str) -> None:
@@ -151,3 +151,23 @@ def test_list_on_an_80_column_terminal_keeps_ids_whole() -> None:
     firsts = [line.split()[0] for line in lines[1:-1] if line[:1].strip()]
     assert firsts == _ids()
     assert lines[-1] == f"{len(_ids())} rules"
+
+
+def test_rules_test_says_what_is_wrong_with_its_folder(tmp_path: Path) -> None:
+    """A missing folder, a file, a folder with no rule: one line each, with a hint that
+    fits (not the invalid-rule-file hint), exit 2."""
+    (tmp_path / "notes.txt").write_text("no rules here\n")
+    cases = {
+        tmp_path / "missing": "no such folder",
+        tmp_path / "notes.txt": "not a folder",
+        tmp_path: "no rule files (*.yaml, *.yml) found",
+    }
+    for folder, said in cases.items():
+        proc = subprocess.run(
+            [sys.executable, "-m", "diag", "rules", "test", str(folder)],
+            capture_output=True, text=True, timeout=120, check=False,
+        )
+        assert proc.returncode == 2, proc.stderr
+        error, hint = proc.stderr.splitlines()
+        assert error == f"diag: error: {folder}: {said}"
+        assert hint.startswith("hint: ") and "Compare the rule file" not in hint

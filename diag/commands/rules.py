@@ -172,9 +172,19 @@ def test_rules(
     ] = False,
 ) -> None:
     """Run every rule's examples and print a pass/fail table (exit 1 on a failure)."""
+    if folder is not None and not folder.is_dir():
+        raise RuleError(
+            f"{folder}: no such folder" if not folder.exists() else f"{folder}: not a folder",
+            help_text="Pass `diag rules test` a folder of rule files (*.yaml), or nothing "
+            "for the built-in rules.",
+        )
     loaded = load_dir(folder) if folder is not None else list(builtin_rules())
     if folder is not None and not loaded:
-        raise RuleError(f"{folder}: no rule files (*.yaml) found")
+        raise RuleError(
+            f"{folder}: no rule files (*.yaml, *.yml) found",
+            help_text="A rule file is YAML with an id, a title and a remedy: "
+            "`diag rules show startup.stalled` shows one.",
+        )
     results = run_examples(loaded)
     console = Console(highlight=False)
     per_rule: dict[str, list[ExampleResult]] = {}
