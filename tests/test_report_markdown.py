@@ -237,3 +237,9 @@ def test_markdown_sources_leave_out_the_reporters_paths(
     )
     assert "/home/someone" not in md and here not in md and "/srv/cases" not in md
     assert analysis_to_dict(a)["sources"] == list(sources)
+    # notes name sources too ("<path>: empty file"): the same names there
+    noted = dataclasses.replace(
+        a, notes=("/home/someone/private/server.log: empty file", f"{here}/logs/x: read once")
+    )
+    md = render_markdown(noted)
+    assert "- server.log: empty file\n" in md and "- logs/x: read once\n" in md

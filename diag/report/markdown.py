@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import html
 import json
+import os
 import re
 from dataclasses import replace
 
@@ -418,6 +419,15 @@ def _summary_line(v: Combined) -> str:
     return text
 
 
+def _public_paths(text: str, sources: tuple[str, ...]) -> str:
+    """A note as the report shows it: each absolute source path in it named as the
+    sources line names it (:func:`shown_source`), the current folder's prefix dropped."""
+    for name in sorted((s for s in sources if s.startswith("/")), key=len, reverse=True):
+        text = text.replace(name, shown_source(name))
+    here = os.path.join(os.getcwd(), "")
+    return text.replace(here, "") if here != "/" else text
+
+
 def _sections(
     v: Combined, *, evidence: int, frames: int, details: bool = True, max_findings: int = 1000
 ) -> list[tuple[str, list[str]]]:
@@ -509,7 +519,7 @@ def _sections(
                 ],
             )
         )
-    notes = [*a.notes]
+    notes = [_public_paths(n, a.sources) for n in a.notes]
     if notes:
         out.append(("notes", ["Notes:", "", *(f"- {_md_text(n)}" for n in notes[:40]), ""]))
     return out
