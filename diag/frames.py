@@ -99,6 +99,10 @@ _KV_FUNCS = frozenset(
         "_check_enough_kv_cache_memory", "get_kv_cache_config_from_groups",
         "determine_available_kv_cache_memory", "alloc_memory_pool",
         "_init_minimal_kv_cache_for_profiling",
+        # KV connectors (LMCache, NIXL, Mooncake, P2P) get the allocated caches from
+        # gpu_model_runner.initialize_kv_cache (vllm/distributed/kv_transfer/kv_connector/
+        # v1/base.py register_kv_caches, 0.9-0.34)
+        "register_kv_caches",
         # sglang/srt/managers/scheduler.py (0.5.x) Scheduler.init_cache_with_memory_pool:
         # takes the model runner's allocated pools (get_memory_pool) and builds the prefix
         # cache (RadixCache, SWA/Mamba variants) over them
