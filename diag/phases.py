@@ -24,7 +24,7 @@ each regex is compiled the first time a line gets past its literals.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -59,16 +59,36 @@ FILES: tuple[tuple[str, bool], ...] = (
 
 
 _COMPILED: dict[str, re.Pattern[str]] = {}
-_LITERAL_SETS: dict[int, tuple[Catalogue, LiteralSet]] = {}
+_MEMO_MAX = 1 << 16  # messages remembered per catalogue (then all forgotten at once)
+_UNSEEN = object()
+
+
+class _Memo:
+    """A catalogue's literal set (built on first use) and what it found per message. A log
+    repeats its messages (the same warning at every step, one line per rank): each message
+    is scanned and its message-scoped entries searched once, by the framework vote and
+    the phase match alike."""
+
+    __slots__ = ("gated", "literals", "message", "vote")
+
+    def __init__(self) -> None:
+        self.literals: LiteralSet | None = None
+        # message -> its gated message-scoped entries
+        self.gated: dict[str, list[PhaseEntry]] = {}
+        # (message, logger file) -> the first message-scoped entry that matches, its match
+        self.message: dict[tuple[str, str | None], tuple[PhaseEntry, re.Match[str]] | None] = {}
+        # message -> the framework of the first framework-specific entry that matches
+        self.vote: dict[str, str | None] = {}
+
+    def literal_set(self, cat: Catalogue) -> LiteralSet:
+        if self.literals is None:
+            self.literals = LiteralSet([lit for lit, _ in cat.literal_index], "phases-hs")
+        return self.literals
+
 
 
 def _literal_set(cat: Catalogue) -> LiteralSet:
-    got = _LITERAL_SETS.get(id(cat))
-    if got is None or got[0] is not cat:
-        got = _LITERAL_SETS[id(cat)] = (
-            cat, LiteralSet([lit for lit, _ in cat.literal_index], "phases-hs")
-        )
-    return got[1]
+    return cat.memo.literal_set(cat)
 
 
 def _compiled(pattern: str) -> re.Pattern[str]:
@@ -121,18 +141,47 @@ class Catalogue:
     unguarded: tuple[int, ...] = ()
     # ids of the entries that are notices, not position markers
     notices: frozenset[str] = frozenset()
+    # what the catalogue found per message in this process (speed only: no part of a value)
+    memo: _Memo = field(default_factory=_Memo, init=False, repr=False, compare=False)
 
     def gated(self, haystack: str, *, message: bool) -> list[PhaseEntry]:
         """The message-scoped (or the other) entries whose literals occur in
-        ``haystack``, in catalogue order: the only ones whose regex can match."""
+        ``haystack``, in catalogue order: the only ones whose regex can match (a list
+        the catalogue may hand out again: not to be changed)."""
+        memo = self.memo
+        if message:  # (a message recurs; a line's text and raw line seldom do)
+            got = memo.gated.get(haystack)
+            if got is not None:
+                return got
         hit = set(self.unguarded)
         index = self.literal_index
-        for k in _literal_set(self).present(haystack):
+        for k in memo.literal_set(self).present(haystack):
             hit.update(index[k][1])
         entries = self.entries
-        return [
-            entries[i] for i in sorted(hit) if (entries[i].where == "message") is message
-        ]
+        got = [entries[i] for i in sorted(hit) if (entries[i].where == "message") is message]
+        if message:
+            table = memo.gated
+            if len(table) >= _MEMO_MAX:
+                table.clear()
+            table[haystack] = got
+        return got
+
+    def framework_of(self, msg: str) -> str | None:
+        """The framework (sglang, vllm) of the first framework-specific message-scoped
+        entry that matches ``msg``, or None."""
+        table = self.memo.vote
+        found = table.get(msg, _UNSEEN)
+        if found is not _UNSEEN:
+            return found  # type: ignore[return-value]
+        found = None
+        for e in self.gated(msg, message=True):
+            if e.framework != "any" and e.regex.search(msg):
+                found = e.framework
+                break
+        if len(table) >= _MEMO_MAX:
+            table.clear()
+        table[msg] = found
+        return found
 
     @property
     def any_message(self) -> re.Pattern[str]:
@@ -314,6 +363,34 @@ def match_record(cat: Catalogue, record: Record) -> Event | None:
     """The event a record marks, or None. Message-scoped entries win over text-scoped ones."""
     msg = record.message
     where = record.logger_file.rsplit("/", 1)[-1] if record.logger_file else None
+    table = cat.memo.message
+    key = (msg, where)
+    found = table.get(key, _UNSEEN)
+    if found is _UNSEEN:
+        found = _match_message(cat, msg, where)
+        if len(table) >= _MEMO_MAX:
+            table.clear()
+        table[key] = found
+    if found is not None:
+        return _event(record, *found)  # type: ignore[misc]
+    if cat.any_text_pattern is not None:
+        text, raw = record.text, record.raw or msg
+        hay_all = text if raw in text else text + "\n" + raw
+        for e in cat.gated(hay_all, message=False):
+            hay = text if e.where == "text" else raw
+            if not e.could_match(hay):
+                continue
+            m = e.regex.search(hay)
+            if m:
+                return _event(record, e, m)
+    return None
+
+
+def _match_message(
+    cat: Catalogue, msg: str, where: str | None
+) -> tuple[PhaseEntry, re.Match[str]] | None:
+    """The first message-scoped entry that matches ``msg`` (logged from file ``where``),
+    and its match."""
     # each entry's literals gate its regex (cheaper than one alternation of them all,
     # which would have to be compiled in every run)
     for e in cat.gated(msg, message=True):
@@ -325,17 +402,7 @@ def match_record(cat: Catalogue, record: Record) -> Event | None:
             continue
         m = e.regex.search(msg)
         if m:
-            return _event(record, e, m)
-    if cat.any_text_pattern is not None:
-        text, raw = record.text, record.raw or msg
-        hay_all = text if raw in text else text + "\n" + raw
-        for e in cat.gated(hay_all, message=False):
-            hay = text if e.where == "text" else raw
-            if not e.could_match(hay):
-                continue
-            m = e.regex.search(hay)
-            if m:
-                return _event(record, e, m)
+            return e, m
     return None
 
 

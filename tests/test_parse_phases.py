@@ -7,7 +7,7 @@ import pytest
 
 from diag.errors import DiagError
 from diag.model import PHASES, Record
-from diag.phases import load_catalogue, parse_catalogue
+from diag.phases import Catalogue, load_catalogue, parse_catalogue
 
 
 def test_catalogue_is_valid_and_cites_sources() -> None:
@@ -232,3 +232,45 @@ def test_registering_graph_addresses_right_after_graph_memory_profiling_is_no_ca
 def test_pd_kv_transfer_failures_of_requests_are_serving(line: str) -> None:
     ev = load_catalogue().match(Record(source="x", line=1, message=line))
     assert ev is not None and (ev.phase, ev.pattern) == ("serving", "sglang.pd_request_failed")
+
+
+def test_a_message_seen_again_gives_the_same_events_as_a_fresh_catalogue(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The catalogue remembers what it found per message (speed): a message seen before,
+    from the same or another file, on another line and rank, gives the event a catalogue
+    that never saw it gives; the memory is bounded."""
+    import diag.phases as phases
+    from diag.model import RankId
+
+    lines = [
+        ("Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16", None),
+        ("Failed to import from vllm._C with ImportError('libcuda.so.1')", "rocm.py"),
+        ("Failed to import from vllm._C with ImportError('libcuda.so.1')", "_custom_ops.py"),
+        ("Capture cuda graph begin. This can take up to several minutes.", None),
+        ("no phase in these words", None),
+    ]
+    monkeypatch.setattr(phases, "_MEMO_MAX", 3)
+    warm = load_catalogue()
+    for rep in range(3):
+        for i, (msg, where) in enumerate(lines * 2):
+            rec = Record("x", 10 * rep + i, msg, logger_file=where, rank=RankId(tp=i % 3))
+            fresh = parse_catalogue_from_files()
+            assert warm.match(rec) == fresh.match(rec), (rep, msg, where)
+            assert warm.framework_of(msg) == fresh.framework_of(msg)
+            assert len(warm.memo.message) <= 3 and len(warm.memo.gated) <= 3
+
+
+def parse_catalogue_from_files() -> Catalogue:
+    """The built-in catalogue, built anew (its own, empty memory)."""
+    import diag.phases as phases
+
+    cat = phases.load_catalogue()
+    return phases.Catalogue(
+        entries=cat.entries,
+        any_message_pattern=cat.any_message_pattern,
+        any_text_pattern=cat.any_text_pattern,
+        literal_index=cat.literal_index,
+        unguarded=cat.unguarded,
+        notices=cat.notices,
+    )

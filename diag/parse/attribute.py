@@ -127,13 +127,11 @@ def detect_framework(drafts: Sequence[Draft]) -> str:
             sg += 2
         if "vllm" in low or "llm engine" in low or "enginecore" in low:
             vl += 1
-        for e in cat.gated(msg, message=True):
-            if e.framework != "any" and e.regex.search(msg):
-                if e.framework == "sglang":
-                    sg += 2
-                else:
-                    vl += 2
-                break
+        fw = cat.framework_of(msg)
+        if fw == "sglang":
+            sg += 2
+        elif fw is not None:
+            vl += 2
         for c in d.continuation[:50]:
             if "/sglang/" in c:
                 sg += 1
