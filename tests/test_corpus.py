@@ -194,10 +194,6 @@ TUNING_XFAIL: dict[str, str] = {
         "new case (gather s13): kv_cache from SGLang 0.1's 'max_total_num_token' line, a form "
         "of that release no source the message table reads has"
     ),
-    "vllm/healthy-b200-lm-eval-offline-trtllm-decode-auto-detected-flashinfer-cubin-loads-destroy-process-group-exit-warning": (  # noqa: E501
-        "new case (gather s13): serving from an offline lm-eval run whose window shows no requ"
-        "est or progress line of vLLM's"
-    ),
     "vllm/healthy-v1-early-2025-70b-w8a8-pr-desc-command-ellipsis-compile-54s-gpu-blocks-max-concurrency-cut": (  # noqa: E501
         "new case (gather s13): kv_cache as the last step in time (V1 sizes the KV cache after"
         " compiling), where other gatherers label the higher phase of LABELS.md's order (compile)"
@@ -287,6 +283,28 @@ TUNING_XFAIL: dict[str, str] = {
         "label contradicts LABELS.md: the window ends on a 0% capture bar, a stall reason "
         "by the convention ('a 0% or frozen progress bar'); the label follows the thread's "
         "later successful start"
+    ),
+    "vllm/v0.11.0-oct-2025-qwen3-vl-235b-fp8-8xa100-enginecore-failed-to-start-author-elided-frames-worker-failed-cuda-error-out-of-memory-cut": (  # noqa: E501
+        "label contradicts the source: the traceback passes through the V1 executor's "
+        "get_response, an RPC answered only once every WorkerProc loaded its model "
+        "(multiproc_executor.py 0.8.5-0.34.0), so weights_load is proven; the label keeps "
+        "launch because the author elided the frames naming the step"
+    ),
+    "vllm/v0-aug-2024-tp2-trace-function-enabled-parallel-state-world-size-2-pynccl-2.20.5-then-nccl-info-bootstrap-eno1-window-cut": (  # noqa: E501
+        "new case (gather s21): the window ends on NCCL's first bootstrap line, the start of "
+        "a step (a stall reason by LABELS.md, so the port is reported unopened); the label "
+        "reads the window as a cut excerpt because the thread's paste goes on"
+    ),
+    "vllm/kunlun-p800-sept-2026-vllm-kunlun-qwen36-27b-xx-cuapi-memfree-status-700-compat-layer-worker-died-unexpectedly-executor-shutdown-cut": (  # noqa: E501
+        "label contradicts the source: 'Worker proc VllmWorker-0 died unexpectedly' comes "
+        "from vLLM V1's worker monitor, started only once every WorkerProc loaded its model "
+        "and sent READY (multiproc_executor.py 0.8.5-0.34.0), so weights_load is proven; "
+        "the label keeps launch for want of a phase marker"
+    ),
+    "vllm/dgx-spark-launcher-aug-2026-dsv4-flash-0731-serving-enginecore-shm-broadcast-no-block-60s-five-times-minute-apart-before-fatal-error-cut": (  # noqa: E501
+        "new case (gather s20): five shm_broadcast waits a minute apart and nothing else, a "
+        "stall reason by LABELS.md ('a wait message that repeats with no progress'); the "
+        "label follows the thread, which places them at serving time, beyond the window"
     ),
     "stacks/vllm-ci-rocm-mi300-hybrid-test-state-cleanup-pytest-faulthandler-timeout-25min-one-frame-threading-wait-elided": (  # noqa: E501
         "new case (gather s17): one visible frame (threading.py wait) of an elided dump; "

@@ -188,6 +188,8 @@ def test_ray_dedup_suffix_is_counted_and_cut() -> None:
         "\x1b[0;36m(APIServer pid=31)\x1b[0;0m INFO 02-03 19:00:05 [api_server.py:946] Starting",
         "^[[0;36m(APIServer pid=31)^[[0;0m INFO 02-03 19:00:05 [api_server.py:946] Starting",
         "[1;36m(APIServer pid=31)[0;0m INFO 02-03 19:00:05 [api_server.py:946] Starting",
+        # `cat -v` / less of a CRLF file: the carriage return in caret notation as well
+        "^[[0;36m(APIServer pid=31)^[[0;0m INFO 02-03 19:00:05 [api_server.py:946] Starting^M",
     ],
 )
 def test_colour_codes_real_caret_and_stripped(line: str) -> None:

@@ -22,10 +22,13 @@ __all__ = [
 # ([1;36m / [0m) that pastes leave behind. The ESC-stripped form is only removed when it is
 # an SGR code (digits and ';' followed by 'm'; a bare [m only where no name follows:
 # "[multiproc_executor.py:800]" keeps its "[m").
+# A carriage return in caret notation ("^M" ending the line: a CRLF file shown by `cat -v`,
+# vim or less, then pasted) goes with them.
 ANSI_RE = re.compile(
     r"(?:\x1b|\^\[)\[[0-9;?]*[A-Za-z]|\x1b[()][AB0-2]|\[(?:\d{1,3}(?:;\d{1,3})*m|m(?![a-z0-9_]))"
+    r"|\^M$"
 )
-_ANSI_HINT = re.compile(r"\x1b|\^\[|\[[\d;]*m")
+_ANSI_HINT = re.compile(r"\x1b|\^\[|\[[\d;]*m|\^M$")
 
 # tqdm bar end followed directly by the next log line (no newline): split after the bar.
 _GLUED_BAR = re.compile(

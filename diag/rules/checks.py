@@ -871,7 +871,13 @@ def _cut_traceback(tail: Sequence[Record]) -> tuple[Record, Record] | None:
             # f"Scheduler hit an exception: {get_exception_traceback()}")
             or r.message.rstrip().endswith("Traceback (most recent call last):")
             or wrap_rest(r)
+            or heads(r)
         )
+
+    def heads(r: Record) -> bool:
+        # a logger's line with the traceback it logged as its continuation lines
+        # (logger.exception, KServe's "Failed to start model server: ...")
+        return any("Traceback (most recent call last)" in c for c in r.continuation[:3])
 
     def wrap_rest(r: Record) -> bool:
         # the rest of a frame line a hard wrap cut (``in R`` / ``untime``): one short
@@ -887,7 +893,7 @@ def _cut_traceback(tail: Sequence[Record]) -> tuple[Record, Record] | None:
         return None
     start: Record | None = None
     for r in reversed(tail[-400:]):
-        if "Traceback (most recent call last)" in r.message:
+        if "Traceback (most recent call last)" in r.message or heads(r):
             start = r
             break
         if not material(r):
@@ -905,12 +911,19 @@ def _cut_traceback(tail: Sequence[Record]) -> tuple[Record, Record] | None:
         if len(shown) < 2:
             return None
         start = first
-    frames = [
-        x for r in tail if start.line <= r.line <= last.line
-        for x in (r.message, *r.continuation) if FRAME.search(x)
+    shown = [
+        x for r in tail if start.line <= r.line <= last.line for x in (r.message, *r.continuation)
     ]
-    if not frames or _WAIT_FRAME.search(frames[-1].rstrip()):
+    at = [i for i, x in enumerate(shown) if FRAME.search(x)]
+    if not at:
         return None
+    if _WAIT_FRAME.search(shown[at[-1]].rstrip()):
+        # a waiting frame is where a Ctrl-C dump stops, unless its source line is the
+        # result of a finished future being read (asyncio's run_until_complete `return
+        # future.result()`, concurrent.futures' `return fut.result()`): that re-raises
+        code = shown[at[-1] + 1] if at[-1] + 1 < len(shown) else ""
+        if ".result()" not in code:
+            return None
     if last.continuation:
         body = [x for x in (last.message, *last.continuation) if x.strip("^~ \t")]
         code_line = len(body) >= 2 and FRAME.search(body[-2]) is not None  # its indent lost
@@ -928,14 +941,27 @@ _PROCESS_HEADER = regex.compile(r"^Process [\w.\-]{1,80}:\s*$")
 
 
 def _process_header(tail: Sequence[Record], start: Record) -> Record | None:
-    """The line naming the child process whose traceback starts at ``start``, if any."""
+    """The line right before the traceback that starts at ``start`` and announces it, if
+    any: the child process's name, or an ERROR line a logger wrote with the traceback
+    (logging's exception(), a wrapper's "Failed to start model server: ...")."""
     before = [r for r in tail if r.source == start.source and r.line < start.line]
-    if (
-        before and before[-1].line == start.line - 1
-        and _PROCESS_HEADER.match(before[-1].message.strip())
-    ):
-        return before[-1]
+    if not before or before[-1].line != start.line - 1:
+        return None
+    prev = before[-1]
+    if _PROCESS_HEADER.match(prev.message.strip()):
+        return prev
+    if "Traceback (most recent call last)" in start.message and _error_level(prev):
+        return prev
     return None
+
+
+def _error_level(r: Record) -> bool:
+    """An ERROR (CRITICAL, FATAL) line: by its parsed level, or by the word near its start
+    (a logger's format no grammar knew)."""
+    if (r.level or "").upper() in ("ERROR", "CRITICAL", "FATAL"):
+        return True
+    raw = r.raw or r.message
+    return regex.search(r"(?:^|\s)(?:ERROR|CRITICAL|FATAL)\s", raw[:80]) is not None
 
 
 def _check_error_ends_log(ctx: CheckContext) -> CheckOutcome | None:
@@ -943,12 +969,21 @@ def _check_error_ends_log(ctx: CheckContext) -> CheckOutcome | None:
     exception line, and nothing else explains it: the run ended in an error whose
     traceback (or exception) the excerpt cut off."""
     explained = bool(_error_explains(ctx.fired))
-    if not ctx.records or (explained and "python.exception" in ctx.fired):
+    if not ctx.records:
         return None
     tail = _tail_of(ctx.records)
     cut = _cut_traceback(tail)
-    if cut is None and explained:
+    if cut is None and (explained or "python.exception" in ctx.fired):
         return None
+    if cut is not None and explained and "python.exception" in ctx.fired:
+        # an earlier exception line fired python.exception, and the run ends in another
+        # traceback the excerpt cut (a wrapper's or the launcher's, raised after it): its
+        # start joins python.exception's evidence, the message stays the exception's
+        start, _ = cut
+        return CheckOutcome(
+            message="the log ends inside a later traceback (cut off)",
+            hits=tuple(Hit.of(r) for r in (_process_header(tail, start), start) if r),
+        )
     if cut is not None:
         # a traceback the excerpt cut is a traceback all the same, whatever other error
         # came before it (a rank killed by a signal, then the launcher's own traceback)
@@ -971,11 +1006,8 @@ def _check_error_ends_log(ctx: CheckContext) -> CheckOutcome | None:
         # a C++ library's logger (TensorFlow/XLA's; glog's: Mooncake's transfer engine,
         # Ray's core, gRPC): its E lines are no Python exception announcing itself
         return None
-    level = (last.level or "").upper()
-    if level not in ("ERROR", "CRITICAL", "FATAL"):
-        raw = last.raw or last.message
-        if not regex.search(r"(?:^|\s)(?:ERROR|CRITICAL|FATAL)\s", raw[:80]):
-            return None
+    if not _error_level(last):
+        return None
     return CheckOutcome(
         message=f"the log ends on an ERROR line with its traceback cut off: {last.message[:200]}",
         hits=(Hit.of(last),),
