@@ -1000,3 +1000,29 @@ def test_a_worker_spinning_for_its_next_message_is_idle() -> None:
     )
     (proc,) = parse_stack_text(text)
     assert proc.wait_site == "stack.idle_loop"
+
+
+def test_a_line_split_again_from_memory_is_the_line_split_anew() -> None:
+    """The extractor remembers each line's prefixes by its text (a dump's lines recur in
+    every rank): a line met again, in another record, at another offset, with or without
+    the record's rank, reads as the same line split anew."""
+    from diag.stacks.textdump import _line_of
+
+    texts = [
+        '  File "/x/scheduler.py", line 12, in event_loop',
+        "[2026-02-22 22:35:21 TP3] Thread 0x7f00 (most recent call first):",
+        "(VllmWorker rank=2 pid=310) INFO 03-10 16:19:20 Thread 0x7f01 (idle): \"MainThread\"",
+        "[rank5]:   File \"/y/distributed_c10d.py\", line 3, in barrier",
+        "\x1b[36m(RayWorkerWrapper pid=7)\x1b[0m   wait (threading.py:320)",
+        "  wait (threading.py:320) [repeated 7x across cluster]",
+        "\xa0\xa0File \"/z.py\", line 1, in f",
+        "Thread 0x7f02 (most recent call first):",
+    ]
+    seen: dict[str, tuple[str, str, RankId | None, str | None]] = {}
+    for rep in range(3):
+        for i, text in enumerate(texts):
+            for rank in (None, RankId(tp=rep)):
+                rec = Record("a.log" if rep % 2 else "b.log", 100 * rep + i, "m", rank=rank)
+                for offset in (0, 2):
+                    assert _line_of(rec, text, offset, seen) == _line_of(rec, text, offset)
+    assert len(seen) == len(texts)

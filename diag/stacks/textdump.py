@@ -298,13 +298,29 @@ def dump_lines_in(text: str) -> int:
 _RAY_REPEATED = re.compile(r"\s*\[repeated \d{1,9}x across cluster\](?:\s*\(Ray dedup.*)?$")
 
 
-def _line_of(rec: Record, text: str, offset: int) -> _Line:
+_Split = tuple[str, str, RankId | None, str | None]
+
+
+def _split_line(text: str) -> _Split:
+    """:func:`_split_prefixes` of one line cleaned (ANSI codes, Ray's dedup note, no-break
+    spaces)."""
     clean = _ANSI.sub("", text).rstrip("\r\n ")
     if clean.endswith("]") or "(Ray dedup" in clean:
         clean = _RAY_REPEATED.sub("", clean)
     if "\xa0" in clean:  # a paste through a web page: indentation as no-break spaces
         clean = clean.replace("\xa0", " ")
-    rest, channel, rank, title = _split_prefixes(clean)
+    return _split_prefixes(clean)
+
+
+def _line_of(rec: Record, text: str, offset: int, seen: dict[str, _Split] | None = None) -> _Line:
+    """The line ``text`` (line ``offset`` of record ``rec``); ``seen``: the lines split
+    so far, by their text (a dump's lines recur: every rank prints the same frames)."""
+    split = None if seen is None else seen.get(text)
+    if split is None:
+        split = _split_line(text)
+        if seen is not None:
+            seen[text] = split
+    rest, channel, rank, title = split
     if rank is None and not channel and rec.rank is not None and offset == 0:
         rank = rec.rank
     return _Line(rest, rec.source, rec.line + offset, channel, rank, title)
@@ -1254,8 +1270,10 @@ def extract_stack_processes(
     candidate = _candidate
     indent = (" ", "\t")
 
+    seen: dict[str, _Split] = {}
+
     def feed(rec: Record, piece: str, offset: int, head: _Line | None) -> None:
-        ln = _line_of(rec, piece, offset)
+        ln = _line_of(rec, piece, offset, seen)
         if head is not None and not ln.channel:
             # A log parser attached this line to the record because it belongs to the
             # record's stream (prefix already stripped): it inherits the head's stream.
@@ -1296,7 +1314,7 @@ def extract_stack_processes(
         offset = 0
         head = rec.raw or rec.message
         texts = (head, *rec.continuation) if rec.continuation else (head,)
-        head_line = _line_of(rec, head, 0) if rec.continuation else None
+        head_line = _line_of(rec, head, 0, seen) if rec.continuation else None
         for i, text in enumerate(texts):
             pieces = text.split("\n") if "\n" in text else (text,)
             if any(_maybe_glued(piece) for piece in pieces):
