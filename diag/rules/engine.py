@@ -14,6 +14,7 @@ import bisect
 import dataclasses
 import datetime as dt
 import functools
+import itertools
 import time
 from collections.abc import Mapping, Sequence
 from importlib import resources
@@ -107,10 +108,12 @@ class _NeedleFinder:
             ac = native.Automaton(nat, pats, [0] * len(pats), caseless=False, special=False)
         except MemoryError:  # pragma: no cover - each text is tested instead
             return None
-        lows = [t.lower() for t in texts]
+        lows = list(map(str.lower, texts))
         blob = "\n".join(lows).encode("utf-8", "surrogatepass")
         lines, which = ac.hits(blob)
-        per = np.fromiter((low.count("\n") + 1 for low in lows), dtype=np.int64, count=len(lows))
+        # each text's lines (its newlines, plus one), counted by C-level calls
+        per = np.fromiter(map(str.count, lows, itertools.repeat("\n")), dtype=np.int64,
+                          count=len(lows)) + 1
         owner = np.repeat(np.arange(len(lows), dtype=np.int64), per)
         # (text, needle) pairs, each once, by text then needle (``needles`` is sorted)
         pairs = np.unique(owner[lines] * len(needles) + which.astype(np.int64))
