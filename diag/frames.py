@@ -143,6 +143,12 @@ _SERVING_FUNCS = frozenset(
         # SGLang 0.1-0.3's router (sglang/srt/managers/router/model_rpc.py, then
         # managers/controller/tp_worker.py): the rpyc step over the running batch
         "exposed_step", "forward_decode_batch", "forward_fill_batch", "forward_prefill_batch",
+        # vLLM V1's engine core steps (v1/engine/core.py 0.8-0.34: run_busy_loop ->
+        # _process_engine_step -> step / step_with_batch_queue), SGLang's batch results
+        # (managers/scheduler.py 0.4-0.5.x) and its idle-time self-check
+        # (scheduler_runtime_checker_mixin.py, 0.5.x: run from the event loop when idle)
+        "_process_engine_step", "step_with_batch_queue", "process_batch_result_decode",
+        "process_batch_result_prefill", "self_check_during_idle",
     }
 )
 # SGLang's launcher sends its warm-up request after the port opened
@@ -235,7 +241,14 @@ def frame_phase(path: str, func: str) -> str | None:
     # graph runners' run_once, the forward each shape's capture (and its warm-up runs) calls
     # (model_executor/runner/*_cuda_graph_runner.py, speculative/*_cuda_graph_runner.py)
     graph_code = "/runner_backend/" in p or "/graph_runner/" in p or "cuda_graph_runner" in p
-    if graph_code and name in ("capture_one", "capture_session", "run_once"):
+    if graph_code and name in ("capture_one", "capture_session", "run_once", "_capture_one_stream"):
+        return "cuda_graph"
+    # vLLM V0's CUDAGraphRunner.capture (worker/model_runner.py 0.4-0.10) and the attention
+    # backends' capture-time metadata (sglang/srt/layers/attention/*_backend.py
+    # init_forward_metadata_capture_cuda_graph, called only while graphs are captured)
+    if (p.endswith("/vllm/worker/model_runner.py") and name == "capture") or (
+        name == "init_forward_metadata_capture_cuda_graph"
+    ):
         return "cuda_graph"
     if name in _KV_FUNCS:
         return "kv_cache"
