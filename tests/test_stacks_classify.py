@@ -1389,3 +1389,33 @@ def test_a_triton_kernel_launch_is_a_gpu_wait_even_where_the_stack_was_cut() -> 
         "compile_module_from_src (triton/backends/nvidia/driver.py:60)",
     )
     assert classify_frames(build)[0] == "stack.jit_compile"
+
+
+def test_a_process_classified_again_from_memory_reads_as_classified_anew() -> None:
+    """classified() remembers the site it read by threads, dump kind, title and pid (the
+    same stacks recur in every rank): each corpus dump's processes, classified again under
+    another rank, source and line, read as classified with nothing remembered."""
+    from pathlib import Path
+
+    import diag.stacks.classify as classify
+    from diag.model import RankId
+    from diag.stacks.primitives import primitive_in_line
+    from diag.stacks.textdump import parse_stack_text
+
+    root = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "stacks"
+    dumps = sorted(root.glob("*/dump.txt"))[:40]
+    assert dumps
+    seen = 0
+    for dump in dumps:
+        for p in parse_stack_text(dump.read_text(encoding="utf-8", errors="replace")):
+            bare = replace(p, wait_site=None, wait_thread=None)
+            classify._SITE_CACHE.clear()
+            primitive_in_line.cache_clear()
+            fresh = classify.classified(bare)
+            again = replace(bare, rank=RankId(tp=7), source="other.log", line=(p.line or 0) + 9)
+            for q in (bare, again):
+                got = classify.classified(q)
+                assert (got.wait_site, got.wait_thread) == (fresh.wait_site, fresh.wait_thread)
+                assert replace(got, wait_site=None, wait_thread=None) == q
+            seen += 1
+    assert seen > 20

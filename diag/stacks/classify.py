@@ -1515,13 +1515,30 @@ def classify_process(p: StackProcess) -> tuple[str | None, int | None]:
     return site, thread.thread_id if thread is not None else None
 
 
+# (threads, mode, title, pid) -> (wait site, thread id): what classified() read from a
+# process; the same stacks recur (every rank prints the same traceback, a watchdog dumps
+# the same threads again)
+_SITE_CACHE: dict[
+    tuple[tuple[StackThread, ...], str | None, str | None, int | None],
+    tuple[str | None, int | None],
+] = {}
+_SITE_CACHE_MAX = 10_000
+
+
 def classified(p: StackProcess) -> StackProcess:
     """The process with ``wait_site`` and ``wait_thread`` set by :func:`classify_process`
-    (a traceback no frame names a site of: by the start-up step its frames show)."""
-    site, tid = classify_process(p)
-    if site is None and p.mode == "traceback" and p.threads:
-        site = step_site(p.threads[0].frames)
-    return replace(p, wait_site=site, wait_thread=tid)
+    (a traceback no frame names a site of: by the start-up step its frames show).
+    Memoised: they depend on the threads, the dump kind, the title and the pid alone."""
+    key = (p.threads, p.mode, p.title, p.pid)
+    got = _SITE_CACHE.get(key)
+    if got is None:
+        site, tid = classify_process(p)
+        if site is None and p.mode == "traceback" and p.threads:
+            site = step_site(p.threads[0].frames)
+        if len(_SITE_CACHE) >= _SITE_CACHE_MAX:
+            _SITE_CACHE.clear()
+        got = _SITE_CACHE[key] = (site, tid)
+    return replace(p, wait_site=got[0], wait_thread=got[1])
 
 
 # the start-up steps (diag.frames, LABELS.md's frame map) whose frames say where a thread

@@ -12,6 +12,7 @@ innermost frame (a line of source text).
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 __all__ = ["PRIMITIVES", "primitive_in_line", "primitive_of", "primitive_of_call"]
@@ -124,6 +125,7 @@ def primitive_of_call(node: ast.Call) -> tuple[str, str] | None:
 _TEXT_CALL = re.compile(r"((?:[A-Za-z_]\w*(?:\(\))?\.)*)([A-Za-z_]\w*)\s*\((\s*\))?")
 
 
+@functools.lru_cache(maxsize=4096)  # (speed) the same source lines recur in every rank
 def primitive_in_line(line: str) -> tuple[str, str] | None:
     """(site, label) of the first primitive called in one line of source text, as a
     traceback prints it under a frame."""
