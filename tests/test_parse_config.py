@@ -130,3 +130,39 @@ def test_truncated_or_hostile_args_never_raise_and_never_run() -> None:
     )
     assert raw["tp_size"] == 2
     assert raw["model_path"] == "__import__('os').system('false')"  # text, not evaluated
+
+
+def test_version_lines_are_found_behind_their_literal_guards() -> None:
+    """version_of tests each pattern's literal before its regex: the same version as the
+    patterns alone give, for the first line that names one (a SGLang log only by
+    sglang's own words)."""
+    import re
+
+    from diag.parse.attribute import _VERSION_RE, version_of
+    from diag.parse.grammars import parse_line
+    from diag.parse.records import Draft
+
+    lines = [
+        "INFO 03-10 16:19:04 [api_server.py:1805] vLLM API server version 0.10.1",
+        "INFO 01-02 03:04:05 llm_engine.py:161] Initializing an LLM engine (v0.4.3) with config",
+        "[2026-02-22 22:35:21] server_args=ServerArgs(model_path='x') sglang==0.5.2.post1",
+        "sglang: 0.4.10",
+        "SGLang version SGLANG==0.4.0",  # no match: the pattern is case-sensitive
+        "vLLM API server version unknown",
+        "nothing here",
+    ]
+    for lit, rx in _VERSION_RE:  # each guard is a literal every match holds
+        assert lit in rx.pattern.replace("\\(", "(").replace("\\b", "")
+    for framework in ("sglang", "vllm", "unknown"):
+        for start in range(len(lines)):
+            drafts = [Draft("x", i, s, parse_line(s)) for i, s in enumerate(lines[start:])]
+            want = None
+            for d in drafts:
+                for _, rx in _VERSION_RE:
+                    m = re.search(rx.pattern, d.p.message)
+                    if m and (framework != "sglang" or "sglang" in rx.pattern):
+                        want = m.group(1)
+                        break
+                if want:
+                    break
+            assert version_of(drafts, framework) == want, (framework, start)

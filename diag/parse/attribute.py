@@ -172,17 +172,21 @@ def config_of(drafts: Sequence[Draft]) -> tuple[dict[str, object], str | None]:
     return merged, version
 
 
+# each with a literal every match holds (tested first: most messages name no version)
 _VERSION_RE = (
-    re.compile(r"vLLM API server version (\d+\.\d+\.\d+\S*)"),
-    re.compile(r"LLM engine \(v(\d+\.\d+[^)]*)\)"),
-    re.compile(r"\bsglang[=:]{1,2}v?(\d+\.\d+\.\d+(?:\.post\d+)?)"),
+    ("vLLM API server version ", re.compile(r"vLLM API server version (\d+\.\d+\.\d+\S*)")),
+    ("LLM engine (v", re.compile(r"LLM engine \(v(\d+\.\d+[^)]*)\)")),
+    ("sglang", re.compile(r"\bsglang[=:]{1,2}v?(\d+\.\d+\.\d+(?:\.post\d+)?)")),
 )
 
 
 def version_of(drafts: Sequence[Draft], framework: str) -> str | None:
     for d in drafts:
-        for rx in _VERSION_RE:
-            m = rx.search(d.p.message)
+        msg = d.p.message
+        for lit, rx in _VERSION_RE:
+            if lit not in msg:
+                continue
+            m = rx.search(msg)
             if m and (framework != "sglang" or "sglang" in rx.pattern):
                 return m.group(1)
     return None
