@@ -120,11 +120,15 @@ class _NeedleFinder:
         out: list[tuple[str, ...]] = [()] * len(texts)
         if not len(pairs):
             return out
-        texts_at = pairs // len(needles)
-        cuts = np.flatnonzero(texts_at[1:] != texts_at[:-1]) + 1
-        for part in np.split(pairs, cuts):
-            t = int(part[0]) // len(needles)
-            out[t] = tuple(needles[j] for j in (part % len(needles)).tolist())
+        # each text's run of pairs, read from two plain lists (a numpy split per text
+        # costs more than the pairs themselves: most texts hold one needle or two)
+        texts_at = (pairs // len(needles)).tolist()
+        which_at = (pairs % len(needles)).tolist()
+        start = 0
+        for i in range(1, len(texts_at) + 1):
+            if i == len(texts_at) or texts_at[i] != texts_at[start]:
+                out[texts_at[start]] = tuple(needles[j] for j in which_at[start:i])
+                start = i
         return out
 
 
