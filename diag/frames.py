@@ -207,6 +207,11 @@ def frame_phase(path: str, func: str) -> str | None:
     name = func.rsplit(".", 1)[-1]
     if name == "<module>":
         return None  # a module body running at import time: the file's path shows no step
+    if p.endswith("/vllm/compilation/decorators.py"):
+        # support_torch_compile's wrapper of a model class: built with the model, then run
+        # on every forward, compiled or not (0.6.4-0.34); torch.compile's own frames under
+        # it show a compile: the model was built (at least weights_load)
+        return "weights_load"
     if (
         "/torch/_dynamo/" in p or "/torch/_inductor/" in p or "/vllm/compilation/" in p
         or "/sglang/srt/compilation/" in p

@@ -102,7 +102,12 @@ def ordered(events: Iterable[Event]) -> list[Event]:
 # before the executor's init_device (dist init) and load_model. While such an event is the
 # one that set the phase reached, a later event of an earlier phase (but past the phase
 # before it) is where the run got to.
-PROVISIONAL: frozenset[str] = frozenset({"vllm.attention_backend_v0_worker"})
+# (vllm.attention_backend too: V0 0.7-0.8 logs the choice from the platform module, cuda.py
+# or rocm.py, when the worker's ModelRunner is built, before init_device's dist init; V1
+# while the model is built, after it)
+PROVISIONAL: frozenset[str] = frozenset(
+    {"vllm.attention_backend_v0_worker", "vllm.attention_backend"}
+)
 # custom all-reduce's "Registering N cuda graph addresses" closes any graph_capture()
 # context: right after vLLM 0.20+'s graph-memory profiling (KV sizing), it is that
 # profiling's, not a capture (vllm/v1/worker/gpu_model_runner.py profile_cudagraph_memory)

@@ -295,6 +295,20 @@ TUNING_XFAIL: dict[str, str] = {
         "a step (a stall reason by LABELS.md, so the port is reported unopened); the label "
         "reads the window as a cut excerpt because the thread's paste goes on"
     ),
+    "sglang/pr-feb-2026-blackwell-gpt-oss-mxfp4-before-log-ellipsis-then-per-layer-shuffling-moe-weights-it-might-take-a-while-6s-apart-cut": (  # noqa: E501
+        "new case (gather s22): weights.slow_load from the thread (a PR about ~6 s per MoE "
+        "layer's MXFP4 shuffle); the window shows steady per-layer progress, no slow shard"
+    ),
+    "vllm/pr-mar-2026-nemotron3-nano-nvfp4-tp2-shards-5-of-5-worker-prefix-only-line-loading-weights-5.95s-no-native-fp4-marlin-weight-only-warnings-x3-cut": (  # noqa: E501
+        "new case (gather s22): quant.unsupported for vLLM's warning that the GPU has no "
+        "native FP4 and Marlin weight-only FP4 is used, a supported path the run goes on "
+        "with (an error-level finding on it would flag every FP8/FP4 start on older GPUs)"
+    ),
+    "vllm/rocm-mi300x-apr-2025-v0-multiproc-llama4-maverick-fp8-worker-ready-none-not-supported-rocmflashattention-librccl-pynccl-window-cut": (  # noqa: E501
+        "new case (gather s22): the window ends on pynccl's 'vLLM is using nccl==', which "
+        "diag reads as the start of the communicator's init (a stall reason by LABELS.md); "
+        "the label reads it as a cut excerpt (as four tuning cases do, three others not)"
+    ),
     "vllm/kunlun-p800-sept-2026-vllm-kunlun-qwen36-27b-xx-cuapi-memfree-status-700-compat-layer-worker-died-unexpectedly-executor-shutdown-cut": (  # noqa: E501
         "label contradicts the source: 'Worker proc VllmWorker-0 died unexpectedly' comes "
         "from vLLM V1's worker monitor, started only once every WorkerProc loaded its model "

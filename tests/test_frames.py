@@ -64,6 +64,20 @@ T0 = dt.datetime(2026, 2, 22, 22, 35, 0)
         # vLLM V1's executor RPC: every worker had loaded its model
         ("/x/vllm/v1/executor/multiproc_executor.py", "get_response", "weights_load"),
         ("/x/vllm/v1/executor/multiproc_executor.py", "worker_busy_loop", "weights_load"),
+        # support_torch_compile's wrapper runs every forward, compiled or not: the model
+        # was built; torch.compile's own frames show a compile
+        ("/x/vllm/compilation/decorators.py", "__call__", "weights_load"),
+        ("/x/vllm/compilation/backends.py", "__call__", "compile"),
+        # SGLang PD's KV managers come after the KV pool; the transfer worker serves
+        ("/x/sglang/srt/disaggregation/mooncake/conn.py", "heartbeat_checker", "kv_cache"),
+        ("/x/sglang/srt/disaggregation/nixl/conn.py", "transfer_worker", "serving"),
+        # a KV connector is handed the allocated caches (initialize_kv_cache)
+        ("/x/lmcache/integration/vllm/vllm_multi_process_adapter.py", "register_kv_caches", "kv_cache"),  # noqa: E501
+        # a request's own coroutine and output queue in vLLM V1
+        ("/x/vllm/v1/engine/output_processor.py", "get", "serving"),
+        ("/x/vllm/v1/engine/async_llm.py", "generate", "serving"),
+        ("/x/vllm/v1/engine/core.py", "_process_engine_step", "serving"),
+        ("/x/vllm/worker/model_runner.py", "capture", "cuda_graph"),
     ],
 )
 def test_frame_phases_follow_labels(path: str, func: str, phase: str | None) -> None:
@@ -248,6 +262,24 @@ def test_v0_selector_lines_before_init_device_reach_dist_init_only() -> None:
         "INFO 07-03 14:43:50 [cuda.py:221] Using XFormers backend.\n"
     )
     assert analyze_text(v1).last_phase == "weights_load"
+    # V0 with the platform module's wording (0.7-0.8: ModelRunner.__init__ ->
+    # platform.get_attn_backend_cls, logged from rocm.py / cuda.py before init_device):
+    # the dist-init lines after it show where the worker was
+    v0_platform = (
+        "(VllmWorkerProcess pid=336) INFO 04-11 09:53:56 [rocm.py:154] Using ROCmFlashAttention backend.\n"  # noqa: E501
+        "(VllmWorkerProcess pid=336) INFO 04-11 09:53:56 [pynccl.py:69] vLLM is using nccl==2.21.5\n"  # noqa: E501
+    )
+    assert analyze_text(v0_platform).last_phase == "dist_init"
+
+
+def test_uvicorn_shutdown_lines_prove_it_had_listened() -> None:
+    # uvicorn's Server._serve reaches the lifespan shutdown only past a successful start-up
+    text = (
+        "[06-17 13:46:56] Server warmup failed; aborting startup\n"
+        "[2026-06-17 13:46:57] INFO:     Waiting for application shutdown.\n"
+        "[2026-06-17 13:46:57] INFO:     Application shutdown complete.\n"
+    )
+    assert analyze_text(text).last_phase == "listening"
 
 
 def test_combined_format_access_lines() -> None:

@@ -439,3 +439,11 @@ def test_a_launchers_prefix_of_one_shape_is_a_gutter(make: Callable[[int], str])
 )
 def test_no_prefix_gutter_where_none_was_added(lines: list[str]) -> None:
     assert not [g for g in SourceUnwrapper(lines).gutters if g.startswith("prefix:")]
+
+
+def test_markdown_escaped_pipes_are_unescaped() -> None:
+    # a log pasted into a markdown table cell: every "|" written "\\|"
+    line = "Loading safetensors checkpoint shards:  59% Completed \\| 10/17 [00:59<00:43,  6.20s/it]"
+    out, w = unwrap_line(line)
+    assert out == "Loading safetensors checkpoint shards:  59% Completed | 10/17 [00:59<00:43,  6.20s/it]"
+    assert w is not None and "markdown-escape" in w.kinds

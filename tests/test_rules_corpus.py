@@ -135,6 +135,18 @@ XFAIL.update(
             "else (a stall reason by LABELS.md); the label follows the thread, which puts "
             "them at serving time"
         ),
+        "sglang/pr-feb-2026-blackwell-gpt-oss-mxfp4-before-log-ellipsis-then-per-layer-shuffling-moe-weights-it-might-take-a-while-6s-apart-cut": (  # noqa: E501
+            "new case (gather s22): weights.slow_load from the thread; the window shows "
+            "steady per-layer progress"
+        ),
+        "vllm/pr-mar-2026-nemotron3-nano-nvfp4-tp2-shards-5-of-5-worker-prefix-only-line-loading-weights-5.95s-no-native-fp4-marlin-weight-only-warnings-x3-cut": (  # noqa: E501
+            "new case (gather s22): quant.unsupported for the no-native-FP4 Marlin "
+            "weight-only warning, a supported path"
+        ),
+        "vllm/rocm-mi300x-apr-2025-v0-multiproc-llama4-maverick-fp8-worker-ready-none-not-supported-rocmflashattention-librccl-pynccl-window-cut": (  # noqa: E501
+            "new case (gather s22): ends on pynccl's 'vLLM is using nccl==' (a step's start "
+            "for diag); the label reads a cut excerpt"
+        ),
         "vllm/v0-aug-2024-tp2-trace-function-enabled-parallel-state-world-size-2-pynccl-2.20.5-then-nccl-info-bootstrap-eno1-window-cut": (  # noqa: E501
             "new case (gather s21): the window ends on NCCL's first bootstrap line, a step's "
             "start by LABELS.md; the label reads it as a cut excerpt"

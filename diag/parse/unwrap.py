@@ -183,6 +183,12 @@ def unwrap_line(line: str) -> tuple[str, Wrap | None]:
         if out != line:
             w = Wrap(kinds=["html"])
             line = out
+    if "\\|" in line:
+        # a markdown table cell (or inline code in one) escapes each pipe: tqdm's bars,
+        # launchers' "|" separators
+        w = w or Wrap(kinds=[])
+        w.kinds.append("markdown-escape")
+        line = line.replace("\\|", "|")
     for _ in range(_MAX_ROUNDS):
         if not line:
             break
