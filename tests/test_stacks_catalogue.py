@@ -140,3 +140,34 @@ def test_a_python_only_dump_of_a_catalogued_zmq_receive_is_an_ipc_wait() -> None
     for name in (qual, bare):
         frames = (make_frame(name, f"/workspace/vllm/{rel}:{line}"),)
         assert classify_frames(frames)[0] == "stack.ipc_wait"
+
+
+def test_entries_parsed_on_first_use_are_the_rows_read_whole() -> None:
+    """The classifier keeps the catalogue's rows as read and parses a key's entries when a
+    frame asks (speed): for every key, the entries a whole parse of the file gives, in
+    file order."""
+    from diag.stacks.classify import _catalogue, _entries, _Entry
+
+    whole: dict[tuple[str, str], list[_Entry]] = {}
+    for row in TSV.read_text(encoding="utf-8").splitlines():
+        if not row or row.startswith(("#", "framework\t")):
+            continue
+        parts = row.split("\t")
+        if len(parts) not in (6, 7) or parts[3] not in STACK_SITES:
+            continue
+        lines = frozenset(int(n) for chunk in parts[5].split(";")
+                          for n in chunk.partition(":")[2].split(",") if n)
+        spans = tuple(
+            (int(a), int(b))
+            for chunk in (parts[6].split(";") if len(parts) == 7 else ())
+            for a, _, b in [chunk.partition(":")[2].partition("-")]
+            if a.isdigit() and b.isdigit()
+        )
+        entry = _Entry(parts[3], lines, spans)
+        whole.setdefault((parts[1], parts[2]), []).append(entry)
+        bare = parts[2].rsplit(".", 1)[-1]
+        if bare != parts[2]:
+            whole.setdefault((parts[1], bare), []).append(entry)
+    assert set(_catalogue()) == set(whole) and len(whole) > 1000
+    for key, entries in whole.items():
+        assert _entries(key) == tuple(entries), key

@@ -1055,10 +1055,11 @@ class _Entry:
 
 
 @lru_cache(maxsize=1)
-def _catalogue() -> dict[tuple[str, str], tuple[_Entry, ...]]:
-    """(package-relative path, qualified name) -> its blocking calls; also keyed by the bare
-    function name (py-spy before Python 3.11 shows no class)."""
-    out: dict[tuple[str, str], list[_Entry]] = {}
+def _catalogue() -> dict[tuple[str, str], tuple[tuple[str, ...], ...]]:
+    """(package-relative path, qualified name) -> the rows of its blocking calls, as read
+    (split into fields, parsed by :func:`_entries` when a frame asks); also keyed by the
+    bare function name (py-spy before Python 3.11 shows no class)."""
+    out: dict[tuple[str, str], list[tuple[str, ...]]] = {}
     try:
         text = _CATALOGUE_PATH.read_text(encoding="utf-8")
     except OSError:
@@ -1066,24 +1067,40 @@ def _catalogue() -> dict[tuple[str, str], tuple[_Entry, ...]]:
     for row in text.splitlines():
         if not row or row.startswith("#") or row.startswith("framework\t"):
             continue
-        parts = row.split("\t")
+        parts = tuple(row.split("\t"))
         if len(parts) not in (6, 7) or parts[3] not in STACK_SITES:
             continue
-        _fw, rel, qual, site, _prims, per = parts[:6]
-        lines = frozenset(
-            int(n) for chunk in per.split(";") for n in chunk.partition(":")[2].split(",") if n
-        )
-        spans = []
-        for chunk in parts[6].split(";") if len(parts) == 7 else ():
-            a, _, b = chunk.partition(":")[2].partition("-")
-            if a.isdigit() and b.isdigit():
-                spans.append((int(a), int(b)))
-        entry = _Entry(site, lines, tuple(spans))
-        out.setdefault((rel, qual), []).append(entry)
+        rel, qual = parts[1], parts[2]
+        out.setdefault((rel, qual), []).append(parts)
         bare = qual.rsplit(".", 1)[-1]
         if bare != qual:
-            out.setdefault((rel, bare), []).append(entry)
+            out.setdefault((rel, bare), []).append(parts)
     return {k: tuple(v) for k, v in out.items()}
+
+
+_ENTRIES: dict[tuple[str, str], tuple[_Entry, ...]] = {}
+
+
+def _entries(key: tuple[str, str]) -> tuple[_Entry, ...]:
+    """The catalogue's entries for (package-relative path, function name), parsed from
+    their rows on first use (a run asks for a few dozen of the ~6,700 keys)."""
+    got = _ENTRIES.get(key)
+    if got is None:
+        got = _ENTRIES[key] = tuple(_entry(parts) for parts in _catalogue().get(key, ()))
+    return got
+
+
+def _entry(parts: tuple[str, ...]) -> _Entry:
+    site, per = parts[3], parts[5]
+    lines = frozenset(
+        int(n) for chunk in per.split(";") for n in chunk.partition(":")[2].split(",") if n
+    )
+    spans = []
+    for chunk in parts[6].split(";") if len(parts) == 7 else ():
+        a, _, b = chunk.partition(":")[2].partition("-")
+        if a.isdigit() and b.isdigit():
+            spans.append((int(a), int(b)))
+    return _Entry(site, lines, tuple(spans))
 
 
 _CATALOGUE_RULES: dict[tuple[str, str], SiteRule] = {}
@@ -1104,8 +1121,9 @@ def catalogue_rule(frame: StackFrame) -> SiteRule | None:
     # a source checkout nests the package (/workspace/vllm/vllm/..., sglang/python/sglang/):
     # try every package directory in the path, outermost first
     for m in _FRAMEWORK_DIR.finditer(path):
-        entries = cat.get((path[m.end() :], frame.name), ())
-        if entries:
+        key = (path[m.end() :], frame.name)
+        if key in cat:
+            entries = _entries(key)
             break
     if not entries:
         return None
