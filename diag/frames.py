@@ -147,7 +147,11 @@ _SERVING_FUNCS = frozenset(
         # _process_engine_step -> step / step_with_batch_queue), SGLang's batch results
         # (managers/scheduler.py 0.4-0.5.x) and its idle-time self-check
         # (scheduler_runtime_checker_mixin.py, 0.5.x: run from the event loop when idle)
-        "_process_engine_step", "step_with_batch_queue", "process_batch_result_decode",
+        # _handle_client_request: the engine core's busy loop answering the client's
+        # utility calls (collective_rpc, add_lora, sleep ...), 0.8-0.34
+        "_process_engine_step", "step_with_batch_queue", "_handle_client_request",
+        "get_next_batch_to_run",
+        "process_batch_result_decode",
         "process_batch_result_prefill", "self_check_during_idle",
     }
 )
@@ -204,6 +208,8 @@ def _lower_bound(path: str, func: str) -> bool:
 def frame_phase(path: str, func: str) -> str | None:
     """The phase one frame shows was running, or None."""
     p = path.replace("\\", "/")
+    if not p.startswith("/"):
+        p = "/" + p  # a relative path (an editable install, a trimmed paste): its package
     name = func.rsplit(".", 1)[-1]
     if name == "<module>":
         return None  # a module body running at import time: the file's path shows no step

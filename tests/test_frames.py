@@ -78,6 +78,11 @@ T0 = dt.datetime(2026, 2, 22, 22, 35, 0)
         ("/x/vllm/v1/engine/async_llm.py", "generate", "serving"),
         ("/x/vllm/v1/engine/core.py", "_process_engine_step", "serving"),
         ("/x/vllm/worker/model_runner.py", "capture", "cuda_graph"),
+        # the engine core's busy loop answering a utility call; SGLang's batch choice
+        ("/x/vllm/v1/engine/core.py", "_handle_client_request", "serving"),
+        # a relative path (an editable install, a trimmed paste) names its package all the same
+        ("sglang/srt/managers/scheduler.py", "get_next_batch_to_run", "serving"),
+        ("vllm/model_executor/model_loader/loader.py", "load_model", "weights_load"),
     ],
 )
 def test_frame_phases_follow_labels(path: str, func: str, phase: str | None) -> None:

@@ -139,6 +139,10 @@ XFAIL.update(
             "new case (gather s22): weights.slow_load from the thread; the window shows "
             "steady per-layer progress"
         ),
+        "sglang/pr-dec-2025-mimo-v2-flash-tp4-swakvpool-two-kv-pools-per-rank-memory-pool-end-then-tp0-capture-cuda-graph-begin-last-line-cut-mid-timestamp": (  # noqa: E501
+            "new case (gather s23): ends on 'Capture cuda graph begin' (a stall reason by "
+            "LABELS.md); the label follows the thread"
+        ),
         "vllm/pr-mar-2026-nemotron3-nano-nvfp4-tp2-shards-5-of-5-worker-prefix-only-line-loading-weights-5.95s-no-native-fp4-marlin-weight-only-warnings-x3-cut": (  # noqa: E501
             "new case (gather s22): quant.unsupported for the no-native-FP4 Marlin "
             "weight-only warning, a supported path"

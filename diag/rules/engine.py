@@ -143,16 +143,17 @@ def _last_frame(lines: Sequence[str]) -> str:
     return plain[-1] if plain else ""
 
 
-# Error-level rules on INFO/DEBUG lines: the line must read as a failure (an exception name
-# or a failure word). Advice ("If you are running out of memory, consider ...") and
-# import-time discovery ("Found nccl from library ...") at INFO mention a failure without
-# reporting one.
+# Error-level rules on INFO/DEBUG lines: the line must read as a failure (an exception name,
+# a failure word, or a memory size measured below zero: "Available KV cache memory: -3.86
+# GiB"). Advice ("If you are running out of memory, consider ...") and import-time
+# discovery ("Found nccl from library ...") at INFO mention a failure without reporting one.
 _QUIET = frozenset({"INFO", "DEBUG"})
 _ADVICE_PRONE = frozenset({"cuda.oom", "dist.init_hang"})
 _ERROR_SHAPE = regex.compile(
     r"\b[A-Z]\w*(?:Error|Exception|Exit|Failure)\b"
     r"|(?i:\b(?:error|errors|failed|fails|failure|fatal|abort(?:ed|ing)?|killed|died|dead|crash(?:ed)?"
     r"|timed out|refused|unable|cannot|could not|not enough)\b)"
+    r"|:\s*-\d+(?:\.\d+)?\s?[KMGT]i?B\b"
 )
 
 _CODE = regex.compile(r'^\s*(?:raise\b|File "|return\b)')
@@ -610,7 +611,13 @@ def evaluate(
         findings[finding.id] = dataclasses.replace(
             prior,
             ranks=merged_ranks,
-            evidence=(prior.evidence + finding.evidence)[: MAX_EVIDENCE + 1],
+            evidence=(
+                prior.evidence
+                + tuple(
+                    e for e in finding.evidence
+                    if all((e.source, e.line) != (p.source, p.line) for p in prior.evidence)
+                )
+            )[: MAX_EVIDENCE + 1],
             evidence_total=prior.evidence_total + finding.evidence_total,
             severity=min(prior.severity, finding.severity, key=SEVERITIES.index),
         )
