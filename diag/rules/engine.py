@@ -331,7 +331,9 @@ def _scan(
                     )
                 break
             if not lines:
-                lines = text.split("\n") if rec.continuation else [text]
+                # the record's own lines (a message is one line: a newline inside one, from
+                # a caller's record, would shift every line number after it)
+                lines = [part[:_MAX_LINE] for part in (rec.message, *rec.continuation)]
                 lows = [line.lower() for line in lines]
                 code = [None] * len(lines)
             for i, line in enumerate(lines):
