@@ -30,6 +30,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from diag.frame_catalogue import catalogue_phase as _catalogue_phase
 from diag.model import Event, RankId, Record, phase_index
 
 __all__ = ["FRAME", "frame_events", "frame_phase"]
@@ -326,7 +327,9 @@ def frame_phase(path: str, func: str) -> str | None:
         # cuda_graph_runner.py CudaGraphRunner.replay 0.3-0.5.23, the NPU and draft
         # runners' replay / _replay_update): a forward of requests, after capture
         return "serving"
-    return None
+    # no rule names it: the step the sources' call graph says alone reaches it
+    # (diag/data/frame_phases.tsv, tools/frame_catalogue.py)
+    return _catalogue_phase(p, func)
 
 
 @dataclass(slots=True)

@@ -157,10 +157,12 @@ TUNING_XFAIL: dict[str, str] = {
         "thread in an image worker's VAE decode; diag reads the executor's join it shows as a "
         "lock wait, and keeps the released-GIL reading to serving workers"
     ),
-    "vllm/lmcache-nixl-pd-decode-nixl-err-backend-enginedead-post-500-interleaved-traceback": (  # noqa: E501
-        "new case (gather s11): serving from a POST answered 500 after EngineDeadError; diag "
-        "reads a 5xx after the engine said it died as no request served (listening), which "
-        "an earlier tuning label needed"
+    "vllm/dgx-spark-mxfp4-compose-apiserver-enginedeaderror-destroy-pg-warning-500s": (
+        "labelled listening by the letter (only 500 answers, no serving marker in the "
+        "window) although the thread says it was serving; the API server's output_handler -> "
+        "get_output_async frames (run only once the engine is ready, serving in the source "
+        "catalogue diag/data/frame_phases.tsv) read serving, as the same traceback does in "
+        "the tuning cases lmcache-nixl-pd-decode-... and llm-d-v0.3-pd-swapped-..."
     ),
     "vllm/sleep-mode-post-wake-up-500-asgi-exception-two-apiserver-pids-cut": (
         "new case (gather s11): serving from an operator's POST /wake_up answered 500; "
@@ -231,10 +233,6 @@ TUNING_XFAIL: dict[str, str] = {
         "new case (gather s16): cuda.error from FlashInfer's autotuner warning that it skips "
         "a tactic whose profiling got a CUDA error (an advisory the autotuner survives, "
         "the IMA is the title's)"
-    ),
-    "vllm/llm-d-v0.3-pd-swapped-tp-kubectl-pod-prefix-decode-apiserver-output-handler-enginedeaderror-cut": (  # noqa: E501
-        "new case (gather s16): serving from the thread; the window is the API server's "
-        "output-handler traceback alone, whose frames show no step"
     ),
     "vllm/v1-dec2025-lora-modules-load-after-engine-ready-valueerror-no-adapter-found-destroy-pg-warning-apiserver-traceback-cut": (  # noqa: E501
         "new case (gather s16): warmup from lines of the paste outside the window; the "
