@@ -40,6 +40,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "diag" / "data" / "frame_phases.tsv"
+sys.path.insert(0, str(ROOT / "tools"))
+from releases import release_key, release_sources  # noqa: E402
 
 __all__ = ["PHASES", "ROOTS", "build", "main"]
 
@@ -426,14 +428,6 @@ def phases_of(pkg: Package) -> dict[int, str | None]:
     return phase
 
 
-def _vkey(v: str) -> tuple[int, ...]:
-    out: list[int] = []
-    for p in v.replace("+", ".").split("."):
-        digits = "".join(ch for ch in p if ch.isdigit())
-        out.append(int(digits) if digits else 0)
-    return tuple(out)
-
-
 def build(sources: list[tuple[str, str, Path]]) -> list[tuple[str, str, str, str, str]]:
     """The catalogue's rows from (framework, version, folder) sources."""
     per: dict[tuple[str, str, str], dict[str, str | None]] = defaultdict(dict)
@@ -459,7 +453,7 @@ def build(sources: list[tuple[str, str, Path]]) -> list[tuple[str, str, str, str
             continue  # ambiguous in a release, or releases disagree
         phase = next(iter(phases))
         assert phase is not None
-        versions = ",".join(sorted(by_version, key=_vkey))
+        versions = ",".join(sorted(by_version, key=release_key))
         rows.append((fw, path, qual, phase, versions))
     return rows
 
@@ -470,21 +464,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("sources", nargs="*", help="NAME==VERSION@DIR")
     ap.add_argument("--tree", type=Path, help="a folder of NAME-VERSION/NAME/ unpacked releases")
     a = ap.parse_args(argv)
-    if a.tree is not None:
-        for d in sorted(a.tree.iterdir()):
-            name, _, version = d.name.partition("-")
-            if name in ("vllm", "sglang") and version and (d / name).is_dir():
-                a.sources.append(f"{name}=={version}@{d}")
-    if not a.sources:
+    sources = release_sources(a.sources, a.tree)
+    if not sources:
         ap.error("no sources (SRC... or --tree)")
-    sources: list[tuple[str, str, Path]] = []
     versions: dict[str, list[str]] = defaultdict(list)
-    for src in a.sources:
-        spec, _, where = src.partition("@")
-        name, _, version = spec.partition("==")
-        if not (name and version and where):
-            raise SystemExit(f"{src}: expected NAME==VERSION@DIR")
-        sources.append((name, version, Path(where)))
+    for name, version, _ in sources:
         versions[name].append(version)
     rows = build(sources)
     head = [
@@ -492,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         " each function",
         "# written by tools/frame_catalogue.py from the sources of: "
         + "; ".join(
-            f"{k} {', '.join(sorted(v, key=_vkey))}" for k, v in sorted(versions.items())
+            f"{k} {', '.join(sorted(v, key=release_key))}" for k, v in sorted(versions.items())
         ),
         "framework\tpath\tfunction\tphase\treleases",
     ]

@@ -38,6 +38,9 @@ sys.path.insert(0, str(ROOT))
 
 from diag.stacks.primitives import PRIMITIVES, primitive_of_call  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "tools"))
+from releases import release_key, release_sources  # noqa: E402
+
 OUT = ROOT / "diag" / "stacks" / "wait_catalogue.tsv"
 
 __all__ = ["PRIMITIVES", "calls_of", "main"]
@@ -104,15 +107,6 @@ def scan(name: str, version: str, root: Path, rows: dict[tuple[str, str, str, st
     return n
 
 
-def _vkey(v: str) -> tuple[int, ...]:
-    """Release order: ``0.4.6`` < ``0.4.6.post1`` < ``0.4.6.post5`` < ``0.4.7``."""
-    out: list[int] = []
-    for p in v.replace("+", ".").split("."):
-        digits = "".join(ch for ch in p if ch.isdigit())
-        out.append(int(digits) if digits else 0)
-    return tuple(out)
-
-
 def _runs(per: dict[str, str], order: list[str]) -> str:
     """``v1..v2:value`` for each run of releases (consecutive in ``order``, the releases
     read) that hold the same value; ``v:value`` for a run of one."""
@@ -142,24 +136,16 @@ def main(argv: list[str] | None = None) -> int:
         help="a folder of unpacked releases, NAME-VERSION/NAME/ each (vllm-0.9.2/vllm/)",
     )
     a = ap.parse_args(argv)
-    if a.tree is not None:
-        for d in sorted(a.tree.iterdir()):
-            name, _, version = d.name.partition("-")
-            if name in ("vllm", "sglang") and version and (d / name).is_dir():
-                a.sources.append(f"{name}=={version}@{d}")
-    if not a.sources:
+    sources = release_sources(a.sources, a.tree)
+    if not sources:
         ap.error("no sources (SRC... or --tree)")
     rows: dict[tuple[str, str, str, str], dict] = {}
     versions: dict[str, list[str]] = defaultdict(list)
-    for src in a.sources:
-        spec, _, where = src.partition("@")
-        name, _, version = spec.partition("==")
-        if not (name and version and where):
-            raise SystemExit(f"{src}: expected NAME==VERSION@DIR")
-        n = scan(name, version, Path(where), rows)
+    for name, version, where in sources:
+        n = scan(name, version, where, rows)
         versions[name].append(version)
         print(f"{name} {version}: {n} calls", file=sys.stderr)
-    order = {k: sorted(v, key=_vkey) for k, v in versions.items()}
+    order = {k: sorted(v, key=release_key) for k, v in versions.items()}
     lines = [
         "# wait-site catalogue: framework functions that block in a call with no Python frame",
         "# written by tools/stack_catalogue.py from the sources of: "
