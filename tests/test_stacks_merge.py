@@ -190,3 +190,17 @@ def test_a_serving_server_idle_rank_against_a_broadcast_waiter_names_nobody() ->
         pytest.skip("the fixture frames do not classify as expected")
     assert outlier_tp_ranks(ranks, groups, serving=True) == ()
     assert outlier_tp_ranks(ranks, groups) == (0,)
+
+
+def test_a_serving_rank_seen_moving_against_a_broadcast_waiter_names_nobody() -> None:
+    """Port open: TP0's two looks differ (a healthy overlap scheduler caught in a batch
+    step, not its idle poll), TP1 waits in the broadcast TP0 feeds: no hang to blame on
+    TP0. The same stacks with the port closed, or with TP0 the same in both looks, still
+    name TP0 (a rank busy elsewhere while its peer waits in a collective)."""
+    ranks = [proc(0, SLEEP), proc(1, ALL_REDUCE)]
+    groups = group_stacks(ranks)
+    assert groups[0].wait_site != groups[1].wait_site == "stack.nccl_collective"
+    moving = [replace(ranks[0], moving=True), ranks[1]]
+    assert outlier_tp_ranks(moving, groups, serving=True) == ()
+    assert outlier_tp_ranks(moving, groups) == (0,)
+    assert outlier_tp_ranks(ranks, groups, serving=True) == (0,)

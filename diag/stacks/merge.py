@@ -246,14 +246,20 @@ def merge_samples(samples: Sequence[StackProcess]) -> StackProcess:
 
 
 def reference_group(
-    groups: Sequence[StackGroup], running: frozenset[str] = frozenset()
+    groups: Sequence[StackGroup],
+    running: frozenset[str] = frozenset(),
+    progressing: frozenset[str] = frozenset(),
 ) -> int | None:
     """Index of the group the others are compared with, or None when no group can be.
 
     The largest group; a tie for largest goes to the one tied group parked at a
     rendezvous (a collective or a store wait: the side that waits), so with 2 ranks and 2
     stacks the rank *not* in the collective is the odd one out. A tie that this does not
-    settle (both or neither at a rendezvous) names no reference: no outliers are claimed."""
+    settle (both or neither at a rendezvous) names no reference: no outliers are claimed.
+    ``running``: members py-spy saw running Python (or, serving, in their idle loop);
+    ``progressing``: members whose stack moved between two looks of a serving server:
+    a tied group of those, wherever it was caught outside a rendezvous, is a rank at work,
+    not one that never came."""
     if not groups:
         return None
     top = max(len(g.members) for g in groups)
@@ -263,10 +269,9 @@ def reference_group(
     waiting = [i for i in tied if groups[i].wait_site in RENDEZVOUS_SITES]
     for i in tied:
         g = groups[i]
-        if (
-            i not in waiting
-            and g.wait_site in (None, "stack.idle_loop")
-            and set(g.members) <= running
+        if i not in waiting and (
+            (g.wait_site in (None, "stack.idle_loop") and set(g.members) <= running)
+            or set(g.members) <= progressing
         ):
             # py-spy saw that side running Python, not waiting: one look cannot tell a
             # rank that never came from one mid-way through its loop (a healthy idle
@@ -275,7 +280,11 @@ def reference_group(
     return waiting[0] if len(waiting) == 1 else None
 
 
-def outliers(groups: Sequence[StackGroup], running: frozenset[str] = frozenset()) -> list[str]:
+def outliers(
+    groups: Sequence[StackGroup],
+    running: frozenset[str] = frozenset(),
+    progressing: frozenset[str] = frozenset(),
+) -> list[str]:
     """Members of every group but the reference group (see :func:`reference_group`).
 
     Where no group is the reference (a tie of identical paths), the wait sites decide:
@@ -283,7 +292,7 @@ def outliers(groups: Sequence[StackGroup], running: frozenset[str] = frozenset()
     the odd ones (ranks parked in different collectives, and one rank in none of them)."""
     if len(groups) < 2:
         return []
-    ref = reference_group(groups, running)
+    ref = reference_group(groups, running, progressing)
     if ref is not None:
         return [m for i, g in enumerate(groups) if i != ref for m in g.members]
     by_site = Counter[str | None]()
@@ -304,7 +313,10 @@ def outlier_tp_ranks(
     """TP ranks of the outliers among the processes that have a TP rank; launchers,
     detokenizers and other rank-less processes in ``groups`` are left out first.
     ``serving``: the server's port is open, so a rank in its idle serving loop is where a
-    healthy rank waits for work, and a 1-1 tie against it names nobody."""
+    healthy rank waits for work, and a 1-1 tie against it names nobody; so does one
+    against a rank whose stack moved between two looks (``moving``), wherever the looks
+    caught it (a healthy overlap scheduler TP0 is seen in its batch steps as often as in
+    its idle poll, while TP1 waits in the broadcast TP0 feeds)."""
     tp_of = {
         member_label(p): p.rank.tp
         for p in processes
@@ -321,4 +333,7 @@ def outlier_tp_ranks(
         if ((t := _thread_of(p)) is not None and t.idle is False)
         or (serving and p.wait_site == "stack.idle_loop")
     )
-    return tuple(sorted({tp_of[m] for m in outliers(ranked, running)}))
+    progressing = frozenset(
+        member_label(p) for p in processes if serving and p.moving
+    )
+    return tuple(sorted({tp_of[m] for m in outliers(ranked, running, progressing)}))
