@@ -463,16 +463,11 @@ def frame_events(
                 frames.append((line, path, func))
                 if i in calls:
                     frames.append((calls[i][0], path, calls[i][1]))
-        mapped = [
-            (line, func, ph) for line, path, func in frames if (ph := frame_phase(path, func))
-        ]
+        looked = [(line, path, func, frame_phase(path, func)) for line, path, func in frames]
+        mapped = [(line, func, ph) for line, _, func, ph in looked if ph]
         if not mapped:
             continue
-        steps = [
-            ph for _, path, func in frames
-            if (ph := frame_phase(path, func)) in _STARTUP and not _lower_bound(path, func)
-        ]
-        if steps:
+        if any(ph in _STARTUP and not _lower_bound(path, func) for _, path, func, ph in looked):
             mapped = [m for m in mapped if m[2] != "serving"]
             if st.method and in_startup_method is not None and mapped[0][1] == st.frames[0][2]:
                 in_startup_method.add((st.source, st.rec.line))

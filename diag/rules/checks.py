@@ -940,7 +940,7 @@ def _cut_traceback(tail: Sequence[Record]) -> tuple[Record, Record] | None:
 _PROCESS_HEADER = regex.compile(r"^Process [\w.\-]{1,80}:\s*$")
 
 
-def _process_header(tail: Sequence[Record], start: Record) -> Record | None:
+def _announcer(tail: Sequence[Record], start: Record) -> Record | None:
     """The line right before the traceback that starts at ``start`` and announces it, if
     any: the child process's name, or an ERROR line a logger wrote with the traceback
     (logging's exception(), a wrapper's "Failed to start model server: ...")."""
@@ -982,7 +982,7 @@ def _check_error_ends_log(ctx: CheckContext) -> CheckOutcome | None:
         start, _ = cut
         return CheckOutcome(
             message="the log ends inside a later traceback (cut off)",
-            hits=tuple(Hit.of(r) for r in (_process_header(tail, start), start) if r),
+            hits=tuple(Hit.of(r) for r in (_announcer(tail, start), start) if r),
         )
     if cut is not None:
         # a traceback the excerpt cut is a traceback all the same, whatever other error
@@ -995,7 +995,7 @@ def _check_error_ends_log(ctx: CheckContext) -> CheckOutcome | None:
                 "the log ends inside a traceback before its exception line (cut off); "
                 f"the innermost frame shown: {where[:200]}"
             ),
-            hits=tuple(Hit.of(r) for r in (_process_header(tail, start), start) if r),
+            hits=tuple(Hit.of(r) for r in (_announcer(tail, start), start) if r),
         )
     if phase_index(ctx.analysis.last_phase) >= phase_index("serving"):
         return None  # a serving log's last ERROR (an aborted request) is not a crash
