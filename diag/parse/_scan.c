@@ -76,6 +76,20 @@ void dg_free(dg_ac *ac) {
     free(ac);
 }
 
+/* the trie's step from state s on class c (a new state if it has no such child yet) */
+static inline int32_t trie_step(int32_t *child, int32_t *sibling, int32_t *edge, int32_t s,
+                                int32_t c, int32_t *states) {
+    int32_t t = child[s];
+    while (t >= 0 && edge[t] != c) t = sibling[t];
+    if (t < 0) {
+        t = (*states)++;
+        edge[t] = c;
+        sibling[t] = child[s];
+        child[s] = t;
+    }
+    return t;
+}
+
 /* patterns: n byte strings (data concatenated, lens[i] each); kinds[i]: 0/1/2 as above.
  * caseless: ASCII letters match either case (the check of kind 2 is case-sensitive in
  * any automaton: those are labels). special: classes of their own for '\n' and '\r'. */
@@ -117,18 +131,24 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
     ac->caseless = caseless;
     ac->n_classes = k;
     if (k > 255 || total > (int64_t)(MASK / 2)) { dg_free(ac); return NULL; }
-    /* trie: delta doubles as the goto function (0 = no edge; the root is never a target) */
+    /* the trie is lists of children (below); delta, written once by the breadth-first
+     * pass, needs no clearing */
     size_t cells = (size_t)total * (size_t)k;
-    ac->delta = calloc(cells, sizeof(uint32_t));
+    ac->delta = malloc(cells * sizeof(uint32_t));
     ac->out = calloc((size_t)total, 1);
     ac->own = malloc(sizeof(int32_t) * (size_t)total);
     ac->dict = malloc(sizeof(int32_t) * (size_t)total);
     int32_t *fail = malloc(sizeof(int32_t) * (size_t)total);
     int32_t *queue = malloc(sizeof(int32_t) * (size_t)total);
-    if (!ac->delta || !ac->out || !ac->own || !ac->dict || !fail || !queue) {
-        free(fail); free(queue); dg_free(ac); return NULL;
-    }
-    for (int64_t s = 0; s < total; s++) { ac->own[s] = -1; ac->dict[s] = -1; }
+    /* each state's children, as a list (the rows are not read back to find them) */
+    int32_t *child = malloc(sizeof(int32_t) * (size_t)total);    /* first child */
+    int32_t *sibling = malloc(sizeof(int32_t) * (size_t)total);  /* next child of the parent */
+    int32_t *edge = malloc(sizeof(int32_t) * (size_t)total);     /* class of the edge in */
+#define DG_BUILD_FAIL { free(fail); free(queue); free(child); free(sibling); free(edge); \
+                        dg_free(ac); return NULL; }
+    if (!ac->delta || !ac->out || !ac->own || !ac->dict || !fail || !queue || !child ||
+        !sibling || !edge) DG_BUILD_FAIL
+    for (int64_t s = 0; s < total; s++) { ac->own[s] = -1; ac->dict[s] = -1; child[s] = -1; }
     int32_t states = 1, listed = 0;
     p = data;
     for (int32_t i = 0; i < n; i++) {
@@ -137,13 +157,11 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
         ac->kind[i] = kinds[i];
         ac->bit[i] = kinds[i] == 2 ? listed++ : -1;
         ac->pat[i] = malloc(len ? (size_t)len : 1);
-        if (!ac->pat[i]) { free(fail); free(queue); dg_free(ac); return NULL; }
+        if (!ac->pat[i]) DG_BUILD_FAIL
         memcpy(ac->pat[i], p, (size_t)len);
         int32_t s = 0;
         for (int32_t j = 0; j < len; j++) {
-            uint32_t *cell = &ac->delta[(size_t)s * k + ac->cls[fold(p[j], caseless)]];
-            if (!*cell) *cell = (uint32_t)states++;
-            s = (int32_t)*cell;
+            s = trie_step(child, sibling, edge, s, ac->cls[fold(p[j], caseless)], &states);
         }
         p += len;
         if (len == 0) continue;
@@ -158,7 +176,7 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
     if (n_tail) {
         troot = states++;
         ac->tail_pats = malloc(sizeof(int32_t) * (size_t)n_tail);
-        if (!ac->tail_pats) { free(fail); free(queue); dg_free(ac); return NULL; }
+        if (!ac->tail_pats) DG_BUILD_FAIL
         p = data;
         for (int32_t i = 0; i < n; i++) {
             int32_t len = lens[i];
@@ -166,9 +184,8 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
                 ac->tail_pats[ac->n_tail++] = i;
                 int32_t s = troot;
                 for (int32_t j = 0; j < len; j++) {
-                    uint32_t *cell = &ac->delta[(size_t)s * k + ac->cls[fold(p[j], caseless)]];
-                    if (!*cell) *cell = (uint32_t)states++;
-                    s = (int32_t)*cell;
+                    s = trie_step(child, sibling, edge, s, ac->cls[fold(p[j], caseless)],
+                                  &states);
                 }
                 ac->out[s] |= kinds[i] == 1 ? (OUT_CAND | OUT_PREV) : OUT_LIST;
             }
@@ -178,64 +195,71 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
     }
     ac->n_states = states;
     /* breadth first from each root (the tail's first: the main trie's tail_of reads its
-     * rows): failure links, then the full transition function */
+     * rows): failure links and the full transition function, each row encoded as it is
+     * dequeued. Entries hold the target's row offset (state * classes: no multiply per
+     * byte), FLAG set on entries into a state with output and on every entry of the
+     * newline / CR classes. A state's output and dictionary link are final when it is
+     * queued (its failure state is shallower, queued before it, hence final): so every
+     * target of a dequeued row (its children, just queued; the rest, its failure row's
+     * targets, queued before) is final, and the row is encoded in the one pass: the
+     * failure row (encoded already) copied whole, the children (from their list)
+     * written over it. */
+    uint32_t kk = (uint32_t)k;
+    if (n_tail) {
+        ac->tail_of = malloc(sizeof(uint32_t) * (size_t)troot);
+        if (!ac->tail_of) DG_BUILD_FAIL
+    }
     int32_t head = 0, tail = 0;
     for (int r = n_tail ? 1 : 0; r >= 0; r--) {
     int32_t root = r ? troot : 0;
+    int main_tail = !r && n_tail;  /* the main trie, with a tail: tail_of per state */
     head = tail = 0;
     fail[root] = root;
-    if (!r && n_tail) {
-        ac->tail_of = malloc(sizeof(uint32_t) * (size_t)troot);
-        if (!ac->tail_of) { free(fail); free(queue); dg_free(ac); return NULL; }
-        ac->tail_of[0] = (uint32_t)troot;
-    }
-    for (int32_t c = 0; c < k; c++) {
-        uint32_t *cell = &ac->delta[(size_t)root * k + c];
-        uint32_t t = *cell;
-        if (t) {
+    if (main_tail) ac->tail_of[0] = (uint32_t)troot * kk;
+    /* the root: a missing edge stays at the root */
+    {
+        uint32_t *row = &ac->delta[(size_t)root * k];
+        uint32_t stay = (ac->out[root] ? FLAG : 0) | ((uint32_t)root * kk);
+        for (int32_t c = 0; c < k; c++) row[c] = stay;
+        for (int32_t t = child[root]; t >= 0; t = sibling[t]) {
+            int32_t c = edge[t];
             fail[t] = root;
-            queue[tail++] = (int32_t)t;
-            if (!r && n_tail) ac->tail_of[t] = ac->delta[(size_t)troot * k + c] & MASK;
-        } else {
-            *cell = (uint32_t)root;
+            ac->out[t] |= ac->out[root];
+            ac->dict[t] = ac->own[root] >= 0 ? root : ac->dict[root];
+            queue[tail++] = t;
+            /* (the tail's root row is encoded: its entries are row offsets) */
+            if (main_tail) ac->tail_of[t] = ac->delta[(size_t)troot * k + c] & MASK;
+            row[c] = (ac->out[t] ? FLAG : 0) | ((uint32_t)t * kk);
         }
+        if (ac->nl_class >= 0) row[ac->nl_class] = ac->quiet_nl ? 0 : FLAG;
+        if (ac->cr_class >= 0) row[ac->cr_class] = FLAG;
     }
     while (head < tail) {
         int32_t s = queue[head++];
         int32_t f = fail[s];
-        ac->out[s] |= ac->out[f];
-        ac->dict[s] = ac->own[f] >= 0 ? f : ac->dict[f];
         uint32_t *row = &ac->delta[(size_t)s * k];
         const uint32_t *frow = &ac->delta[(size_t)f * k];
-        for (int32_t c = 0; c < k; c++) {
-            if (row[c]) {
-                int32_t t = (int32_t)row[c];
-                fail[t] = (int32_t)(frow[c] & MASK);
-                queue[tail++] = t;
-                if (!r && n_tail)
-                    ac->tail_of[t] = ac->delta[(size_t)ac->tail_of[s] * k + c] & MASK;
-            } else {
-                row[c] = frow[c] & MASK;
-            }
+        memcpy(row, frow, sizeof(uint32_t) * (size_t)k);
+        for (int32_t t = child[s]; t >= 0; t = sibling[t]) {
+            int32_t c = edge[t];
+            int32_t ft = (int32_t)((frow[c] & MASK) / kk);
+            fail[t] = ft;
+            ac->out[t] |= ac->out[ft];
+            ac->dict[t] = ac->own[ft] >= 0 ? ft : ac->dict[ft];
+            queue[tail++] = t;
+            if (main_tail) ac->tail_of[t] = ac->delta[(size_t)ac->tail_of[s] + c] & MASK;
+            row[c] = (ac->out[t] ? FLAG : 0) | ((uint32_t)t * kk);
         }
+        if (ac->nl_class >= 0) row[ac->nl_class] = ac->quiet_nl ? 0 : FLAG;
+        if (ac->cr_class >= 0) row[ac->cr_class] = FLAG;
     }
     }
     free(fail);
     free(queue);
-    /* FLAG: entries into states with output, and every entry of the newline / CR classes;
-     * entries hold the target's row offset (state * classes): no multiply per byte (one
-     * pass over the table) */
-    for (int64_t s = 0; s < states; s++) {
-        uint32_t *row = &ac->delta[(size_t)s * k];
-        for (int32_t c = 0; c < k; c++) {
-            uint32_t t = row[c] & MASK;
-            if (c == ac->nl_class) row[c] = ac->quiet_nl ? 0 : FLAG;  /* to the root */
-            else if (c == ac->cr_class) row[c] = FLAG;
-            else row[c] = (ac->out[t] ? FLAG : 0) | (t * (uint32_t)k);
-        }
-    }
-    if (n_tail)
-        for (int32_t st = 0; st < troot; st++) ac->tail_of[st] *= (uint32_t)k;
+    free(child);
+    free(sibling);
+    free(edge);
+#undef DG_BUILD_FAIL
     return ac;
 }
 
