@@ -182,11 +182,6 @@ TUNING_XFAIL: dict[str, str] = {
         "new case (gather s12): serving from a request answered 400 and health/metrics "
         "polls; diag does not count a 4xx as a request served (an earlier tuning label)"
     ),
-    "vllm/xpu-0.10.1-stuck-after-long-benchmark-rpc-execute-model-timed-out-output-handler-failed": (  # noqa: E501
-        "new case (gather s12): watchdog.timeout unexpected for vLLM's 'RPC call to "
-        "execute_model timed out'; diag's watchdog.engine_iteration reads it as vLLM's "
-        "counterpart of SGLang's watchdog, which LABELS.md names for SGLang only"
-    ),
     "vllm/rocm-gfx906-fork-qwq-gguf-starting-to-load-model-swa-partial-warning-hip-invalid-device-function": (  # noqa: E501
         "new case (gather s12): python.exception's evidence labelled at the error line th"
         "at announces the traceback; diag points at the traceback itself"
@@ -321,6 +316,27 @@ TUNING_XFAIL: dict[str, str] = {
         "new case (gather s20): five shm_broadcast waits a minute apart and nothing else, a "
         "stall reason by LABELS.md ('a wait message that repeats with no progress'); the "
         "label follows the thread, which places them at serving time, beyond the window"
+    ),
+    # gather s24 (2026-12-06), each scored before any change made for it
+    "sglang/angelslim-jul-2025-sglang-0.4.9-qwen3-1.7b-eagle3-ocr-retyped-indexkernel-device-assert-then-draft-cuda-graph-capture-scheduler-exception-cut": (  # noqa: E501
+        "new case (gather s24): cuda.error found at the device assertion's first physical "
+        "line (block/thread/Assertion); the label points at its rest on the next line, which "
+        "starts with a quote and so reads as a record of its own"
+    ),
+    "sglang/pr-may-2025-cutlass-mla-branch-dp8-tp8-dp-attention-gloo-peer-lines-init-torch-distributed-ends-load-weight-begin-interleaved-dp1-cut-off": (  # noqa: E501
+        "new case (gather s24): the window ends on 'Load weight begin', a begin marker (a "
+        "stall reason by LABELS.md); the label reads the zero-second window as cut"
+    ),
+    "vllm/kserve-0.13-jul-2024-huggingfaceserver-vllm-backend-pod-log-three-lines-failed-to-start-model-server-integer-division-by-zero": (  # noqa: E501
+        "new case (gather s24): the log ends on KServe's ERROR 'Failed to start model "
+        "server: ...', which diag reads as an exception whose traceback was cut; the label "
+        "takes the three lines as the whole pod log"
+    ),
+    "vllm/v06x-nov-2024-v0-mq-front-end-heartbeat-runtimeerror-engine-loop-has-died-then-critical-mqllmengine-already-dead-terminating-unfenced": (  # noqa: E501
+        "new case (gather s24): process.killed for 'MQLLMEngine is already dead, terminating "
+        "server process'; diag reports engine.dead: the client marks the engine dead when "
+        "its loop errored (the heartbeat's 'Engine loop has died'), not only when the "
+        "engine process exited"
     ),
     "stacks/vllm-ci-rocm-mi300-hybrid-test-state-cleanup-pytest-faulthandler-timeout-25min-one-frame-threading-wait-elided": (  # noqa: E501
         "new case (gather s17): one visible frame (threading.py wait) of an elided dump; "

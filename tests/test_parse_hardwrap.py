@@ -233,3 +233,16 @@ def test_one_full_line_that_ends_a_statement_before_a_sentence_is_no_wrap() -> N
     cut = [first[:-1], first[-1] + "and the rest of it", "Traceback (most recent call last):"]
     cut[0] = cut[0] + "x"
     assert detect_wrap(cut, _starts_or_bar) == (256, False)
+
+
+def test_one_message_repeated_as_the_longest_line_is_no_wrap() -> None:
+    """CUTLASS prints "Error: Failed to initialize the TMA descriptor 801" and then the
+    descriptor's fields, once per failed call: the same line is the longest each time, and
+    the field after it is no rest of it. Narrower than any terminal, one repeated line is
+    no wrap; the same message wrapped at a terminal's width still is."""
+    block = ["Error: Failed to initialize the TMA descriptor 801",
+             "TMA Desc Addr:   0xfffe8d7f6a80", "format         9", "dim            4"]
+    assert detect_wrap(block * 4, _starts_or_bar) is None
+    long = "Error: Failed to initialize the TMA descriptor 801 " + "x" * 60 + " tail"
+    wrapped = [piece for _ in range(4) for piece in (long[:80], long[80:])] + ["end"]
+    assert detect_wrap(wrapped, _starts_or_bar) == (80, False)

@@ -88,10 +88,6 @@ XFAIL.update(
             "new case (gather s12): a stall labelled without startup.no_listen_port, which "
             "diag reports wherever a stall is proven (as the earlier stall cases are labelled)"
         ),
-        "vllm/xpu-0.10.1-stuck-after-long-benchmark-rpc-execute-model-timed-out-output-handler-failed": (  # noqa: E501
-            "new case (gather s12): watchdog.timeout unexpected for vLLM's 'RPC call to "
-            "execute_model timed out', which diag reads as vLLM's counterpart of the watchdog"
-        ),
         "vllm/v0.5.4-ray-tp16-llama405b-leonardo-working-run-160col-wrapped-config-9min-gap-driver-ip-to-pynccl-cut": (  # noqa: E501
             "new case (gather s14): the window ends on pynccl.py's 'vLLM is using nccl==' "
             "line (a step start by LABELS.md's convention); the label follows the thread"
@@ -154,6 +150,18 @@ XFAIL.update(
         "vllm/v0-aug-2024-tp2-trace-function-enabled-parallel-state-world-size-2-pynccl-2.20.5-then-nccl-info-bootstrap-eno1-window-cut": (  # noqa: E501
             "new case (gather s21): the window ends on NCCL's first bootstrap line, a step's "
             "start by LABELS.md; the label reads it as a cut excerpt"
+        ),
+        "sglang/pr-may-2025-cutlass-mla-branch-dp8-tp8-dp-attention-gloo-peer-lines-init-torch-distributed-ends-load-weight-begin-interleaved-dp1-cut-off": (  # noqa: E501
+            "new case (gather s24): ends on 'Load weight begin' (a stall reason by "
+            "LABELS.md); the label reads the zero-second window as cut"
+        ),
+        "vllm/kserve-0.13-jul-2024-huggingfaceserver-vllm-backend-pod-log-three-lines-failed-to-start-model-server-integer-division-by-zero": (  # noqa: E501
+            "new case (gather s24): the log ends on KServe's ERROR 'Failed to start model "
+            "server: ...' (read as a cut traceback); the label takes it as the whole log"
+        ),
+        "vllm/v06x-nov-2024-v0-mq-front-end-heartbeat-runtimeerror-engine-loop-has-died-then-critical-mqllmengine-already-dead-terminating-unfenced": (  # noqa: E501
+            "new case (gather s24): process.killed for 'MQLLMEngine is already dead'; diag "
+            "reports engine.dead (the loop errored; no process exit is shown)"
         ),
     }
 )

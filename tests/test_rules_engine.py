@@ -1014,3 +1014,45 @@ def test_a_traceback_cut_after_a_hard_wrap_inside_a_frame_line_is_still_cut() ->
         f"{p}    return Runtime(*args, **kwargs)\n"
     )
     assert "python.exception" in {f.id for f in analyze_text(text).findings}
+
+
+@pytest.mark.parametrize(
+    ("path", "last", "fires"),
+    [
+        ("/opt/venv/lib/python3.11/site-packages/sglang/srt/server.py",
+         "requests.exceptions.JSONDecodeError: Expecting value: line 1 column 1 (char 0)", True),
+        ("/sgl-workspace/sglang/python/sglang/srt/entrypoints/http_server.py",
+         "requests.exceptions.HTTPError: 403 Client Error: Forbidden for url: "
+         "http://127.0.0.1:30000/generate", True),
+        # Ctrl-C during the warm-up stops it; it did not fail
+        ("/opt/venv/lib/python3.11/site-packages/sglang/srt/server.py", "KeyboardInterrupt",
+         False),
+        # a function of the same name in another package
+        ("/opt/app/mywrapper/server.py",
+         "requests.exceptions.JSONDecodeError: Expecting value: line 1 column 1 (char 0)", False),
+        # the traceback is cut before its exception line
+        ("/opt/venv/lib/python3.11/site-packages/sglang/srt/server.py", "", False),
+    ],
+)
+def test_sglang_warm_up_thread_raising_is_warmup_failed(
+    path: str, last: str, fires: bool
+) -> None:
+    """SGLang's warm-up runs in a thread (``_wait_and_warmup``); an exception out of it is
+    the warm-up request failing, read from the traceback's frames and its exception line
+    (both are the evidence), with no listening or scheduler line in the paste."""
+    from diag.analyze import analyze_text
+
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3.11/threading.py", line 1045, in _bootstrap_inner\n'
+        "    self.run()\n"
+        f'  File "{path}", line 410, in _wait_and_warmup\n'
+        "    model_info = res.json()\n"
+        '  File "/opt/venv/lib/python3.11/site-packages/requests/models.py", line 978, in json\n'
+        "    raise RequestsJSONDecodeError(e.msg, e.doc, e.pos)\n"
+        + (last + "\n" if last else "")
+    )
+    found = {f.id: f for f in analyze_text(text).findings}
+    assert ("warmup.failed" in found) is fires
+    if fires:
+        assert [e.line for e in found["warmup.failed"].evidence] == [4, 8]

@@ -13,7 +13,8 @@ CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "rules_gpu"
 # file -> (the root finding, text its message must hold, the cascades that must follow it)
 EXPECTED = {
     "cuda-oom.log": ("cuda.oom", "Tried to allocate 372.53 GiB", {"python.exception"}),
-    "cuda-device-assert.log": ("cuda.error", "device-side assert triggered", {"python.exception"}),
+    # the kernel's own assertion, printed first, names the kernel and the condition
+    "cuda-device-assert.log": ("cuda.error", "index out of bounds", {"python.exception"}),
     "cuda-invalid-ordinal.log": ("cuda.no_device", "invalid device ordinal", {"python.exception"}),
     "cuda-no-gpu.log": ("cuda.no_device", "No CUDA GPUs are available", {"python.exception"}),
     "cuda-graph-capture-sync.log": (

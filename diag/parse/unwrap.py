@@ -557,6 +557,12 @@ def detect_wrap(inner: list[str], is_start: Callable[[str], bool]) -> tuple[int,
         # one kind of line only (a wait message repeating): three of them
         mid = sum(1 for i in cont if not _INDENTED.match(inner[i + 1]))
         need = 2 if len(kinds) >= 2 or mid >= 2 else 3
+        # the same full line each time (digits aside) narrower than a terminal is a
+        # repeated message as long as the longest line, not a wrap (CUTLASS's "Error:
+        # Failed to initialize the TMA descriptor 801", then its descriptor's fields)
+        one_line = len({_DIGIT_RUN.sub("", inner[i]) for i in cont}) == 1
+        if one_line and width < min(_TERMINAL_WIDTHS):
+            need = len(cont) + 1
         if len(cont) >= need and against * 2 <= len(cont) and mid * 2 >= len(cont):
             return (width, words)
     elif len(exact) == 1 and width in _TERMINAL_WIDTHS:

@@ -1501,6 +1501,50 @@ def _check_warmup_died(ctx: CheckContext) -> CheckOutcome | None:
     return None
 
 
+# SGLang's warm-up thread (sglang/srt/server.py 0.1-0.3, srt/entrypoints/http_server.py
+# 0.4-0.5.23: ``threading.Thread(target=_wait_and_warmup, ...)``) raises out of the
+# thread when its own request fails (a timeout, a reply that is no JSON, an HTTP error
+# raised by ``res.raise_for_status()``); Python prints that thread's traceback, its frames
+# through ``_wait_and_warmup``. A dump's thread name "(_wait_and_warmup)" is no frame.
+_WARMUP_FRAME = regex.compile(r"/sglang/srt/(?:entrypoints/http_server|server)\.py$")
+
+
+def _check_warmup_thread_raised(ctx: CheckContext) -> CheckOutcome | None:
+    """A traceback through SGLang's ``_wait_and_warmup`` that ends in an exception line:
+    the warm-up request itself failed. The hits are that frame and the exception."""
+    from diag.rules.engine import handled_traceback
+
+    warm: tuple[Record, int, str] | None = None
+    for at, rec in enumerate(ctx.records):
+        for i, text in enumerate((rec.message, *rec.continuation)):
+            frame = FRAME.search(text)
+            if frame is not None:
+                if frame.group("func") == "_wait_and_warmup" and _WARMUP_FRAME.search(
+                    frame.group("path").replace("\\", "/")
+                ):
+                    warm = (rec, i, text)
+                continue
+            if warm is None or text[:1] in (" ", "\t") or not text.strip("^~ "):
+                continue
+            stripped = text.strip()
+            if not (is_exception_line(stripped) or _QUALIFIED_EXC.match(stripped)):
+                warm = None
+                continue
+            first, fi, ftext = warm
+            warm = None
+            if stripped.startswith("KeyboardInterrupt") or handled_traceback(ctx.records, at):
+                continue
+            return CheckOutcome(
+                message=f"SGLang's warm-up thread raised {stripped[:200]}",
+                hits=(
+                    Hit(first.source, first.line + fi, ftext.strip(), first.rank, first.ts, {},
+                        first.level),
+                    Hit(rec.source, rec.line + i, stripped, rec.rank, rec.ts, {}, rec.level),
+                ),
+            )
+    return None
+
+
 # CPython prints an exception by its class's module-qualified name (traceback.py
 # format_exception_only): "zmq.error.Again: Resource temporarily unavailable",
 # "triton.runtime.autotuner.OutOfResources: out of resource: shared memory",
@@ -1554,6 +1598,7 @@ CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
     "error_ends_log": _check_error_ends_log,
     "faulthandler_dump": _check_faulthandler_dump,
     "warmup_died": _check_warmup_died,
+    "warmup_thread_raised": _check_warmup_thread_raised,
     "compile_crash": _check_compile_crash,
     "dist_init_hang": _check_dist_init_hang,
     "stalled": _check_stalled,
