@@ -66,6 +66,11 @@ ONE_FRAMEWORK = {
     # "SGLang scheduler watchdog fired"; vLLM's engine-step timeout is reported as
     # watchdog.engine_iteration
     "watchdog.timeout": "sglang",
+    # "the server listened, but its own warm-up request failed": vLLM sends itself no
+    # request; its engine warm-up (compile_or_warm_up_model) runs before the port opens,
+    # and the API server's chat-template and multi-modal warm-ups are logged and skipped
+    # (entrypoints/openai serving.py "Chat template warmup failed", logger.exception)
+    "warmup.failed": "sglang",
 }
 
 
@@ -113,3 +118,19 @@ def test_examples_are_not_vacuous() -> None:
     line = rule.examples.match[0]
     assert hits_for_line(rule, line)
     assert not hits_for_line(rule, line.replace("Watchdog timeout", "Watchdog time-out"))
+
+
+def test_examples_are_tested_as_the_engine_tests_a_record() -> None:
+    """The engine never matches a traceback's frame or source line (code that names an
+    error is no report of one), with or without a log prefix: an example of that form
+    would pass here and never fire on a log, so it does not match here either."""
+    from diag.rules.engine import hits_for_line
+
+    (rule,) = [r for r in RULES if r.id == "warmup.failed"]
+    assert hits_for_line(rule, "RuntimeError: warmup failed")
+    for code in (
+        '    raise RuntimeError("warmup failed")',
+        'ERROR 05-07 14:42:34 [core.py:396]     raise RuntimeError("warmup failed")',
+        '  File "/x/warmup failed.py", line 3, in f',
+    ):
+        assert not hits_for_line(rule, code), code

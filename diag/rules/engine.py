@@ -248,8 +248,14 @@ def _traceback_material(message: str) -> bool:
 
 def hits_for_line(rule: Rule, line: str) -> list[Any]:
     """Matches of a pattern rule on one line of text, ignoring record limits (used by
-    the example runner, so examples test exactly what the engine tests)."""
+    the example runner, so examples test exactly what the engine tests: a line whose
+    message, its log prefix parsed off, is a traceback's frame or source line is code,
+    which the engine never matches)."""
     if rule.match is None:
+        return []
+    from diag.parse.grammars import parse_line
+
+    if _is_code(line) or _is_code(parse_line(line).message):
         return []
     low = line.lower()
     if not any(n in low for n in rule.needles):
