@@ -560,8 +560,12 @@ def detect_wrap(inner: list[str], is_start: Callable[[str], bool]) -> tuple[int,
         # the same full line each time (digits aside) narrower than a terminal is a
         # repeated message as long as the longest line, not a wrap (CUTLASS's "Error:
         # Failed to initialize the TMA descriptor 801", then its descriptor's fields)
+        # (a line that ends in the space a word wrap broke after is cut all the same)
         one_line = len({_DIGIT_RUN.sub("", inner[i]) for i in cont}) == 1
-        if one_line and width < min(_TERMINAL_WIDTHS):
+        if (
+            one_line and width < min(_TERMINAL_WIDTHS) and not words
+            and not inner[cont[0]].rstrip("\r").endswith(" ")
+        ):
             need = len(cont) + 1
         if len(cont) >= need and against * 2 <= len(cont) and mid * 2 >= len(cont):
             return (width, words)
@@ -696,11 +700,27 @@ _TRACE_LINE = re.compile(
     r"[^|\n]{0,160}?\b\d{1,3}%\|"  # a progress bar's line
 )
 _DIGITS = re.compile(r"[0-9]+")
+# a stack dump's own lines: py-spy's process, interpreter and thread headers and its
+# indented `func (file.py:12)` frames, faulthandler's thread headers (its `File "..."`
+# frames are a traceback's), gdb's `#3  0x... in f` frames and py-bt's header, c10's
+# `frame #3: ...` lines under a torch error, UCX's `12 0x00007f.. func()  file:line`
+# frames; torch's `[rank3]:` before any of a rank's lines
+_DUMP_HEAD = re.compile(
+    r"Thread (?:0x[0-9a-fA-F]+|\d+) |Current thread 0x|Process \d+: |Python v\d|"
+    r"\s+[^\s()]{1,200} \([^()\s]+:\d+\)\s*$|#\d{1,4}\s+(?:0x[0-9a-fA-F]+ in )?\S|"
+    r"(?:Stack|Traceback) \(most recent call first\)|frame #\d{1,4}: |"
+    r"\s*\d{1,4} +0x[0-9a-fA-F]{4,16} +\S|\[rank\d{1,6}\]:|"
+    r"Traceback for thread \d+|\s+\((?:Python|C)\) File "  # pystack's
+)
 
 
 def _starts_known(line: str) -> bool:
-    """A line that begins as a framework's own line or a traceback's."""
-    return _FRAMEWORK_HEAD.match(line) is not None or _TRACE_LINE.match(line) is not None
+    """A line that begins as a framework's own line, a traceback's or a stack dump's."""
+    return (
+        _FRAMEWORK_HEAD.match(line) is not None
+        or _TRACE_LINE.match(line) is not None
+        or _DUMP_HEAD.match(line) is not None
+    )
 
 
 def _prefix_gutter(lines: list[str], need: int) -> str | None:
