@@ -49,15 +49,19 @@ typedef struct {
     int32_t quiet_nl;      /* 1: a newline goes to the root unflagged (candidate automata:
                             * the lines' starts are tested from the newline offsets) */
     /* The tail (candidate automata with labels or line-before literals): once a line is a
-     * candidate, the rest of it is walked in a small automaton of those patterns alone
-     * (its rows stay in L1: on a log where most lines are candidates most bytes are
-     * walked there). Its states follow the main ones in delta, from tail_root on; a
-     * newline goes back to the main root. */
-    int32_t tail_root;     /* first tail state (0: no tail) */
-    uint32_t *tail_of;     /* per main state: the row offset of the tail state that reads
-                            * the same text (the longest suffix that starts a tail pattern) */
-    int32_t *tail_pats;    /* the tail's patterns (kinds 1 and 2), checked at its outputs */
-    int32_t n_tail;
+     * candidate, the rest of it is not walked (on a log where most lines are candidates,
+     * most bytes are there): the walk jumps to the line's end, and the patterns of kinds
+     * 1 and 2 that end in that rest are found by their first bytes (16 bytes at a time)
+     * and compared whole (tail_scan). */
+    int32_t n_tail;        /* the tail's patterns (0: no tail) */
+    int32_t *tail_pats;    /* ... grouped by first byte (a kind 1 one under both cases) */
+    int32_t tail_at[257];  /* per byte b: its patterns are tail_pats[tail_at[b] .. tail_at[b+1]) */
+    int32_t tail_max;      /* the longest tail pattern */
+    /* a filter of the tail patterns' first two bytes (Teddy: 8 buckets of patterns, a
+     * byte's bucket bits looked up per nibble with a byte shuffle, 16 starts at a time):
+     * lo0, hi0 (byte 0), lo1, hi1 (byte 1) */
+    uint8_t teddy[64];
+    int32_t *depth;        /* per state: the length of the text it has read */
     int32_t caseless;
 } dg_ac;
 
@@ -68,7 +72,7 @@ static uint8_t fold(uint8_t b, int caseless) {
 void dg_free(dg_ac *ac) {
     if (!ac) return;
     free(ac->delta); free(ac->out); free(ac->own); free(ac->next_own); free(ac->dict);
-    free(ac->plen); free(ac->kind); free(ac->bit); free(ac->tail_of); free(ac->tail_pats);
+    free(ac->plen); free(ac->kind); free(ac->bit); free(ac->tail_pats); free(ac->depth);
     if (ac->pat) {
         for (int32_t i = 0; i < ac->n_patterns; i++) free(ac->pat[i]);
         free(ac->pat);
@@ -76,9 +80,19 @@ void dg_free(dg_ac *ac) {
     free(ac);
 }
 
+/* the weight of the bytes whose low nibble is in lo and high nibble in hi (bit masks):
+ * lower-case letters, digits and the space 16 each (common in logs), any other 1 */
+static double nibble_weight(uint16_t lo, uint16_t hi) {
+    double w = 0;
+    for (int b = 0; b < 256; b++)
+        if ((lo >> (b & 15) & 1) && (hi >> (b >> 4) & 1))
+            w += ((b >= 'a' && b <= 'z') || (b >= '0' && b <= '9') || b == ' ') ? 16 : 1;
+    return w;
+}
+
 /* the trie's step from state s on class c (a new state if it has no such child yet) */
-static inline int32_t trie_step(int32_t *child, int32_t *sibling, int32_t *edge, int32_t s,
-                                int32_t c, int32_t *states) {
+static inline int32_t trie_step(int32_t *child, int32_t *sibling, int32_t *edge,
+                                int32_t *depth, int32_t s, int32_t c, int32_t *states) {
     int32_t t = child[s];
     while (t >= 0 && edge[t] != c) t = sibling[t];
     if (t < 0) {
@@ -86,6 +100,7 @@ static inline int32_t trie_step(int32_t *child, int32_t *sibling, int32_t *edge,
         edge[t] = c;
         sibling[t] = child[s];
         child[s] = t;
+        depth[t] = depth[s] + 1;
     }
     return t;
 }
@@ -107,15 +122,12 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
     /* byte classes */
     int used[256] = {0};
     int64_t total = 1;
-    int32_t n_tail = 0;
     const uint8_t *p = data;
     for (int32_t i = 0; i < n; i++) {
         for (int32_t j = 0; j < lens[i]; j++) used[fold(p[j], caseless)] = 1;
         total += lens[i];
-        if (special && kinds[i] != 0 && lens[i] > 0) { total += lens[i]; n_tail++; }
         p += lens[i];
     }
-    if (n_tail) total += 1;  /* the tail's root */
     int32_t k = 1;
     ac->nl_class = -1;
     ac->cr_class = -1;
@@ -138,6 +150,7 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
     ac->out = calloc((size_t)total, 1);
     ac->own = malloc(sizeof(int32_t) * (size_t)total);
     ac->dict = malloc(sizeof(int32_t) * (size_t)total);
+    ac->depth = malloc(sizeof(int32_t) * (size_t)total);
     int32_t *fail = malloc(sizeof(int32_t) * (size_t)total);
     int32_t *queue = malloc(sizeof(int32_t) * (size_t)total);
     /* each state's children, as a list (the rows are not read back to find them) */
@@ -146,9 +159,10 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
     int32_t *edge = malloc(sizeof(int32_t) * (size_t)total);     /* class of the edge in */
 #define DG_BUILD_FAIL { free(fail); free(queue); free(child); free(sibling); free(edge); \
                         dg_free(ac); return NULL; }
-    if (!ac->delta || !ac->out || !ac->own || !ac->dict || !fail || !queue || !child ||
-        !sibling || !edge) DG_BUILD_FAIL
+    if (!ac->delta || !ac->out || !ac->own || !ac->dict || !ac->depth || !fail || !queue ||
+        !child || !sibling || !edge) DG_BUILD_FAIL
     for (int64_t s = 0; s < total; s++) { ac->own[s] = -1; ac->dict[s] = -1; child[s] = -1; }
+    ac->depth[0] = 0;
     int32_t states = 1, listed = 0;
     p = data;
     for (int32_t i = 0; i < n; i++) {
@@ -161,7 +175,8 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
         memcpy(ac->pat[i], p, (size_t)len);
         int32_t s = 0;
         for (int32_t j = 0; j < len; j++) {
-            s = trie_step(child, sibling, edge, s, ac->cls[fold(p[j], caseless)], &states);
+            s = trie_step(child, sibling, edge, ac->depth, s, ac->cls[fold(p[j], caseless)],
+                          &states);
         }
         p += len;
         if (len == 0) continue;
@@ -171,32 +186,109 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
         else if (kinds[i] == 1) ac->out[s] |= OUT_CAND | OUT_PREV;
         else ac->out[s] |= OUT_LIST;
     }
-    /* the tail: a second trie of the kind 1 and 2 patterns, from its own root */
-    int32_t troot = 0;
-    if (n_tail) {
-        troot = states++;
-        ac->tail_pats = malloc(sizeof(int32_t) * (size_t)n_tail);
-        if (!ac->tail_pats) DG_BUILD_FAIL
+    /* the tail: the kind 1 and 2 patterns by first byte (candidate automata only) */
+    if (special) {
+        int32_t cnt[257] = {0};
+        int32_t n_tail = 0;
         p = data;
         for (int32_t i = 0; i < n; i++) {
             int32_t len = lens[i];
             if (kinds[i] != 0 && len > 0) {
-                ac->tail_pats[ac->n_tail++] = i;
-                int32_t s = troot;
-                for (int32_t j = 0; j < len; j++) {
-                    s = trie_step(child, sibling, edge, s, ac->cls[fold(p[j], caseless)],
-                                  &states);
-                }
-                ac->out[s] |= kinds[i] == 1 ? (OUT_CAND | OUT_PREV) : OUT_LIST;
+                uint8_t b0 = p[0], lo = fold(b0, caseless);
+                int both = kinds[i] == 1 && caseless && lo >= 'a' && lo <= 'z';
+                cnt[both ? lo : b0]++;
+                if (both) cnt[lo - 32]++;
+                n_tail += 1 + both;
+                if (len > ac->tail_max) ac->tail_max = len;
             }
             p += len;
         }
-        ac->tail_root = troot;
+        if (n_tail) {
+            ac->tail_pats = malloc(sizeof(int32_t) * (size_t)n_tail);
+            if (!ac->tail_pats) DG_BUILD_FAIL
+            ac->tail_at[0] = 0;
+            for (int b = 0; b < 256; b++) {
+                ac->tail_at[b + 1] = ac->tail_at[b] + cnt[b];
+                cnt[b] = ac->tail_at[b];  /* now: the next free slot */
+            }
+            p = data;
+            for (int32_t i = 0; i < n; i++) {
+                int32_t len = lens[i];
+                if (kinds[i] != 0 && len > 0) {
+                    uint8_t b0 = p[0], lo = fold(b0, caseless);
+                    int both = kinds[i] == 1 && caseless && lo >= 'a' && lo <= 'z';
+                    ac->tail_pats[cnt[both ? lo : b0]++] = i;
+                    if (both) ac->tail_pats[cnt[lo - 32]++] = i;
+                }
+                p += len;
+            }
+            ac->n_tail = n_tail;
+            /* the filter: each first byte a group (its patterns' second bytes, any byte
+             * for a pattern of one; a kind 1 pattern's letters under both cases); while
+             * more than 8, the two groups whose merging lets the fewest (byte 0, byte 1)
+             * pairs more through the nibble lookups are merged (weighing lower-case
+             * letters, digits and spaces, the common bytes of logs, 16 to 1) */
+            int n_grp = 0;
+            /* per group: the nibbles of byte 0 (low, high) and of byte 1, as bit masks */
+            uint16_t lo0m[256], hi0m[256], lo1m[256], hi1m[256];
+            for (int b = 0; b < 256; b++) {
+                if (ac->tail_at[b] == ac->tail_at[b + 1]) continue;
+                int g = n_grp++;
+                lo0m[g] = (uint16_t)(1u << (b & 15));
+                hi0m[g] = (uint16_t)(1u << (b >> 4));
+                lo1m[g] = hi1m[g] = 0;
+                for (int32_t t = ac->tail_at[b]; t < ac->tail_at[b + 1]; t++) {
+                    int32_t pi = ac->tail_pats[t];
+                    if (lens[pi] < 2) { lo1m[g] = hi1m[g] = 0xffff; continue; }
+                    uint8_t c1 = ac->pat[pi][1], l1 = fold(c1, caseless);
+                    uint8_t v[2] = {c1, c1};
+                    if (kinds[pi] == 1 && caseless && l1 >= 'a' && l1 <= 'z') { v[0] = l1; v[1] = (uint8_t)(l1 - 32); }
+                    for (int x = 0; x < 2; x++) {
+                        lo1m[g] |= (uint16_t)(1u << (v[x] & 15));
+                        hi1m[g] |= (uint16_t)(1u << (v[x] >> 4));
+                    }
+                }
+            }
+            int32_t merged[256];  /* group -> the group it went into (itself: kept) */
+            for (int g = 0; g < n_grp; g++) merged[g] = g;
+            for (int left = n_grp; left > 8; left--) {
+                double best = 0;
+                int bx = -1, by = -1;
+                if (left > 32) {  /* (many first bytes: the last two kept merged) */
+                    for (int g = n_grp - 1; g >= 0 && (bx < 0 || by < 0); g--)
+                        if (merged[g] == g) { if (by < 0) by = g; else bx = g; }
+                } else
+                for (int x = 0; x < n_grp; x++) {
+                    if (merged[x] != x) continue;
+                    for (int y = x + 1; y < n_grp; y++) {
+                        if (merged[y] != y) continue;
+                        double add = nibble_weight(lo0m[x] | lo0m[y], hi0m[x] | hi0m[y]) *
+                                     nibble_weight(lo1m[x] | lo1m[y], hi1m[x] | hi1m[y]) -
+                                     nibble_weight(lo0m[x], hi0m[x]) * nibble_weight(lo1m[x], hi1m[x]) -
+                                     nibble_weight(lo0m[y], hi0m[y]) * nibble_weight(lo1m[y], hi1m[y]);
+                        if (bx < 0 || add < best) { best = add; bx = x; by = y; }
+                    }
+                }
+                lo0m[bx] |= lo0m[by]; hi0m[bx] |= hi0m[by];
+                lo1m[bx] |= lo1m[by]; hi1m[bx] |= hi1m[by];
+                for (int g = 0; g < n_grp; g++) if (merged[g] == by) merged[g] = bx;
+            }
+            int bucket = 0;
+            for (int g = 0; g < n_grp; g++) {
+                if (merged[g] != g) continue;
+                uint8_t bit = (uint8_t)(1u << bucket++);
+                for (int x = 0; x < 16; x++) {
+                    if (lo0m[g] >> x & 1) ac->teddy[x] |= bit;
+                    if (hi0m[g] >> x & 1) ac->teddy[16 + x] |= bit;
+                    if (lo1m[g] >> x & 1) ac->teddy[32 + x] |= bit;
+                    if (hi1m[g] >> x & 1) ac->teddy[48 + x] |= bit;
+                }
+            }
+        }
     }
     ac->n_states = states;
-    /* breadth first from each root (the tail's first: the main trie's tail_of reads its
-     * rows): failure links and the full transition function, each row encoded as it is
-     * dequeued. Entries hold the target's row offset (state * classes: no multiply per
+    /* breadth first from the root: failure links and the full transition function, each
+     * row encoded as it is dequeued. Entries hold the target's row offset (state * classes: no multiply per
      * byte), FLAG set on entries into a state with output and on every entry of the
      * newline / CR classes. A state's output and dictionary link are final when it is
      * queued (its failure state is shallower, queued before it, hence final): so every
@@ -205,17 +297,9 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
      * failure row (encoded already) copied whole, the children (from their list)
      * written over it. */
     uint32_t kk = (uint32_t)k;
-    if (n_tail) {
-        ac->tail_of = malloc(sizeof(uint32_t) * (size_t)troot);
-        if (!ac->tail_of) DG_BUILD_FAIL
-    }
     int32_t head = 0, tail = 0;
-    for (int r = n_tail ? 1 : 0; r >= 0; r--) {
-    int32_t root = r ? troot : 0;
-    int main_tail = !r && n_tail;  /* the main trie, with a tail: tail_of per state */
-    head = tail = 0;
+    int32_t root = 0;
     fail[root] = root;
-    if (main_tail) ac->tail_of[0] = (uint32_t)troot * kk;
     /* the root: a missing edge stays at the root */
     {
         uint32_t *row = &ac->delta[(size_t)root * k];
@@ -227,8 +311,6 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
             ac->out[t] |= ac->out[root];
             ac->dict[t] = ac->own[root] >= 0 ? root : ac->dict[root];
             queue[tail++] = t;
-            /* (the tail's root row is encoded: its entries are row offsets) */
-            if (main_tail) ac->tail_of[t] = ac->delta[(size_t)troot * k + c] & MASK;
             row[c] = (ac->out[t] ? FLAG : 0) | ((uint32_t)t * kk);
         }
         if (ac->nl_class >= 0) row[ac->nl_class] = ac->quiet_nl ? 0 : FLAG;
@@ -247,12 +329,10 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
             ac->out[t] |= ac->out[ft];
             ac->dict[t] = ac->own[ft] >= 0 ? ft : ac->dict[ft];
             queue[tail++] = t;
-            if (main_tail) ac->tail_of[t] = ac->delta[(size_t)ac->tail_of[s] + c] & MASK;
             row[c] = (ac->out[t] ? FLAG : 0) | ((uint32_t)t * kk);
         }
         if (ac->nl_class >= 0) row[ac->nl_class] = ac->quiet_nl ? 0 : FLAG;
         if (ac->cr_class >= 0) row[ac->cr_class] = FLAG;
-    }
     }
     free(fail);
     free(queue);
@@ -267,9 +347,12 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
  * zeroes it); nl: offsets of the chunk's n_nl newlines. Returns the labels found as bits
  * (order among the kind-2 patterns, at most 64); lab_count / lab_at (may be NULL): each
  * label's count of occurrences and its first cap start offsets (in no particular order).
- * The chunk is cut at newlines into LANES parts walked in lock-step: one automaton walk is
- * a chain of dependent loads, several independent ones keep the core busy. */
+ * The chunk is cut at newlines into parts, walked LANES at a time in lock-step (one
+ * automaton walk is a chain of dependent loads, several independent ones keep the core
+ * busy; a lane that is done takes the next part). */
 #define LANES 8
+#define PART_BYTES (32 << 10)  /* about; a part ends at a newline */
+#define PART_MIN (2 << 10)
 
 typedef struct { int64_t i, end, line; uint32_t s; } lane_t;
 
@@ -286,9 +369,99 @@ static inline void label_hit(const dg_ac *ac, int32_t pi, int64_t start, uint64_
     }
 }
 
+/* the tail's patterns starting at p that end past `after` and before `to` (the line's end) */
+static inline void tail_at(const dg_ac *ac, const uint8_t *buf, int64_t p, int64_t to,
+                           int64_t after, int64_t line, uint8_t *mask, int64_t n_lines,
+                           uint64_t *labels, label_pos_t *pos) {
+    uint8_t b = buf[p];
+    for (int32_t t = ac->tail_at[b]; t < ac->tail_at[b + 1]; t++) {
+        int32_t pi = ac->tail_pats[t], len = ac->plen[pi];
+        if (p + len > to || p + len - 1 <= after) continue;
+        const uint8_t *at = buf + p, *pat = ac->pat[pi];
+        if (ac->kind[pi] == 2) {
+            if (ac->bit[pi] >= 64) continue;
+            int32_t j = 0;
+            while (j < len && at[j] == pat[j]) j++;
+            if (j == len) label_hit(ac, pi, p, labels, pos);
+        } else if (line > 0 && line < n_lines && !mask[line - 1]) {
+            int32_t j = 0;
+            while (j < len && fold(at[j], ac->caseless) == fold(pat[j], ac->caseless)) j++;
+            if (j == len) mask[line - 1] = 1;
+        }
+    }
+}
+
+#if defined(__SSE2__)
+#include <tmmintrin.h>
+/* the starts in [p, to) that pass the tail's filter, 16 at a time while 17 bytes can be
+ * read; returns where it stopped */
+__attribute__((target("ssse3"))) static int64_t tail_teddy(
+        const dg_ac *ac, const uint8_t *buf, int64_t size, int64_t p, int64_t to,
+        int64_t after, int64_t line, uint8_t *mask, int64_t n_lines, uint64_t *labels,
+        label_pos_t *pos) {
+    const __m128i lo0 = _mm_loadu_si128((const __m128i *)(const void *)ac->teddy);
+    const __m128i hi0 = _mm_loadu_si128((const __m128i *)(const void *)(ac->teddy + 16));
+    const __m128i lo1 = _mm_loadu_si128((const __m128i *)(const void *)(ac->teddy + 32));
+    const __m128i hi1 = _mm_loadu_si128((const __m128i *)(const void *)(ac->teddy + 48));
+    const __m128i nib = _mm_set1_epi8(0x0f), zero = _mm_setzero_si128();
+    for (; p < to && p + 17 <= size; p += 16) {
+        __m128i v0 = _mm_loadu_si128((const __m128i *)(const void *)(buf + p));
+        __m128i v1 = _mm_loadu_si128((const __m128i *)(const void *)(buf + p + 1));
+        __m128i r0 = _mm_and_si128(_mm_shuffle_epi8(lo0, _mm_and_si128(v0, nib)),
+                                   _mm_shuffle_epi8(hi0, _mm_and_si128(_mm_srli_epi16(v0, 4), nib)));
+        __m128i r1 = _mm_and_si128(_mm_shuffle_epi8(lo1, _mm_and_si128(v1, nib)),
+                                   _mm_shuffle_epi8(hi1, _mm_and_si128(_mm_srli_epi16(v1, 4), nib)));
+        unsigned bits = ~(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(r0, r1), zero))
+                        & 0xffffu;
+        if (to - p < 16) bits &= (1u << (to - p)) - 1u;
+        while (bits) {
+            int64_t q = p + __builtin_ctz(bits);
+            bits &= bits - 1;
+            tail_at(ac, buf, q, to, after, line, mask, n_lines, labels, pos);
+        }
+    }
+    return p;
+}
+#endif
+
+static int have_ssse3(void) {
+    static int have = -1;
+    if (have < 0) {
+#if defined(__SSE2__) && (defined(__GNUC__) || defined(__clang__))
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("ssse3") ? 1 : 0;
+#else
+        have = 0;
+#endif
+    }
+    return have;
+}
+
+/* The rest of a candidate line, [after + 1, to) (to: its newline, or the chunk's end): the
+ * tail's patterns that end there. They start at `from` (the line's start) or later, and a
+ * pattern that starts at or before `after` reads the last `read` bytes (the text the main
+ * automaton's state has read: what a pattern's prefix ending at `after` is a suffix of).
+ * The same reports as an automaton of those patterns walked on from the state that has
+ * read the same text: a label's start, a kind 1 pattern's line before. */
+static void tail_scan(const dg_ac *ac, const uint8_t *buf, int64_t size, int64_t from,
+                      int64_t after, int64_t read, int64_t to, int64_t line, uint8_t *mask,
+                      int64_t n_lines, uint64_t *labels, label_pos_t *pos, int ssse3) {
+    int64_t p = after + 1 - read;
+    if (p < after + 2 - ac->tail_max) p = after + 2 - ac->tail_max;
+    if (p < from) p = from;
+#if defined(__SSE2__)
+    if (ssse3) p = tail_teddy(ac, buf, size, p, to, after, line, mask, n_lines, labels, pos);
+#else
+    (void)ssse3;
+#endif
+    for (; p < to; p++)
+        if (ac->tail_at[buf[p]] < ac->tail_at[buf[p] + 1])
+            tail_at(ac, buf, p, to, after, line, mask, n_lines, labels, pos);
+}
+
 static inline void hit(const dg_ac *ac, const uint8_t *buf, int64_t size, uint8_t *mask,
                        int64_t n_lines, lane_t *L, uint8_t b, uint32_t k, uint64_t *labels,
-                       label_pos_t *pos, const int64_t *nl, int64_t n_nl) {
+                       label_pos_t *pos, const int64_t *nl, int64_t n_nl, int ssse3) {
     int64_t i = L->i;
     if (b == '\n') {
         int64_t line = ++L->line;
@@ -312,23 +485,6 @@ static inline void hit(const dg_ac *ac, const uint8_t *buf, int64_t size, uint8_
     }
     int32_t st = (int32_t)(L->s / k);
     uint8_t o = ac->out[st];
-    if (ac->tail_root && st >= ac->tail_root) {
-        /* the tail of a candidate line: which of its patterns end here, checked whole */
-        for (int32_t t = 0; t < ac->n_tail; t++) {
-            int32_t pi = ac->tail_pats[t], len = ac->plen[pi];
-            if (i + 1 < len) continue;
-            const uint8_t *at = buf + i + 1 - len, *pat = ac->pat[pi];
-            if (ac->kind[pi] == 2) {
-                if (ac->bit[pi] < 64 && memcmp(at, pat, (size_t)len) == 0)
-                    label_hit(ac, pi, i + 1 - len, labels, pos);
-            } else if ((o & OUT_PREV) && line > 0 && line < n_lines) {
-                int32_t j = 0;
-                while (j < len && fold(at[j], ac->caseless) == fold(pat[j], ac->caseless)) j++;
-                if (j == len) mask[line - 1] = 1;
-            }
-        }
-        return;
-    }
     if (line < n_lines) {
         if (o & OUT_CAND) mask[line] = 1;
         if ((o & OUT_PREV) && line > 0) mask[line - 1] = 1;
@@ -345,9 +501,19 @@ static inline void hit(const dg_ac *ac, const uint8_t *buf, int64_t size, uint8_
             d = ac->dict[d];
         }
     }
-    /* a candidate line: its rest is walked in the tail (from the state that has read
-     * the same text) */
-    if (ac->tail_root && (o & OUT_CAND) && line < n_lines) L->s = ac->tail_of[st];
+    /* a candidate line (with newline offsets): its rest is searched for the tail's
+     * patterns, and the walk goes on from its newline (the caller's step moves past
+     * L->i: the newline is walked, back to the root) */
+    if ((o & OUT_CAND) && line < n_lines && nl) {
+        int64_t to = line < n_nl ? nl[line] : size;
+        if (ac->n_tail) {
+            int64_t from = line > 0 ? nl[line - 1] + 1 : 0;
+            tail_scan(ac, buf, size, from, i, ac->depth[st], to, line, mask, n_lines, labels,
+                      pos, ssse3);
+        }
+        L->i = to - 1;
+        L->s = 0;
+    }
 }
 
 uint64_t dg_candidates(const dg_ac *ac, const uint8_t *buf, int64_t size, const int64_t *nl,
@@ -362,6 +528,7 @@ uint64_t dg_candidates(const dg_ac *ac, const uint8_t *buf, int64_t size, const 
     /* (the chunk's first line, which no newline precedes, is tested by the caller) */
     if (size <= 0 || n_lines <= 0) return 0;
     const int64_t *qnl = ac->quiet_nl ? nl : NULL;
+    const int ssse3 = ac->n_tail ? have_ssse3() : 0;
     if (qnl) {
         /* the lines' starts, from the newline offsets: an indented line (and the line
          * before it), a line starting "#<digit>" */
@@ -374,41 +541,50 @@ uint64_t dg_candidates(const dg_ac *ac, const uint8_t *buf, int64_t size, const 
                 mask[line] = 1;
         }
     }
-    /* lanes: part j starts after the first newline at or past j * size / LANES */
-    lane_t lane[LANES];
-    int64_t prev_end = 0;
-    int64_t prev_line = 0;
-    for (int j = 0; j < LANES; j++) {
-        lane[j].i = prev_end;
-        lane[j].line = prev_line;
-        lane[j].s = 0;
-        int64_t end = size;
-        if (j < LANES - 1 && n_nl > 0) {
-            int64_t want = (size / LANES) * (j + 1);
-            /* first newline at or after want */
-            int64_t lo = 0, hi = n_nl;
-            while (lo < hi) { int64_t mid = (lo + hi) / 2; if (nl[mid] < want) lo = mid + 1; else hi = mid; }
-            if (lo < n_nl && nl[lo] + 1 > prev_end) { end = nl[lo] + 1; prev_line = lo + 1; }
-            else { end = prev_end; }
-        }
-        if (j == LANES - 1) end = size;
-        if (end < prev_end) end = prev_end;
-        lane[j].end = end;
-        prev_end = end;
+    /* parts: of PART_BYTES, less near the chunk's end (a 32nd of what is left, at least
+     * PART_MIN: the lanes' last parts, walked one by one, are short), each ending after
+     * the first newline past its length (the newline ending a part belongs to it: the
+     * next part starts on the line after) */
+    int64_t start = 0, start_line = 0;  /* the next part's start and first line */
+#define NEXT_PART(L)                                                                  \
+    {                                                                                 \
+        int64_t len = (size - start) / 32, end = size, lo = n_nl;                     \
+        if (len > PART_BYTES) len = PART_BYTES;                                       \
+        if (len < PART_MIN) len = PART_MIN;                                           \
+        if (start + len < size) {                                                     \
+            int64_t want = start + len, hi = n_nl;                                    \
+            lo = start_line;                                                          \
+            while (lo < hi) { int64_t mid = (lo + hi) / 2; if (nl[mid] < want) lo = mid + 1; else hi = mid; } \
+            if (lo < n_nl) end = nl[lo] + 1;                                          \
+        }                                                                             \
+        (L)->i = start; (L)->end = end; (L)->line = start_line; (L)->s = 0;           \
+        start = end;                                                                  \
+        start_line = lo < n_nl ? lo + 1 : n_nl;                                       \
     }
-    /* the newline ending a lane belongs to it: the next lane starts on the line after.
-     * The 8 lanes' positions and states are locals in one lock-step loop (8 walks in
+    lane_t lane[LANES];
+    for (int j = 0; j < LANES; j++) {  /* (empty: each takes its first part below) */
+        lane[j].i = lane[j].end = 0; lane[j].line = 0; lane[j].s = 0;
+    }
+    /* The 8 lanes' positions and states are locals in one lock-step loop (8 walks in
      * flight: 10-20% faster than two rounds of 4, the table's rows mostly come from L2);
      * a flagged entry (CR, output; a newline only in an automaton without quiet_nl)
      * goes through hit() with its lane, which brings the lane's line number up to its
-     * position from the newline offsets. */
-    {
-        lane_t *A = &lane[0], *B = &lane[1], *C = &lane[2], *D = &lane[3];
-        lane_t *E = &lane[4], *F = &lane[5], *G = &lane[6], *H = &lane[7];
+     * position from the newline offsets, and may move the lane on to its line's end
+     * (the loop then stops early enough that no lane runs past its part). Each round
+     * ends when a lane's part is done; that lane takes the next part; once none is
+     * left, the lanes' rests are walked one by one. */
+    lane_t *A = &lane[0], *B = &lane[1], *C = &lane[2], *D = &lane[3];
+    lane_t *E = &lane[4], *F = &lane[5], *G = &lane[6], *H = &lane[7];
+    for (;;) {
+        int full = 1;
+        for (int j = 0; j < LANES; j++) {
+            while (lane[j].i >= lane[j].end && start < size) NEXT_PART(&lane[j])
+            if (lane[j].i >= lane[j].end) full = 0;
+        }
+        if (!full) break;
         int64_t steps = A->end - A->i;
         for (int j = 1; j < LANES; j++)
             if (lane[j].end - lane[j].i < steps) steps = lane[j].end - lane[j].i;
-        if (steps < 0) steps = 0;
         int64_t ia = A->i, ib = B->i, ic = C->i, id = D->i;
         int64_t ie = E->i, ig = F->i, ih = G->i, ij = H->i;
         uint32_t sa = A->s, sb = B->s, sc = C->s, sd = D->s;
@@ -421,8 +597,12 @@ uint64_t dg_candidates(const dg_ac *ac, const uint8_t *buf, int64_t size, const 
                 S = t & MASK;                                                   \
                 if (__builtin_expect(t & FLAG, 0)) {                            \
                     L->i = I; L->s = S;                                         \
-                    hit(ac, buf, size, mask, n_lines, L, b, k, &labels, pos, qnl, n_nl);   \
+                    hit(ac, buf, size, mask, n_lines, L, b, k, &labels, pos, qnl, n_nl, ssse3);   \
                     S = L->s;                                                   \
+                    if (L->i != I) {                                            \
+                        I = L->i;                                               \
+                        if (n + (L->end - I) < steps) steps = n + (L->end - I); \
+                    }                                                           \
                 }                                                               \
                 I++;                                                            \
             }
@@ -435,12 +615,13 @@ uint64_t dg_candidates(const dg_ac *ac, const uint8_t *buf, int64_t size, const 
         E->i = ie; F->i = ig; G->i = ih; H->i = ij;
         E->s = se; F->s = sf; G->s = sg; H->s = sh;
     }
+#undef NEXT_PART
     for (int j = 0; j < LANES; j++) {
         while (lane[j].i < lane[j].end) {
             uint8_t b = buf[lane[j].i];
             uint32_t t = delta[lane[j].s + cls[b]];
             lane[j].s = t & MASK;
-            if (t & FLAG) hit(ac, buf, size, mask, n_lines, &lane[j], b, k, &labels, pos, qnl, n_nl);
+            if (t & FLAG) hit(ac, buf, size, mask, n_lines, &lane[j], b, k, &labels, pos, qnl, n_nl, ssse3);
             lane[j].i++;
         }
     }
