@@ -163,6 +163,17 @@ XFAIL.update(
             "new case (gather s24): process.killed for 'MQLLMEngine is already dead'; diag "
             "reports engine.dead (the loop errored; no process exit is shown)"
         ),
+        "sglang/deepseek-mar-2025-8x-tp-capture-cuda-graph-end-1334s-seven-of-eight-ranks-then-tp4-mla-init-torch-distributed-begin-again-memory-unbalanced-thread-cut": (  # noqa: E501
+            "new case (gather s25): ends on 'Init torch distributed begin' (a stall reason "
+            "by LABELS.md); the label follows the thread"
+        ),
+        "vllm/b200-jul-2026-vllm-0.26.0-8x-b200-nvfp4-tp8-eight-workers-world-size-8-backend-nccl-then-hang-at-pynccl-using-nccl-2.28-cut": (  # noqa: E501
+            "new case (gather s25): a stall labelled without startup.no_listen_port"
+        ),
+        "vllm/lighteval-may-2025-open-r1-dp8-ray-run-inference-one-model-prefix-ray-already-initialized-creating-new-placement-group-hang-two-lines": (  # noqa: E501
+            "new case (gather s25): startup.no_listen_port unexpected for an offline engine "
+            "the two lines do not show to be offline"
+        ),
     }
 )
 EVIDENCE_XFAIL: dict[str, str] = {}

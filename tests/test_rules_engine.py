@@ -477,7 +477,7 @@ def test_slow_shard_loading() -> None:
         rec(
             10 + i,
             f"Loading safetensors checkpoint shards:  {i * 2}% Completed | {i}/46 "
-            f"[00:33<13:38, 18.{i}0s/it]",
+            f"[{i * 18 // 60:02d}:{i * 18 % 60:02d}<13:38, 18.{i}0s/it]",
             s=i * 18,
         )
         for i in range(2, 6)
@@ -491,6 +491,25 @@ def test_slow_shard_loading() -> None:
         )
     ]
     assert "weights.slow_load" not in ids(apply_rules(analysis(), fast))
+
+
+def test_shard_pace_is_the_bars_elapsed_time_over_its_count() -> None:
+    """tqdm's s/it is a moving average of the last items: a loader of many threads whose
+    first wave of shards finishes together after a long read shows 37.5 s/it at 5/64, and
+    the bar is at 51/64 three seconds later (2.5 min in all: 3 s a shard). The pace over
+    the whole bar decides; a bar that is slow over its whole length still is."""
+    burst = [
+        (3, "5/64 [02:29<36:52, 37.50s/it]"),
+        (4, "6/64 [02:29<26:23, 27.31s/it]"),
+        (5, "51/64 [02:32<00:01, 12.47it/s]"),
+    ]
+    bars = [rec(n, f"Multi-thread loading shards:  8% Completed | {b}") for n, b in burst]
+    assert "weights.slow_load" not in ids(apply_rules(analysis(), bars))
+    slow = [rec(n, f"Multi-thread loading shards:  8% Completed | {b}") for n, b in (
+        (3, "5/64 [02:29<36:52, 37.50s/it]"), (4, "9/64 [04:30<27:30, 30.00s/it]"))]
+    (f,) = [f for f in apply_rules(analysis(), slow).findings if f.id == "weights.slow_load"]
+    assert "30.0 s per shard" in f.message and "9 of 64 in 4 min 30 s" in f.message
+    assert [e.line for e in f.evidence] == [3, 4]
 
 
 # ---------------------------------------------------------------------------
@@ -719,7 +738,7 @@ def test_a_serving_log_ending_on_an_error_line_is_not_a_crash() -> None:
 
 
 def test_a_huge_glued_progress_line_neither_hangs_nor_raises() -> None:
-    bar = "Loading safetensors checkpoint shards: 1/2 [00:01<00:01, 20.0s/it] "
+    bar = "Loading safetensors checkpoint shards: 1/2 [00:20<00:20, 20.0s/it] "
     huge = rec(1, bar * 200_000)  # ~13 MB of updates with no newline between them
     start = time.monotonic()
     out = apply_rules(analysis(), [huge])

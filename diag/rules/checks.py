@@ -255,6 +255,9 @@ _STEP_START = regex.compile(
     r"|Starting to load model |Memory profiling(?! takes| results)"
     r"|Capturing (?:CUDA graphs|batches|the model for CUDA graphs|cudagraphs for decoding)"
     r"|Entering DeepGEMM JIT Pre-Compile|Running FlashInfer autotune|DeepGEMM warmup"
+    # vllm (v1/)executor/ray_utils.py initialize_ray_cluster (0.8.5-0.34.0): the group is
+    # created, then _wait_until_pg_ready blocks until Ray grants its GPUs
+    r"|No current placement group found\. Creating a new placement group"
 )
 _INTERRUPT = regex.compile(r"^\s*(?:\S+\s+)?KeyboardInterrupt\b|^\s*\^C\s*$")
 
@@ -1031,6 +1034,7 @@ def _check_faulthandler_dump(ctx: CheckContext) -> CheckOutcome | None:
     if not tail:
         return None
     first: tuple[Record, int] | None = None
+    current: tuple[Record, int] | None = None  # the thread the signal hit
     count = 0
     timeout = False
     # walk back over the end of the log while it is dump material
@@ -1039,6 +1043,9 @@ def _check_faulthandler_dump(ctx: CheckContext) -> CheckOutcome | None:
         dumpish = [
             i for i, x in enumerate(lines) if _FH_THREAD.search(x) or _FH_FRAME.search(x)
         ]
+        for i in dumpish:
+            if current is None and "Current thread" in lines[i]:
+                current = (r, i)
         if any(_FH_TIMEOUT.search(x) for x in lines):
             timeout = True
             break
@@ -1050,15 +1057,17 @@ def _check_faulthandler_dump(ctx: CheckContext) -> CheckOutcome | None:
         first = (r, dumpish[0])
     if first is None or timeout or count < 2:
         return None
-    rec, i = first
-    line = rec.line + i
-    text = (rec.message, *rec.continuation)[i].strip()
+    hits = []
+    for rec, i in (first, *((current,) if current is not None and current != first else ())):
+        text = (rec.message, *rec.continuation)[i].strip()
+        hits.append(Hit(rec.source, rec.line + i, text, rec.rank, rec.ts))
     return CheckOutcome(
         message=(
             f"a faulthandler dump of the threads' stacks ends the log ({count} frame or "
             "thread lines, no 'Timeout' header): the process died of a fatal signal"
+            + (" (its current thread: the one the signal hit)" if current is not None else "")
         ),
-        hits=(Hit(rec.source, line, text, rec.rank, rec.ts),),
+        hits=tuple(hits),
     )
 
 
@@ -1080,11 +1089,33 @@ def _may_report_load(text: str) -> bool:
     return "took" in low or "ght end" in low
 
 
+def _bar_ends(bars: Sequence[Progress]) -> list[Progress]:
+    """Each bar's furthest line (one bar: a source, rank, label and total)."""
+    ends: dict[tuple[object, ...], Progress] = {}
+    for p in bars:
+        key = (p.source, p.rec.rank, p.label, p.total)
+        cur = ends.get(key)
+        if cur is None or (p.done, p.line) >= (cur.done, cur.line):
+            ends[key] = p
+    return sorted(ends.values(), key=lambda p: (p.source, p.line))
+
+
+def _pace(p: Progress) -> float | None:
+    """Seconds per item over the whole bar so far: its elapsed time over its count. tqdm's
+    own s/it is a moving average of the last few items (smoothing 0.3), which a loader of
+    many threads makes jump (a wave of shards finishing together after a long read: 37 s/it
+    at 5/64, the bar at 51/64 three seconds later), so it is used only when the bar shows
+    no elapsed time."""
+    if p.elapsed_s is not None and p.done > 0:
+        return p.elapsed_s / p.done
+    return p.s_per_it
+
+
 def _check_slow_load(ctx: CheckContext) -> CheckOutcome | None:
     max_rate = ctx.param("max_s_per_shard", 15.0)
     max_total = ctx.param("max_load_s", 600.0)
     shards = [p for rec in ctx.records for p in parse_progress(rec) if p.is_shards]
-    slow = [p for p in shards if p.s_per_it is not None and p.s_per_it >= max_rate]
+    slow = [p for p in _bar_ends(shards) if (pace := _pace(p)) is not None and pace >= max_rate]
     took: list[tuple[float, Record]] = []
     for rec in ctx.records:
         text = rec.message[:_SCAN_CAP]
@@ -1098,18 +1129,29 @@ def _check_slow_load(ctx: CheckContext) -> CheckOutcome | None:
             took.append((float(m.group("s")), rec))
     long_loads = [(s, rec) for s, rec in took if s >= max_total]
     if slow:
-        rates = sorted(p.s_per_it for p in slow if p.s_per_it is not None)
-        median = rates[len(rates) // 2]
-        last = max(shards, key=lambda p: (p.source, p.line, p.done))
-        total = last.total
-        eta = fmt_duration(median * total)
-        message = (
-            f"checkpoint shards load at {median:.1f} s per shard (limit {max_rate:g} s); "
-            f"{total} shards take ~{eta} at that pace; {last.done}/{total} done at the last "
-            f"progress line"
+        worst = max(slow, key=lambda p: _pace(p) or 0.0)
+        pace = _pace(worst) or 0.0
+        total = worst.total
+        how = (
+            f"{worst.done} of {total} in {fmt_duration(worst.elapsed_s)}"
+            if worst.elapsed_s is not None and worst.done > 0
+            else "tqdm's rate"
         )
-        hits = tuple(Hit.of(p.rec) for p in slow[:3]) + (Hit.of(last.rec),)
-        return CheckOutcome(message=message, hits=hits)
+        message = (
+            f"checkpoint shards load at {pace:.1f} s per shard (limit {max_rate:g} s; {how}); "
+            f"{total} shards take ~{fmt_duration(pace * total)} at that pace"
+        )
+        # each slow bar: where its pace first showed over the limit, and where it ends
+        hits: list[Hit] = []
+        for end in slow[:3]:
+            key = (end.source, end.rec.rank, end.label, end.total)
+            first = next(
+                p for p in shards
+                if (p.source, p.rec.rank, p.label, p.total) == key
+                and (pace_p := _pace(p)) is not None and pace_p >= max_rate
+            )
+            hits += [Hit.of(first.rec)] + ([Hit.of(end.rec)] if first is not end else [])
+        return CheckOutcome(message=message, hits=tuple(hits))
     if long_loads:
         secs, rec = max(long_loads, key=lambda t: t[0])
         return CheckOutcome(
