@@ -85,6 +85,33 @@ def test_candidates_equal_hyperscan_on_random_chunks() -> None:
             assert at.tolist() == want
 
 
+def test_candidates_equal_hyperscan_on_long_random_chunks() -> None:
+    """Chunks of many parts (the lanes take parts of 32 KiB in turn, shorter near the
+    chunk's end), with lines longer than a part, and labels and line-before literals on
+    either side of where a line became a candidate (its rest is searched, not walked)."""
+    hs = _hs_matcher()
+    nat = Matcher(LITERALS, LABELS)
+    rng = random.Random(17)
+    for _ in range(12):
+        parts: list[bytes] = []
+        size = rng.choice([40 << 10, 300 << 10, 700 << 10])
+        while sum(map(len, parts)) < size:
+            parts += _pieces(rng)
+            if rng.random() < 0.05:  # a line longer than a part
+                parts.append(b"x" * rng.randint(30 << 10, 80 << 10) + b"Decode batch")
+        chunk = b"".join(parts)
+        a, b = hs.lines(chunk), nat.lines(chunk)
+        assert a.candidates.tolist() == b.candidates.tolist()
+        assert a.present == b.present
+        assert b.label_at is not None
+        for lab, at in b.label_at.items():
+            want, j = [], chunk.find(lab.encode())
+            while j >= 0:
+                want.append(j)
+                j = chunk.find(lab.encode(), j + 1)
+            assert at.tolist() == want
+
+
 def test_candidates_equal_hyperscan_on_the_corpus() -> None:
     """Every real log with diag's own literal set (the one the analyser uses)."""
     from diag.analyze import _literals
