@@ -248,6 +248,12 @@ def frame_phase(path: str, func: str) -> str | None:
         return "cuda_graph"
     if name in _GRAPH_FUNCS:
         return "cuda_graph"
+    # SGLang builds its attention backends over the KV pool it has allocated: in
+    # ModelRunner.initialize right after init_memory_pool (model_executor/model_runner.py
+    # 0.3.2-0.5.9), from the scheduler and the draft workers once every model runner has
+    # its pool (init_attention_backends, 0.5.14-0.5.23)
+    if name in ("init_attention_backend", "init_attention_backends") and "/sglang/srt/" in p:
+        return "kv_cache"
     # SGLang's graph backends (0.5.x model_executor/runner_backend/*_backend.py, hardware_
     # backends' graph_runner/*_backend.py: capture_session / capture_one per shape), and the
     # graph runners' run_once, the forward each shape's capture (and its warm-up runs) calls

@@ -352,6 +352,22 @@ TUNING_XFAIL: dict[str, str] = {
         "new case (gather s25): startup.no_listen_port unexpected because lighteval runs an "
         "offline engine, which the two lines (Ray's task prefix and ray_utils.py) do not show"
     ),
+    # gather s26 (2026-12-06), each scored before any change made for it
+    "sglang/ktransformers-nov-2025-kt-kernel-0.4.2-kimi-k2-thinking-rtx3090-amxint4-numa-worker-pool-lines-then-scheduler-exception-oom-title-traceback-cut": (  # noqa: E501
+        "new case (gather s26): weights_load from kt-kernel's own NUMA worker-pool banner "
+        "(a C++ extension's stdout, no SGLang line); the traceback is cut in Scheduler "
+        "__init__ before any frame that names a step"
+    ),
+    "sglang/lmcache-jan-2026-sglang-non-layerwise-connector-uvicorn-up-model-info-200-first-prefill-batch-then-scheduler-exception-in-overlap-loop-cut": (  # noqa: E501
+        "new case (gather s26): warmup.failed unexpected, though the notes agree the only "
+        "request then is SGLang's own warm-up (GET /model_info, one 6-token prefill) and "
+        "the scheduler died on it before 'fired up': LABELS.md's warmup.failed"
+    ),
+    "vllm/dynamo-may-2025-serve-disagg-vllm-0.8.5-qwen3-32b-cuda-graph-35-shapes-6m31s-nixl-agents-then-processor-starting-pending-forever": (  # noqa: E501
+        "new case (gather s26): startup.stalled from the thread's account; the window ends "
+        "on Dynamo's '[Processor] Starting Processor instance' (a wrapper's line no source "
+        "of vLLM or SGLang prints) with no later time stamp"
+    ),
     "stacks/vllm-ci-rocm-mi300-hybrid-test-state-cleanup-pytest-faulthandler-timeout-25min-one-frame-threading-wait-elided": (  # noqa: E501
         "new case (gather s17): one visible frame (threading.py wait) of an elided dump; "
         "the label reads the Condition's lock wait as gil_or_lock, diag a helper's idle "

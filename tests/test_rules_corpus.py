@@ -174,6 +174,14 @@ XFAIL.update(
             "new case (gather s25): startup.no_listen_port unexpected for an offline engine "
             "the two lines do not show to be offline"
         ),
+        "sglang/lmcache-jan-2026-sglang-non-layerwise-connector-uvicorn-up-model-info-200-first-prefill-batch-then-scheduler-exception-in-overlap-loop-cut": (  # noqa: E501
+            "new case (gather s26): warmup.failed unexpected for a scheduler that died on "
+            "the warm-up's own request before 'fired up'"
+        ),
+        "vllm/dynamo-may-2025-serve-disagg-vllm-0.8.5-qwen3-32b-cuda-graph-35-shapes-6m31s-nixl-agents-then-processor-starting-pending-forever": (  # noqa: E501
+            "new case (gather s26): a stall from the thread's account, on a wrapper's last "
+            "line with no later time stamp"
+        ),
     }
 )
 EVIDENCE_XFAIL: dict[str, str] = {}

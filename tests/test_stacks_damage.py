@@ -233,6 +233,20 @@ KNOWN_BROKEN: set[tuple[str, str]] = {
     # the idle local-scheduler thread's header goes and its Redis listen reads as an IPC wait
     ("starts mid-line", "ray-rllib-impala-perf-question-ray-stack-py-spy-01-tab-format-workers-local-scheduler-redis-listen"),  # noqa: E501
     ("newlines lost, nothing left", "ray-rllib-impala-perf-question-ray-stack-py-spy-01-tab-format-workers-local-scheduler-redis-listen"),  # noqa: E501
+    # s26: torch's C++ frame lists on their own (a watchdog's or heartbeat monitor's
+    # c10::Error, no Python traceback above them), read since this session: flattened, a
+    # frame's C++ signature (commas, parentheses) runs into the next frame's number; under
+    # a Ray prefix before docker compose's, the compose prefix stays on every line
+    *(
+        (how, name)
+        for how in ("newlines lost, a space left", "newlines lost, nothing left")
+        for name in (
+            "miaai-glm53-flash-exl3-2x-dgx-spark-vllm-tp4-rank1-worker-c10-frames-tcpstore-check-distnetworkerror-heartbeat-monitor-window",  # noqa: E501
+            "vllm-rocm-pr-sep-2025-docker-compose-prefixed-c10-frames-hip-check-workncll-iscompleted-processgroupnccl-watchdog-runloop-window",  # noqa: E501
+        )
+    ),
+    ("newlines lost, nothing left", "vllm-ci-may-2025-async-llm-dp-test-load-4gpu-c10-frames-ncclcommwatchdog-rethrow-glued-into-faulthandler-multiprocessing-bootstrap-frames-window"),  # noqa: E501
+    ("Ray prefix", "vllm-rocm-pr-sep-2025-docker-compose-prefixed-c10-frames-hip-check-workncll-iscompleted-processgroupnccl-watchdog-runloop-window"),  # noqa: E501
 }
 
 

@@ -919,6 +919,38 @@ def test_torch_c10_frames_under_a_raised_exception_are_its_innermost_native_fram
     assert analyze_text(bare).stack_processes[0].wait_site == "stack.nccl_collective"
 
 
+def test_torch_c10_frames_on_their_own_are_a_native_thread() -> None:
+    """A C++ thread's c10::Error (ProcessGroupNCCL's watchdog) has no Python traceback
+    above it: its list is a thread of its own, the header's raising function first (the
+    list often names it only "<unknown function>"). A window of "frame #N:" lines alone,
+    its header cut, is read the same; a line of text between two lists ends the first."""
+    from diag.analyze import analyze_text
+
+    lib = "/env/lib/python3.12/site-packages/torch/lib/libtorch_cuda.so"
+    text = (
+        "Exception raised from ncclCommWatchdog at /pytorch/torch/csrc/distributed/c10d/"
+        "ProcessGroupNCCL.cpp:1902 (most recent call first):\n"
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x98 (0x7f57929785e8 "
+        "in /env/lib/python3.12/site-packages/torch/lib/libc10.so)\n"
+        f"frame #1: <unknown function> + 0xcc7a4e (0x7f572266da4e in {lib})\n"
+        "frame #2: clone + 0x44 (0x7f5814233a04 in /lib/x86_64-linux-gnu/libc.so.6)\n"
+    )
+    (proc,) = analyze_text(text).stack_processes
+    names = [f.name for f in proc.threads[0].frames]
+    assert names[:2] == ["ncclCommWatchdog", "c10::Error::Error"]
+    assert all(f.native for f in proc.threads[0].frames)
+    assert proc.wait_site == "stack.nccl_collective"
+    window = (
+        "frame #3: c10d::ProcessGroupNCCL::WorkNCCL::isCompleted() + 0x90 "
+        f"(0x7f4583bdf370 in {lib})\n"
+        f"frame #4: c10d::ProcessGroupNCCL::watchdogHandler() + 0x9de (0x7f4583be29de in {lib})\n"
+    )
+    (proc,) = analyze_text(window).stack_processes
+    assert [f.name for f in proc.threads[0].frames] == [
+        "c10d::ProcessGroupNCCL::WorkNCCL::isCompleted", "c10d::ProcessGroupNCCL::watchdogHandler"]
+    assert proc.wait_site == "stack.nccl_collective"
+
+
 def test_glibc_backtrace_symbols_are_a_native_stack() -> None:
     """glibc's backtrace_symbols_fd lines as Ray's crash handler prints them after an
     abort (innermost first, the demangled name after the address where known)."""

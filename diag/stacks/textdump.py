@@ -94,7 +94,9 @@ _BT_SYMBOLS = re.compile(
 )
 # c10::Error's what(): "Exception raised from F at FILE:N (most recent call first):" and
 # one "frame #N: symbol + 0xoff (0xaddr in lib.so)" line per native frame, innermost first
-_C10_RAISED = re.compile(r"^Exception raised from \S+ at \S+(?: \(most recent call first\):)?$")
+_C10_RAISED = re.compile(
+    r"^Exception raised from (\S+) at (\S+?)(?::\d+)?(?: \(most recent call first\):)?$"
+)
 _C10_FRAME = re.compile(
     r"^frame #(\d+): (.+?)(?: \+ 0x[0-9a-fA-F]+)?(?: \((0x[0-9a-fA-F]+)(?: in ([^)]*)(\))?)?)?\s*$"
 )
@@ -253,13 +255,14 @@ _CANDIDATE = re.compile(
     r"\] +Caught signal \d|backtrace \(tid:|(?:^|\s)\d{1,4} 0x[0-9a-fA-F]{8,16} \S.*\(\) "  # UCX
     r"|Waiting for the GIL|<built-in (?:method|function) [\w.]+ of .* at remote 0x"  # gdb py-bt
     r"|\.so[\w.]*\([^()\s]*\) \[0x[0-9a-fA-F]+\]"  # glibc backtrace_symbols
+    r"|(?:^|\s)frame #\d+: \S|Exception raised from \S+ at \S"  # c10::Error's C++ stack
 )
 # Every match of _CANDIDATE holds one of these, or "#" and a digit: tested first (a few
 # substring tests cost far less than the search, which has no literal prefix to skip by)
 _CANDIDATE_NEEDS = ("Thread ", "Current thread", "Process ", 'File "', "Traceback", "Pyspy ",
                     "Stack ", "KeyboardInterrupt", '.py", line ', " encountered !",
                     "Caught signal ", "backtrace (tid:", " 0x", "PID ", "TID ",
-                    "Waiting for the GIL", ") [0x")
+                    "Waiting for the GIL", ") [0x", "Exception raised from ")
 _HASH_DIGIT = re.compile(r"#\d")
 
 
@@ -339,7 +342,7 @@ class _Thread:
 
 @dataclass(slots=True)
 class _Proc:
-    kind: str  # text | faulthandler | pystack | traceback
+    kind: str  # text | faulthandler | pystack | traceback | c10 | ...
     source: str
     line: int
     pid: int | None = None
@@ -598,6 +601,17 @@ class _Pending:
     rank: RankId | None
 
 
+def _c10_frame(m: re.Match[str]) -> StackFrame:
+    """One ``frame #N: symbol + 0xoff (0xaddr in lib.so)`` line of c10::Error's stack."""
+    name = m.group(2).strip()
+    if "::" in name or name.endswith(")"):
+        name = _strip_group(name)
+    if not name or name.startswith("<unknown"):
+        name = m.group(3) or name
+    lib = (m.group(4) or "??").rsplit("/", 1)[-1]
+    return replace(make_frame(name, lib), native=True)
+
+
 class _Channel:
     """The parser state of one demultiplexed stream of lines."""
 
@@ -812,6 +826,8 @@ class _Channel:
         if (self.ucx or stripped[:1].isdigit() or stripped[:1] in "=[") and self._feed_ucx(
             ln, stripped
         ):
+            return True
+        if stripped[:1] in "Ef" and self._feed_c10_alone(ln, stripped):
             return True
         if _C10D_HEADER.search(stripped):
             self._new_thread(self._open(ln, "c10d"), None, None, None)
@@ -1114,13 +1130,7 @@ class _Channel:
             return True
         m = _C10_FRAME.match(stripped)
         if m is not None and self.c10_frames is not None:
-            name = m.group(2).strip()
-            if "::" in name or name.endswith(")"):
-                name = _strip_group(name)
-            if not name or name.startswith("<unknown"):
-                name = m.group(3) or name
-            lib = (m.group(4) or "??").rsplit("/", 1)[-1]
-            self.c10_frames.append(replace(make_frame(name, lib), native=True))
+            self.c10_frames.append(_c10_frame(m))
             self.c10_open = m.group(5) is None  # a hard wrap cut its "(0x.. in lib.so)"
             return True
         if self.c10_frames is not None and self.c10_open and stripped:
@@ -1133,6 +1143,34 @@ class _Channel:
             return False
         self._end_c10()
         return False
+
+    def _feed_c10_alone(self, ln: _Line, stripped: str) -> bool:
+        """torch's C++ stack with no Python traceback above it: the exception a C++ thread
+        raised (ProcessGroupNCCL's watchdog or heartbeat monitor: ``Exception raised from
+        run at .../ProcessGroupNCCL.cpp:2074 (most recent call first):``), or a window
+        of its ``frame #N:`` lines alone. One process of one thread, innermost first."""
+        alone = self.proc is not None and self.proc.kind == "c10"
+        raised = _C10_RAISED.search(stripped)
+        if raised:
+            if self.tb is not None or self.c10_for is not None:
+                return False
+            self._new_thread(self._open(ln, "c10"), None, None, None)
+            assert self.thread is not None
+            # the function that raised, named by the header: the innermost frame whose
+            # symbol the list itself often leaves "<unknown function>"
+            where = raised.group(2).rsplit("/", 1)[-1]
+            self.thread.frames.append(replace(make_frame(raised.group(1), where), native=True))
+            return True
+        m = _C10_FRAME.match(stripped)
+        if m is None:
+            return False
+        if not alone:
+            if self.proc is not None or self.tb is not None or self.c10_for is not None:
+                return False
+            self._new_thread(self._open(ln, "c10"), None, None, None)
+        if self.thread is not None:
+            self.thread.frames.append(_c10_frame(m))
+        return True
 
     def _end_c10(self) -> None:
         at, frames = self.c10_for, self.c10_frames
