@@ -235,10 +235,8 @@ class RepeatCap:
         from diag.parse.native import Counter, cap
 
         nat = self.native
-        if pre is not None:
-            ids = pre[free:]
-        else:
-            ids = nat.kinds(chunk, starts, np.minimum(ends, starts + 160))
+        # (the hash reads a line's first 160 bytes at most)
+        ids = pre[free:] if pre is not None else nat.kinds(chunk, starts, ends)
         if self.counter is None:
             self.counter = Counter(nat)
         state = [int(self.skipping), self.parsed, self.late]
@@ -253,8 +251,6 @@ class RepeatCap:
         read-ahead thread calls it, so that :meth:`split` finds them done."""
         import dataclasses
 
-        import numpy as np
-
         if callable(self.native):
             self.native = self.native()
         nat = self.native
@@ -262,7 +258,7 @@ class RepeatCap:
         if nat is None or not len(cands):
             return lines
         starts, ends = lines.bounds_np(cands)
-        kinds = nat.kinds(chunk, starts, np.minimum(ends, starts + 160))
+        kinds = nat.kinds(chunk, starts, ends)  # (the hash reads 160 bytes at most)
         return dataclasses.replace(lines, cand_starts=starts, cand_ends=ends, cand_kinds=kinds)
 
     # the line-by-line loop the columns above replace (the tests' reference)

@@ -206,9 +206,16 @@ class Lines:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         if not len(nl):
             return np.zeros(len(idx), dtype=np.int64), np.full(len(idx), self.size)
-        prev = idx - 1
-        starts = np.where(prev >= 0, nl[np.maximum(prev, 0)] + 1, 0)
-        ends = np.where(idx < len(nl), nl[np.minimum(idx, len(nl) - 1)], self.size)
+        # (speed) the newlines framed by -1 and the chunk's size: line i runs from
+        # edges[i] + 1 to edges[i + 1], two gathers (on a log of candidates only, 12 M
+        # lines per GiB, a where / maximum / minimum each was a pass over them all)
+        edges = np.empty(len(nl) + 2, dtype=np.int64)
+        edges[0] = -1
+        edges[1:-1] = nl
+        edges[-1] = self.size
+        starts = edges[idx]
+        starts += 1
+        ends = edges[idx + 1]
         return starts, ends
 
     @staticmethod
