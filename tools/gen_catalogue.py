@@ -62,12 +62,23 @@ def hand_catalogue(text: str):  # type: ignore[no-untyped-def]
     return parse_catalogue(split_catalogue(text)[0], "phases.yaml (hand-written part)")
 
 
+def _own_raw_line(m: Message, text: str) -> str:
+    """The sample as a whole line in its framework's own format: vLLM's names the logger's
+    file (``INFO 01-01 00:00:00 [registry.py:108] ...``); SGLang's prints only a time and
+    the rank (``[2026-01-01 00:00:00 TP0] ...``), so a vLLM-format entry that reads the file
+    name (vllm.model_registry's ``[registry.py:N]``) says nothing of an SGLang line."""
+    if m.framework == "sglang":
+        return f"[2026-01-01 00:00:00 TP0] {text}"
+    return raw_line(m, text)
+
+
 def hand_phase(cat, m: Message) -> str | None:  # type: ignore[no-untyped-def]
     """The phase of the first hand-written entry that recognises the message, as the
     analyser would (message-scoped entries first)."""
     raised = m.level.startswith("raise:")
     texts = list(samples(m))
-    hays = texts + [raw_line(m, t) for t in texts]
+    raw = _own_raw_line
+    hays = texts + [raw(m, t) for t in texts]
     if not any(cat.any_message.search(h) for h in hays) and not (
         cat.any_text is not None and any(cat.any_text.search(h) for h in hays)
     ):
@@ -77,7 +88,7 @@ def hand_phase(cat, m: Message) -> str | None:  # type: ignore[no-untyped-def]
             if (e.where == "message") != (scope == "message"):
                 continue
             for t in texts:
-                hay = raw_line(m, t) if e.where == "raw" and not raised else t
+                hay = raw(m, t) if e.where == "raw" and not raised else t
                 if e.regex.search(hay):
                     return str(e.phase)
     return None
