@@ -740,11 +740,6 @@ KNOWN_ALARMS: dict[tuple[str, str, str], str] = {
     ("quant.unsupported", "vllm/model_executor/layers/fused_moe/config.py",
      "MoE DP setup unable to determine quantization scheme"):
         "a warning that the model will not run with DP: the quantization scheme is unsupported",
-    ("cuda.arch_unsupported", "sglang/srt/server_args.py", "Disabling SGLANG_OPT_FP8_WO_A_GEMM"):
-        "NOT a failure (SGLang 0.5.14, read 2026-12-06): server_args turns an optional "
-        "Blackwell GEMM off on an older GPU; the rule's ': requires SM100+' pattern reads "
-        "'requires sm100+ (Blackwell), detected sm90'. To be fixed in the rule "
-        "(rules/cuda.arch_unsupported.yaml), which then makes this entry stale",
     ("warmup.failed", "sglang/srt/entrypoints/grpc_server.py", "gRPC warmup request returned"):
         "the gRPC server's warm-up failure, logged as a warning",
     ("warmup.failed", "sglang/srt/entrypoints/http_server.py", "Disaggregation warmup failed"):
