@@ -228,7 +228,7 @@ vllm 0.28.0          info 76.1 96.4  warn_error 72.1 87.7  raise 34.5 99.8
 vllm 0.31.0          info 74.4 96.8  warn_error 72.3 88.2  raise 39.3 99.7
 vllm 0.33.0          info 76.3 96.4  warn_error 70.0 87.2  raise 41.8 99.7
 vllm 0.34.0          info 75.5 97.0  warn_error 70.1 86.8  raise 40.6 99.7
-sglang 0.1.26        info 84.6 92.3  warn_error 16.6 16.6  raise 21.4 100.0
+sglang 0.1.26        info 69.2 76.9  warn_error 16.6 16.6  raise 21.4 100.0
 sglang 0.2.15        info 81.8 95.4  warn_error 36.3 81.8  raise 15.7 100.0
 sglang 0.3.2         info 82.6 95.6  warn_error 66.6 77.7  raise 13.6 100.0
 sglang 0.3.6         info 80.0 96.6  warn_error 70.0 100.0  raise 8.5 97.1

@@ -215,6 +215,40 @@ def generate(text: str) -> tuple[str, list[str]]:
             )
             continue
         kept.append(c)
+    # a serving batch or throughput line (SGLang's 'Decode batch. ...', vLLM's 'Avg prompt
+    # throughput: ...') is bulk: the prefilter locates the first and last of them per rank
+    # and skips the rest (diag.parse.prefilter.BULK_KINDS), so an entry whose required
+    # literal is in such a line (SGLang 0.1's '[gpu_id=0] Decode batch. #running-req: ...'
+    # gives '] Decode batch. #running-req: ', in every later release's batch line after its
+    # '[time TP0]' prefix) would make every bulk line a candidate: left to the bulk path.
+    # A bulk message's own entry ('Prefill batch(mixed ...', 0.2-0.3) is kept: its literal
+    # is only in lines it reads itself, and the first and last of them reach the catalogue
+    from diag.parse.literals import required_literals
+    from diag.parse.prefilter import BULK_KINDS
+
+    bulk_lines = [
+        (t, _own_raw_line(m, t).lower())
+        for m in table
+        if m.framework in FRAMEWORKS and m.template.startswith(BULK_KINDS)
+        for t in samples(m)
+    ]
+    unbulked: list[Candidate] = []
+    for c in kept:
+        lits = required_literals("^(?:" + c.body + ")") or set()
+        rx = compiled[c.body]
+        hit = next(
+            (
+                lit
+                for lit in lits
+                if any(lit.lower() in b and not rx.search(t) for t, b in bulk_lines)
+            ),
+            None,
+        )
+        if hit is not None:
+            report.append(f"bulk literal {hit!r}: {c.m.where()}: {c.m.template[:100]!r}")
+            continue
+        unbulked.append(c)
+    kept = unbulked
     groups: dict[tuple[str, str, str], list[Candidate]] = defaultdict(list)
     for c in kept:
         groups[(c.m.framework, c.m.file, c.phase)].append(c)
