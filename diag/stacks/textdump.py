@@ -1147,8 +1147,8 @@ class _Channel:
     def _feed_c10_alone(self, ln: _Line, stripped: str) -> bool:
         """torch's C++ stack with no Python traceback above it: the exception a C++ thread
         raised (ProcessGroupNCCL's watchdog or heartbeat monitor: ``Exception raised from
-        run at .../ProcessGroupNCCL.cpp:2074 (most recent call first):``), or a window
-        of its ``frame #N:`` lines alone. One process of one thread, innermost first."""
+        run at .../ProcessGroupNCCL.cpp:2074 (most recent call first):``), or a paste that
+        starts with its ``frame #N:`` lines. One process of one thread, innermost first."""
         alone = self.proc is not None and self.proc.kind == "c10"
         raised = _C10_RAISED.search(stripped)
         if raised:
@@ -1165,7 +1165,12 @@ class _Channel:
         if m is None:
             return False
         if not alone:
-            if self.proc is not None or self.tb is not None or self.c10_for is not None:
+            # a list whose header the paste cut: only where the text starts with it (a
+            # frame line further on, its header far above, is another list's tail, and
+            # whether a reader met what came between depends on which lines it read)
+            if ln.line > 3 or self.proc is not None or self.tb is not None:
+                return False
+            if self.c10_for is not None:
                 return False
             self._new_thread(self._open(ln, "c10"), None, None, None)
         if self.thread is not None:
