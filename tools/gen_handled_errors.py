@@ -33,6 +33,9 @@ NOT_A_REQUEST = frozenset(
     {
         "main", "serve_grpc", "run", "run_server", "lifespan", "cleanup", "stop", "warmup",
         "engine_error_handler", "import_tool_parser", "import_reasoning_parser",
+        # vLLM 0.12's ToolParserManager: the serving classes' __init__ imports the parser
+        # at start-up, logs the failure and re-raises it
+        "_load_lazy_parser",
         "handle_connection", "_accept", "metrics_handler", "start_profile_handler",
         "stop_profile_handler", "_watch_ca", "_watch_cert_key", "pause_generation",
         "resume_generation", "is_paused", "abort_requests",
