@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import regex
 
@@ -1057,8 +1058,9 @@ def _check_faulthandler_dump(ctx: CheckContext) -> CheckOutcome | None:
         first = (r, dumpish[0])
     if first is None or timeout or count < 2:
         return None
+    spots = [first] if current in (None, first) else [first, current]
     hits = []
-    for rec, i in (first, *((current,) if current is not None and current != first else ())):
+    for rec, i in spots:
         text = (rec.message, *rec.continuation)[i].strip()
         hits.append(Hit(rec.source, rec.line + i, text, rec.rank, rec.ts))
     return CheckOutcome(
@@ -1089,11 +1091,16 @@ def _may_report_load(text: str) -> bool:
     return "took" in low or "ght end" in low
 
 
+def _bar_key(p: Progress) -> tuple[object, ...]:
+    """Which bar a progress line is of: its source, rank, label and total."""
+    return (p.source, p.rec.rank, p.label, p.total)
+
+
 def _bar_ends(bars: Sequence[Progress]) -> list[Progress]:
-    """Each bar's furthest line (one bar: a source, rank, label and total)."""
+    """Each bar's furthest line (see :func:`_bar_key`)."""
     ends: dict[tuple[object, ...], Progress] = {}
     for p in bars:
-        key = (p.source, p.rec.rank, p.label, p.total)
+        key = _bar_key(p)
         cur = ends.get(key)
         if cur is None or (p.done, p.line) >= (cur.done, cur.line):
             ends[key] = p
@@ -1144,10 +1151,9 @@ def _check_slow_load(ctx: CheckContext) -> CheckOutcome | None:
         # each slow bar: where its pace first showed over the limit, and where it ends
         hits: list[Hit] = []
         for end in slow[:3]:
-            key = (end.source, end.rec.rank, end.label, end.total)
             first = next(
                 p for p in shards
-                if (p.source, p.rec.rank, p.label, p.total) == key
+                if _bar_key(p) == _bar_key(end)
                 and (pace_p := _pace(p)) is not None and pace_p >= max_rate
             )
             hits += [Hit.of(first.rec)] + ([Hit.of(end.rec)] if first is not end else [])
@@ -1556,34 +1562,25 @@ def _check_warmup_thread_raised(ctx: CheckContext) -> CheckOutcome | None:
     the warm-up request itself failed. The hits are that frame and the exception."""
     from diag.rules.engine import handled_traceback
 
-    warm: tuple[Record, int, str] | None = None
-    for at, rec in enumerate(ctx.records):
-        for i, text in enumerate((rec.message, *rec.continuation)):
-            frame = FRAME.search(text)
-            if frame is not None:
-                if frame.group("func") == "_wait_and_warmup" and _WARMUP_FRAME.search(
-                    frame.group("path").replace("\\", "/")
-                ):
-                    warm = (rec, i, text)
-                continue
-            if warm is None or text[:1] in (" ", "\t") or not text.strip("^~ "):
-                continue
-            stripped = text.strip()
-            if not (is_exception_line(stripped) or _QUALIFIED_EXC.match(stripped)):
-                warm = None
-                continue
-            first, fi, ftext = warm
-            warm = None
-            if stripped.startswith("KeyboardInterrupt") or handled_traceback(ctx.records, at):
-                continue
-            return CheckOutcome(
-                message=f"SGLang's warm-up thread raised {stripped[:200]}",
-                hits=(
-                    Hit(first.source, first.line + fi, ftext.strip(), first.rank, first.ts, {},
-                        first.level),
-                    Hit(rec.source, rec.line + i, stripped, rec.rank, rec.ts, {}, rec.level),
-                ),
-            )
+    for at, rec, i, text, frames in _traceback_ends(ctx.records):
+        warm = [
+            f for f in frames
+            if f[3].group("func") == "_wait_and_warmup"
+            and _WARMUP_FRAME.search(f[3].group("path").replace("\\", "/"))
+        ]
+        if not warm or not (is_exception_line(text) or _QUALIFIED_EXC.match(text)):
+            continue
+        if text.startswith("KeyboardInterrupt") or handled_traceback(ctx.records, at):
+            continue
+        first, fi, ftext, _ = warm[-1]
+        return CheckOutcome(
+            message=f"SGLang's warm-up thread raised {text[:200]}",
+            hits=(
+                Hit(first.source, first.line + fi, ftext.strip(), first.rank, first.ts, {},
+                    first.level),
+                Hit(rec.source, rec.line + i, text, rec.rank, rec.ts, {}, rec.level),
+            ),
+        )
     return None
 
 
@@ -1597,6 +1594,29 @@ _QUALIFIED_EXC = regex.compile(
 )
 
 
+def _traceback_ends(
+    records: Sequence[Record],
+) -> Iterator[tuple[int, Record, int, str, list[tuple[Record, int, str, Any]]]]:
+    """Each run of traceback frames and the line that ends it: (index of its record, the
+    record, the line's place in it, the line stripped, the frames: (record, place, text,
+    FRAME match)). The ending line is the first one after the frames (and their source
+    lines) that is not indented and not a caret marker; a source's end ends the run."""
+    frames: list[tuple[Record, int, str, Any]] = []
+    source = None
+    for at, rec in enumerate(records):
+        if rec.source != source:
+            source, frames = rec.source, []
+        for i, text in enumerate((rec.message, *rec.continuation)):
+            m = FRAME.search(text)
+            if m is not None:
+                frames.append((rec, i, text, m))
+                continue
+            if not frames or text[:1] in (" ", "\t") or not text.strip("^~ "):
+                continue
+            yield at, rec, i, text.strip(), frames
+            frames = []
+
+
 def _check_traceback_exception(ctx: CheckContext) -> CheckOutcome | None:
     """A traceback that ends in an exception line of any class: the line right after its
     frames (and their source lines) that names a module-qualified class, not handled
@@ -1605,25 +1625,14 @@ def _check_traceback_exception(ctx: CheckContext) -> CheckOutcome | None:
         return None
     from diag.rules.engine import handled_traceback
 
-    framed = False  # the lines so far end in a traceback's frames (and source lines)
-    source = None
-    for at, rec in enumerate(ctx.records):
-        if rec.source != source:
-            source, framed = rec.source, False
-        for i, text in enumerate((rec.message, *rec.continuation)):
-            if FRAME.search(text):
-                framed = True
-                continue
-            if not framed or text[:1] in (" ", "\t") or not text.strip("^~ "):
-                continue
-            framed = False
-            m = _QUALIFIED_EXC.match(text.strip())
-            if m is None or handled_traceback(ctx.records, at):
-                continue
-            return _outcome_at(
-                rec, i, text,
-                f"a traceback ends in {m.group('exc')}: {(m.group('msg') or '')[:200]}",
-            )
+    for at, rec, i, text, _ in _traceback_ends(ctx.records):
+        m = _QUALIFIED_EXC.match(text)
+        if m is None or handled_traceback(ctx.records, at):
+            continue
+        return _outcome_at(
+            rec, i, text,
+            f"a traceback ends in {m.group('exc')}: {(m.group('msg') or '')[:200]}",
+        )
     return None
 
 

@@ -827,7 +827,7 @@ class _Channel:
             ln, stripped
         ):
             return True
-        if stripped[:1] in "Ef" and self._feed_c10_alone(ln, stripped):
+        if stripped[:1] in ("E", "f") and self._feed_c10_alone(ln, stripped):
             return True
         if _C10D_HEADER.search(stripped):
             self._new_thread(self._open(ln, "c10d"), None, None, None)
@@ -1168,9 +1168,9 @@ class _Channel:
             # a list whose header the paste cut: only where the text starts with it (a
             # frame line further on, its header far above, is another list's tail, and
             # whether a reader met what came between depends on which lines it read)
-            if ln.line > 3 or self.proc is not None or self.tb is not None:
-                return False
-            if self.c10_for is not None:
+            if ln.line > 3 or self.proc is not None or self.tb is not None or (
+                self.c10_for is not None
+            ):
                 return False
             self._new_thread(self._open(ln, "c10"), None, None, None)
         if self.thread is not None:
