@@ -105,6 +105,51 @@ static inline int32_t trie_step(int32_t *child, int32_t *sibling, int32_t *edge,
     return t;
 }
 
+/* the first bytes the tail files pattern p (len bytes, of kind `kind`) under, in fb: a
+ * kind 1 pattern's first letter under both cases (lower first), else its first byte as
+ * given; returns how many (0: not a tail pattern, kind 0 or empty) */
+static int tail_bytes(const uint8_t *p, int32_t len, int32_t kind, int caseless, uint8_t *fb) {
+    if (kind == 0 || len <= 0) return 0;
+    uint8_t lo = fold(p[0], caseless);
+    if (kind == 1 && caseless && lo >= 'a' && lo <= 'z') {
+        fb[0] = lo;
+        fb[1] = (uint8_t)(lo - 32);
+        return 2;
+    }
+    fb[0] = p[0];
+    return 1;
+}
+
+/* state s's row of the transition function (dg_build's breadth-first pass, below): the
+ * row of its failure state f copied whole (the root is its own: a missing edge stays at
+ * the root), its children written over it, each child's failure state (where f goes on
+ * the child's class; the root for the root's children), output and dictionary link set
+ * and the child queued; the newline and CR classes flagged */
+static void encode_row(dg_ac *ac, int32_t s, int32_t f, const int32_t *child,
+                       const int32_t *sibling, const int32_t *edge, int32_t *fail,
+                       int32_t *queue, int32_t *tail) {
+    const uint32_t kk = (uint32_t)ac->n_classes;
+    uint32_t *row = &ac->delta[(size_t)s * kk];
+    const uint32_t *frow = &ac->delta[(size_t)f * kk];
+    if (s == f) {
+        uint32_t stay = (ac->out[s] ? FLAG : 0) | ((uint32_t)s * kk);
+        for (uint32_t c = 0; c < kk; c++) row[c] = stay;
+    } else {
+        memcpy(row, frow, sizeof(uint32_t) * (size_t)kk);
+    }
+    for (int32_t t = child[s]; t >= 0; t = sibling[t]) {
+        int32_t c = edge[t];
+        int32_t ft = s == f ? s : (int32_t)((frow[c] & MASK) / kk);
+        fail[t] = ft;
+        ac->out[t] |= ac->out[ft];
+        ac->dict[t] = ac->own[ft] >= 0 ? ft : ac->dict[ft];
+        queue[(*tail)++] = t;
+        row[c] = (ac->out[t] ? FLAG : 0) | ((uint32_t)t * kk);
+    }
+    if (ac->nl_class >= 0) row[ac->nl_class] = ac->quiet_nl ? 0 : FLAG;
+    if (ac->cr_class >= 0) row[ac->cr_class] = FLAG;
+}
+
 /* patterns: n byte strings (data concatenated, lens[i] each); kinds[i]: 0/1/2 as above.
  * caseless: ASCII letters match either case (the check of kind 2 is case-sensitive in
  * any automaton: those are labels). special: classes of their own for '\n' and '\r'. */
@@ -192,16 +237,12 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
         int32_t n_tail = 0;
         p = data;
         for (int32_t i = 0; i < n; i++) {
-            int32_t len = lens[i];
-            if (kinds[i] != 0 && len > 0) {
-                uint8_t b0 = p[0], lo = fold(b0, caseless);
-                int both = kinds[i] == 1 && caseless && lo >= 'a' && lo <= 'z';
-                cnt[both ? lo : b0]++;
-                if (both) cnt[lo - 32]++;
-                n_tail += 1 + both;
-                if (len > ac->tail_max) ac->tail_max = len;
-            }
-            p += len;
+            uint8_t fb[2];
+            int m = tail_bytes(p, lens[i], kinds[i], caseless, fb);
+            for (int x = 0; x < m; x++) cnt[fb[x]]++;
+            n_tail += m;
+            if (m && lens[i] > ac->tail_max) ac->tail_max = lens[i];
+            p += lens[i];
         }
         if (n_tail) {
             ac->tail_pats = malloc(sizeof(int32_t) * (size_t)n_tail);
@@ -213,14 +254,10 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
             }
             p = data;
             for (int32_t i = 0; i < n; i++) {
-                int32_t len = lens[i];
-                if (kinds[i] != 0 && len > 0) {
-                    uint8_t b0 = p[0], lo = fold(b0, caseless);
-                    int both = kinds[i] == 1 && caseless && lo >= 'a' && lo <= 'z';
-                    ac->tail_pats[cnt[both ? lo : b0]++] = i;
-                    if (both) ac->tail_pats[cnt[lo - 32]++] = i;
-                }
-                p += len;
+                uint8_t fb[2];
+                int m = tail_bytes(p, lens[i], kinds[i], caseless, fb);
+                for (int x = 0; x < m; x++) ac->tail_pats[cnt[fb[x]]++] = i;
+                p += lens[i];
             }
             ac->n_tail = n_tail;
             /* the filter: each first byte a group (its patterns' second bytes, any byte
@@ -296,43 +333,13 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
      * targets, queued before) is final, and the row is encoded in the one pass: the
      * failure row (encoded already) copied whole, the children (from their list)
      * written over it. */
-    uint32_t kk = (uint32_t)k;
     int32_t head = 0, tail = 0;
     int32_t root = 0;
     fail[root] = root;
-    /* the root: a missing edge stays at the root */
-    {
-        uint32_t *row = &ac->delta[(size_t)root * k];
-        uint32_t stay = (ac->out[root] ? FLAG : 0) | ((uint32_t)root * kk);
-        for (int32_t c = 0; c < k; c++) row[c] = stay;
-        for (int32_t t = child[root]; t >= 0; t = sibling[t]) {
-            int32_t c = edge[t];
-            fail[t] = root;
-            ac->out[t] |= ac->out[root];
-            ac->dict[t] = ac->own[root] >= 0 ? root : ac->dict[root];
-            queue[tail++] = t;
-            row[c] = (ac->out[t] ? FLAG : 0) | ((uint32_t)t * kk);
-        }
-        if (ac->nl_class >= 0) row[ac->nl_class] = ac->quiet_nl ? 0 : FLAG;
-        if (ac->cr_class >= 0) row[ac->cr_class] = FLAG;
-    }
+    encode_row(ac, root, root, child, sibling, edge, fail, queue, &tail);
     while (head < tail) {
         int32_t s = queue[head++];
-        int32_t f = fail[s];
-        uint32_t *row = &ac->delta[(size_t)s * k];
-        const uint32_t *frow = &ac->delta[(size_t)f * k];
-        memcpy(row, frow, sizeof(uint32_t) * (size_t)k);
-        for (int32_t t = child[s]; t >= 0; t = sibling[t]) {
-            int32_t c = edge[t];
-            int32_t ft = (int32_t)((frow[c] & MASK) / kk);
-            fail[t] = ft;
-            ac->out[t] |= ac->out[ft];
-            ac->dict[t] = ac->own[ft] >= 0 ? ft : ac->dict[ft];
-            queue[tail++] = t;
-            row[c] = (ac->out[t] ? FLAG : 0) | ((uint32_t)t * kk);
-        }
-        if (ac->nl_class >= 0) row[ac->nl_class] = ac->quiet_nl ? 0 : FLAG;
-        if (ac->cr_class >= 0) row[ac->cr_class] = FLAG;
+        encode_row(ac, s, fail[s], child, sibling, edge, fail, queue, &tail);
     }
     free(fail);
     free(queue);
