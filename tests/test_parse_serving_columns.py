@@ -213,3 +213,29 @@ def test_sparse_labels_read_at_their_offsets_as_the_regex_reads_them(seed: int) 
     assert got[0] == want[0]
     assert np.float64(got[1]).tobytes() == np.float64(want[1]).tobytes()
     assert got[2] == want[2]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_accept_figures_read_at_their_offsets_as_numpy_reads_them(seed: int) -> None:
+    """SGLang's accept len / rate numbers read as a compiled line form (many offsets)
+    against the numpy reader (``_numbers_at``): the same columns, to the bit and in
+    order; an offset with no number after its label sends the label to numpy."""
+    _native_or_skip()
+    rng = random.Random(seed)
+    nums = ["0", "7", "2.19", "3.", "123456789012345", "1234567890123.123456789",
+            "99.99999999", "0.1", "5e3", ".5", "00012.000", "1.123456789"]
+    lines = []
+    for _ in range(rng.choice((40, 300))):
+        a = rng.choice(nums) if rng.random() < 0.97 or seed % 2 else "x"
+        lines.append(f"[x] Decode batch, accept len: {a}, accept rate: {rng.choice(nums)}, "
+                     "cuda graph: True")
+    data = ("\n".join(lines) + "\n").encode()
+    labs = (b"accept len: ", b"accept rate: ")
+    arr = np.frombuffer(data, dtype=np.uint8)
+    at = [np.array([m.start() for m in re.finditer(re.escape(lab), data)], dtype=np.int64)
+          for lab in labs]
+    got = serving._label_numbers(arr, data, labs, at)
+    for lab, pos, vals in zip(labs, at, got, strict=True):
+        want = serving._numbers_at(arr, data, pos + len(lab))
+        want = want[~np.isnan(want)]
+        assert vals.astype(np.float64).tobytes() == want.tobytes()
