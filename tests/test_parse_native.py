@@ -299,6 +299,15 @@ def test_find_equals_bytes_find() -> None:
         needle = bytes(rng.choice(b"abAB(=") for _ in range(rng.randint(1, 4)))
         for k in range(len(needle)):
             assert NAT.find(hay, needle, k) == hay.find(needle), (hay, needle, k)
+    # long enough for 16 starts at a time, needles up to 24 bytes, matches near the end
+    for _ in range(2000):
+        hay = bytes(rng.choice(b"abAB(=") for _ in range(rng.randint(0, 400)))
+        needle = bytes(rng.choice(b"abAB(=") for _ in range(rng.randint(1, 24)))
+        if hay and rng.random() < 0.5:
+            at = rng.randint(0, len(hay))
+            hay = hay[:at] + needle + hay[at:]
+        for k in {0, len(needle) - 1, rng.randrange(len(needle))}:
+            assert NAT.find(hay, needle, k) == hay.find(needle), (hay, needle, k)
 
 
 def test_keys_known_absent_are_not_waited_for() -> None:
