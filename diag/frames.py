@@ -129,6 +129,9 @@ _GRAPH_FUNCS = frozenset(
         "capture_prefill_graph", "ensure_decode_cuda_graphs", "warmup_graphs",
     }
 )
+_ARCH_FUNCS = frozenset(
+    {"get_model_architecture", "get_architecture_class_name", "_get_model_architecture"}
+)
 _LAUNCH_FUNCS = frozenset({"init_device", "set_device", "_lazy_init", "init_worker"})
 _SERVING_FUNCS = frozenset(
     {
@@ -272,6 +275,14 @@ def frame_phase(path: str, func: str) -> str | None:
         return "kv_cache"
     if name in _WEIGHT_FUNCS:
         return "weights_load"
+    if name in _ARCH_FUNCS:
+        # resolving the model's architecture class from its config (LABELS.md:
+        # "architecture resolved" marks model_config): get_model_architecture
+        # (vllm/model_executor/model_loader/utils.py 0.4-0.34, sglang/srt/model_loader/
+        # utils.py 0.3-0.5.23), called before the weights by SGLang's expert-location
+        # metadata (eplb/expert_location.py from_model_config, 0.4.7+) and vLLM's config
+        # checks, and inside get_model, whose own frame then shows weights_load
+        return "model_config"
     # the model loaders' own modules (vllm/model_executor/model_loader/, every release;
     # sglang/srt/model_loader/): any frame there is loading the model
     if "/model_loader/" in p and ("/vllm/" in p or "/sglang/" in p):
@@ -361,9 +372,11 @@ def _lines(rec: Record) -> Iterator[tuple[int, str]]:
         yield rec.line + i, c
 
 
-_CALL = re.compile(r"^\s*(?:[\w.\[\]()]+\s*=\s*)?(?:await\s+)?(?:[\w.]+\.)?(\w+)\(")
+# (an assignment's targets may be a tuple: `model_class, _ = get_model_architecture(...)`)
+_TARGETS = r"(?:[\w.\[\]()]+(?:\s*,\s*[\w.\[\]()]+)*\s*=\s*)?"
+_CALL = re.compile(r"^\s*" + _TARGETS + r"(?:await\s+)?(?:[\w.]+\.)?(\w+)\(")
 # a source line the paste cut inside the callee's name (`    scheduler.eve`): its prefix
-_CUT_CALL = re.compile(r"^\s*(?:[\w.\[\]()]+\s*=\s*)?(?:await\s+)?(?:[\w.]+\.)?(\w{3,})$")
+_CUT_CALL = re.compile(r"^\s*" + _TARGETS + r"(?:await\s+)?(?:[\w.]+\.)?(\w{3,})$")
 
 
 def _cut_call_phase(prefix: str) -> tuple[str, str] | None:

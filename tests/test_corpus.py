@@ -373,6 +373,31 @@ TUNING_XFAIL: dict[str, str] = {
         "the label reads the Condition's lock wait as gil_or_lock, diag a helper's idle "
         "wait; the caller that would decide is elided"
     ),
+    "sglang/pd-nov-2025-sglang-nixl-gpunetio-cant-register-memory-for-unknown-device-registermem-failed-then-tp3-scheduler-exception-cut": (  # noqa: E501
+        "new case (gather s27): labelled kv_cache from NIXL's registerMem failure "
+        "(nixl_agent.cpp), which registers KV buffers in SGLang's PD set-up but also vLLM's "
+        "EPLB buffers and Dynamo's staging arena: no phase of its own; diag says launch"
+    ),
+    "vllm/deepseek-v2-pr-may-2024-v0.4.2-v0-tp4-local-ray-instance-shell-prompt-cmd-raywrapper-cannot-use-flashattention-2-vllm-flash-attn-missing-cut": (  # noqa: E501
+        "new case (gather s27): the label puts V0's selector line at model_config (0.4.2 "
+        "chooses the backend in the ModelRunner constructor, before dist init); the corpus's "
+        "other V0 selector cases (s8-s24) are labelled weights_load, as diag reads it"
+    ),
+    "vllm/vllm-omni-apr-2026-qwen3-omni-async-chunk-aborted-curl-speech-request-apiserver-final-output-loop-orchestrator-thread-crashed-interleaved-thread-traceback-cut": (  # noqa: E501
+        "new case (gather s27): serving from a chat request id (req=chatcmpl-...) in a "
+        "vllm-omni orchestrator error; no catalogue entry reads request ids (one would make "
+        "every request-log line a candidate), and the frames are vllm-omni's own"
+    ),
+    "vllm/vllm-omni-pr-mar-2026-two-engine-cores-executor-failed-then-second-enginecore-process-traceback-run-busy-loop-handle-client-request-home-venv-placeholders-cut": (  # noqa: E501
+        "new case (gather s27): labelled warmup for an engine core's busy loop answering a "
+        "client utility call (_handle_client_request); the corpus's intel-arc case labels "
+        "the same frames serving, as diag reads them"
+    ),
+    "stacks/lm-eval-humaneval-sglang-ctrl-c-two-tracebacks-torch-tensor-len-keyboardinterrupt-then-detokenizer-recv-pyobj-window": (  # noqa: E501
+        "new case (gather s27): the detokenizer's event_loop in recv_pyobj, labelled "
+        "ipc_wait (the label's notes name idle_loop as the near miss); diag's rule reads "
+        "SGLang's DetokenizerManager.event_loop waiting for input as an idle serving loop"
+    ),
 }
 
 MIN_PASS_RATIO = 0.90  # old cases: at most 10% xfailed

@@ -83,6 +83,9 @@ T0 = dt.datetime(2026, 2, 22, 22, 35, 0)
         # a relative path (an editable install, a trimmed paste) names its package all the same
         ("sglang/srt/managers/scheduler.py", "get_next_batch_to_run", "serving"),
         ("vllm/model_executor/model_loader/loader.py", "load_model", "weights_load"),
+        # resolving the architecture from the config, outside the loader's own steps
+        ("/x/sglang/srt/model_loader/utils.py", "get_model_architecture", "model_config"),
+        ("/x/vllm/model_executor/model_loader/utils.py", "get_architecture_class_name", "model_config"),  # noqa: E501
     ],
 )
 def test_frame_phases_follow_labels(path: str, func: str, phase: str | None) -> None:
@@ -310,3 +313,22 @@ def test_a_pasted_completion_response_proves_serving() -> None:
         '"choices":[{"index":0,"text":"hi","logprobs":null,"finish_reason":"length"}]}\n'
     )
     assert analyze_text(text).last_phase == "serving"
+
+
+def test_a_call_under_a_tuple_assignment_names_its_step() -> None:
+    """The source line under a frame names the call in progress also when it assigns a
+    tuple (``model_class, _ = get_model_architecture(model_config)``): a headless fragment
+    cut there shows the architecture being resolved (model_config); the same call under
+    load_model stays weights_load."""
+    cont = (
+        '  File "/x/sglang/srt/eplb/expert_location.py", line 452, in from_model_config',
+        "    model_class, _ = get_model_architecture(model_config)",
+    )
+    rec = Record("log", 1, cont[0], ts=T0, continuation=cont[1:])
+    (e,) = frame_events([rec])
+    assert (e.phase, e.fields["frame"]) == ("model_config", "get_model_architecture")
+    (e,) = frame_events(
+        [_tb([("/x/vllm/model_executor/model_loader/loader.py", "load_model"),
+              ("/x/vllm/model_executor/model_loader/utils.py", "get_model_architecture")])]
+    )
+    assert e.phase == "weights_load"

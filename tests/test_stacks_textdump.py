@@ -1058,3 +1058,58 @@ def test_a_line_split_again_from_memory_is_the_line_split_anew() -> None:
                 for offset in (0, 2):
                     assert _line_of(rec, text, offset, seen) == _line_of(rec, text, offset)
     assert len(seen) == len(texts)
+
+
+# the dumpstacks recipe (a SIGINT/SIGUSR1 handler printing sys._current_frames() through
+# traceback.extract_stack: outermost first, the source line under each frame)
+DUMPSTACKS = """\
+# Thread: MainThread(140236)
+File: "/srv/app/main.py", line 40, in serve
+  self.generate(prompt)
+File: "/usr/lib/python3.10/site-packages/torch/_dynamo/convert_frame.py", line 569, in _compile
+  guarded_code = compile_inner(code, one_graph, hooks, transform)
+
+# Thread: Thread-2 (poll)(140111)
+File: "/usr/lib/python3.10/threading.py", line 1016, in _bootstrap_inner
+  self.run()
+File: "/usr/lib/python3.10/threading.py", line 320, in wait
+  waiter.acquire()
+"""
+
+
+def test_a_signal_handlers_current_frames_dump() -> None:
+    """`# Thread: NAME(ID)` headers and `File: "x", line N, in f` frames, outermost first:
+    one process, a thread each, innermost frame first; the same frames without their
+    headers (an excerpt from the middle) still make a thread."""
+    (p,) = parse_stack_text(DUMPSTACKS)
+    assert p.mode == "dumpstacks"
+    assert [(t.thread_id, t.name) for t in p.threads] == [
+        (140236, "MainThread"), (140111, "Thread-2 (poll)")
+    ]
+    assert [f.name for f in p.threads[0].frames] == ["_compile", "serve"]
+    assert p.wait_site == "stack.jit_compile"
+    headless = "\n".join(ln for ln in DUMPSTACKS.splitlines()[1:5])
+    (p,) = parse_stack_text(headless)
+    assert [f.name for f in p.threads[0].frames] == ["_compile", "serve"]
+
+
+def test_a_traceback_cut_beside_ctrl_c_tracebacks_is_one_more_process() -> None:
+    """Ctrl-C reaches every process of the group; each prints a traceback ending in
+    KeyboardInterrupt. A traceback the paste cut before its last line, in the same text,
+    is one more of them (where that process was); alone, it stays an error's traceback."""
+    interrupted = (
+        "Traceback (most recent call last):\n"
+        '  File "/x/torch/_tensor.py", line 1088, in __len__\n'
+        "    if torch._C._get_tracing_state():\n"
+        "KeyboardInterrupt\n"
+    )
+    cut = (
+        "Traceback (most recent call last):\n"
+        '  File "/x/sglang/srt/managers/detokenizer_manager.py", line 107, in event_loop\n'
+        "    recv_obj = self.recv_from_scheduler.recv_pyobj()\n"
+        '  File "/x/zmq/sugar/socket.py", line 972, in recv_pyobj\n'
+        "    msg = self.recv(flags)\n"
+    )
+    procs = parse_stack_text(interrupted + cut)
+    assert [p.threads[0].frames[0].name for p in procs] == ["__len__", "recv_pyobj"]
+    assert parse_stack_text(cut) == []

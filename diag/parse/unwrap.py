@@ -704,13 +704,15 @@ _DIGITS = re.compile(r"[0-9]+")
 # indented `func (file.py:12)` frames, faulthandler's thread headers (its `File "..."`
 # frames are a traceback's), gdb's `#3  0x... in f` frames and py-bt's header, c10's
 # `frame #3: ...` lines under a torch error, UCX's `12 0x00007f.. func()  file:line`
-# frames; torch's `[rank3]:` before any of a rank's lines
+# frames; torch's `[rank3]:` before any of a rank's lines; the dumpstacks recipe's
+# `# Thread: name(id)` and `File: "x.py", line 12, in f`
 _DUMP_HEAD = re.compile(
     r"Thread (?:0x[0-9a-fA-F]+|\d+) |Current thread 0x|Process \d+: |Python v\d|"
     r"\s+[^\s()]{1,200} \([^()\s]+:\d+\)\s*$|#\d{1,4}\s+(?:0x[0-9a-fA-F]+ in )?\S|"
     r"(?:Stack|Traceback) \(most recent call first\)|frame #\d{1,4}: |"
     r"\s*\d{1,4} +0x[0-9a-fA-F]{4,16} +\S|\[rank\d{1,6}\]:|"
     r"Traceback for thread \d+|\s+\((?:Python|C)\) File "  # pystack's
+    r'|# Thread(?:ID)?: |\s*File: "'  # a signal handler's sys._current_frames() dump
 )
 
 

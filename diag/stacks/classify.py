@@ -1302,7 +1302,9 @@ def is_serving_worker_stack(frames: Sequence[StackFrame]) -> bool:
 # frames as they are; a thread of a hung worker whose innermost frame is framework Python
 # is in a native call there. (A Ctrl-C traceback is not: the interrupt lands between
 # bytecodes, after any native call returned.)
-_STATELESS_DUMPS = frozenset({"faulthandler", "pystack", "trace", "pytest_timeout", "gdb"})
+_STATELESS_DUMPS = frozenset(
+    {"faulthandler", "pystack", "trace", "pytest_timeout", "gdb", "dumpstacks"}
+)
 
 
 def in_native_call(thread: StackThread, mode: str | None = None) -> bool:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 
 from diag.model import RankId, Record, StackFrame, StackProcess, StackThread
 from diag.parse.coords import TAGS_RE_SRC, Coords, match_proc_prefix, match_torch_rank, parse_tags
-from diag.parse.unwrap import SourceUnwrapper, unwrap_line
+from diag.parse.unwrap import SourceUnwrapper, unescape_entities, unwrap_line
 from diag.stacks.frames import make_frame, rank_from_title, split_pyspy_frame
 from diag.stacks.pyspy_json import parse_pyspy_json
 
@@ -190,6 +190,12 @@ _PYSTACK_STATUS = re.compile(r"\[([^\]]*)\] \(most recent call last\):$")
 # `+++ Timeout +++` titles
 _PT_STACK = re.compile(r"^~{3,} Stack of (.+?) \((\d+)\) ~{3,}$")
 _PYSTACK_FRAME = re.compile(r'^\s*\((Python|C)\) File "(.*)", line (\d+), in (.+?)\s*$')
+# A signal handler's dump of sys._current_frames() (the "dumpstacks" recipe that web UIs
+# and services install on SIGINT/SIGUSR1: traceback.extract_stack per thread, outermost
+# first): `# Thread: NAME(IDENT)` (or `# ThreadID: IDENT`) then `File: "x.py", line 12, in
+# f` and the source line indented under it
+_DS_THREAD = re.compile(r"^# Thread(?:ID)?: (?:(.*?)\((\d+)\)|(\d+))$")
+_DS_FRAME = re.compile(r'^\s*File: "(.*)", line (\d+), in (\S+)\s*$')
 _INTERRUPT = re.compile(r"^\s*(?:[\w.]+\.)?KeyboardInterrupt\s*$")
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*)(?::.*)?$")
 _LOCALS_HEAD = re.compile(r"^\s+(Arguments|Locals):\s*$")
@@ -249,7 +255,9 @@ def _split_prefixes(text: str) -> tuple[str, str, RankId | None, str | None]:
 # A line can start or continue a dump only if it is indented, is a lone "[" or contains
 # one of these; while no dump is open, other lines are skipped unparsed (one search).
 _CANDIDATE = re.compile(
-    r'Thread |Current thread|Process \d|File "|Traceback|Pyspy |Stack \(|Stack trace|'
+    r'Thread |Current thread|Process \d|File "|File: (?:"|&quot;)|# Thread(?:ID)?: |Traceback|'
+    r'Pyspy |Stack \(|'
+    r'Stack trace|'
     r'KeyboardInterrupt|\.py", line \d+ in |^PID \d+ - |^TID \d+:|'
     r"^#\d+ |(?<=\s)#\d+ \S+ from \S|(?<=\s)#\d+ +0x[0-9a-fA-F]+ in |Stack of | encountered !|"
     r"\] +Caught signal \d|backtrace \(tid:|(?:^|\s)\d{1,4} 0x[0-9a-fA-F]{8,16} \S.*\(\) "  # UCX
@@ -259,7 +267,8 @@ _CANDIDATE = re.compile(
 )
 # Every match of _CANDIDATE holds one of these, or "#" and a digit: tested first (a few
 # substring tests cost far less than the search, which has no literal prefix to skip by)
-_CANDIDATE_NEEDS = ("Thread ", "Current thread", "Process ", 'File "', "Traceback", "Pyspy ",
+_CANDIDATE_NEEDS = ("Thread ", "Current thread", "Process ", 'File "', "File: ", "# Thread",
+                    "Traceback", "Pyspy ",
                     "Stack ", "KeyboardInterrupt", '.py", line ', " encountered !",
                     "Caught signal ", "backtrace (tid:", " 0x", "PID ", "TID ",
                     "Waiting for the GIL", ") [0x", "Exception raised from ")
@@ -312,6 +321,10 @@ def _split_line(text: str) -> _Split:
         clean = _RAY_REPEATED.sub("", clean)
     if "\xa0" in clean:  # a paste through a web page: indentation as no-break spaces
         clean = clean.replace("\xa0", " ")
+    if "&" in clean and ";" in clean:
+        # copied from an HTML view: a record's raw line keeps its entities (the log reader
+        # decodes its message only): `File: &quot;x.py&quot;, line 12, in f`
+        clean = unescape_entities(clean)
     return _split_prefixes(clean)
 
 
@@ -469,7 +482,7 @@ def _demangle(symbol: str) -> str:
 
 
 # the start of a traceback, faulthandler, py-bt or pystack frame line
-_FRAME_HEAD = re.compile(r'^\s*(?:\((?:Python|C)\) )?File(?: "|$)')
+_FRAME_HEAD = re.compile(r'^\s*(?:\((?:Python|C)\) )?File(?::? "|:?$)')
 
 
 def _join_wrapped(pieces: list[str]) -> str | None:
@@ -495,6 +508,7 @@ def _complete_frame(text: str) -> re.Match[str] | None:
         or _TB_FRAME.match(text)
         or _PYSTACK_FRAME.match(text)
         or _PYBT_FRAME.match(text)
+        or _DS_FRAME.match(text)
     )
 
 
@@ -618,12 +632,15 @@ class _Channel:
     def __init__(
         self, out: list[StackProcess], key: tuple[str, str],
         raised: list[StackProcess] | None = None,
+        cut: list[StackProcess] | None = None,
     ) -> None:
         self.out = out
         self.key = key
         # tracebacks that ended in an exception (or were cut): where a thread was when it
         # raised; processes of their own where the source holds no dump (extract_stack_processes)
         self.raised: list[StackProcess] = raised if raised is not None else []
+        # those of them that the text's end cut before any exception line
+        self.cut: list[StackProcess] = cut if cut is not None else []
         self.tb_frame_at: tuple[str, int] | None = None  # the open traceback's last frame
         self.proc: _Proc | None = None
         self.thread: _Thread | None = None
@@ -961,6 +978,14 @@ class _Channel:
                 proc = self._open(ln, "pystack")
             self._new_thread(proc, tid, None, _pystack_status(stripped), outer_first=True)
             return True
+        m = _DS_THREAD.match(stripped)
+        if m:
+            proc = self.proc if self.proc is not None and self.proc.kind == "dumpstacks" else None
+            tid = _small(m.group(2) or m.group(3))
+            if proc is None or any(t.tid == tid for t in proc.threads):
+                proc = self._open(ln, "dumpstacks")
+            self._new_thread(proc, tid, m.group(1) or None, None, outer_first=True)
+            return True
         m = _PT_STACK.match(stripped)
         if m:
             kind = "pytest_timeout"
@@ -1019,6 +1044,19 @@ class _Channel:
                     frame = replace(frame, native=True)
                 self.thread.frames.append(frame)
             return True
+        m = _DS_FRAME.match(text)
+        if m and self.tb is None:
+            if self.thread is None or self.proc is None or self.proc.kind != "dumpstacks":
+                # frames whose `# Thread:` header the paste cut
+                self._new_thread(self._open(ln, "dumpstacks"), None, None, None, outer_first=True)
+            assert self.thread is not None
+            self.thread.frames.append(make_frame(m.group(3), f"{m.group(1)}:{m.group(2)}"))
+            return True
+        if (
+            self.thread is not None and self.proc is not None and self.proc.kind == "dumpstacks"
+            and self.tb is None and text[:1] in (" ", "\t")
+        ):
+            return True  # the source line under a frame
         if (
             self.thread is not None
             and self.proc is not None
@@ -1230,6 +1268,7 @@ class _Channel:
             built = self.tb.build()
             if built is not None:
                 self.raised.append(replace(built, mode="traceback"))
+                self.cut.append(self.raised[-1])
         self.tb = None
         self.json = None
 
@@ -1308,6 +1347,7 @@ def extract_stack_processes(
     # one parser per (source, per-line prefix): a dump never runs on into another file
     channels: dict[tuple[str, str], _Channel] = {}
     raised: list[StackProcess] = []
+    cut: list[StackProcess] = []  # raised ones the text's end cut before an exception line
     busy: set[tuple[str, str]] = set()  # channels with a dump (or a pending header) open
     c10d_open: dict[str, _Channel] = {}  # source -> channel with torch's report open
     candidate = _candidate
@@ -1338,7 +1378,7 @@ def extract_stack_processes(
             if len(pick) == 1:
                 chan = pick[0]
         if chan is None:
-            chan = channels[ckey] = _Channel(found, ckey, raised)
+            chan = channels[ckey] = _Channel(found, ckey, raised, cut)
         chan.feed(ln)
         if chan.in_c10d:
             c10d_open[ln.source] = chan
@@ -1369,6 +1409,11 @@ def extract_stack_processes(
     for chan in channels.values():
         chan.finish()
     found.extend(_trace_processes(records))
+    # Ctrl-C reaches every process of the group, and each prints its own traceback ending
+    # in KeyboardInterrupt: in a source holding such a dump, a traceback the paste cut
+    # before its exception line is one more of them (where that process was), not an error.
+    interrupted = {p.source for p in found if p.mode == "traceback"}
+    found.extend(p for p in cut if p.source in interrupted)
     if raised and tracebacks:
         # A traceback is where its thread was when the error surfaced (an exception out of
         # a CUDA sync, a JIT build, a pipe read): in a bare paste of one, the only stack
@@ -1402,12 +1447,14 @@ def extract_stack_processes(
 # every header and frame py-spy, faulthandler and pystack begin a line with, and after
 # every py-spy frame's ``(file:line)`` / ``(lib.so)``. Only a line holding two or more
 # frames is cut (a log line that mentions one frame stays whole).
-_GLUED_FRAMES = re.compile(r"\((?:[^()\s]+:\d+|[^()\s]+\.so[\w.\-]*)\)|\bFile \"[^\"]*\", line \d+")
+_GLUED_FRAMES = re.compile(
+    r"\((?:[^()\s]+:\d+|[^()\s]+\.so[\w.\-]*)\)|\bFile:? \"[^\"]*\", line \d+"
+)
 _GLUED_CUT = re.compile(
     r"(?:(?<!\s)(?<!\(Python\))(?<!\(C\))\s+|(?<=[)\"\w>]))"
     r"(?P<head>(?=Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil|most recent)"
     r"|Current thread 0x|Process \d+: |Python v\d|Stack \(most recent|"
-    r"Traceback for thread \d+|\(Python\) File \"|\(C\) File \"|File \"|"
+    r"Traceback for thread \d+|\(Python\) File \"|\(C\) File \"|File:? \"|# Thread(?:ID)?: |"
     r"#\d+ [\w<>.]+ from \S|#\d+\s+0x[0-9a-fA-F]+ in |Traceback \(most recent call first\)|"
     r"Waiting for the GIL|<built-in (?:method|function) |"
     r"Exception raised from \S+ at |frame #\d+: ))"
@@ -1418,13 +1465,13 @@ _GLUED_GDB = re.compile(r"#\d+\s+0x[0-9a-fA-F]+ in |#\d+ [\w<>.]+ from \S")
 _GLUED_HEADER = re.compile(
     r"Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil|most recent)|Current thread 0x|"
     r"Traceback \(most recent call first\)|Waiting for the GIL|"
-    r"Traceback for thread \d+|Stack \(most recent"
+    r"Traceback for thread \d+|Stack \(most recent|# Thread(?:ID)?: "
 )
 # what the part before a cut after ``)`` or ``"`` must end with: a py-spy frame's place or
 # a thread header
 # `(Python) File "x.py", line 12, in f         return g()`: a frame, then its source line
 _GLUED_SOURCE = re.compile(
-    r"^((?:\((?:Python|C)\) )?File \"[^\"]*\", line \d+, in [\w<>.]+)\s+(\S.*)$"
+    r"^((?:\((?:Python|C)\) )?File:? \"[^\"]*\", line \d+, in [\w<>.]+)\s+(\S.*)$"
 )
 # pystack's thread header names its command in parentheses before its flags: not an end
 _PYSTACK_TITLE_END = re.compile(r"Traceback for thread \d+ \([^()]*\)$")
@@ -1434,18 +1481,21 @@ _GLUED_PART_END = re.compile(
 )
 
 
+_GLUED_HEADS = ("Thread ", "thread 0x", "Stack (", "# Thread")
+
+
 def _maybe_glued(text: str) -> bool:
     """Cheap guard before :func:`split_glued_dump` (it runs on every line of a log): two
     frame places at least (``.py:``, ``.so``, ``<string>:``, ``File "``), or one and a
     thread header. A log line names one place at most (``[gpu_model_runner.py:1234]``)."""
     if len(text) < 40:
         return False
-    n = text.count(".py:") + text.count('File "')
+    n = text.count(".py:") + text.count('File "') + text.count('File: "')
     if n < 2:
         n += text.count(".so") + text.count("<string>:")
     if n < 2 and "#" in text:
         n += len(_GLUED_GDB.findall(text, 0, 2_000))  # gdb's `#3  0x00007f.. in f ()`
-    return n >= 2 or (n == 1 and ("Thread " in text or "thread 0x" in text or "Stack (" in text))
+    return n >= 2 or (n == 1 and any(h in text for h in _GLUED_HEADS))
 
 
 def split_glued_dump(text: str) -> list[str]:
@@ -1456,8 +1506,11 @@ def split_glued_dump(text: str) -> list[str]:
     if len(text) < 40:
         return [text]
     one = text.strip()
-    if (_PYSTACK_FRAME.match(one) or _FH_FRAME.match(one) or _PYBT_FRAME.match(one)) and (
-        one.count('File "') < 2 and not _GLUED_HEADER.search(one)
+    if (
+        _PYSTACK_FRAME.match(one) or _FH_FRAME.match(one) or _PYBT_FRAME.match(one)
+        or _DS_FRAME.match(one)
+    ) and (
+        one.count('File "') + one.count('File: "') < 2 and not _GLUED_HEADER.search(one)
     ):
         return [text]  # one whole frame line (pystack's names its file and its library)
     frames = len(_GLUED_FRAMES.findall(text, 0, 20_000))
