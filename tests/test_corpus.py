@@ -170,10 +170,6 @@ TUNING_XFAIL: dict[str, str] = {
         "does not count a sleep-mode control call as a request served"
     ),
     # gather s12 (2026-12-05), each scored before any change made for it
-    "sglang/gpt-oss-torch-compile-init-device-graphs-capture-failed-inductor-subprocexception-nested-traceback-cut": (  # noqa: E501
-        "new case (gather s12): compile.error rests on a paired PyTorch issue; the text shows "
-        "only Inductor's 'SubprocException: An exception occurred in a subprocess'"
-    ),
     "vllm/omni-hunyuanimage3-npu-dit-loader-0of32-then-waiting-for-core-engine-proc-debug": (
         "new case (gather s12): labels a stall but not startup.no_listen_port; diag reports "
         "both wherever a stall is proven, as the earlier stall cases are labelled"

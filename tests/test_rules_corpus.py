@@ -80,10 +80,6 @@ XFAIL.update(
             "(Unsloth's 'Stdout stream ended before readiness message detected', gone from "
             "its current release), not on a line of vLLM"
         ),
-        "sglang/gpt-oss-torch-compile-init-device-graphs-capture-failed-inductor-subprocexception-nested-traceback-cut": (  # noqa: E501
-            "new case (gather s12): compile.error rests on a paired PyTorch issue; the text "
-            "shows only Inductor's 'SubprocException: An exception occurred in a subprocess'"
-        ),
         "vllm/omni-hunyuanimage3-npu-dit-loader-0of32-then-waiting-for-core-engine-proc-debug": (  # noqa: E501
             "new case (gather s12): a stall labelled without startup.no_listen_port, which "
             "diag reports wherever a stall is proven (as the earlier stall cases are labelled)"
