@@ -257,13 +257,17 @@ def test_keyscan_first_batch_lines_against_find(labels: str) -> None:
         assert first == want, lines
 
 
+@pytest.mark.parametrize("long_keys", [False, True])
 @pytest.mark.parametrize("many", [False, True])
-def test_keyscan_first_batch_lines_at_the_label_offsets(many: bool) -> None:
+def test_keyscan_first_batch_lines_at_the_label_offsets(many: bool, long_keys: bool) -> None:
     """The probes' first offsets read at the scanner's batch-kind offsets (few of them)
     or by one pass (many): ``chunk.find``'s, with keys that end other keys, lines that
-    start with a batch kind, and probes already found skipped."""
+    start with a batch kind, and probes already found skipped (``long_keys``: every key
+    of 8 bytes or more, so the keys' last 8 bytes are compared first)."""
     rng = random.Random(11 + many)
     keys = {"[TP0] ", "[TP1] ", "[DP0 TP1] ", " TP1] ", "[DP10 TP1] ", "(Worker pid=7) "}
+    if long_keys:
+        keys = {"[DP0 TP1] ", "[DP10 TP1] ", "P10 TP1] ", "(Worker pid=7) "}
     forms = ["[TP0] a", "[TP1] b", "[DP0 TP1] c", "none", "[TP0] Decode batch",
              "[TP1] Prefill batch x", "[DP0 TP1] Decode batch", "Decode batch, #x",
              "x [DP10 TP1] Prefill batch", "y TP1] Decode batch", "[DP10 TP1] Decode batc",

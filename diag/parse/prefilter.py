@@ -603,19 +603,42 @@ class _KeyScan:
         arr = np.frombuffer(chunk, dtype=np.uint8)
         for lit, want in by_kind.items():
             offsets = at[lit]  # (sorted)
-            for n in sorted({len(k) for k in want}):
-                o = offsets[offsets >= n]
+            # (speed) per width w (a key's length, 8 for longer keys): the w bytes before
+            # each offset as one 64-bit number, one gather for all the keys of that width;
+            # a key of up to 8 bytes is found where its number is, a longer one is compared
+            # whole where its last 8 bytes are (in order: each key's first one kept)
+            groups: dict[int, dict[int, list[bytes]]] = {}
+            for k in want:
+                w = min(len(k), 8)
+                code = int.from_bytes(k[len(k) - w :], "little")
+                groups.setdefault(w, {}).setdefault(code, []).append(k)
+            for w, by_code in groups.items():
+                o = offsets[offsets >= w]
                 if not len(o):
                     continue
-                # the n bytes before each offset, one bytes object each
-                rows = np.ascontiguousarray(arr[o[:, None] - n + np.arange(n)])
-                # (speed) each distinct n bytes once, with its first offset (np.unique's
-                # index is the first occurrence), not one bytes object per offset
-                kinds, at_first = np.unique(rows.view(f"V{n}").ravel(), return_index=True)
-                mine = {k: p for k, p in want.items() if len(k) == n}
-                for k, j in zip(kinds.tolist(), at_first.tolist(), strict=True):
-                    if k in mine:
-                        first[mine[k]] = int(o[j]) - n
+                tails = np.zeros((len(o), 8), dtype=np.uint8)
+                tails[:, :w] = arr[o[:, None] - w + np.arange(w)]
+                codes = tails.view("<u8").ravel()
+                wanted_codes = np.fromiter(by_code, dtype=np.uint64, count=len(by_code))
+                hits = np.flatnonzero(np.isin(codes, wanted_codes))
+                if not len(hits):
+                    continue
+                if w < 8:
+                    # the whole key: its first offset is its number's first hit
+                    got, j = np.unique(codes[hits], return_index=True)
+                    for code, i in zip(got.tolist(), hits[j].tolist(), strict=True):
+                        for k in by_code[code]:
+                            first[want[k]] = int(o[i]) - w
+                    continue
+                left = {k for ks in by_code.values() for k in ks}
+                for i in hits.tolist():
+                    q = int(o[i])
+                    for k in by_code[int(codes[i])]:
+                        if k in left and q >= len(k) and chunk[q - len(k) : q] == k:
+                            first[want[k]] = q - len(k)
+                            left.discard(k)
+                    if not left:
+                        break
         return True
 
 
