@@ -64,7 +64,16 @@ typedef struct {
     uint8_t teddy[64];
     int32_t *depth;        /* per state: the length of the text it has read */
     int32_t caseless;
+    uint64_t kinv;         /* ceil(2^32 / n_classes): see state_of */
 } dg_ac;
+
+/* the state whose row starts at offset s (an entry's target, state * n_classes) by a
+ * multiply, not a division: s * ceil(2^32 / n) / 2^32 is s / n plus less than 1/2 when
+ * s < 2^31 is a multiple of n (each label hit of the walk takes one: 5-8% of the walk of
+ * a serving log, whose every line holds labels) */
+static inline int32_t state_of(const dg_ac *ac, uint32_t s) {
+    return (int32_t)(((uint64_t)s * ac->kinv) >> 32);
+}
 
 static uint8_t fold(uint8_t b, int caseless) {
     return (caseless && b >= 'A' && b <= 'Z') ? (uint8_t)(b + 32) : b;
@@ -140,7 +149,7 @@ static void encode_row(dg_ac *ac, int32_t s, int32_t f, const int32_t *child,
     }
     for (int32_t t = child[s]; t >= 0; t = sibling[t]) {
         int32_t c = edge[t];
-        int32_t ft = s == f ? s : (int32_t)((frow[c] & MASK) / kk);
+        int32_t ft = s == f ? s : state_of(ac, frow[c] & MASK);
         fail[t] = ft;
         ac->out[t] |= ac->out[ft];
         ac->dict[t] = ac->own[ft] >= 0 ? ft : ac->dict[ft];
@@ -188,6 +197,7 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
     ac->quiet_nl = special ? 1 : 0;
     ac->caseless = caseless;
     ac->n_classes = k;
+    ac->kinv = ((1ull << 32) + (uint64_t)k - 1) / (uint64_t)k;
     if (k > 255 || total > (int64_t)(MASK / 2)) { dg_free(ac); return NULL; }
     /* the trie is lists of children (below); delta, written once by the breadth-first
      * pass, needs no clearing */
@@ -483,7 +493,7 @@ static void tail_scan(const dg_ac *ac, const uint8_t *buf, int64_t size, int64_t
 }
 
 static inline void hit(const dg_ac *ac, const uint8_t *buf, int64_t size, uint8_t *mask,
-                       int64_t n_lines, lane_t *L, uint8_t b, uint32_t k, uint64_t *labels,
+                       int64_t n_lines, lane_t *L, uint8_t b, uint64_t *labels,
                        label_pos_t *pos, const int64_t *nl, int64_t n_nl, int ssse3) {
     int64_t i = L->i;
     if (b == '\n') {
@@ -496,22 +506,29 @@ static inline void hit(const dg_ac *ac, const uint8_t *buf, int64_t size, uint8_
         }
         return;
     }
-    int64_t line = L->line;
-    if (nl) {
-        /* newlines are not flagged: the lane's line is brought up to position i */
-        while (line < n_nl && nl[line] < i) line++;
-        L->line = line;
+    /* newlines are not flagged (nl given): the lane's line is brought up to position i
+     * where a line is marked (a label's hit needs no line: most hits on a serving log) */
+#define DG_LINE_UP                                                   \
+    if (nl) {                                                        \
+        while (line < n_nl && nl[line] < i) line++;                  \
+        L->line = line;                                              \
     }
+    int64_t line = L->line;
     if (b == '\r') {
+        DG_LINE_UP
         if (i + 1 < size && buf[i + 1] != '\n' && line < n_lines) mask[line] = 1;
         return;
     }
-    int32_t st = (int32_t)(L->s / k);
+    int32_t st = state_of(ac, L->s);
     uint8_t o = ac->out[st];
-    if (line < n_lines) {
-        if (o & OUT_CAND) mask[line] = 1;
-        if ((o & OUT_PREV) && line > 0) mask[line - 1] = 1;
+    if (o & (OUT_CAND | OUT_PREV)) {
+        DG_LINE_UP
+        if (line < n_lines) {
+            if (o & OUT_CAND) mask[line] = 1;
+            if ((o & OUT_PREV) && line > 0) mask[line - 1] = 1;
+        }
     }
+#undef DG_LINE_UP
     if (o & OUT_LIST) {
         int32_t d = ac->own[st] < 0 ? ac->dict[st] : st;
         while (d >= 0) {
@@ -546,7 +563,6 @@ uint64_t dg_candidates(const dg_ac *ac, const uint8_t *buf, int64_t size, const 
     label_pos_t *pos = lab_count ? &pos_s : NULL;
     const uint32_t *delta = ac->delta;
     const uint8_t *cls = ac->cls;
-    const uint32_t k = (uint32_t)ac->n_classes;
     uint64_t labels = 0;
     /* (the chunk's first line, which no newline precedes, is tested by the caller) */
     if (size <= 0 || n_lines <= 0) return 0;
@@ -620,7 +636,7 @@ uint64_t dg_candidates(const dg_ac *ac, const uint8_t *buf, int64_t size, const 
                 S = t & MASK;                                                   \
                 if (__builtin_expect(t & FLAG, 0)) {                            \
                     L->i = I; L->s = S;                                         \
-                    hit(ac, buf, size, mask, n_lines, L, b, k, &labels, pos, qnl, n_nl, ssse3);   \
+                    hit(ac, buf, size, mask, n_lines, L, b, &labels, pos, qnl, n_nl, ssse3);   \
                     S = L->s;                                                   \
                     if (L->i != I) {                                            \
                         I = L->i;                                               \
@@ -644,7 +660,7 @@ uint64_t dg_candidates(const dg_ac *ac, const uint8_t *buf, int64_t size, const 
             uint8_t b = buf[lane[j].i];
             uint32_t t = delta[lane[j].s + cls[b]];
             lane[j].s = t & MASK;
-            if (t & FLAG) hit(ac, buf, size, mask, n_lines, &lane[j], b, k, &labels, pos, qnl, n_nl, ssse3);
+            if (t & FLAG) hit(ac, buf, size, mask, n_lines, &lane[j], b, &labels, pos, qnl, n_nl, ssse3);
             lane[j].i++;
         }
     }
@@ -662,7 +678,7 @@ typedef struct { int64_t p, lo, line; uint32_t s; int done; } back_t;
 
 static inline void back_hit(const dg_ac *ac, const int64_t *nl, const uint8_t *dropped,
                             int64_t *found, int32_t n, int64_t first_line, back_t *L,
-                            uint8_t b, uint32_t s, uint32_t k, int j) {
+                            uint8_t b, uint32_t s, int j) {
     L->s = s;
     if (b == '\n') {
         /* the newline ending the line before: step onto that line */
@@ -674,7 +690,7 @@ static inline void back_hit(const dg_ac *ac, const int64_t *nl, const uint8_t *d
         }
         return;
     }
-    int32_t st = (int32_t)(s / k);
+    int32_t st = state_of(ac, s);
     if (ac->own[st] < 0) st = ac->dict[st];
     while (st >= 0) {
         for (int32_t pi = ac->own[st]; pi >= 0; pi = ac->next_own[pi]) {
@@ -703,7 +719,6 @@ int32_t dg_last(const dg_ac *ac, const uint8_t *buf, int64_t size, const int64_t
                 int64_t n_nl, const uint8_t *dropped, const uint8_t *ignore, int64_t *out) {
     const uint32_t *delta = ac->delta;
     const uint8_t *cls = ac->cls;
-    const uint32_t k = (uint32_t)ac->n_classes;
     const int32_t n = ac->n_patterns;
     for (int32_t i = 0; i < n; i++) out[i] = -1;
     if (n <= 0 || size <= 0) return 0;
@@ -747,7 +762,7 @@ int32_t dg_last(const dg_ac *ac, const uint8_t *buf, int64_t size, const int64_t
         S = t & MASK;                                                              \
         if (t & FLAG) {                                                            \
             lane[J].p = P;                                                         \
-            back_hit(ac, nl, dropped, found, n, first_line[J], &lane[J], b, S, k, J); \
+            back_hit(ac, nl, dropped, found, n, first_line[J], &lane[J], b, S, J); \
             P = lane[J].p;                                                         \
             S = lane[J].s;                                                         \
         }                                                                          \
@@ -845,7 +860,6 @@ int32_t dg_last_skip(const dg_ac *ac, const uint8_t *buf, int64_t size, const in
     for (int i = 0; i < nb; i++) vb[i] = _mm_set1_epi8((char)lb[i]);
     const uint32_t *delta = ac->delta;
     const uint8_t *cls = ac->cls;
-    const uint32_t k = (uint32_t)ac->n_classes;
     int32_t remaining = 0;
     for (int32_t i = 0; i < n; i++) {
         out[i] = -1;
@@ -869,7 +883,7 @@ int32_t dg_last_skip(const dg_ac *ac, const uint8_t *buf, int64_t size, const in
                 uint32_t t = delta[s + cls[b]];
                 s = t & MASK;
                 if ((t & FLAG) && b != '\n') {
-                    int32_t st = (int32_t)(s / k);
+                    int32_t st = state_of(ac, s);
                     if (ac->own[st] < 0) st = ac->dict[st];
                     while (st >= 0) {
                         for (int32_t pi = ac->own[st]; pi >= 0; pi = ac->next_own[pi]) {
@@ -913,7 +927,6 @@ int64_t dg_hits(const dg_ac *ac, const uint8_t *buf, int64_t size, int64_t *out_
                 int32_t *out_pat, int64_t cap) {
     const uint32_t *delta = ac->delta;
     const uint8_t *cls = ac->cls;
-    const uint32_t k = (uint32_t)ac->n_classes;
     const int32_t n = ac->n_patterns;
     if (n <= 0 || size <= 0) return 0;
     int64_t *seen = malloc(sizeof(int64_t) * (size_t)n);  /* per pattern: last line reported */
@@ -927,7 +940,7 @@ int64_t dg_hits(const dg_ac *ac, const uint8_t *buf, int64_t size, int64_t *out_
         s = t & MASK;
         if (__builtin_expect(!(t & FLAG), 1)) continue;
         if (b == '\n') { line++; s = 0; continue; }
-        int32_t st = (int32_t)(s / k);
+        int32_t st = state_of(ac, s);
         if (ac->own[st] < 0) st = ac->dict[st];
         while (st >= 0) {
             for (int32_t pi = ac->own[st]; pi >= 0; pi = ac->next_own[pi]) {
