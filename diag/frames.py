@@ -305,6 +305,19 @@ def frame_phase(path: str, func: str) -> str | None:
         # model (init_device, load_model) before it sends READY, and the executor sends RPCs
         # (collective_rpc, answered in worker_busy_loop) only once every worker is ready
         return "weights_load"
+    if func.endswith("__init__") and "/sglang/srt/speculative/" in p:
+        # SGLang's draft workers (speculative/eagle_worker.py EAGLEWorker, eagle_worker_v2.py,
+        # standalone_worker.py, multi_layer_eagle_worker.py, ngram_worker.py; 0.4-0.5.23):
+        # the scheduler builds one after its target worker loaded its model, and the draft
+        # worker's constructor builds and loads the draft model (its own pool and graphs
+        # are deeper frames)
+        return "weights_load"
+    if name in ("wake_up", "sleep") and "/vllm/" in p:
+        # vLLM's sleep mode (LLM.sleep / wake_up through the engine, executor, worker and
+        # CuMemAllocator: vllm/entrypoints/llm.py, engine/llm_engine.py, executor/, worker/,
+        # device_allocator/cumem.py, v1/engine/core.py, 0.7.3-0.34): only an engine that
+        # finished its start-up is put to sleep or woken (at least warmup's end)
+        return "warmup"
     if name in _LAUNCH_FUNCS:
         return "launch"
     if name in _SERVING_FUNCS:

@@ -191,10 +191,6 @@ TUNING_XFAIL: dict[str, str] = {
         "new case (gather s13): kv_cache as the last step in time (V1 sizes the KV cache after"
         " compiling), where other gatherers label the higher phase of LABELS.md's order (compile)"
     ),
-    "vllm/nixos-vllm-0.9.1-rtx5090-inductor-ptxas-ptx-8.4-no-sm120a-enginecore-failed-cut": (  # noqa: E501
-        "new case (gather s13): compile from Inductor's logger location in torch's per-rank pr"
-        "efix; diag reads no phase from a logger's file path"
-    ),
     # gather s14 (2026-12-05), each scored before any change made for it
     "sglang/npu-a3-slime-ray-sglangengine-prefix-tree-spec-sampling-fallback-then-triton-ascend-compile-scheduler-exception-cut": (  # noqa: E501
         "new case (gather s14): launch where diag reads compile from Triton's compiler frames"
@@ -393,6 +389,25 @@ TUNING_XFAIL: dict[str, str] = {
         "new case (gather s27): the detokenizer's event_loop in recv_pyobj, labelled "
         "ipc_wait (the label's notes name idle_loop as the near miss); diag's rule reads "
         "SGLang's DetokenizerManager.event_loop waiting for input as an idle serving loop"
+    ),
+    "vllm/ascend-910b2-apr-2025-vllm-ascend-zh-title-setprecisionmode-aclsetcompileopt-500001-eh9999-ge-init-failed-cann-traceback-fence-glued-last-line": (  # noqa: E501
+        "new case (gather s28): cuda.error unexpected for torch_npu's 'ERR00100 PTA call acl "
+        "api failed' under AclSetCompileopt's 500001 (CANN's graph-engine initialisation); "
+        "the corpus's other ERR00100 cases (device faults, an invalid device) expect it"
+    ),
+    "vllm/dgx-spark-mar-2026-vllm-gpt-oss-120b-worker-tp0-marlin-invalid-thread-config-max-shared-mem-101376-runtimeerror-then-worker-busy-loop-traceback-cut": (  # noqa: E501
+        "new case (gather s28): labelled launch, LABELS.md naming no phase for "
+        "worker_busy_loop; diag reads the executor's RPC loop as a lower bound of "
+        "weights_load (multiproc_executor.py: RPCs start once every worker loaded its model)"
+    ),
+    "vllm/dynamo-apr-2025-serve-graphs-rust-http-service-up-first-then-ai-dynamo-vllm-v0-resolve-task-and-safetensors-0-of-2-window-cut": (  # noqa: E501
+        "new case (gather s28): the window ends on a 0% shard bar, a stall by LABELS.md's "
+        "convention (a frozen bar); the label follows the thread, which says the run went on"
+    ),
+    "vllm/healthy-may-2025-vllm-0.8.x-lora-doc-serve-enable-lora-load-and-unload-lora-adapter-200-ok-with-client-curl-transcript-in-same-block": (  # noqa: E501
+        "new case (gather s28): serving from 'POST /v1/load_lora_adapter 200' (LABELS.md's "
+        "literal 'POST /v1/... 200'); diag's serving mark takes the inference routes only, "
+        "an adapter's load being an operator's call (it proves listening)"
     ),
 }
 

@@ -85,6 +85,12 @@ T0 = dt.datetime(2026, 2, 22, 22, 35, 0)
         ("vllm/model_executor/model_loader/loader.py", "load_model", "weights_load"),
         # resolving the architecture from the config, outside the loader's own steps
         ("/x/sglang/srt/model_loader/utils.py", "get_model_architecture", "model_config"),
+        # sleep mode: only a started engine sleeps or wakes up; time.sleep is no step
+        ("/x/vllm/device_allocator/cumem.py", "wake_up", "warmup"),
+        ("/x/sglang/srt/speculative/eagle_worker.py", "EAGLEWorker.__init__", "weights_load"),
+        ("/x/sglang/srt/speculative/eagle_worker.py", "__init__", "weights_load"),
+        ("/x/vllm/v1/engine/core.py", "sleep", "warmup"),
+        ("/usr/lib/python3.12/asyncio/tasks.py", "sleep", None),
         ("/x/vllm/model_executor/model_loader/utils.py", "get_architecture_class_name", "model_config"),  # noqa: E501
     ],
 )
