@@ -387,9 +387,17 @@ def _lines(rec: Record) -> Iterator[tuple[int, str]]:
 
 # (an assignment's targets may be a tuple: `model_class, _ = get_model_architecture(...)`)
 _TARGETS = r"(?:[\w.\[\]()]+(?:\s*,\s*[\w.\[\]()]+)*\s*=\s*)?"
-_CALL = re.compile(r"^\s*" + _TARGETS + r"(?:await\s+)?(?:[\w.]+\.)?(\w+)\(")
+# (or follow a statement's keyword: `return self.model_runner.load_model()`, `with
+# self.capture():`, `for batch in self.iterate(...)`, `yield from self.run(...)`)
+_LEAD = (
+    r"(?:(?:return|yield(?:\s+from)?|(?:async\s+)?with|if|elif|while|assert|not|"
+    r"(?:async\s+)?for\s+[\w, ()]+?\s+in)\s+)?"
+)
+_CALL = re.compile(r"^\s*" + _LEAD + _TARGETS + r"(?:await\s+)?(?:[\w.]+\.)?(\w+)\(")
 # a source line the paste cut inside the callee's name (`    scheduler.eve`): its prefix
-_CUT_CALL = re.compile(r"^\s*" + _TARGETS + r"(?:await\s+)?(?:[\w.]+\.)?(\w{3,})$")
+_CUT_CALL = re.compile(
+    r"^\s*" + _LEAD + _TARGETS + r"(?:await\s+)?(?:[\w.]+\.)?(\w{3,})$"
+)
 
 
 def _cut_call_phase(prefix: str) -> tuple[str, str] | None:

@@ -338,3 +338,17 @@ def test_a_call_under_a_tuple_assignment_names_its_step() -> None:
               ("/x/vllm/model_executor/model_loader/utils.py", "get_model_architecture")])]
     )
     assert e.phase == "weights_load"
+
+
+def test_a_cut_traceback_names_the_call_its_last_source_line_makes() -> None:
+    """A traceback the paste cut after a frame's source line: the call that line makes is
+    the step in progress, whatever statement it sits in (return, with, for ... in)."""
+    for code in (
+        "    return self.model_runner.load_model()",
+        "    with self.load_model():",
+        "    for name, w in self.load_weights(ckpt):",
+    ):
+        cont = ('  File "/x/app/worker.py", line 10, in start', code)
+        rec = Record("log", 1, "Traceback (most recent call last):", ts=T0, continuation=cont)
+        (e,) = frame_events([rec])
+        assert e.phase == "weights_load", code
