@@ -189,12 +189,9 @@ _NAMED_STEPS: tuple[tuple[frozenset[str], str], ...] = (
 )
 # A model's or a layer's own module (vllm/model_executor/models|layers/, sglang/srt/
 # models|layers/): its constructor runs while the model is built (LABELS.md: weights_load);
-# its forward runs in any later step, which the frames alone do not tell (a model's own
-# forward proves the model was loaded: at least weights_load, _MODEL_FILE)
+# its forward runs in any later step, which the frames alone do not tell (a forward proves
+# the model was loaded: at least weights_load)
 _MODEL_CODE = re.compile(r"/(?:vllm/model_executor|sglang/srt)/(?:models|layers)/")
-_MODEL_FILE = re.compile(
-    r"/(?:vllm/model_executor|sglang/srt)/models/(?!registry\.py|__init__\.py)"
-)
 _STARTUP = ("launch", "dist_init", "weights_load", "kv_cache", "compile", "cuda_graph")
 # vLLM V1's executor RPC, sent and answered only once every worker is ready (below): a
 # lower bound that start-up steps and serving alike run in
@@ -340,10 +337,11 @@ def frame_phase(path: str, func: str) -> str | None:
         and not p.endswith(("/models/registry.py", "/models/__init__.py"))
     ):
         return "weights_load"  # a model or layer being built (the registry: with the config)
-    if name == "forward" and _MODEL_FILE.search(p):
-        # a model's forward: the model was built and loaded (get_model returns it loaded;
-        # the profile run, capture, warm-up and requests all come after): at least that
-        # (a layer's forward alone says less: layers run inside other steps' probes)
+    if name == "forward" and _MODEL_CODE.search(p):
+        # a model's or a layer's forward: the model was built and loaded (get_model returns
+        # it loaded; the profile run, capture, warm-up and requests all come after, and a
+        # layer run while the model is built is that step's): at least weights_load, a
+        # lower bound that a capture's or a request's frames go past
         return "weights_load"
     if "/disaggregation/" in p and name == "transfer_worker":
         return "serving"  # SGLang's KV transfer threads run for live requests
@@ -440,7 +438,10 @@ def _stacks(records: Sequence[Record]) -> Iterator[_Stack]:
                         yield st
                     continue
                 st = open_.get(key)
-                if st is not None and st.frames and st.frames[-1][0] == line - 1:
+                if st is not None and st.frames and 0 < line - st.frames[-1][0] <= 2:
+                    # the frame's source line, or the one after it where lines of two
+                    # workers interleave (Ray's log deduplication, two streams in one
+                    # paste): the later call line wins
                     st.codes.append((len(st.frames) - 1, line, text))
                 continue
             m = FRAME.search(text)

@@ -409,6 +409,24 @@ TUNING_XFAIL: dict[str, str] = {
         "literal 'POST /v1/... 200'); diag's serving mark takes the inference routes only, "
         "an adapter's load being an operator's call (it proves listening)"
     ),
+    "sglang/nov-2024-v0.3.4-docker-enable-torch-compile-gemma2-finetune-dynamo-getitem-const-assertionerror-from-user-code-attention-init-cut": (  # noqa: E501
+        "new case (gather s29): compile.error's evidence labelled at the Dynamo frame; diag "
+        "points at the exception line the Dynamo frames end in"
+    ),
+    "vllm/feb-2025-vllm-0.7.x-v0-qwen2-vl-torch-compile-question-weights-took-4.15gb-chat-template-download-bar-max-num-seqs-below-1-and-mm-profiling-context-warnings-window-cut": (  # noqa: E501
+        "new case (gather s29): labelled weights_load; the V0 model runner's profile_run "
+        "lines after the load ('Computed max_num_seqs', model_runner.py) are the KV-sizing "
+        "step's (LABELS.md maps profile_run to kv_cache), as diag reads them"
+    ),
+    "vllm/v063-oct-2024-v0-llama-3.2-11b-vision-h100-96gb-weights-19.86gb-enc-dec-profile-gpu-blocks-2252-then-capturing-cuda-graphs-window-cut-before-error": (  # noqa: E501
+        "new case (gather s29): the window ends on 'Capturing the model for CUDA graphs', a "
+        "step's start (a stall by LABELS.md's convention); the label follows the thread"
+    ),
+    "vllm/verl-ci-may-2026-vllm-0.20.2-fp8-rollout-ray-vllmhttpserver-worker-tp1-workerproc-hit-exception-update-weights-from-ipc-ray-dedup-repeated-traceback-cut": (  # noqa: E501
+        "new case (gather s29): labelled warmup for an RL weight update (verl's "
+        "update_weights_from_ipc over collective_rpc); diag reads the executor RPC loop as "
+        "the lower bound it proves (weights_load)"
+    ),
 }
 
 MIN_PASS_RATIO = 0.90  # old cases: at most 10% xfailed

@@ -44,7 +44,7 @@ T0 = dt.datetime(2026, 2, 22, 22, 35, 0)
         ("/x/sglang/srt/managers/tokenizer_manager.py", "_wait_one_response", "serving"),
         ("/x/vllm/model_executor/models/llama.py", "__init__", "weights_load"),
         ("/x/sglang/srt/layers/linear.py", "__init__", "weights_load"),
-        ("/x/sglang/srt/layers/linear.py", "forward", None),
+        ("/x/sglang/srt/layers/linear.py", "forward", "weights_load"),
         # a model's forward runs only once it was loaded (at least weights_load)
         ("/x/vllm/model_executor/models/qwen3_vl.py", "forward", "weights_load"),
         # vLLM V1's KV sizing from the layers' specs (kv_cache_utils.py 0.10-0.34)

@@ -50,7 +50,10 @@ FLOORS: dict[str, float] = {
     "wrap100": 0.965,  # 447/461 since gather s15 (spec-decode figures read from raw lines)
     "wrap120": 0.985,  # 456/461 since gather s15
     "wrap160": 0.99,
-    "fold100": 0.95,  # 440/461 since gather s15
+    # 0.94 since gather s27-s29 (706/746, the same before and after the fifteenth
+    # session's changes; 7 of the 40 misses are s27-s29 cases: `fold -w100` cuts a frame,
+    # a marker or an exception line mid-word)
+    "fold100": 0.94,
     "glued": 0.98,
     # 0.965 since gather s17-s19 (505/522): two s17 cases whose clean answer got better in
     # the twelfth session (sglang-jax's weight lines, warmup.failed) lose the gain when

@@ -1510,6 +1510,7 @@ _WARMUP_PROBE = regex.compile(
 )
 _ACCESS = regex.compile(r'"(?:GET|POST|PUT|DELETE|PATCH|HEAD) /\S* HTTP/')
 _FIRED_UP = regex.compile(r"The server is fired up and ready to roll")
+_WARMUP_FIRST = regex.compile(r'"GET /(?:get_)?model_info[ ?]')
 # the warm-up asks 8 new tokens at most; the scheduler logs its decode batches every 40
 # steps (--decode-log-interval): a decode line is another request's
 _DECODE_LOG = regex.compile(r"Decode batch[.,]")
@@ -1520,7 +1521,18 @@ def _check_warmup_died(ctx: CheckContext) -> CheckOutcome | None:
     returned (no "fired up" line, no request but the warm-up's): warmup.failed."""
     if ctx.analysis.framework != "sglang" or "warmup.failed" in ctx.fired:
         return None
-    listen = next((e for e in ctx.analysis.events if e.phase == "listening"), None)
+    # the port's opening (uvicorn's own lines) or the warm-up's own first call (GET
+    # /get_model_info, /model_info): another access line (a client's or an orchestrator's
+    # GET /health) proves the server listened, not when, and the warm-up may have returned
+    # before the excerpt began
+    listen = next(
+        (
+            e for e in ctx.analysis.events
+            if e.phase == "listening"
+            and (not _ACCESS.search(e.message) or _WARMUP_FIRST.search(e.message))
+        ),
+        None,
+    )
     if listen is None:
         return None
     fatal = {
