@@ -35,9 +35,10 @@ from diag.model import Event, RankId, Record, phase_index
 
 __all__ = ["FRAME", "frame_events", "frame_phase"]
 
-# `File "path", line N, in func` (traceback) or `File "path", line N in func` (faulthandler)
+# `File "path", line N, in func` (traceback), `File "path", line N in func` (faulthandler),
+# `File: "path", line N, in func` (a signal handler's sys._current_frames() dump)
 FRAME = re.compile(
-    r'File "(?P<path>[^"]{1,400})", line (?P<lineno>\d+)(?P<comma>,?) in (?P<func>[\w<>.]+)'
+    r'File:? "(?P<path>[^"]{1,400})", line (?P<lineno>\d+)(?P<comma>,?) in (?P<func>[\w<>.]+)'
 )
 
 _DIST_FUNCS = frozenset(
@@ -428,7 +429,7 @@ def _stacks(records: Sequence[Record]) -> Iterator[_Stack]:
     for rec in records:
         key = (rec.source, rec.rank, rec.pid)
         for line, text in _lines(rec):
-            if "File \"" not in text:
+            if "File \"" not in text and "File: \"" not in text:
                 if "method" in text and (mm := _METHOD.search(text)) is not None:
                     method[key] = (line, mm.group(1))
                     continue

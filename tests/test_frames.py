@@ -352,3 +352,17 @@ def test_a_cut_traceback_names_the_call_its_last_source_line_makes() -> None:
         rec = Record("log", 1, "Traceback (most recent call last):", ts=T0, continuation=cont)
         (e,) = frame_events([rec])
         assert e.phase == "weights_load", code
+
+
+def test_a_signal_handlers_frame_dump_gives_its_phase() -> None:
+    """The dumpstacks recipe's `File: "x", line N, in f` frames (outermost first) map to
+    phases as a traceback's do."""
+    rec = Record(
+        "log", 1, "# Thread: MainThread(140236)", ts=T0,
+        continuation=(
+            'File: "/x/torch/_dynamo/convert_frame.py", line 569, in _compile',
+            "  guarded_code = compile_inner(code, one_graph, hooks, transform)",
+        ),
+    )
+    (e,) = frame_events([rec])
+    assert (e.phase, e.fields["frame"]) == ("compile", "_compile")
