@@ -316,11 +316,18 @@ def test_a_bare_traceback_is_a_log(tmp_path: Path) -> None:
     ("text", "phase"),
     [
         # a faulthandler dump whose header was lost in the paste; a thread inside a
-        # collective proves at least dist_init (LABELS.md, frames -> phases)
+        # collective proves at least dist_init (LABELS.md, frames -> phases), and one inside
+        # a layer's forward that the model was loaded: at least weights_load
         (
             '  File "/usr/local/lib/python3.10/dist-packages/torch/distributed/'
             'distributed_c10d.py", line 2050 in all_reduce\n'
             '  File "/workspace/vllm/model_executor/layers/linear.py", line 548 in forward\n',
+            "weights_load",
+        ),
+        (
+            '  File "/usr/local/lib/python3.10/dist-packages/torch/distributed/'
+            'distributed_c10d.py", line 2050 in all_reduce\n'
+            '  File "/workspace/app/comm.py", line 48 in sync\n',
             "dist_init",
         ),
         # a traceback behind torch's per-rank prefix, ended by Ctrl-C
