@@ -303,7 +303,7 @@ def frame_phase(path: str, func: str) -> str | None:
         # model (init_device, load_model) before it sends READY, and the executor sends RPCs
         # (collective_rpc, answered in worker_busy_loop) only once every worker is ready
         return "weights_load"
-    if func.endswith("__init__") and "/sglang/srt/speculative/" in p:
+    if name == "__init__" and "/sglang/srt/speculative/" in p:
         # SGLang's draft workers (speculative/eagle_worker.py EAGLEWorker, eagle_worker_v2.py,
         # standalone_worker.py, multi_layer_eagle_worker.py, ngram_worker.py; 0.4-0.5.23):
         # the scheduler builds one after its target worker loaded its model, and the draft

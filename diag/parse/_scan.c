@@ -1319,6 +1319,18 @@ void dg_nonblank(const uint8_t *buf, const int64_t *starts, const int64_t *ends,
 #define FIND_GAP 512
 #if defined(__SSE2__)
 
+/* the first of the starts start + (each set bit of bits) where the whole needle is;
+ * -1: none of them */
+static inline int64_t pairs_confirmed(unsigned bits, int64_t start, const uint8_t *buf,
+                                      const uint8_t *needle, int64_t n) {
+    while (bits) {
+        int64_t q = start + __builtin_ctz(bits);
+        bits &= bits - 1;
+        if (memcmp(buf + q, needle, (size_t)n) == 0) return q;
+    }
+    return -1;
+}
+
 /* the starts in [start, ...) checked 32 at a time while the loads stay inside buf (they
  * read up to start + 31 + max(k, j) < size); returns the needle's offset (-1: none there)
  * and leaves *at where it stopped */
@@ -1332,11 +1344,8 @@ __attribute__((target("avx2"))) static int64_t find_pairs32(
         __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(buf + start + j));
         unsigned bits = (unsigned)_mm256_movemask_epi8(
             _mm256_and_si256(_mm256_cmpeq_epi8(a, vk), _mm256_cmpeq_epi8(b, vj)));
-        while (bits) {
-            int64_t q = start + __builtin_ctz(bits);
-            bits &= bits - 1;
-            if (memcmp(buf + q, needle, (size_t)n) == 0) { *at = start; return q; }
-        }
+        int64_t q = pairs_confirmed(bits, start, buf, needle, n);
+        if (q >= 0) { *at = start; return q; }
     }
     *at = start;
     return -1;
@@ -1356,11 +1365,8 @@ static int64_t find_pairs(const uint8_t *buf, int64_t size, const uint8_t *needl
         __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(buf + start + j));
         unsigned bits = (unsigned)_mm_movemask_epi8(
             _mm_and_si128(_mm_cmpeq_epi8(a, vk), _mm_cmpeq_epi8(b, vj)));
-        while (bits) {
-            int64_t q = start + __builtin_ctz(bits);
-            bits &= bits - 1;
-            if (memcmp(buf + q, needle, (size_t)n) == 0) return q;
-        }
+        int64_t q = pairs_confirmed(bits, start, buf, needle, n);
+        if (q >= 0) return q;
     }
     for (; start + n <= size; start++)
         if (buf[start + k] == needle[k] && memcmp(buf + start, needle, (size_t)n) == 0)
