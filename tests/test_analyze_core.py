@@ -270,3 +270,35 @@ def test_args_line_hard_wrapped_by_a_paste() -> None:
     wrapped = "\n".join(args[i : i + 80] for i in range(0, len(args), 80))
     a = analyze_text(wrapped + "\n[2025-03-14 06:55:09 TP1] Init torch distributed begin.\n")
     assert a.config["tp"] == 16 and a.config["nnodes"] == 2 and a.config["port"] == 30000
+
+
+_BURST = """\
+[2025-12-19 07:42:50 TP0] Load weight end. type=LlamaForCausalLM, avail mem=60.10 GB, mem usage=15.20 GB.
+[2025-12-19 07:42:50 TP1] Load weight end. type=LlamaForCausalLM, avail mem=60.10 GB, mem usage=15.20 GB.
+[2025-12-19 07:42:57 TP0] KV Cache is allocated. #tokens: 1496958, K size: 4.82 GB, V size: 3.21 GB
+[2025-12-19 07:42:57 TP0] Memory pool end. avail mem=22.52 GB
+[2025-12-19 07:42:57 TP1] KV Cache is allocated. #tokens: 1496958, K size: 4.82 GB, V size: 3.21 GB
+[2025-12-19 07:42:57 TP1] Memory pool end. avail mem=22.56 GB
+[2025-12-19 07:42:57 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=22.52 GB
+"""
+
+
+@pytest.mark.parametrize(
+    ("tail", "stalled"),
+    [
+        # TP1 logs in the same second and has not begun the capture yet: the excerpt stopped
+        # part-way through the ranks' burst of the same step (a cut, not a stall)
+        ("", False),
+        # TP1 had begun it too: every rank sits in a step that never ends
+        ("[2025-12-19 07:42:57 TP1] Capture cuda graph begin. This can take up to several minutes. avail mem=22.56 GB\n", True),
+    ],
+)
+def test_a_begin_line_cut_mid_burst_is_not_a_stall(tail: str, stalled: bool) -> None:
+    text = _BURST + tail if not tail else _BURST.replace(
+        "[2025-12-19 07:42:57 TP0] Capture", tail + "[2025-12-19 07:42:57 TP0] Capture")
+    a = analyze_text(text, "server.log", year=None)
+    ids = {f.id for f in a.findings}
+    assert ("startup.stalled" in ids) is stalled
+    if not stalled:
+        (cut,) = [f for f in a.findings if f.id == "startup.cut_excerpt"]
+        assert "had not yet begun" in cut.message

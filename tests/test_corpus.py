@@ -211,10 +211,6 @@ TUNING_XFAIL: dict[str, str] = {
         "new case (gather s15): cuda_graph from 'Piecewise CUDA Graph failed with error', a "
         "message of a development branch that no released SGLang the table reads has"
     ),
-    "sglang/v0.4.3.post2-2xl40s-nemotron70b-awq-eagle-tp2-shards-load-end-kv-no-token-count-capture-begin-failure-after-window-cut": (  # noqa: E501
-        "new case (gather s15): the window ends 0 s after 'Capture cuda graph begin' (a step "
-        "start, a stall by LABELS.md's convention); the label follows the thread's failure"
-    ),
     # gather s16 (2026-12-06), each scored before any change made for it
     "vllm/flashinfer-rfc-2026-03-mxfp8-moe-autotune-skipping-tactic-got-cuda-error-blank-line-spaced-worker-dp0-ep0-workerproc-exception-compile-or-warm-up-cut": (  # noqa: E501
         "new case (gather s16): cuda.error from FlashInfer's autotuner warning that it skips "
@@ -294,10 +290,6 @@ TUNING_XFAIL: dict[str, str] = {
         "diag reads as the start of the communicator's init (a stall reason by LABELS.md); "
         "the label reads it as a cut excerpt (as four tuning cases do, three others not)"
     ),
-    "sglang/pr-dec-2025-mimo-v2-flash-tp4-swakvpool-two-kv-pools-per-rank-memory-pool-end-then-tp0-capture-cuda-graph-begin-last-line-cut-mid-timestamp": (  # noqa: E501
-        "new case (gather s23): the window ends on 'Capture cuda graph begin', a begin marker "
-        "(a stall reason by LABELS.md); the label follows the thread, whose run went on"
-    ),
     "vllm/kunlun-p800-sept-2026-vllm-kunlun-qwen36-27b-xx-cuapi-memfree-status-700-compat-layer-worker-died-unexpectedly-executor-shutdown-cut": (  # noqa: E501
         "label contradicts the source: 'Worker proc VllmWorker-0 died unexpectedly' comes "
         "from vLLM V1's worker monitor, started only once every WorkerProc loaded its model "
@@ -331,11 +323,6 @@ TUNING_XFAIL: dict[str, str] = {
         "engine process exited"
     ),
     # gather s25 (2026-12-06), each scored before any change made for it
-    "sglang/deepseek-mar-2025-8x-tp-capture-cuda-graph-end-1334s-seven-of-eight-ranks-then-tp4-mla-init-torch-distributed-begin-again-memory-unbalanced-thread-cut": (  # noqa: E501
-        "new case (gather s25): the window ends on 'Init torch distributed begin', a begin "
-        "marker (a stall reason by LABELS.md); the label follows the thread (an error came "
-        "after the retrieval's cut)"
-    ),
     "vllm/b200-jul-2026-vllm-0.26.0-8x-b200-nvfp4-tp8-eight-workers-world-size-8-backend-nccl-then-hang-at-pynccl-using-nccl-2.28-cut": (  # noqa: E501
         "new case (gather s25): labels a stall but calls startup.no_listen_port unexpected; "
         "diag reports both wherever a stall is proven, as the earlier stall cases are labelled"

@@ -109,10 +109,6 @@ XFAIL.update(
             "new case (gather s14): the window ends on pynccl.py's 'vLLM is using nccl==' "
             "line (a step start by LABELS.md's convention); the label follows the thread"
         ),
-        "sglang/v0.4.3.post2-2xl40s-nemotron70b-awq-eagle-tp2-shards-load-end-kv-no-token-count-capture-begin-failure-after-window-cut": (  # noqa: E501
-            "new case (gather s15): the window ends 0 s after 'Capture cuda graph begin' (a "
-            "step start by LABELS.md's convention); the label follows the thread"
-        ),
         "vllm/tritonserver-vllm-backend-glog-prefix-tz-skew-stub-typeerror-stat-loggers-escaped-newlines": (  # noqa: E501
             "new case (gather s10): the exception sits inside Triton's quoted stub error "
             "(escaped newlines, pybind11's 'At:' frame list); env.version_mismatch is "
@@ -152,10 +148,6 @@ XFAIL.update(
             "new case (gather s22): weights.slow_load from the thread; the window shows "
             "steady per-layer progress"
         ),
-        "sglang/pr-dec-2025-mimo-v2-flash-tp4-swakvpool-two-kv-pools-per-rank-memory-pool-end-then-tp0-capture-cuda-graph-begin-last-line-cut-mid-timestamp": (  # noqa: E501
-            "new case (gather s23): ends on 'Capture cuda graph begin' (a stall reason by "
-            "LABELS.md); the label follows the thread"
-        ),
         "vllm/pr-mar-2026-nemotron3-nano-nvfp4-tp2-shards-5-of-5-worker-prefix-only-line-loading-weights-5.95s-no-native-fp4-marlin-weight-only-warnings-x3-cut": (  # noqa: E501
             "new case (gather s22): quant.unsupported for the no-native-FP4 Marlin "
             "weight-only warning, a supported path"
@@ -179,10 +171,6 @@ XFAIL.update(
         "vllm/v06x-nov-2024-v0-mq-front-end-heartbeat-runtimeerror-engine-loop-has-died-then-critical-mqllmengine-already-dead-terminating-unfenced": (  # noqa: E501
             "new case (gather s24): process.killed for 'MQLLMEngine is already dead'; diag "
             "reports engine.dead (the loop errored; no process exit is shown)"
-        ),
-        "sglang/deepseek-mar-2025-8x-tp-capture-cuda-graph-end-1334s-seven-of-eight-ranks-then-tp4-mla-init-torch-distributed-begin-again-memory-unbalanced-thread-cut": (  # noqa: E501
-            "new case (gather s25): ends on 'Init torch distributed begin' (a stall reason "
-            "by LABELS.md); the label follows the thread"
         ),
         "vllm/b200-jul-2026-vllm-0.26.0-8x-b200-nvfp4-tp8-eight-workers-world-size-8-backend-nccl-then-hang-at-pynccl-using-nccl-2.28-cut": (  # noqa: E501
             "new case (gather s25): a stall labelled without startup.no_listen_port"

@@ -321,6 +321,33 @@ def _advanced_before(begin: Event, events: Sequence[Event], bars: Sequence[Progr
     return any(p.line in above and 0 < p.done < p.total for p in bars)
 
 
+def _burst_cut(begin: Event, tail: Sequence[Record], events: Sequence[Event]) -> bool:
+    """The last line begins a step on one rank while another rank, logging in the same
+    second, has not begun it as often yet: the ranks were printing the step's lines
+    together and the excerpt stopped part-way through that burst (SGLang's TP ranks log
+    ``Capture cuda graph begin`` within a second of each other), so the file's end is the
+    paste's edge. A rank that had begun the step too leaves the begin line as the stall's
+    reason."""
+    if begin.rank is None or begin.ts is None:
+        return False
+    behind: list[RankId] = []
+    seen: set[RankId] = set()
+    for r in reversed(tail):
+        if r.rank is None or r.rank in seen or r.rank == begin.rank or r.ts is None:
+            continue
+        seen.add(r.rank)
+        if 0 <= (begin.ts - r.ts).total_seconds() <= 1:
+            behind.append(r.rank)
+    if not behind:
+        return False
+    count: dict[RankId | None, int] = {}
+    for e in events:
+        if e.source == begin.source and e.pattern == begin.pattern:
+            count[e.rank] = count.get(e.rank, 0) + 1
+    mine = count.get(begin.rank, 0)
+    return any(count.get(rank, 0) < mine for rank in behind)
+
+
 def _is_step_start(rec: Record) -> bool:
     text = rec.message[:2000]
     try:
@@ -553,6 +580,9 @@ def _stall_reason(
         return None, (), f"a line the excerpt cut mid-word ({short})", last_ts, gap
     if ev is not None and ev.kind == "begin" and _advanced_before(ev, analysis.events, bars):
         return None, (), f"a step whose progress was printed before it ({short})", last_ts, gap
+    if ev is not None and ev.kind == "begin" and _burst_cut(ev, tail, analysis.events):
+        return None, (), f"a step another rank had not yet begun in that second ({short})", \
+            last_ts, gap
     if not late and ((ev is not None and ev.kind == "begin") or _is_step_start(whole)):
         return (
             f"the log ends on a line that starts a step which never ends ({text})",
