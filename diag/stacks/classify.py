@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Literal
 
 from diag.model import STACK_SITES, StackFrame, StackProcess, StackThread
-from diag.stacks.frames import is_address, normalise_path
+from diag.stacks.frames import is_address, normalise_path, short_path
 from diag.stacks.primitives import primitive_in_line
 
 __all__ = [
@@ -81,6 +81,7 @@ __all__ = [
     "is_helper_thread",
     "is_main_thread",
     "is_pass_through",
+    "is_gpu_compute_stack",
     "is_serving_worker_stack",
     "pick_thread",
     "site_priority",
@@ -1297,6 +1298,23 @@ def is_serving_worker_stack(frames: Sequence[StackFrame]) -> bool:
     return False
 
 
+# Python packages whose frames run GPU work through torch: torch itself (autograd, the
+# nn modules, the no-grad decorator that wraps a model call), DeepSpeed's and Megatron's
+# training engines
+_GPU_COMPUTE_PATH = re.compile(r"(^|/)(torch|deepspeed|megatron)/")
+
+
+def is_gpu_compute_stack(frames: Sequence[StackFrame]) -> bool:
+    """The stack calls into GPU work through torch (:data:`_GPU_COMPUTE_PATH`) outside a
+    serving framework (a training step, a diffusion pipeline's decode): py-spy showing
+    such a thread active without the GIL puts it in a native call of torch's, which on a
+    GPU host is a CUDA sync as in a serving worker (LABELS.md: an active thread in
+    framework Python with no native frames)."""
+    return any(
+        not f.native and _GPU_COMPUTE_PATH.search(short_path(f.filename)) for f in frames
+    )
+
+
 # Dump kinds that show a thread where it sits without saying whether it runs: a
 # faulthandler dump (a timeout's or a signal's) and pystack print every thread's Python
 # frames as they are; a thread of a hung worker whose innermost frame is framework Python
@@ -1340,7 +1358,11 @@ def classify_thread_rule(
         in_native_call(thread, mode)
         and thread.frames
         and not any(f.native and not is_address(f.name) for f in thread.frames)
-        and (serving or is_serving_worker_stack(thread.frames))
+        and (
+            serving
+            or is_serving_worker_stack(thread.frames)
+            or (thread.idle is False and is_gpu_compute_stack(thread.frames))
+        )
     ):
         return NATIVE_CALL_RULE.site, NATIVE_CALL_RULE
     return None, None
@@ -1366,7 +1388,11 @@ def is_helper_thread(thread: StackThread) -> bool:
     readers, idle pools): never the thread that explains a hang."""
     if thread.name == "MainThread":
         return False
-    if thread.name and _HELPER_NAME.match(thread.name):
+    if thread.name and _HELPER_NAME.match(thread.name) and not (
+        # a pool's worker that py-spy shows running is doing the pool's job (a diffusion
+        # job's decode, a loader's read), not idling in the pool
+        thread.idle is False and thread.name.startswith("ThreadPoolExecutor-")
+    ):
         return True
     for frame in thread.frames:
         if _HELPER_FRAME.search(f"{normalise_path(frame.filename)}:{frame.name}"):
