@@ -417,6 +417,11 @@ TUNING_XFAIL: dict[str, str] = {
         "new case (gather s30): serving from a chat request's 500 after EngineDeadError; diag "
         "reads a 5xx logged once the engine died as a request it refused, not one it served"
     ),
+    "sglang/healthy-pd-prefill-apr-2026-custom-bracket-log-format-warmup-status-200-after-160s-fired-up-cut": (  # noqa: E501
+        "new case (gather s31): listening by the labeller (the Prefill batch and POST are the "
+        "warm-up's own); LABELS.md lists 'Prefill batch' as a serving marker, as the s16 case "
+        "sglang/healthy-2026-03-a800-... with the same warm-up lines is labelled"
+    ),
 }
 
 MIN_PASS_RATIO = 0.90  # old cases: at most 10% xfailed

@@ -326,3 +326,23 @@ def test_torchs_own_logger_prints_the_month_unpadded() -> None:
     assert a.log_end is not None
     assert (a.log_end.month, a.log_end.day, a.log_end.hour, a.log_end.minute) == (2, 7, 1, 29)
     assert not any("matched no known log format" in n for n in a.notes)
+
+
+@pytest.mark.parametrize(
+    ("line", "level", "file", "message"),
+    [
+        # a logging config's bracketed fields after the time ("[%(asctime)s][%(filename)s:
+        # %(lineno)d][%(levelname)s]: %(message)s")
+        ("[2026-04-15 17:13:02][http_server.py:1991][INFO]: The server is fired up and ready to roll!",
+         "INFO", "http_server.py", "The server is fired up and ready to roll!"),
+        ("[2026-04-15 17:13:02][WARNING]: Watchdog timeout", "WARNING", None, "Watchdog timeout"),
+        # a bracket that is no level stays in the message
+        ("[2026-04-15 17:13:02 TP0] [x] hello", None, None, "[x] hello"),
+    ],
+)
+def test_bracketed_level_and_file_after_the_time(
+    line: str, level: str | None, file: str | None, message: str
+) -> None:
+    p = parse_line(line)
+    assert (p.grammar, p.level, p.logger_file, p.message) == ("sglang", level, file, message)
+    assert p.ts == dt.datetime(2026, 4, 15, 17, 13, 2)

@@ -116,6 +116,13 @@ _SGLANG = re.compile(
 _SGLANG_LEVEL_FILE = re.compile(
     _LVL + r" (?P<file>[\w./\-]+\.py):(?P<line>\d{1,9}): ?(?P<msg>.*)$", re.S | re.A
 )
+# a logging config's bracketed fields after the time's own bracket:
+# "[2026-04-15 17:13:02][http_server.py:1991][INFO]: msg" ("[%(asctime)s][%(filename)s:
+# %(lineno)d][%(levelname)s]: %(message)s"), also without the file
+_BRACKET_FIELDS = re.compile(
+    r"(?:\[(?P<file>[\w./\-]+\.py):(?P<line>\d{1,9})\])?\[" + _LVL + r"\]:? ?(?P<msg>.*)$",
+    re.S | re.A,
+)
 _VLLM = re.compile(
     r"^" + _LVL + r" (?:(?P<y>\d{4})-)?(?P<md>\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)(?:[.,]\d+)? "
     r"\[?(?P<file>[\w./\-]+\.py):(?P<line>\d{1,9})\] ?(?P<msg>.*)$",
@@ -330,7 +337,9 @@ def parse_line(raw: str) -> Parsed:
                 p.dateless = d is None
             _sglang_rank(m.group("tags"), p)
             msg = m.group("msg")
-            m2 = _SGLANG_LEVEL_FILE.match(msg)
+            m2 = _SGLANG_LEVEL_FILE.match(msg) or (
+                _BRACKET_FIELDS.match(msg) if msg[:1] == "[" else None
+            )
             if m2:
                 p.level = LEVELS[m2.group("level")]
                 p.logger_file = m2.group("file")
