@@ -441,6 +441,28 @@ def test_no_prefix_gutter_where_none_was_added(lines: list[str]) -> None:
     assert not [g for g in SourceUnwrapper(lines).gutters if g.startswith("prefix:")]
 
 
+_HIP_MESSAGE = [
+    "torch.AcceleratorError: HIP error: no kernel image is available for execution on the device",
+    "HIP kernel errors might be asynchronously reported at some other API call",
+    "For debugging consider passing AMD_SERIALIZE_KERNEL=3",
+    "Compile with `TORCH_USE_HIP_DSA` to enable device-side assertions.",
+]
+
+
+def test_the_same_prefix_before_every_line_is_a_gutter_when_little_else_is_known() -> None:
+    # an error's message lines under a launcher's prefix: one line of four reads as an
+    # exception once it is off; the prefix on every line makes it the wrapper's
+    lines = ["vLLM STDOUT: " + ln for ln in _HIP_MESSAGE]
+    u = SourceUnwrapper(lines)
+    assert [u.strip_gutters(ln)[0] for ln in lines] == _HIP_MESSAGE
+    # the same on all but one line, with so little known after it, is no gutter
+    mixed = [*lines[:3], _HIP_MESSAGE[3]]
+    assert not [g for g in SourceUnwrapper(mixed).gutters if g.startswith("prefix:")]
+    # and a prefix after which nothing reads better is none either
+    prose = ["Note: " + ln for ln in _HIP_MESSAGE[1:]]
+    assert not [g for g in SourceUnwrapper(prose).gutters if g.startswith("prefix:")]
+
+
 def test_markdown_escaped_pipes_are_unescaped() -> None:
     # a log pasted into a markdown table cell: every "|" written "\\|"
     line = "Loading safetensors checkpoint shards:  59% Completed \\| 10/17 [00:59<00:43,  6.20s/it]"

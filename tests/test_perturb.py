@@ -82,9 +82,11 @@ FLOORS: dict[str, float] = {
     "mid-line": 0.98,
     "compose+ansi": 0.985,  # 456/461 since gather s15
     # an unknown launcher's prefix, learned per source (unwrap._prefix_gutter; 2026-12-05:
-    # 209/353 and 266/353 before it, 379/399 and 382/399 with it)
-    "launcher-prefix": 0.93,
-    "launcher-stamp": 0.94,
+    # 209/353 and 266/353 before it, 379/399 and 382/399 with it; 2026-12-06: 745/786 and
+    # 748/786, then 765/787 and 767/787 once the same prefix before every line is taken
+    # off where only a line or two read as a framework's after it)
+    "launcher-prefix": 0.965,
+    "launcher-stamp": 0.965,
 }
 
 

@@ -757,6 +757,8 @@ def _prefix_gutter(lines: list[str], need: int) -> str | None:
     if sum(1 for ln in lines if unwrap_line(ln)[1] is not None) * 2 >= len(lines):
         return None  # a per-line wrapper diag reads (its stamp kept) already explains them
     known_before = [_starts_known(ln) or unwrap_line(ln)[1] is not None for ln in lines]
+    # lines a prefix can stand before (an indented line is a continuation's)
+    flush = sum(1 for ln in lines if ln[:1] not in (" ", "\t"))
     best: tuple[int, int, str] | None = None
     for shape in candidates:
         rx = "".join(
@@ -773,7 +775,11 @@ def _prefix_gutter(lines: list[str], need: int) -> str | None:
             total += 1
             before += was
             after += _starts_known(rest)
-        if after * 3 < total or after <= before:
+        # the same prefix before every line of three or more is the wrapper's even where
+        # little of what follows is a framework's line (a short paste of an error's
+        # message lines under a launcher's prefix): one line must still read better
+        everywhere = flush >= 3 and shapes[shape] == flush
+        if after <= before or (after * 3 < total and not everywhere):
             continue
         if best is None or (after - before, len(shape)) > (best[0], best[1]):
             best = (after - before, len(shape), rx)
