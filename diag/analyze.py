@@ -45,6 +45,7 @@ from diag.parse.pipeline import PREFILTER_MIN_BYTES, Collected, read_sources
 from diag.parse.reader import Source, resolve_inputs
 from diag.parse.records import Draft, SourceParser, freeze
 from diag.phases import load_catalogue
+from diag.raise_phases import raise_events
 from diag.rules.specdec import RecordList
 from diag.timeline import (
     RankStats,
@@ -290,9 +291,13 @@ def _finish(
             e for e in events
             if not (e.pattern == "any.serving_traceback" and (e.source, e.line) in in_method)
         ]
-    if frames:
+    # the exception lines whose message a start-up function raises (diag.raise_phases)
+    raised = raise_events(records, framework)
+    if frames or raised:
         order = {s: i for i, s in enumerate(dict.fromkeys(r.source for r in records))}
-        events = sorted(events + frames, key=lambda e: (order.get(e.source, 0), e.line))
+        events = sorted(
+            events + frames + raised, key=lambda e: (order.get(e.source, 0), e.line)
+        )
     notes = list(col.notes)
     # several nodes: each node's clock put on one reference clock (diag.clocks)
     clock = align_events(events, folders=several_folders([r.source for r in events]),

@@ -228,9 +228,14 @@ def frame_phase(path: str, func: str) -> str | None:
     # TPU/XLA warm-up compiles each shape (vllm/v1/worker/tpu_model_runner.py _precompile_*)
     if name.startswith("_precompile_"):
         return "compile"
-    # JIT builds: Triton's compiler, FlashInfer's and DeepGEMM's JIT; vLLM's kernel warm-up
+    # JIT builds: Triton's compiler (triton/compiler/; since Triton 3.0 each backend's own
+    # stages, triton/backends/{nvidia,amd}/compiler.py: make_ttir ... make_cubin / make_hsaco),
+    # FlashInfer's and DeepGEMM's JIT; vLLM's kernel warm-up
     # (vllm/model_executor/warmup/kernel_warmup.py, run by compile_or_warm_up_model)
-    if "/triton/compiler/" in p or "/flashinfer/jit/" in p or "/deep_gemm/jit" in p:
+    if (
+        "/triton/compiler/" in p or "/triton/backends/" in p or "/flashinfer/jit/" in p
+        or "/deep_gemm/jit" in p
+    ):
         return "compile"
     if name in ("kernel_warmup", "compile_or_warm_up_model", "deep_gemm_warmup"):
         return "compile"
@@ -331,6 +336,12 @@ def frame_phase(path: str, func: str) -> str | None:
     ):
         # AsyncLLM.generate, a request's own coroutine, and the per-request output queue it
         # reads (RequestOutputCollector.get, 0.8-0.34): a request was being served
+        return "serving"
+    if p.endswith("/vllm/v1/worker/gpu_model_runner.py") and name == "get_output":
+        # AsyncGPUModelRunnerOutput / AsyncGPUPoolingModelRunnerOutput.get_output (0.11-0.34):
+        # the async-scheduled output of a step execute_model / sample_tokens ran for the
+        # scheduler's requests; the start-up's profile, capture and warm-up runs are
+        # _dummy_run's and make none
         return "serving"
     if (
         name == "__init__"

@@ -302,3 +302,45 @@ def test_a_begin_line_cut_mid_burst_is_not_a_stall(tail: str, stalled: bool) -> 
     if not stalled:
         (cut,) = [f for f in a.findings if f.id == "startup.cut_excerpt"]
         assert "had not yet begun" in cut.message
+
+
+_ADVISORY = (
+    "(SGLangEngine pid=32887) For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+    "(SGLangEngine pid=32887) Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
+    "(SGLangEngine pid=32887) [2025-12-25 10:14:03 TP1 EP1] Scheduler hit an exception: Traceback (most recent call last):\n"
+    '(SGLangEngine pid=32887)   File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2683, in run_scheduler_process\n'
+    "(SGLangEngine pid=32887)     scheduler.event_loop_normal()\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("head", "want"),
+    [
+        # torch's advisory alone: a CUDA call failed, its own line is not in the text
+        ("", {"cuda.error"}),
+        # the error's line is there: the pattern rule reads it (one finding, its line)
+        ("(SGLangEngine pid=32887) RuntimeError: CUDA error: an illegal memory access was encountered\n",
+         {"cuda.error"}),
+        # an out-of-memory error carries the same advisory: it is cuda.oom's, not cuda.error
+        ("(SGLangEngine pid=32887) torch.OutOfMemoryError: CUDA error: out of memory\n", set()),
+    ],
+)
+def test_torchs_cuda_advisory_without_its_error_line(head: str, want: set[str]) -> None:
+    a = analyze_text(head + _ADVISORY, "server.log", year=None)
+    ids = {f.id for f in a.findings}
+    assert ids & {"cuda.error"} == want
+    if want and not head:
+        (f,) = [f for f in a.findings if f.id == "cuda.error"]
+        assert [e.line for e in f.evidence][:1] == [1] and "error's own line is not" in f.message
+
+
+def test_a_process_group_watchdogs_failure_proves_dist_init() -> None:
+    # torch 2.6+'s wording of the collective watchdog's exit (ProcessGroupNCCL.cpp)
+    line = (
+        "[rank6]:[E1113 23:24:11.476061221 ProcessGroupNCCL.cpp:2068] [PG ID 2 PG GUID 3 Rank 6] "
+        "Process group watchdog thread terminated with exception: CUDA error: an illegal "
+        "memory access was encountered\n"
+    )
+    a = analyze_text("Logs dump:\n\n" + line, "server.log", year=None)
+    assert a.last_phase == "dist_init"
+    assert "cuda.error" in {f.id for f in a.findings}

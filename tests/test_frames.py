@@ -92,6 +92,12 @@ T0 = dt.datetime(2026, 2, 22, 22, 35, 0)
         ("/x/vllm/v1/engine/core.py", "sleep", "warmup"),
         ("/usr/lib/python3.12/asyncio/tasks.py", "sleep", None),
         ("/x/vllm/model_executor/model_loader/utils.py", "get_architecture_class_name", "model_config"),  # noqa: E501
+        # Triton 3.x's per-backend compiler stages (ptxas under make_cubin)
+        ("/x/triton/backends/nvidia/compiler.py", "make_cubin", "compile"),
+        ("/x/triton/backends/amd/compiler.py", "make_hsaco", "compile"),
+        # the async output of a scheduled step (V1 async scheduling): a request's step
+        ("/x/vllm/v1/worker/gpu_model_runner.py", "get_output", "serving"),
+        ("/x/vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner.execute_model", None),
     ],
 )
 def test_frame_phases_follow_labels(path: str, func: str, phase: str | None) -> None:

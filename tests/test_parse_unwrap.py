@@ -469,3 +469,27 @@ def test_markdown_escaped_pipes_are_unescaped() -> None:
     out, w = unwrap_line(line)
     assert out == "Loading safetensors checkpoint shards:  59% Completed | 10/17 [00:59<00:43,  6.20s/it]"
     assert w is not None and "markdown-escape" in w.kinds
+
+
+@pytest.mark.parametrize(
+    ("line", "inner"),
+    [
+        # LocalAI's backend output: a logfmt record whose line= field is the child's line
+        ('Jul 22 17:17:15 DEBUG GRPC stderr id="gemma-127.0.0.1:41633" line="OSError: Could not '
+         'load this library: /v/torchcodec/libtorchcodec_core4.so" caller={caller.file="/b/process.go"  caller.L=219 } ',
+         "OSError: Could not load this library: /v/torchcodec/libtorchcodec_core4.so"),
+        ('Jul 22 17:17:15 DEBUG GRPC stderr id="x" line="  File \\"/v/torch/_ops.py\\", line 1505, in load_library"',
+         '  File "/v/torch/_ops.py", line 1505, in load_library'),
+        # slog / logrus: time=... level=... msg="..."
+        ('time=2025-01-01T00:00:00Z level=INFO msg="INFO 01-01 10:00:00 [api_server.py:1] up"',
+         "INFO 01-01 10:00:00 [api_server.py:1] up"),
+    ],
+)
+def test_a_logfmt_records_line_field_is_the_line(line: str, inner: str) -> None:
+    out, w = unwrap_line(line)
+    assert out == inner and w is not None and "logfmt" in w.kinds
+
+
+def test_a_msg_field_in_a_framework_line_is_no_wrapper() -> None:
+    line = 'INFO 05-12 10:11:12 [serving.py:1] request failed msg="bad input"'
+    assert unwrap_line(line) == (line, None)

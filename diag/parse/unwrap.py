@@ -323,9 +323,33 @@ def unwrap_line(line: str) -> tuple[str, Wrap | None]:
                 w.process = w.process or m.group("svc")
                 line = line[m.end() :]
                 continue
+        if '="' in line and ("line=" in line or "msg=" in line):
+            m = _LOGFMT.search(line)
+            if m:
+                w = w or Wrap()
+                w.kinds.append("logfmt")
+                line = _go_unquote(m.group("v"))
+                continue
         if line == before:
             break
     return line, w
+
+
+# a Go program's logfmt record that carries a child's output line as a quoted field after
+# other key=value fields (LocalAI's backends: `... GRPC stderr id="x" line="  File \"...\""
+# caller={...}`; slog/logrus `time=... level=... msg="..."`): the field's value is the line
+_LOGFMT = re.compile(
+    r'\b[A-Za-z_][\w.]*=(?:"(?:[^"\\]|\\.)*"|[^\s"=]+)\s+(?:line|msg)="(?P<v>(?:[^"\\]|\\.)*)"'
+)
+_GO_ESCAPE = re.compile(r'\\(["\\tnr])')
+
+
+def _go_unquote(value: str) -> str:
+    """A Go-quoted string's value (strconv.Quote's escapes of a quote, a backslash, a tab,
+    a newline and a carriage return)."""
+    return _GO_ESCAPE.sub(
+        lambda m: {'"': '"', "\\": "\\", "t": "\t", "n": "\n", "r": "\r"}[m.group(1)], value
+    )
 
 
 def _merge(outer: Wrap | None, inner: Wrap | None) -> Wrap | None:

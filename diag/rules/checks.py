@@ -667,7 +667,7 @@ def stall_facts(
     if _error_explains(fired):
         return None
     if not any(
-        not e.pattern.startswith(("fallback.", "frames.")) for e in analysis.events
+        not e.pattern.startswith(("fallback.", "frames.", "raises.")) for e in analysis.events
     ) and not any(_is_wait(r) for r in records[-200:]):
         return None  # no startup line at all (a bare stack dump, a traceback): no claim
     if _embedded_engine(analysis, records):
@@ -1376,7 +1376,7 @@ def _check_stack_collective(ctx: CheckContext) -> CheckOutcome | None:
 # every call of a compiled model, in serving too)
 _COMPILER_PATH = regex.compile(
     r"/torch/_inductor/|/torch/_dynamo/(?!eval_frame\.py)|/vllm/compilation/"
-    r"|/sglang/srt/compilation/|/triton/compiler/"
+    r"|/sglang/srt/compilation/|/triton/compiler/|/triton/backends/"
 )
 
 
@@ -1418,12 +1418,16 @@ def _check_compile_crash(ctx: CheckContext) -> CheckOutcome | None:
     if not _COMPILER_PATH.search(innermost[0].replace("\\", "/")):
         return None
     where = innermost[0].replace("\\", "/").rsplit("site-packages/", 1)[-1]
+    # the exception's line, also where it is a continuation of the traceback's record
+    at = next((r for r in mine if r.line <= ev.line <= r.line + len(r.continuation)), None)
     return CheckOutcome(
         message=(
             f"the run ended in a traceback inside the compiler ({innermost[1]} in {where}): "
             f"{exc.message[:200]}"
         ),
-        hits=(Hit.of(after[0]),) if after else (),
+        hits=(
+            Hit(ev.source, ev.line, ev.text, at.rank, at.ts, {}, at.level),
+        ) if at is not None else ((Hit.of(after[0]),) if after else ()),
     )
 
 
@@ -1678,6 +1682,37 @@ def _check_traceback_exception(ctx: CheckContext) -> CheckOutcome | None:
     return None
 
 
+# what names a CUDA failure on the lines above torch's advisory: the error itself, or one
+# that another finding reads (out of memory, no kernel image for the architecture)
+_CUDA_HEAD = regex.compile(
+    r"(?:CUDA|HIP) error|CUDA driver error|out of memory|no kernel image|cudaError|"
+    r"CUDA_ERROR_|illegal memory access|device-side assert(?:ion)? triggered",
+    regex.I,
+)
+# findings that already say which CUDA failure the advisory followed
+_CUDA_FINDINGS = ("cuda.error", "cuda.oom", "cuda.arch_unsupported", "cuda.no_device")
+
+
+def _check_cuda_error_advisory(ctx: CheckContext) -> CheckOutcome | None:
+    """torch's advisory lines after a CUDA error's message (c10/cuda/CUDAException.cpp)
+    with no line in the log that names the failure: a CUDA call failed, its own line was
+    lost (the paste began after it, or the retrieval cut it)."""
+    if not ctx.hits or any(f in ctx.fired for f in _CUDA_FINDINGS):
+        return None
+    for rec in ctx.records:
+        for text in (rec.message, *rec.continuation):
+            if _CUDA_HEAD.search(text[:2000]) is not None:
+                return None
+    first = ctx.hits[0]
+    return CheckOutcome(
+        message=(
+            "torch's advisory that follows a CUDA error's message is in the log "
+            f"({first.text.strip()[:120]}), the error's own line is not: a CUDA call failed"
+        ),
+        hits=ctx.hits[:3],
+    )
+
+
 CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
     "child_pipe_eof": _check_child_pipe_eof,
     "stack_collective_wait": _check_stack_collective,
@@ -1693,6 +1728,7 @@ CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
     "warmup_died": _check_warmup_died,
     "warmup_thread_raised": _check_warmup_thread_raised,
     "compile_crash": _check_compile_crash,
+    "cuda_error_advisory": _check_cuda_error_advisory,
     "dist_init_hang": _check_dist_init_hang,
     "stalled": _check_stalled,
     "cut_excerpt": _check_cut_excerpt,

@@ -1,0 +1,101 @@
+"""The phase a raised exception's message proves (diag/data/raise_phases.tsv).
+
+tools/gen_raise_phases.py writes, for the ``raise`` statements of vLLM's and SGLang's
+releases (fixtures/messages/messages.tsv), the start-up phase of the function that raises
+each message (fixtures/messages/phase_map.yaml): ``ValueError: No valid attention backend
+found for cuda with ...`` is raised while the model is built, so a traceback ending in it
+reached weights_load, whatever the paste kept of its frames. :func:`raise_events` reads the
+exception lines of the records against that table, by the message's head; the table is
+loaded on the first exception line that asks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+from diag.model import Event, Record
+
+__all__ = ["raise_events"]
+
+_PATH = Path(__file__).with_name("data") / "raise_phases.tsv"
+_HEAD = 12  # the look-up key: the message's first characters (the table's MIN_HEAD)
+# an exception line: a (module-qualified) class, an optional repr's parentheses, its message
+_EXC = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*(?P<exc>[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning))"
+    r": (?P<msg>\S.*)$",
+    re.S,
+)
+_Row = tuple[str, str, str, str, str]  # framework, phase, class, pattern, where
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict[str, list[_Row]]:
+    """The message's first :data:`_HEAD` characters -> the rows whose pattern starts so."""
+    try:
+        text = _PATH.read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    out: dict[str, list[_Row]] = {}
+    for row in text.splitlines()[3:]:
+        cells = row.split("\t")
+        if len(cells) < 5:
+            continue
+        framework, phase, exc, pattern, where = cells[:5]
+        head = re.sub(r"\\(.)", r"\1", pattern[1:].split(".*?", 1)[0])[:_HEAD]
+        if len(head) == _HEAD:
+            out.setdefault(head, []).append((framework, phase, exc, pattern, where))
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, re.S)
+
+
+def phase_of_exception(text: str, framework: str | None) -> tuple[str, str] | None:
+    """(phase, where it is raised) of one exception line, or None."""
+    m = _EXC.match(text.strip())
+    if m is None:
+        return None
+    msg = m.group("msg")
+    rows = _table().get(msg[:_HEAD])
+    if not rows:
+        return None
+    for fw, phase, exc, pattern, where in rows:
+        if framework in ("sglang", "vllm") and fw != framework:
+            continue
+        if exc == m.group("exc") and _compiled(pattern).match(msg):
+            return phase, where
+    return None
+
+
+def raise_events(records: Sequence[Record], framework: str | None) -> list[Event]:
+    """One event per exception line whose message a start-up function of the framework
+    raises (a notice of the phase it proves)."""
+    out: list[Event] = []
+    for r in records:
+        for i, text in enumerate((r.message, *r.continuation)):
+            if ": " not in text or not ("Error" in text or "Exception" in text):
+                continue
+            found = phase_of_exception(text[:2000], framework)
+            if found is None:
+                continue
+            phase, where = found
+            func = where.split(", ", 1)[0].rsplit(":", 1)[-1]
+            out.append(
+                Event(
+                    source=r.source,
+                    line=r.line + i,
+                    ts=r.ts,
+                    rank=r.rank,
+                    phase=phase,
+                    kind="mark",
+                    pattern=f"raises.{func}",
+                    message=f"an exception {func} raises (phase {phase}): {text.strip()[:200]}",
+                    fields={"raised_in": where},
+                )
+            )
+    return out

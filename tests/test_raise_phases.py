@@ -1,0 +1,74 @@
+"""The phase a raised exception's message proves (diag/data/raise_phases.tsv, written by
+tools/gen_raise_phases.py from the sources' message table and phase map)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from diag.analyze import analyze_text
+from diag.raise_phases import phase_of_exception
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    ("line", "framework", "phase"),
+    [
+        # vllm/platforms/cuda.py get_attn_backend_cls (0.13-0.34): the model is being built
+        ("ValueError: No valid attention backend found for cuda with AttentionSelectorConfig("
+         "head_size=576, dtype=torch.bfloat16). Reasons: {FLASHMLA_SPARSE: [compute capability "
+         "not supported]}.", "vllm", "weights_load"),
+        ("ValueError: No valid attention backend found for cuda with x. Reasons: y.", None,
+         "weights_load"),
+        # the framework decides whose table is read
+        ("ValueError: No valid attention backend found for cuda with x. Reasons: y.", "sglang",
+         None),
+        # another class than the one raised: not that raise
+        ("RuntimeError: No valid attention backend found for cuda with x. Reasons: y.", "vllm",
+         None),
+        # not an exception line at all
+        ("No valid attention backend found for cuda with x. Reasons: y.", "vllm", None),
+    ],
+)
+def test_a_raised_message_names_its_phase(
+    line: str, framework: str | None, phase: str | None
+) -> None:
+    got = phase_of_exception(line, framework)
+    assert (got[0] if got else None) == phase
+
+
+def test_a_traceback_that_ends_in_a_known_raise_reached_its_phase() -> None:
+    text = (
+        "(Worker_TP4_EP4 pid=2532) ERROR 12-29 15:21:11 [multiproc_executor.py:751] ValueError: "
+        "No valid attention backend found for cuda with AttentionSelectorConfig(head_size=576). "
+        "Reasons: {FLASHMLA_SPARSE: [compute capability not supported]}.\n"
+        "(Worker_TP4_EP4 pid=2532) INFO 12-29 15:21:11 [multiproc_executor.py:709] Parent "
+        "process exited, terminating worker\n"
+    )
+    a = analyze_text(text)
+    assert a.last_phase == "weights_load"
+    (ev,) = [e for e in a.events if e.pattern.startswith("raises.")]
+    assert ev.line == 1 and ev.pattern == "raises.get_attn_backend_cls"
+
+
+def test_the_table_is_up_to_date() -> None:
+    """diag/data/raise_phases.tsv is what tools/gen_raise_phases.py writes from the message
+    table and the phase map now."""
+    tool = ROOT / "tools" / "gen_raise_phases.py"
+    spec = importlib.util.spec_from_file_location("gen_raise_phases", tool)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["gen_raise_phases"] = mod
+    spec.loader.exec_module(mod)
+    rows = mod.build()
+    assert len(rows) > 1000
+    table = ROOT / "diag" / "data" / "raise_phases.tsv"
+    assert table.read_text(encoding="utf-8") == mod.render(rows)
+    # every kept pattern is anchored, specific and of a phase past launch
+    for framework, phase, exc, pattern, _where, _versions in rows:
+        assert framework in ("sglang", "vllm") and phase not in ("launch", "") and exc
+        assert pattern.startswith("^") and len(pattern) > 12
