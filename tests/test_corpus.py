@@ -173,10 +173,6 @@ TUNING_XFAIL: dict[str, str] = {
         "at announces the traceback; diag points at the traceback itself"
     ),
     # gather s13 (2026-12-05), each scored before any change made for it
-    "sglang/healthy-v0.1-llava-34b-tp2-bin-weights-7min-gap-rank-load-end-max-total-num-token-cut": (  # noqa: E501
-        "new case (gather s13): kv_cache from SGLang 0.1's 'max_total_num_token' line, a form "
-        "of that release no source the message table reads has"
-    ),
     "vllm/healthy-v1-early-2025-70b-w8a8-pr-desc-command-ellipsis-compile-54s-gpu-blocks-max-concurrency-cut": (  # noqa: E501
         "new case (gather s13): kv_cache as the last step in time (V1 sizes the KV cache after"
         " compiling), where other gatherers label the higher phase of LABELS.md's order (compile)"

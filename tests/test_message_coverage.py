@@ -114,6 +114,15 @@ STARTUP_MODULES: dict[str, tuple[str, ...]] = {
         "vllm/transformers_utils/config.py",
         "vllm/v1/utils.py",
         "vllm/platforms/rocm.py",
+        # 0.2-0.3: the loader, weight files, parallel state and custom all-reduce before
+        # model_loader/ and distributed/, Ray's set-up before executor/, the cache engine
+        "vllm/model_executor/model_loader.py",
+        "vllm/model_executor/weight_utils.py",
+        "vllm/model_executor/parallel_utils/parallel_state.py",
+        "vllm/model_executor/parallel_utils/custom_all_reduce.py",
+        "vllm/model_executor/parallel_utils/cupy_utils.py",
+        "vllm/engine/ray_utils.py",
+        "vllm/worker/cache_engine.py",
         # vLLM's platform plugins (framework vllm, releases labelled "vllm-ascend 0.9.1"):
         # their platform, worker, model runner, graph / compile and loader files
         "vllm_ascend/platform.py",
@@ -181,6 +190,10 @@ STARTUP_MODULES: dict[str, tuple[str, ...]] = {
         "sglang/srt/managers/controller/model_runner.py",
         "sglang/srt/managers/controller/manager_single.py",
         "sglang/srt/managers/controller/manager_multi.py",
+        "sglang/srt/managers/controller/dp_worker.py",
+        # 0.1.5-0.1.16: the router process's ModelRpcServer (the scheduler) and ModelRunner
+        "sglang/srt/managers/router/model_rpc.py",
+        "sglang/srt/managers/router/model_runner.py",
     ),
 }
 
@@ -204,46 +217,58 @@ STARTUP_MODULES: dict[str, tuple[str, ...]] = {
 # raise: vLLM 142/191 123/178 122/452, 161/201 126/176 128/470, 164/207 140/199 141/534,
 # 179/222 164/228 185/606, 189/252 174/244 229/703, 227/313 197/282 322/846; SGLang 2/13
 # 1/6 3/14, 18/23 4/9 3/22, 40/51 26/40 10/101, 62/92 52/80 12/160, 55/79 63/92 19/186,
-# 166/225 193/268 82/431, 172/212 92/163 19/406. Every floor re-measured that day.)
+# 166/225 193/268 82/431, 172/212 92/163 19/406. Every floor re-measured that day.
+# Later on 2026-12-06: vLLM 0.2.7, 0.3.3 and SGLang 0.1.14, 0.1.17, 0.2.5 added (the releases
+# before the earliest read, which the corpus's oldest logs show); before the catalogue and
+# config.invalid were regenerated (map extended), recognised info / warn_error / raise: vLLM
+# 11/12 3/8 21/53, 13/16 4/8 28/83; SGLang 2/8 0/1 2/11, 7/25 0/6 2/20, 9/13 1/6 3/14; after
+# (with SGLang 0.1's rank-prefixed position entries in phases.yaml), 11/12 4/8 25/53, 15/16
+# 5/8 35/83; 5/8 0/1 2/11, 18/25 0/6 2/20, 9/13 1/6 3/14. Every floor re-measured: the
+# earlier releases' figures are HEAD's (their raise floors had fallen behind them).)
 FLOORS: dict[tuple[str, str, str], float] = {}
 ACCOUNTED_FLOORS: dict[tuple[str, str, str], float] = {}
 _MEASURED = """  # framework release, then per kind: recognised%, accounted%
-vllm 0.4.3           info 86.6 93.3  warn_error 64.0 64.0  raise 42.8 100.0
-vllm 0.5.5           info 77.7 96.2  warn_error 73.0 76.9  raise 35.4 100.0
-vllm 0.6.6           info 85.7 97.1  warn_error 78.0 82.4  raise 29.1 99.3
-vllm 0.7.3           info 81.3 97.5  warn_error 71.8 83.3  raise 30.5 99.3
-vllm 0.8.5           info 83.0 96.7  warn_error 70.0 80.0  raise 31.0 99.4
-vllm 0.9.2           info 82.3 96.5  warn_error 70.4 80.3  raise 31.2 99.5
-vllm 0.10.2          info 76.6 96.5  warn_error 71.9 82.8  raise 26.7 99.5
-vllm 0.11.0          info 76.5 97.4  warn_error 69.6 81.3  raise 29.0 99.7
-vllm 0.12.0          info 74.8 96.8  warn_error 74.7 84.2  raise 28.0 99.7
-vllm 0.13.0          info 77.6 96.8  warn_error 73.9 84.0  raise 27.7 99.7
-vllm 0.15.1          info 80.0 97.0  warn_error 74.4 84.6  raise 27.2 99.7
-vllm 0.17.1          info 82.3 97.4  warn_error 72.3 85.6  raise 26.7 99.8
-vllm 0.19.1          info 79.7 96.6  warn_error 71.8 84.9  raise 26.5 99.8
-vllm 0.20.0          info 80.2 96.7  warn_error 72.3 85.7  raise 29.7 99.8
-vllm 0.22.1          info 80.6 96.8  warn_error 73.6 86.4  raise 30.8 99.8
-vllm 0.25.1          info 77.5 97.0  warn_error 72.5 87.5  raise 30.0 99.8
-vllm 0.28.0          info 76.1 96.4  warn_error 72.1 87.7  raise 34.5 99.8
-vllm 0.31.0          info 74.4 96.8  warn_error 72.3 88.2  raise 39.3 99.7
-vllm 0.33.0          info 76.3 96.4  warn_error 70.0 87.2  raise 41.8 99.7
-vllm 0.34.0          info 75.5 97.0  warn_error 70.1 86.8  raise 40.6 99.7
+vllm 0.2.7           info 91.6 91.6  warn_error 50.0 50.0  raise 47.1 100.0
+vllm 0.3.3           info 93.7 93.7  warn_error 62.5 62.5  raise 42.1 100.0
+vllm 0.4.3           info 86.6 93.3  warn_error 64.0 64.0  raise 43.6 100.0
+vllm 0.5.5           info 77.7 96.2  warn_error 73.0 76.9  raise 35.8 100.0
+vllm 0.6.6           info 85.7 97.1  warn_error 78.0 82.4  raise 29.4 99.3
+vllm 0.7.3           info 81.3 97.5  warn_error 71.8 83.3  raise 30.8 99.3
+vllm 0.8.5           info 83.0 96.7  warn_error 70.0 80.0  raise 31.3 99.4
+vllm 0.9.2           info 82.3 96.5  warn_error 70.4 80.3  raise 31.5 99.5
+vllm 0.10.2          info 76.6 96.5  warn_error 71.9 82.8  raise 26.9 99.5
+vllm 0.11.0          info 76.5 97.4  warn_error 69.6 81.3  raise 29.3 99.7
+vllm 0.12.0          info 74.8 96.8  warn_error 74.7 84.2  raise 28.3 99.7
+vllm 0.13.0          info 77.6 96.8  warn_error 73.9 84.0  raise 27.9 99.7
+vllm 0.15.1          info 80.0 97.0  warn_error 74.4 84.6  raise 27.4 99.7
+vllm 0.17.1          info 82.3 97.4  warn_error 72.3 85.6  raise 26.9 99.8
+vllm 0.19.1          info 79.7 96.6  warn_error 71.8 84.9  raise 26.7 99.8
+vllm 0.20.0          info 80.2 96.7  warn_error 72.3 85.7  raise 29.8 99.8
+vllm 0.22.1          info 80.6 96.8  warn_error 73.6 86.4  raise 31.0 99.8
+vllm 0.25.1          info 77.5 97.0  warn_error 72.5 87.5  raise 30.2 99.8
+vllm 0.28.0          info 76.1 96.4  warn_error 72.1 87.7  raise 34.7 99.8
+vllm 0.31.0          info 74.4 96.8  warn_error 72.3 88.2  raise 39.4 99.7
+vllm 0.33.0          info 76.3 96.4  warn_error 70.0 87.2  raise 41.9 99.7
+vllm 0.34.0          info 75.5 97.0  warn_error 70.1 86.8  raise 40.7 99.7
+sglang 0.1.14        info 62.5 75.0  warn_error 0.0 0.0  raise 18.1 100.0
+sglang 0.1.17        info 72.0 84.0  warn_error 0.0 0.0  raise 10.0 100.0
 sglang 0.1.26        info 69.2 76.9  warn_error 16.6 16.6  raise 21.4 100.0
+sglang 0.2.5         info 69.2 76.9  warn_error 16.6 16.6  raise 21.4 100.0
 sglang 0.2.15        info 81.8 95.4  warn_error 36.3 81.8  raise 15.7 100.0
 sglang 0.3.2         info 82.6 95.6  warn_error 66.6 77.7  raise 13.6 100.0
 sglang 0.3.6         info 80.0 96.6  warn_error 70.0 100.0  raise 8.5 97.1
-sglang 0.4.1.post7   info 80.3 96.0  warn_error 65.0 77.5  raise 9.9 100.0
-sglang 0.4.3.post4   info 74.1 94.8  warn_error 61.3 75.0  raise 8.7 100.0
-sglang 0.4.6         info 74.6 95.7  warn_error 67.2 81.0  raise 8.5 100.0
-sglang 0.4.9.post6   info 69.5 96.7  warn_error 66.2 83.7  raise 7.5 100.0
-sglang 0.4.10.post2  info 71.9 96.3  warn_error 64.1 83.9  raise 8.3 100.0
-sglang 0.5.1.post3   info 69.6 94.9  warn_error 68.4 85.8  raise 10.2 100.0
-sglang 0.5.2         info 71.2 95.4  warn_error 68.7 86.4  raise 10.7 100.0
-sglang 0.5.5         info 79.3 95.2  warn_error 74.1 90.7  raise 12.2 100.0
-sglang 0.5.9         info 78.7 96.3  warn_error 77.4 90.6  raise 14.6 100.0
-sglang 0.5.14        info 81.3 96.8  warn_error 79.8 91.7  raise 22.5 100.0
-sglang 0.5.19        info 83.4 98.1  warn_error 60.1 84.6  raise 4.6 100.0
-sglang 0.5.23        info 85.4 98.3  warn_error 61.0 83.2  raise 3.9 100.0
+sglang 0.4.1.post7   info 80.3 96.0  warn_error 65.0 77.5  raise 10.8 100.0
+sglang 0.4.3.post4   info 74.1 94.8  warn_error 61.3 75.0  raise 9.6 100.0
+sglang 0.4.6         info 74.6 95.7  warn_error 67.2 81.0  raise 9.3 100.0
+sglang 0.4.9.post6   info 69.5 96.7  warn_error 66.2 83.7  raise 8.1 100.0
+sglang 0.4.10.post2  info 71.9 96.3  warn_error 64.1 83.9  raise 8.9 100.0
+sglang 0.5.1.post3   info 69.6 94.9  warn_error 68.4 85.8  raise 10.7 100.0
+sglang 0.5.2         info 71.2 95.4  warn_error 68.7 86.4  raise 11.2 100.0
+sglang 0.5.5         info 79.3 95.2  warn_error 74.1 90.7  raise 12.6 100.0
+sglang 0.5.9         info 78.7 96.3  warn_error 77.4 90.6  raise 14.9 100.0
+sglang 0.5.14        info 81.3 96.8  warn_error 79.8 91.7  raise 22.7 100.0
+sglang 0.5.19        info 83.4 98.1  warn_error 60.1 84.6  raise 4.9 100.0
+sglang 0.5.23        info 85.4 98.3  warn_error 61.0 83.2  raise 4.1 100.0
 # vLLM's platform plugins (framework vllm; 2026-12-05, with their phase_map.yaml entries)
 vllm-ascend 0.7.3         info 80.0 100.0  warn_error 75.0 75.0  raise 6.6 100.0
 vllm-ascend 0.9.1         info 90.0 100.0  warn_error 80.0 80.0  raise 2.9 100.0

@@ -14,6 +14,7 @@ from diag.model import RankId
 from diag.parse.coords import (
     Coords,
     key_coords,
+    match_message_rank,
     match_nccl_prefix,
     match_proc_prefix,
     match_stage,
@@ -217,6 +218,7 @@ def test_coords_never_raise(s: str) -> None:
     match_proc_prefix(s)
     match_torch_rank(s)
     match_nccl_prefix(s)
+    match_message_rank(s)
     rank_key(s)
     rank_keys(s)
     key_coords(s)
@@ -334,3 +336,72 @@ def test_vllm_omni_stage_tags_are_read_as_the_engine_stage() -> None:
     p = parse_line("[Stage-1] INFO 03-12 08:22:28 [diffusion_model_runner.py:133] Model loading took 26.4738 GiB")
     assert (p.grammar, p.stage) == ("vllm", 1)
     assert match_stage("[Stage-99999] x") is None
+
+
+# SGLang 0.1-0.2 logged "%(message)s" only, with the rank in the message: 'Rank {tp_rank}: '
+# (0.1.5-0.1.17, managers/router/model_rpc.py and model_runner.py) and '[gpu_id={gpu_id}] '
+# (0.1.17-0.2.x, managers/controller/tp_worker.py and model_runner.py); lines as those
+# sources print them
+@pytest.mark.parametrize(
+    ("line", "rank"),
+    [
+        ("Rank 0: load weight begin.", 0),
+        ("Rank 1: load weight end.", 1),
+        ("Rank 1: max_total_num_token=52656, max_prefill_num_token=8776, context_len=4096, model_mode=[]", 1),
+        ("[gpu_id=0] Set cuda device.", 0),
+        ("[gpu_id=3] Init nccl begin.", 3),
+        ("[gpu_id=1] Load weight end. type=Qwen2ForCausalLM, dtype=torch.bfloat16, avail mem=15.95 GB", 1),
+        ("[gpu_id=1] max_total_num_tokens=328021, max_prefill_tokens=16384, max_running_requests=5124, context_len=32768", 1),
+        ("[gpu_id=0] Capture cuda graph begin. This can take up to several minutes.", 0),
+    ],
+)
+def test_sglang_0_1_message_ranks(line: str, rank: int) -> None:
+    m = match_message_rank(line)
+    assert m is not None and m[0].rank() == RankId(tp=rank) and m[0].global_rank
+    assert line[m[1] :] and line[m[1] - 1] == " "
+    p = parse_line(line)
+    # the message keeps its prefix: the catalogue's entries read it with it
+    assert (p.rank, p.rank_reason, p.global_rank, p.message) == (RankId(tp=rank), "tag", True, line)
+    # behind a wrapper (docker compose, a container runtime's stamp) too
+    assert parse_line(f"sglang-1  | {line}").rank == RankId(tp=rank)
+    assert parse_line(f"2024-05-01T10:00:00.123456789Z {line}").rank == RankId(tp=rank)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Rank 0 has no experts assigned to it.",  # a raise's message, no colon
+        "[Gloo] Rank 3 is connected to 7 peer ranks. Expected number of connected peer ranks is : 7",
+        "Ranking: 1",
+        "Rank x: load weight end.",
+        "Rank 1:load weight end.",
+        "rank 1: load weight end.",
+        "[gpu_id=] Init nccl begin.",
+        "[gpu_id=1]Init nccl begin.",
+        "Context: self.device=cuda self.gpu_id=3 os.environ.get('CUDA_VISIBLE_DEVICES')=None",
+        f"Rank {'9' * 10}: x",
+    ],
+)
+def test_no_sglang_0_1_message_rank(line: str) -> None:
+    assert match_message_rank(line) is None
+    assert parse_line(line).rank is None
+
+
+def test_a_tag_or_prefix_outranks_the_message_rank() -> None:
+    # a rank from the line's own prefix is kept: the message's is read only on a bare line
+    p = parse_line("[2024-08-01 10:00:00 TP2] Rank 0: x")
+    assert p.rank == RankId(tp=2)
+    p = parse_line("(VllmWorker rank=3 pid=12) Rank 0: x")
+    assert p.rank == RankId(tp=3)
+
+
+def test_sglang_0_1_ranks_are_the_log_s_ranks() -> None:
+    from diag.analyze import analyze_text
+
+    a = analyze_text(
+        "Rank 0: load weight begin.\nRank 1: load weight begin.\n"
+        "Rank 0: load weight end.\nRank 1: load weight end.\n"
+        "[gpu_id=0] Init nccl begin.\n[gpu_id=1] Init nccl begin.\n"
+    )
+    assert {r.rank for r in a.ranks} == {RankId(tp=0), RankId(tp=1)}
+    assert not any(r.inferred for r in a.ranks)

@@ -16,6 +16,9 @@ versions add ``NP{n}`` for the node; vLLM's ``multiproc_executor.py`` names work
   wrapper (:mod:`diag.parse.unwrap`) that gives a local rank the same way;
 - NCCL ``host:pid:tid [3]`` (:func:`match_nccl_prefix`: host, pid and CUDA device);
 - vLLM-Omni's ``[Stage-1] `` engine stage (:func:`match_stage`; an engine, not a rank);
+- SGLang 0.1-0.2's rank at the start of a bare message (its loggers printed
+  ``%(message)s`` only): ``Rank 0: load weight end.``, ``[gpu_id=1] Init nccl begin.``
+  (:func:`match_message_rank`);
 - file names: ``rank2.log``, ``tp3.log``, ``worker_3.log``, ``node1/...``,
   ``scheduler_DP0_TP3.log`` (:func:`rank_from_path`).
 
@@ -49,6 +52,7 @@ __all__ = [
     "ProcPrefix",
     "key_coords",
     "match_nccl_prefix",
+    "match_message_rank",
     "match_proc_prefix",
     "match_stage",
     "match_torch_rank",
@@ -297,6 +301,30 @@ def match_stage(line: str, pos: int = 0) -> tuple[int, int] | None:
         return None
     n = small_int(m.group(1))
     return None if n is None else (n, m.end())
+
+
+# SGLang 0.1-0.2 configured its loggers with ``format="%(message)s"`` (no time, no tag) and
+# wrote the rank into the message: ``Rank {tp_rank}: ...`` (0.1.5-0.1.17,
+# managers/router/model_rpc.py and model_runner.py: 'Rank 0: load weight end.',
+# 'Rank 1: max_total_num_token=...') and ``[gpu_id={gpu_id}] ...`` (0.1.17-0.2.x,
+# managers/controller/: 'Init nccl begin.', 'Load weight end. ...', 'max_total_num_tokens=').
+# A gpu_id is the GPU its TP rank runs on: the TP rank itself on one node without data
+# parallelism (manager_single: gpu_ids = range(tp_size_local)), dp * tp_size + tp_rank under
+# manager_multi, the local index on each node of a multi-node job. Both are read as TP, as a
+# global rank is (a per-GPU identity; apply_layout reads it as PP x TP where pp > 1).
+_MSG_RANK = re.compile(r"Rank ([0-9]{1,9}): |\[gpu_id=([0-9]{1,9})\] ")
+
+
+def match_message_rank(message: str) -> tuple[Coords, int] | None:
+    """SGLang 0.1-0.2's rank at the start of a message (``Rank 3: ``, ``[gpu_id=3] ``):
+    (coordinates, end of the prefix), else None."""
+    if not message.startswith(("Rank ", "[gpu_id=")):
+        return None
+    m = _MSG_RANK.match(message)
+    if m is None:
+        return None
+    r = small_int(m.group(1) or m.group(2))
+    return None if r is None else (Coords(tp=r, global_rank=True), m.end())
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from diag.model import RankId
 from diag.parse.coords import (
     TAGS_RE_SRC,
     Coords,
+    match_message_rank,
     match_proc_prefix,
     match_stage,
     match_torch_rank,
@@ -462,6 +463,13 @@ def parse_line(raw: str) -> Parsed:
                 p.ts = p.wrapper_ts
             return p
     p.message = line
+    if p.rank is None and line[:1] in "R[":
+        # SGLang 0.1-0.2's "%(message)s" lines: 'Rank 0: load weight end.', '[gpu_id=1] ...'
+        mr = match_message_rank(line)
+        if mr is not None:
+            p.rank = mr[0].rank()
+            p.rank_reason = "tag"
+            p.global_rank = True
     if _TQDM.search(line):
         p.grammar = "progress"
     elif _PYSPY.match(line):
