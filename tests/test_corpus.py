@@ -418,6 +418,20 @@ TUNING_XFAIL: dict[str, str] = {
         "warm-up's own); LABELS.md lists 'Prefill batch' as a serving marker, as the s16 case "
         "sglang/healthy-2026-03-a800-... with the same warm-up lines is labelled"
     ),
+    "vllm/ascend-jul-2025-vllm-ascend-0.9.2rc1-qwen3-235b-thinking-worker-rank10-err01100-ops-call-acl-api-failed-then-enginecore-failed-to-start-wait-for-ready-frames": (  # noqa: E501
+        "new case (gather s33): cuda.error from torch_npu's 'ERR01100 OPS call acl api "
+        "failed' alone; the s28 case vllm/ascend-apr-2025-vllm-ascend-grpo-... has the same "
+        "line under an HCCL socket timeout and labels cuda.error unexpected"
+    ),
+    "vllm/cpu-only-jan-2026-medgemma-4b-gemma3-registry-inspect-subprocess-died-with-sigill-calledprocesserror-prefixed-blank-line-cut": (  # noqa: E501
+        "new case (gather s33): model.unsupported unexpected, but the registry's 'Error in "
+        "inspecting model architecture' header is model.unsupported's own pattern whatever "
+        "the inspecting child died of (process.killed is now read from its SIGILL)"
+    ),
+    "vllm/euroeval-sep-2025-v10.0.0-vllmmodel-gemma-2-2b-it-hf-config-tokenizer-downloads-100pct-then-silent-15-min-stall-fence-glued-command": (  # noqa: E501
+        "new case (gather s33): stalled from the thread ('Waited 15 minutes'); the paste "
+        "ends on finished download bars, a cut excerpt by LABELS.md's convention"
+    ),
 }
 
 MIN_PASS_RATIO = 0.90  # old cases: at most 10% xfailed

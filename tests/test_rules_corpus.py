@@ -278,6 +278,23 @@ def evidence_problems(case: Path) -> list[str]:
     return problems
 
 
+XFAIL.update(
+    {
+        "vllm/ascend-jul-2025-vllm-ascend-0.9.2rc1-qwen3-235b-thinking-worker-rank10-err01100-ops-call-acl-api-failed-then-enginecore-failed-to-start-wait-for-ready-frames": (  # noqa: E501
+            "new case (gather s33): cuda.error from 'ERR01100 OPS call acl api failed' alone, "
+            "a line an older case labels no cuda.error under an HCCL timeout"
+        ),
+        "vllm/cpu-only-jan-2026-medgemma-4b-gemma3-registry-inspect-subprocess-died-with-sigill-calledprocesserror-prefixed-blank-line-cut": (  # noqa: E501
+            "new case (gather s33): model.unsupported from the registry's 'Error in inspecting "
+            "model architecture', whatever the inspecting child died of"
+        ),
+        "vllm/euroeval-sep-2025-v10.0.0-vllmmodel-gemma-2-2b-it-hf-config-tokenizer-downloads-100pct-then-silent-15-min-stall-fence-glued-command": (  # noqa: E501
+            "new case (gather s33): stalled from the thread; the paste ends on finished bars"
+        ),
+    }
+)
+
+
 @pytest.mark.parametrize("case", _params(TUNED, XFAIL))
 def test_expected_and_unexpected_findings(case: Path) -> None:
     problems = findings_problems(case)
