@@ -74,6 +74,9 @@ TAIL_LINES = 200
 _DIGITS = re.compile(r"[0-9]+")
 
 ProgressFn = Callable[[int, int], None]
+# (speed) what the analysis will ask of some drafts, worked out ahead (see _Run.idle)
+WarmFn = Callable[[Sequence[Draft]], None]
+_WARM_BATCH = 256  # drafts per call (a few ms: a chunk that comes meanwhile waits no longer)
 
 # Labels whose figures come from one (the last) batch line of a chunk: a chunk with no
 # other label is not decoded whole for the serving columns.
@@ -319,10 +322,16 @@ class _Run:
     """State of one read over all sources."""
 
     def __init__(
-        self, literals: Sequence[str] | Callable[[], Sequence[str]], col: Collected
+        self, literals: Sequence[str] | Callable[[], Sequence[str]], col: Collected,
+        warm: WarmFn | None = None,
     ) -> None:
         self.literals = literals
         self.col = col
+        # (speed) the drafts handed to ``warm`` while the parsing waits for a chunk: the
+        # source being parsed and how many of its drafts were handed over
+        self.warm = warm
+        self.parser: SourceParser | None = None
+        self.warmed = 0
         from diag.parse import native
 
         self.cap = RepeatCap(native.load)
@@ -345,6 +354,21 @@ class _Run:
             self._matcher = Matcher(lits, labels, present_labels)
             self.col.engine = self._matcher.engine
         return self._matcher
+
+    def idle(self) -> bool:
+        """(speed) Called by the parsing thread when it would wait for the next chunk:
+        hands the next :data:`_WARM_BATCH` drafts of the source being parsed to ``warm``
+        (which works out, ahead, what the analysis will ask of them); False when there
+        were none left to hand over."""
+        sp = self.parser
+        if self.warm is None or sp is None:
+            return False
+        batch = sp.parsed(self.warmed, self.warmed + _WARM_BATCH)
+        if not batch:
+            return False
+        self.warmed += len(batch)
+        self.warm(batch)
+        return True
 
     def _bytes_stats(self, chunk: bytes | bytearray, scanner: Any = None,
                      flags: int = 3, counts: tuple[int, int] | None = None) -> None:
@@ -546,6 +570,7 @@ def read_sources(
     literals: Sequence[str] | Callable[[], Sequence[str]],
     progress: ProgressFn | None = None,
     prefilter: bool | None = None,
+    warm: WarmFn | None = None,
 ) -> Collected:
     """Read every source into record drafts, notes and the serving figures.
 
@@ -554,7 +579,11 @@ def read_sources(
     ``prefilter`` forces (True) or forbids (False) the prefilter; by default it is used
     for inputs of at least :data:`PREFILTER_MIN_BYTES` (a compressed one counted at ten
     times its size, one of unknown size as large). Raises :class:`InputError` for empty
-    input, or input with no recognisable log line."""
+    input, or input with no recognisable log line.
+
+    ``warm``: called with batches of the drafts parsed so far while the parsing waits for
+    the read-ahead thread (prefilter path; speed only: what it works out must not change
+    the result, and drafts may still change after it saw them)."""
     total = sum(s.size or 0 for s in sources)
     expanded = sum(
         PREFILTER_MIN_BYTES if s.size is None else s.size * (10 if s.compressed else 1)
@@ -562,7 +591,7 @@ def read_sources(
     )
     use_pf = prefilter if prefilter is not None else expanded >= PREFILTER_MIN_BYTES
     col = Collected()
-    run = _Run(literals, col)
+    run = _Run(literals, col, warm)
     done_before = 0
     binary: list[str] = []
     is_binary = [_looks_binary(src) for src in sources]
@@ -595,6 +624,7 @@ def _read_one(
     the reader's for this source); returns the progress position after it."""
     col = run.col
     sp = SourceParser(src.name)
+    run.parser, run.warmed = sp, 0
     # chunk, its lines (prefilter path), their number, position
     pending: list[tuple[bytes | bytearray, object, int, int]] = []
     reading = _SourceRead(run, src.name, sp, use_pf)
@@ -707,7 +737,7 @@ def _chunks(run: _Run, sources: Sequence[Source], use_pf: bool) -> Iterator[_Ite
     if not use_pf:
         return produce()
     run.matcher  # noqa: B018 - built here, before the thread that uses it starts
-    return _ahead(produce, _AHEAD)
+    return _ahead(produce, _AHEAD, idle=run.idle)
 
 
 _AHEAD = 2  # chunks read and matched ahead of the parsing
@@ -722,12 +752,14 @@ class _Failed:
         self.exc = exc
 
 
-def _ahead(make: Callable[[Callable[[], bool]], Iterator[Any]], depth: int) -> Iterator[Any]:
+def _ahead(make: Callable[[Callable[[], bool]], Iterator[Any]], depth: int,
+           idle: Callable[[], bool] | None = None) -> Iterator[Any]:
     """The items of ``make(behind)``, produced in a thread at most ``depth`` items ahead
     (``behind()``: whether ``depth`` items wait for the consumer, so that the thread's
-    next put waits); an exception there is raised here. Closing this generator stops the
-    thread at its next item (it holds no lock and is a daemon: it never keeps the process
-    alive)."""
+    next put waits); an exception there is raised here. ``idle()``: called while no item
+    waits, as long as it returns True (it did some work and may have more). Closing this
+    generator stops the thread at its next item (it holds no lock and is a daemon: it
+    never keeps the process alive)."""
     import queue
     import threading
 
@@ -762,6 +794,9 @@ def _ahead(make: Callable[[Callable[[], bool]], Iterator[Any]], depth: int) -> I
     thread.start()
     try:
         while True:
+            if idle is not None:
+                while q.empty() and idle():
+                    pass
             item = q.get()
             if item is _END:
                 return
