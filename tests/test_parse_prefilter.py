@@ -418,8 +418,9 @@ def test_the_chunks_own_and_in_order_stages_give_one_result_whichever_thread_run
 ) -> None:
     """The read-ahead thread runs a chunk's own passes (kind hashes, byte counts) and its
     in-order stage (the repeat cap, the kept lines' text, the timeline's lines) only while
-    the parsing is behind it; else the parsing thread runs them: every thread, none, or
-    any mix of the two gives the same analysis."""
+    the parsing is behind it; else the parsing thread runs them; and it leaves a chunk's
+    matcher pass to the parsing thread when that one waits: every thread, none, or any
+    mix of the two gives the same analysis."""
     import random
 
     from diag.parse import native, pipeline
@@ -437,6 +438,10 @@ def test_the_chunks_own_and_in_order_stages_give_one_result_whichever_thread_run
         def behind(mode: str = mode, rng: random.Random = rng) -> bool:
             return mode == "always" or (mode == "random" and rng.random() < 0.5)
 
+        # the parsing thread "waits" (its next chunk's matcher pass is left to it) in
+        # the opposite cases
+        monkeypatch.setattr(pipeline._Run, "hungry", property(
+            lambda _run, b=behind: not b(), lambda _run, _value: None), raising=False)
         monkeypatch.setattr(pipeline, "_ahead",
                             lambda make, depth, idle=None, b=behind: real_ahead(
                                 lambda _: make(b), depth, idle=idle))

@@ -332,6 +332,9 @@ class _Run:
         self.warm = warm
         self.parser: SourceParser | None = None
         self.warmed = 0
+        # (speed) set by the parsing thread when it finds no chunk waiting: the read-ahead
+        # thread then leaves its next chunk's matcher pass to it (see _chunks)
+        self.hungry = False
         from diag.parse import native
 
         self.cap = RepeatCap(native.load)
@@ -357,9 +360,12 @@ class _Run:
 
     def idle(self) -> bool:
         """(speed) Called by the parsing thread when it would wait for the next chunk:
-        hands the next :data:`_WARM_BATCH` drafts of the source being parsed to ``warm``
-        (which works out, ahead, what the analysis will ask of them); False when there
-        were none left to hand over."""
+        marks it hungry (the read-ahead thread then leaves the matcher pass of the next
+        chunk it reads to this thread: :meth:`walk`) and hands the next
+        :data:`_WARM_BATCH` drafts of the source being parsed to ``warm`` (which works
+        out, ahead, what the analysis will ask of them); False when there were none
+        left to hand over."""
+        self.hungry = True
         sp = self.parser
         if self.warm is None or sp is None:
             return False
@@ -369,6 +375,15 @@ class _Run:
         self.warmed += len(batch)
         self.warm(batch)
         return True
+
+    def walk(self, chunk: bytes | bytearray, pf: _Pf) -> None:
+        """The matcher's pass over a chunk whose read-ahead thread left it to the parsing
+        thread (which waited: the two threads then run the pass over two chunks at once,
+        on two cores)."""
+        if pf.newlines is None:
+            raise RuntimeError("a chunk was left to the parsing thread without its newlines")
+        nl, flags = pf.newlines
+        pf.got, pf.newlines = self.matcher.lines(chunk, nl, flags), None
 
     def _bytes_stats(self, chunk: bytes | bytearray, scanner: Any = None,
                      flags: int = 3, counts: tuple[int, int] | None = None) -> None:
@@ -529,10 +544,22 @@ def _bytes_counts(chunk: bytes | bytearray, scanner: Any = None, flags: int = 3)
 class _Pf:
     """A chunk on the prefilter path, as the read-ahead thread hands it over."""
 
-    lines: Lines
+    got: Lines | None  # its lines (None: the matcher's pass is left to the parsing thread)
     scan: Any  # its source's SourceScan
     seq: int  # its place among all the run's chunks
     done: tuple[dict[int, str], Any, list[int]] | None = None  # its stage (_Run.settle)
+    # (got None) the chunk's newline offsets and byte flags, for that pass
+    newlines: tuple[Any, int] | None = None
+
+    @property
+    def lines(self) -> Lines:
+        if self.got is None:
+            raise RuntimeError("a chunk's lines were used before its matcher pass")
+        return self.got
+
+    @lines.setter
+    def lines(self, value: Lines) -> None:
+        self.got = value
 
 
 class _SourceRead:
@@ -632,6 +659,8 @@ def _read_one(
         if chunk is None:  # this source's end: the reader's notes about it
             col.notes.extend(notes)
             break
+        if isinstance(lines, _Pf) and lines.got is None:
+            run.walk(chunk, lines)
         pending.append((chunk, lines, n_lines, consumed))
         # a chunk is parsed once TAIL_LINES lines follow it (it holds no tail line)
         while len(pending) > 1 and sum(p[2] for p in pending[1:]) >= TAIL_LINES:
@@ -719,6 +748,15 @@ def _chunks(run: _Run, sources: Sequence[Source], use_pf: bool) -> Iterator[_Ite
                                                      chunk_bytes=reader.CHUNK_BYTES):
                 chunk = buf[lo:hi] if (lo, hi) != (0, len(buf)) else buf
                 if use_pf:
+                    if run.hungry and run.matcher.engine == "native":
+                        # the parsing thread waits for a chunk: it runs this chunk's
+                        # matcher pass (compiled code) while this thread reads the next
+                        # (diag's scanner only: a Hyperscan scratch serves one thread)
+                        run.hungry = False
+                        nl, flags = run.matcher.newline_pass(chunk)
+                        pf = _Pf(None, scan, next(seq), newlines=(nl, flags))
+                        yield chunk, pf, _lines_of(nl, len(chunk)), consumed, None
+                        continue
                     pf = _Pf(run.matcher.lines(chunk), scan, next(seq))
                     if behind():
                         # the parsing has chunks waiting: this thread would wait too, so
@@ -807,6 +845,13 @@ def _ahead(make: Callable[[Callable[[], bool]], Iterator[Any]], depth: int,
         stop.set()
         thread.join(timeout=1.0)
         sys.setswitchinterval(switch)
+
+
+def _lines_of(nl: Any, size: int) -> int:
+    """Lines in a chunk of ``size`` bytes whose newlines are at offsets ``nl`` (as
+    :meth:`Lines.__len__` counts them)."""
+    n = len(nl)
+    return n + (1 if size and (not n or int(nl[-1]) != size - 1) else 0)
 
 
 def _count_lines(chunk: bytes | bytearray) -> int:
