@@ -18,7 +18,6 @@ import datetime as dt
 import gc
 import io
 import re
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -409,29 +408,34 @@ def _server_up(ranks: Sequence[RankTimeline], glob: Sequence[PhaseInterval]) -> 
 def _rank_stats(records: Sequence[Record]) -> dict[RankId, RankStats]:
     """Per rank: first and last timestamp and record count (in the prefilter path, the
     bulk lines between a rank's first and last line are not counted)."""
-    first: dict[RankId, dt.datetime] = {}
-    last: dict[RankId, dt.datetime] = {}
-    count: dict[RankId, int] = defaultdict(int)
-    inferred: dict[RankId, bool] = {}
+    # (speed) each record's rank hashed once, to group the records (a RankId's hash is
+    # computed afresh at every dict look-up: one per record and statistic was 0.05 s on
+    # 40,000 records)
+    by_rank: dict[RankId, list[Record]] = {}
     for r in records:
-        if r.rank is None:
+        rank = r.rank
+        if rank is None:
             continue
-        count[r.rank] += 1
-        inferred[r.rank] = inferred.get(r.rank, True) and r.rank_reason != "tag"
-        if r.ts is not None:
-            if r.rank not in first or r.ts < first[r.rank]:
-                first[r.rank] = r.ts
-            if r.rank not in last or r.ts > last[r.rank]:
-                last[r.rank] = r.ts
-    return {
-        rank: RankStats(
-            first_ts=first.get(rank),
-            last_ts=last.get(rank),
-            lines=count[rank],
-            inferred=inferred.get(rank, False),
-        )
-        for rank in count
-    }
+        mine = by_rank.get(rank)
+        if mine is None:
+            by_rank[rank] = [r]
+        else:
+            mine.append(r)
+    out: dict[RankId, RankStats] = {}
+    for rank, mine in by_rank.items():
+        first: dt.datetime | None = None
+        last: dt.datetime | None = None
+        inferred = True
+        for r in mine:
+            inferred = inferred and r.rank_reason != "tag"
+            ts = r.ts
+            if ts is not None:
+                if first is None or ts < first:
+                    first = ts
+                if last is None or ts > last:
+                    last = ts
+        out[rank] = RankStats(first_ts=first, last_ts=last, lines=len(mine), inferred=inferred)
+    return out
 
 
 def _log_bounds(
