@@ -194,6 +194,13 @@ class Catalogue:
     def match(self, record: Record) -> Event | None:
         return match_record(self, record)
 
+    def prepare(self, msg: str, logger_file: str | None) -> None:
+        """(speed) Work out ahead what :meth:`framework_of` and :meth:`match` will ask
+        about a message logged from ``logger_file`` (kept in the memo: no result
+        changes)."""
+        self.framework_of(msg)
+        _message_match(self, msg, logger_file)
+
     def matches_message(self, msg: str) -> bool:
         """Does a message-scoped entry match ``msg``?"""
         return any(e.regex.search(msg) is not None for e in self.gated(msg, message=True))
@@ -362,17 +369,9 @@ def _fields(m: re.Match[str]) -> dict[str, str | float]:
 def match_record(cat: Catalogue, record: Record) -> Event | None:
     """The event a record marks, or None. Message-scoped entries win over text-scoped ones."""
     msg = record.message
-    where = record.logger_file.rsplit("/", 1)[-1] if record.logger_file else None
-    table = cat.memo.message
-    key = (msg, where)
-    found = table.get(key, _UNSEEN)
-    if found is _UNSEEN:
-        found = _match_message(cat, msg, where)
-        if len(table) >= _MEMO_MAX:
-            table.clear()
-        table[key] = found
+    found = _message_match(cat, msg, record.logger_file)
     if found is not None:
-        return _event(record, *found)  # type: ignore[misc]
+        return _event(record, *found)
     if cat.any_text_pattern is not None:
         text, raw = record.text, record.raw or msg
         hay_all = text if raw in text else text + "\n" + raw
@@ -384,6 +383,23 @@ def match_record(cat: Catalogue, record: Record) -> Event | None:
             if m:
                 return _event(record, e, m)
     return None
+
+
+def _message_match(
+    cat: Catalogue, msg: str, logger_file: str | None
+) -> tuple[PhaseEntry, re.Match[str]] | None:
+    """:func:`_match_message` for a message logged from ``logger_file`` (a path or None),
+    remembered per message and file."""
+    where = logger_file.rsplit("/", 1)[-1] if logger_file else None
+    table = cat.memo.message
+    key = (msg, where)
+    found = table.get(key, _UNSEEN)
+    if found is _UNSEEN:
+        found = _match_message(cat, msg, where)
+        if len(table) >= _MEMO_MAX:
+            table.clear()
+        table[key] = found
+    return found  # type: ignore[return-value]
 
 
 def _match_message(

@@ -371,14 +371,56 @@ def test_read_ahead_shortens_the_switch_interval_while_it_runs() -> None:
     assert sys.getswitchinterval() == before
 
 
+def test_read_ahead_consumer_works_ahead_only_while_no_item_waits() -> None:
+    """``idle`` runs on the consuming thread while the queue is empty, until it says it
+    has nothing left; the items come through unchanged and in order."""
+    import threading
+
+    from diag.parse import pipeline
+
+    gate = threading.Event()
+    calls: list[int] = []
+
+    def make(behind):  # type: ignore[no-untyped-def]
+        gate.wait(5)  # the first item comes only once idle() has run out of work
+        yield from range(3)
+
+    def idle() -> bool:
+        calls.append(len(calls))
+        if len(calls) < 4:
+            return True
+        gate.set()
+        return False
+
+    assert list(pipeline._ahead(make, 2, idle=idle)) == [0, 1, 2]
+    assert calls[:4] == [0, 1, 2, 3]
+
+
+def test_warming_drafts_ahead_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the analyser works out while the parsing waits (the phase catalogue's answers
+    per message, in its memo) gives the analysis it gives without it."""
+    import diag.analyze
+
+    out = tmp_path / "mix.log"
+    _mixes()["warn5"][1](out, 2 << 20, 1)  # type: ignore[index]
+    with_warm = analyze([out], prefilter=True)
+    monkeypatch.setattr(diag.analyze, "_warm", lambda drafts: None)
+    without = analyze([out], prefilter=True)
+    assert _summary(with_warm) == _summary(without)
+    assert _findings(with_warm) == _findings(without)
+
+
 @pytest.mark.parametrize("name", ["real", "spam", "folder8", "warn5"])
 def test_the_chunks_own_and_in_order_stages_give_one_result_whichever_thread_runs_them(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The read-ahead thread runs a chunk's own passes (kind hashes, byte counts) and its
     in-order stage (the repeat cap, the kept lines' text, the timeline's lines) only while
-    the parsing is behind it; else the parsing thread runs them: every thread, none, or
-    any mix of the two gives the same analysis."""
+    the parsing is behind it; else the parsing thread runs them; and it leaves a chunk's
+    matcher pass to the parsing thread when that one waits: every thread, none, or any
+    mix of the two gives the same analysis."""
     import random
 
     from diag.parse import native, pipeline
@@ -396,8 +438,13 @@ def test_the_chunks_own_and_in_order_stages_give_one_result_whichever_thread_run
         def behind(mode: str = mode, rng: random.Random = rng) -> bool:
             return mode == "always" or (mode == "random" and rng.random() < 0.5)
 
+        # the parsing thread "waits" (its next chunk's matcher pass is left to it) in
+        # the opposite cases
+        monkeypatch.setattr(pipeline._Run, "hungry", property(
+            lambda _run, b=behind: not b(), lambda _run, _value: None), raising=False)
         monkeypatch.setattr(pipeline, "_ahead",
-                            lambda make, depth, b=behind: real_ahead(lambda _: make(b), depth))
+                            lambda make, depth, idle=None, b=behind: real_ahead(
+                                lambda _: make(b), depth, idle=idle))
         a = analyze([out], prefilter=True)
         col = read_sources(resolve_inputs([out]), year=None, literals=_literals(()),
                            prefilter=True)

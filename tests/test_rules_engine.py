@@ -493,6 +493,20 @@ def test_slow_shard_loading() -> None:
     assert "weights.slow_load" not in ids(apply_rules(analysis(), fast))
 
 
+def test_a_bar_line_read_again_gives_each_record_its_own_update() -> None:
+    """The bars of a message are remembered (the same bar line from every rank): each
+    record still gets its own updates (its line), and a message too long to remember
+    is read as before."""
+    from diag.rules.checks import parse_progress
+
+    line = "Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:18<00:18, 18.0s/it]"
+    first, again = parse_progress(rec(3, line)), parse_progress(rec(9, line))
+    assert [(p.line, p.done, p.total, p.s_per_it) for p in first] == [(3, 1, 2, 18.0)]
+    assert [(p.line, p.done, p.total, p.s_per_it) for p in again] == [(9, 1, 2, 18.0)]
+    long = "x" * 2000 + " " + line
+    assert [(p.line, p.done) for p in parse_progress(rec(4, long))] == [(4, 1)]
+
+
 def test_shard_pace_is_the_bars_elapsed_time_over_its_count() -> None:
     """tqdm's s/it is a moving average of the last items: a loader of many threads whose
     first wave of shards finishes together after a long read shows 37.5 s/it at 5/64, and

@@ -1113,3 +1113,21 @@ def test_a_traceback_cut_beside_ctrl_c_tracebacks_is_one_more_process() -> None:
     procs = parse_stack_text(interrupted + cut)
     assert [p.threads[0].frames[0].name for p in procs] == ["__len__", "recv_pyobj"]
     assert parse_stack_text(cut) == []
+
+
+def test_the_header_precheck_lists_every_pattern_the_header_chain_tries() -> None:
+    """``_ANY_HEADER`` (one alternation, tried first) must hold every pattern
+    ``_Channel._feed_header`` tries with ``match``: a line it rejects skips them all."""
+    import inspect
+    import re
+
+    from diag.stacks import textdump
+
+    tried = set(re.findall(r"\b(_[A-Z0-9_]+)\.match\(stripped\)",
+                           inspect.getsource(textdump._Channel._feed_header)))
+    tried.discard("_ANY_HEADER")
+    listed = {name for name, value in vars(textdump).items()
+              if any(value is p for p in textdump._HEADER_PATTERNS)}
+    assert tried and tried == listed
+    for p in textdump._HEADER_PATTERNS:
+        assert p.flags == re.compile("").flags  # (the alternation is compiled with these)

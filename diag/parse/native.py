@@ -293,9 +293,9 @@ class Automaton:
         self.n_labels = sum(1 for k in kinds if k == 2)
         # (speed) the label offsets' buffer, kept from chunk to chunk: a fresh one costs
         # a page fault per 4 KiB the offsets fill (about 10% of the pass on a vLLM
-        # serving log, where every line has labels); one thread at a time uses it
-        self._at: Any = None
-        self._at_lock = threading.Lock()
+        # serving log, where every line has labels); one per thread (the parsing thread
+        # runs the pass too, on the chunks the read-ahead thread leaves it)
+        self._local = threading.local()
 
     def __del__(self) -> None:
         ptr = getattr(self, "_ptr", None)
@@ -317,23 +317,16 @@ class Automaton:
         mask = np.zeros(max(n_lines, 1), dtype=np.uint8)
         count = np.zeros(max(self.n_labels, 1), dtype=np.int64)
         cap = self.LABEL_CAP
-        held = self._at_lock.acquire(blocking=False)
-        try:
-            at = self._at if held else None
-            if at is None:
-                at = np.empty(max(self.n_labels, 1) * cap, dtype=np.int64)
-                if held:
-                    self._at = at
-            labels = self._native.lib.dg_candidates(self._ptr, _addr(chunk), len(chunk),
-                                                    nl.ctypes.data, len(nl),
-                                                    mask.ctypes.data, n_lines,
-                                                    count.ctypes.data, at.ctypes.data, cap)
-            # (np.sort copies: the buffer is free again once this is built)
-            where = {j: np.sort(at[j * cap : j * cap + c])
-                     for j, c in enumerate(count[: self.n_labels].tolist()) if 0 < c <= cap}
-        finally:
-            if held:
-                self._at_lock.release()
+        at = getattr(self._local, "at", None)
+        if at is None:
+            at = self._local.at = np.empty(max(self.n_labels, 1) * cap, dtype=np.int64)
+        labels = self._native.lib.dg_candidates(self._ptr, _addr(chunk), len(chunk),
+                                                nl.ctypes.data, len(nl),
+                                                mask.ctypes.data, n_lines,
+                                                count.ctypes.data, at.ctypes.data, cap)
+        # (np.sort copies: the buffer is free again once this is built)
+        where = {j: np.sort(at[j * cap : j * cap + c])
+                 for j, c in enumerate(count[: self.n_labels].tolist()) if 0 < c <= cap}
         return np.flatnonzero(mask[:n_lines]).astype(np.int64), int(labels), where
 
     def hits(self, text: bytes | bytearray) -> tuple[Any, Any]:

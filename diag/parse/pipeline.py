@@ -74,6 +74,9 @@ TAIL_LINES = 200
 _DIGITS = re.compile(r"[0-9]+")
 
 ProgressFn = Callable[[int, int], None]
+# (speed) what the analysis will ask of some drafts, worked out ahead (see _Run.idle)
+WarmFn = Callable[[Sequence[Draft]], None]
+_WARM_BATCH = 256  # drafts per call (a few ms: a chunk that comes meanwhile waits no longer)
 
 # Labels whose figures come from one (the last) batch line of a chunk: a chunk with no
 # other label is not decoded whole for the serving columns.
@@ -319,10 +322,19 @@ class _Run:
     """State of one read over all sources."""
 
     def __init__(
-        self, literals: Sequence[str] | Callable[[], Sequence[str]], col: Collected
+        self, literals: Sequence[str] | Callable[[], Sequence[str]], col: Collected,
+        warm: WarmFn | None = None,
     ) -> None:
         self.literals = literals
         self.col = col
+        # (speed) the drafts handed to ``warm`` while the parsing waits for a chunk: the
+        # source being parsed and how many of its drafts were handed over
+        self.warm = warm
+        self.parser: SourceParser | None = None
+        self.warmed = 0
+        # (speed) set by the parsing thread when it finds no chunk waiting: the read-ahead
+        # thread then leaves its next chunk's matcher pass to it (see _chunks)
+        self.hungry = False
         from diag.parse import native
 
         self.cap = RepeatCap(native.load)
@@ -345,6 +357,33 @@ class _Run:
             self._matcher = Matcher(lits, labels, present_labels)
             self.col.engine = self._matcher.engine
         return self._matcher
+
+    def idle(self) -> bool:
+        """(speed) Called by the parsing thread when it would wait for the next chunk:
+        marks it hungry (the read-ahead thread then leaves the matcher pass of the next
+        chunk it reads to this thread: :meth:`walk`) and hands the next
+        :data:`_WARM_BATCH` drafts of the source being parsed to ``warm`` (which works
+        out, ahead, what the analysis will ask of them); False when there were none
+        left to hand over."""
+        self.hungry = True
+        sp = self.parser
+        if self.warm is None or sp is None:
+            return False
+        batch = sp.parsed(self.warmed, self.warmed + _WARM_BATCH)
+        if not batch:
+            return False
+        self.warmed += len(batch)
+        self.warm(batch)
+        return True
+
+    def walk(self, chunk: bytes | bytearray, pf: _Pf) -> None:
+        """The matcher's pass over a chunk whose read-ahead thread left it to the parsing
+        thread (which waited: the two threads then run the pass over two chunks at once,
+        on two cores)."""
+        if pf.newlines is None:
+            raise RuntimeError("a chunk was left to the parsing thread without its newlines")
+        nl, flags = pf.newlines
+        pf.got, pf.newlines = self.matcher.lines(chunk, nl, flags), None
 
     def _bytes_stats(self, chunk: bytes | bytearray, scanner: Any = None,
                      flags: int = 3, counts: tuple[int, int] | None = None) -> None:
@@ -505,10 +544,22 @@ def _bytes_counts(chunk: bytes | bytearray, scanner: Any = None, flags: int = 3)
 class _Pf:
     """A chunk on the prefilter path, as the read-ahead thread hands it over."""
 
-    lines: Lines
+    got: Lines | None  # its lines (None: the matcher's pass is left to the parsing thread)
     scan: Any  # its source's SourceScan
     seq: int  # its place among all the run's chunks
     done: tuple[dict[int, str], Any, list[int]] | None = None  # its stage (_Run.settle)
+    # (got None) the chunk's newline offsets and byte flags, for that pass
+    newlines: tuple[Any, int] | None = None
+
+    @property
+    def lines(self) -> Lines:
+        if self.got is None:
+            raise RuntimeError("a chunk's lines were used before its matcher pass")
+        return self.got
+
+    @lines.setter
+    def lines(self, value: Lines) -> None:
+        self.got = value
 
 
 class _SourceRead:
@@ -546,6 +597,7 @@ def read_sources(
     literals: Sequence[str] | Callable[[], Sequence[str]],
     progress: ProgressFn | None = None,
     prefilter: bool | None = None,
+    warm: WarmFn | None = None,
 ) -> Collected:
     """Read every source into record drafts, notes and the serving figures.
 
@@ -554,7 +606,11 @@ def read_sources(
     ``prefilter`` forces (True) or forbids (False) the prefilter; by default it is used
     for inputs of at least :data:`PREFILTER_MIN_BYTES` (a compressed one counted at ten
     times its size, one of unknown size as large). Raises :class:`InputError` for empty
-    input, or input with no recognisable log line."""
+    input, or input with no recognisable log line.
+
+    ``warm``: called with batches of the drafts parsed so far while the parsing waits for
+    the read-ahead thread (prefilter path; speed only: what it works out must not change
+    the result, and drafts may still change after it saw them)."""
     total = sum(s.size or 0 for s in sources)
     expanded = sum(
         PREFILTER_MIN_BYTES if s.size is None else s.size * (10 if s.compressed else 1)
@@ -562,7 +618,7 @@ def read_sources(
     )
     use_pf = prefilter if prefilter is not None else expanded >= PREFILTER_MIN_BYTES
     col = Collected()
-    run = _Run(literals, col)
+    run = _Run(literals, col, warm)
     done_before = 0
     binary: list[str] = []
     is_binary = [_looks_binary(src) for src in sources]
@@ -595,6 +651,7 @@ def _read_one(
     the reader's for this source); returns the progress position after it."""
     col = run.col
     sp = SourceParser(src.name)
+    run.parser, run.warmed = sp, 0
     # chunk, its lines (prefilter path), their number, position
     pending: list[tuple[bytes | bytearray, object, int, int]] = []
     reading = _SourceRead(run, src.name, sp, use_pf)
@@ -602,6 +659,8 @@ def _read_one(
         if chunk is None:  # this source's end: the reader's notes about it
             col.notes.extend(notes)
             break
+        if isinstance(lines, _Pf) and lines.got is None:
+            run.walk(chunk, lines)
         pending.append((chunk, lines, n_lines, consumed))
         # a chunk is parsed once TAIL_LINES lines follow it (it holds no tail line)
         while len(pending) > 1 and sum(p[2] for p in pending[1:]) >= TAIL_LINES:
@@ -689,6 +748,15 @@ def _chunks(run: _Run, sources: Sequence[Source], use_pf: bool) -> Iterator[_Ite
                                                      chunk_bytes=reader.CHUNK_BYTES):
                 chunk = buf[lo:hi] if (lo, hi) != (0, len(buf)) else buf
                 if use_pf:
+                    if run.hungry and run.matcher.engine == "native":
+                        # the parsing thread waits for a chunk: it runs this chunk's
+                        # matcher pass (compiled code) while this thread reads the next
+                        # (diag's scanner only: a Hyperscan scratch serves one thread)
+                        run.hungry = False
+                        nl, flags = run.matcher.newline_pass(chunk)
+                        pf = _Pf(None, scan, next(seq), newlines=(nl, flags))
+                        yield chunk, pf, _lines_of(nl, len(chunk)), consumed, None
+                        continue
                     pf = _Pf(run.matcher.lines(chunk), scan, next(seq))
                     if behind():
                         # the parsing has chunks waiting: this thread would wait too, so
@@ -707,7 +775,7 @@ def _chunks(run: _Run, sources: Sequence[Source], use_pf: bool) -> Iterator[_Ite
     if not use_pf:
         return produce()
     run.matcher  # noqa: B018 - built here, before the thread that uses it starts
-    return _ahead(produce, _AHEAD)
+    return _ahead(produce, _AHEAD, idle=run.idle)
 
 
 _AHEAD = 2  # chunks read and matched ahead of the parsing
@@ -722,12 +790,14 @@ class _Failed:
         self.exc = exc
 
 
-def _ahead(make: Callable[[Callable[[], bool]], Iterator[Any]], depth: int) -> Iterator[Any]:
+def _ahead(make: Callable[[Callable[[], bool]], Iterator[Any]], depth: int,
+           idle: Callable[[], bool] | None = None) -> Iterator[Any]:
     """The items of ``make(behind)``, produced in a thread at most ``depth`` items ahead
     (``behind()``: whether ``depth`` items wait for the consumer, so that the thread's
-    next put waits); an exception there is raised here. Closing this generator stops the
-    thread at its next item (it holds no lock and is a daemon: it never keeps the process
-    alive)."""
+    next put waits); an exception there is raised here. ``idle()``: called while no item
+    waits, as long as it returns True (it did some work and may have more). Closing this
+    generator stops the thread at its next item (it holds no lock and is a daemon: it
+    never keeps the process alive)."""
     import queue
     import threading
 
@@ -762,6 +832,9 @@ def _ahead(make: Callable[[Callable[[], bool]], Iterator[Any]], depth: int) -> I
     thread.start()
     try:
         while True:
+            if idle is not None:
+                while q.empty() and idle():
+                    pass
             item = q.get()
             if item is _END:
                 return
@@ -772,6 +845,13 @@ def _ahead(make: Callable[[Callable[[], bool]], Iterator[Any]], depth: int) -> I
         stop.set()
         thread.join(timeout=1.0)
         sys.setswitchinterval(switch)
+
+
+def _lines_of(nl: Any, size: int) -> int:
+    """Lines in a chunk of ``size`` bytes whose newlines are at offsets ``nl`` (as
+    :meth:`Lines.__len__` counts them)."""
+    n = len(nl)
+    return n + (1 if size and (not n or int(nl[-1]) != size - 1) else 0)
 
 
 def _count_lines(chunk: bytes | bytearray) -> int:

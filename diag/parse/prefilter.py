@@ -299,11 +299,19 @@ class Matcher:
         np = self._np
         return np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
 
-    def lines(self, chunk: bytes | bytearray, nl: Any = None) -> Lines:
+    def newline_pass(self, chunk: bytes | bytearray) -> tuple[Any, int]:
+        """(the newline offsets of ``chunk``, its byte flags: see
+        :attr:`Lines.byte_flags`), for :meth:`lines`."""
+        if self._nat is not None:
+            nl, flags = self._nat.newlines_flags(chunk)
+            return nl, flags
+        return self.newlines(chunk), 3
+
+    def lines(self, chunk: bytes | bytearray, nl: Any = None, byte_flags: int = 3) -> Lines:
         """The lines of ``chunk`` (whole lines; the last may lack its newline); ``nl``:
-        its newline offsets, when already known."""
+        its newline offsets, when already known (and ``byte_flags``, what that pass
+        found)."""
         np = self._np
-        byte_flags = 3
         if nl is None:
             if self._nat is not None:
                 nl, byte_flags = self._nat.newlines_flags(chunk)

@@ -120,6 +120,11 @@ class SourceParser:
         self._release_held()
         return self._drafts
 
+    def parsed(self, start: int, stop: int) -> list[Draft]:
+        """The records ``start:stop`` parsed so far, without parsing the lines held for
+        the gutter decision (unlike :attr:`drafts`: nothing changes)."""
+        return self._drafts[start:stop]
+
     def prime(self, sample: Iterable[str]) -> None:
         """Decide the source-wide gutters from ``sample`` (the source's first lines, raw)."""
         self.unwrapper.decide((strip_ansi(x) for x in sample), _starts_or_bar)

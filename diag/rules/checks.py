@@ -10,6 +10,7 @@ None. Checks run in the order of :data:`CHECKS`, so a later check can see an ear
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -164,16 +165,32 @@ def _clock(text: str) -> float | None:
     return float(total)
 
 
+_BAR_MEMO_CHARS = 1000  # messages up to this long have their bars remembered
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _bar_matches(text: str) -> tuple[regex.Match[str], ...]:
+    """``_BAR``'s matches in a message, () when the search timed out; remembered for a
+    message that recurs (the same bar line from each rank, from each check)."""
+    try:
+        return tuple(_BAR.finditer(text, timeout=0.05))
+    except TimeoutError:
+        return ()
+
+
 def parse_progress(rec: Record) -> list[Progress]:
     """Every tqdm update in a record (bars glued together are separate updates)."""
     text = rec.message[:_SCAN_CAP]
     if "it]" not in text and "/it" not in text and "it/s" not in text:
         return []
     out: list[Progress] = []
-    try:
-        matches = list(_BAR.finditer(text, timeout=0.05))
-    except TimeoutError:
-        return []
+    if len(text) <= _BAR_MEMO_CHARS:
+        matches: Sequence[regex.Match[str]] = _bar_matches(text)
+    else:
+        try:
+            matches = list(_BAR.finditer(text, timeout=0.05))
+        except TimeoutError:
+            return []
     for m in matches:
         progress = _progress(m, rec)
         if progress is not None:

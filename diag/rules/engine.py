@@ -39,6 +39,8 @@ __all__ = [
 MAX_EVIDENCE = 5
 _MAX_TEXT = 400
 _MAX_LINE = 1 << 16
+_SEARCHED_MAX = 1 << 16  # (match spec, line) pairs remembered (then all forgotten at once)
+_MISS = object()
 _MAX_TIMEOUTS = 3  # a pattern that times out this often is dropped for the run
 _FIELD = regex.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -285,6 +287,10 @@ def _scan(
             by_needle.setdefault(n, []).append(pos)
     finder = _NeedleFinder(tuple(by_needle))
     found = finder.found([rec.text for rec in records])
+    # (speed) (match spec, line) -> its match: a line recurs (every rank logs the same
+    # message; a repeated warning), and is searched once per rule (a line's search that
+    # timed out is not remembered)
+    searched: dict[tuple[int, str], Any] = {}
     for at, rec in enumerate(records):
         text = rec.text
         present: Sequence[str]
@@ -350,32 +356,40 @@ def _scan(
                     is_code = code[i] = _is_code(line)
                 if is_code:
                     continue
-                began = time.perf_counter()
-                try:
-                    m = spec.search(line, lows[i])
-                except TimeoutError:
-                    m = None
-                    timed_out = True
-                else:
-                    timed_out = False
-                took = time.perf_counter() - began
-                total_spent[0] += took
-                used = spent.get(rule.id, 0.0) + took
-                spent[rule.id] = used
-                if used > RULE_REGEX_BUDGET_S:
-                    notes.append(
-                        f"rule {rule.id}: its patterns used their {RULE_REGEX_BUDGET_S:.0f} s "
-                        f"budget (at {rec.source}:{rec.line + i}); rule skipped for the rest"
-                    )
-                    break
-                if timed_out:
-                    timeouts[rule.id] = timeouts.get(rule.id, 0) + 1
-                    if timeouts[rule.id] == _MAX_TIMEOUTS:
+                key = (id(spec), line)
+                m = searched.get(key, _MISS)
+                if m is _MISS:
+                    began = time.perf_counter()
+                    try:
+                        m = spec.search(line, lows[i])
+                    except TimeoutError:
+                        m = None
+                        timed_out = True
+                    else:
+                        timed_out = False
+                    took = time.perf_counter() - began
+                    total_spent[0] += took
+                    used = spent.get(rule.id, 0.0) + took
+                    spent[rule.id] = used
+                    if used > RULE_REGEX_BUDGET_S:
                         notes.append(
-                            f"rule {rule.id}: pattern timed out {_MAX_TIMEOUTS} times "
-                            f"(last at {rec.source}:{rec.line + i}); rule skipped for the rest"
+                            f"rule {rule.id}: its patterns used their "
+                            f"{RULE_REGEX_BUDGET_S:.0f} s budget (at {rec.source}:"
+                            f"{rec.line + i}); rule skipped for the rest"
                         )
-                    break
+                        break
+                    if timed_out:
+                        timeouts[rule.id] = timeouts.get(rule.id, 0) + 1
+                        if timeouts[rule.id] == _MAX_TIMEOUTS:
+                            notes.append(
+                                f"rule {rule.id}: pattern timed out {_MAX_TIMEOUTS} times "
+                                f"(last at {rec.source}:{rec.line + i}); rule skipped for the "
+                                "rest"
+                            )
+                        break
+                    if len(searched) >= _SEARCHED_MAX:
+                        searched.clear()
+                    searched[key] = m
                 if m is None:
                     continue
                 if (

@@ -195,6 +195,17 @@ _PYSTACK_FRAME = re.compile(r'^\s*\((Python|C)\) File "(.*)", line (\d+), in (.+
 # first): `# Thread: NAME(IDENT)` (or `# ThreadID: IDENT`) then `File: "x.py", line 12, in
 # f` and the source line indented under it
 _DS_THREAD = re.compile(r"^# Thread(?:ID)?: (?:(.*?)\((\d+)\)|(\d+))$")
+# (speed) every pattern _Channel._feed_header tries with ``match``, as one alternation
+# (each is anchored at the line's start: the alternation matches a line iff one of them
+# does): a line none of them matches, most of the lines a dump channel is fed, skips the
+# chain of 23 calls (tests/test_stacks_textdump.py keeps the list in step with the chain)
+_HEADER_PATTERNS = (
+    _BT_SYMBOLS, _EU_PROCESS, _EU_THREAD, _EU_FRAME, _GDB_THREAD, _GDB_FRAME, _GDB_HEADLESS,
+    _C10D_FRAME, _PROCESS, _PYSPY_ERROR, _PYSPY_CAUSE, _IGNORED, _PYSPY_THREAD, _FH_THREAD,
+    _FH_STACK, _FH_C_STACK, _FH_C_FRAME, _PYSTACK_HEADER, _DS_THREAD, _PT_STACK, _PYBT_HEADER,
+    _SIGNAL_TRACE, _TB_HEADER,
+)
+_ANY_HEADER = re.compile("|".join(f"(?:{p.pattern})" for p in _HEADER_PATTERNS))
 _DS_FRAME = re.compile(r'^\s*File: "(.*)", line (\d+), in (\S+)\s*$')
 _INTERRUPT = re.compile(r"^\s*(?:[\w.]+\.)?KeyboardInterrupt\s*$")
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*)(?::.*)?$")
@@ -849,6 +860,8 @@ class _Channel:
         if _C10D_HEADER.search(stripped):
             self._new_thread(self._open(ln, "c10d"), None, None, None)
             return True
+        if self.cstack is None and _ANY_HEADER.match(stripped) is None:
+            return False  # (speed) what the chain below returns when no pattern matches
         m = _BT_SYMBOLS.match(stripped)
         if m:
             if not (self.btsym and self.thread is not None):
