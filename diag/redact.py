@@ -112,6 +112,16 @@ def _token_count_name(name: str) -> bool:
     return (words & _SECRET_WORDS) <= {"token", "tokens"} and bool(words & _COUNT_WORDS)
 
 
+# a word of prose (no digit, no capital, no symbol, short): never a credential's shape
+_PROSE_WORD = re.compile(r"[a-z]{3,15}")
+
+
+def _token_only_name(name: str) -> bool:
+    """A name whose only secret word is token(s) (a tokenizer's field or function)."""
+    words = {w.lower() for w in _WORD_SPLIT.split(name) if w}
+    return (words & _SECRET_WORDS) <= {"token", "tokens"}
+
+
 def _prose_plain_key(text: str, start: int) -> bool:
     """The word before a bare ``key`` (one space apart) makes it a lookup key."""
     i = start - 1
@@ -511,6 +521,13 @@ class Redactor:
             return match.group(0)  # a count in a log line ("#new-token: 6"), not a secret
         if not quote and _NUMBER.fullmatch(inner) and _token_count_name(name):
             return match.group(0)  # SGLang 0.1's "max_total_num_token=52656": a count
+        if (
+            not quote and ":" in match.group("op") and _PROSE_WORD.fullmatch(inner)
+            and _token_only_name(name)
+        ):
+            # a function's message after its name ("_fix_v5_add_bos_eos_token: skipping
+            # /path"): a lower-case word of prose, no token's shape
+            return match.group(0)
         if not quote and "(" in inner:
             return match.group(0)  # code in a traceback (next_token_ids = batch.sample(...))
         kind = "env" if _ENV_NAME.match(name) and "=" in match.group("op") else "field"

@@ -360,3 +360,19 @@ def test_a_number_in_a_secret_field_is_masked_unless_the_name_counts_tokens() ->
     for line in ("hf_token=123456789012345", "token=123456789012345", "api_key=1234567890"):
         assert "1234567890" not in red.text(line), line
 
+
+
+@pytest.mark.parametrize(
+    ("line", "masked"),
+    [
+        # a function's message after its name: a word of prose, no credential
+        ("[2026-06-02 10:49:17] _fix_v5_add_bos_eos_token: skipping /m/Llama-3.1-8B/", False),
+        # a token's shape after a token's name is masked
+        ("auth_token: 7f3a9c2e41b8d6f0a5e4c3b2", True),
+        # a password is a password, whatever its shape
+        ("password: skipping", True),
+    ],
+)
+def test_a_word_of_prose_after_a_tokenish_name_is_no_secret(line: str, masked: bool) -> None:
+    out = Redactor().text(line)
+    assert ("<redacted" in out) is masked, out
