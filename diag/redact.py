@@ -105,21 +105,22 @@ _COUNT_WORDS = frozenset(
 )
 
 
+def _token_only_words(name: str) -> set[str] | None:
+    """The name's words when its only secret word is token(s) (a tokenizer's field or
+    function, a count of tokens), else None."""
+    words = {w.lower() for w in _WORD_SPLIT.split(name) if w}
+    return words if (words & _SECRET_WORDS) <= {"token", "tokens"} else None
+
+
 def _token_count_name(name: str) -> bool:
     """A field named for a count of tokens: its only secret word is token(s) and another
     word says count or size."""
-    words = {w.lower() for w in _WORD_SPLIT.split(name) if w}
-    return (words & _SECRET_WORDS) <= {"token", "tokens"} and bool(words & _COUNT_WORDS)
+    words = _token_only_words(name)
+    return words is not None and bool(words & _COUNT_WORDS)
 
 
 # a word of prose (no digit, no capital, no symbol, short): never a credential's shape
 _PROSE_WORD = re.compile(r"[a-z]{3,15}")
-
-
-def _token_only_name(name: str) -> bool:
-    """A name whose only secret word is token(s) (a tokenizer's field or function)."""
-    words = {w.lower() for w in _WORD_SPLIT.split(name) if w}
-    return (words & _SECRET_WORDS) <= {"token", "tokens"}
 
 
 def _prose_plain_key(text: str, start: int) -> bool:
@@ -523,7 +524,7 @@ class Redactor:
             return match.group(0)  # SGLang 0.1's "max_total_num_token=52656": a count
         if (
             not quote and ":" in match.group("op") and _PROSE_WORD.fullmatch(inner)
-            and _token_only_name(name)
+            and _token_only_words(name) is not None
         ):
             # a function's message after its name ("_fix_v5_add_bos_eos_token: skipping
             # /path"): a lower-case word of prose, no token's shape

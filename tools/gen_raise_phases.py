@@ -26,12 +26,15 @@ import argparse
 import re
 import sys
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from message_table import HOLE, Message, load_map, load_table, samples, version_key  # noqa: E402
+
+from diag.raise_phases import EXCEPTION_CLASS  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "diag" / "data" / "raise_phases.tsv"
 MIN_HEAD = 12  # characters of the first literal piece (the runtime's look-up key)
@@ -55,8 +58,6 @@ def pieces(template: str) -> list[str] | None:
             out.append("")
         pos = m.end()
     out[-1] += template[pos:]
-    if not out[0]:
-        return None
     return [p for p in out if p] if out[0] else None
 
 
@@ -85,6 +86,15 @@ def _escape(text: str) -> str:
     return re.sub(r"([.^$*+?{}\[\]\\|()])", r"\\\1", text)
 
 
+@dataclass
+class _Row:
+    """One kept pattern: its phase, where it is raised, the releases that raise it."""
+
+    phase: str
+    where: set[str] = field(default_factory=set)
+    versions: set[str] = field(default_factory=set)
+
+
 def build() -> list[tuple[str, ...]]:
     pm = load_map()
     table = [m for m in load_table() if m.level.startswith("raise:") and m.framework != "torch"]
@@ -99,22 +109,22 @@ def build() -> list[tuple[str, ...]]:
         for s in samples(m):
             text = s.split(": ", 1)[1] if ": " in s else s
             by_class[(m.framework, cls)].append((text, phase_of[m]))
-    rows: dict[tuple[str, str, str], dict[str, object]] = {}
+    rows: dict[tuple[str, str, str], _Row] = {}
     ambiguous: set[tuple[str, str, str]] = set()
     for m in table:
         phase = phase_of[m]
         cls = m.level.split(":", 1)[1]
-        if phase in (None, "launch") or not re.fullmatch(r"[A-Za-z_]\w*", cls):
+        if phase is None or phase == "launch" or not re.fullmatch(EXCEPTION_CLASS, cls):
             continue
         pat = pattern_of(m)
         if pat is None:
             continue
         key = (m.framework, cls, pat)
-        row = rows.setdefault(key, {"phase": phase, "where": set(), "versions": set()})
-        if row["phase"] != phase:
+        row = rows.setdefault(key, _Row(phase))
+        if row.phase != phase:
             ambiguous.add(key)
-        row["where"].add(f"{m.file}:{m.function}")  # type: ignore[union-attr]
-        row["versions"].update(m.versions)  # type: ignore[union-attr]
+        row.where.add(f"{m.file}:{m.function}")
+        row.versions.update(m.versions)
     out: list[tuple[str, ...]] = []
     for key, row in sorted(rows.items()):
         if key in ambiguous:
@@ -122,15 +132,15 @@ def build() -> list[tuple[str, ...]]:
         framework, cls, pat = key
         rx = re.compile(pat, re.S)
         clash = any(
-            ph != row["phase"] and rx.match(text)
+            ph != row.phase and rx.match(text)
             for text, ph in by_class[(framework, cls)]
         )
         if clash:
             continue
-        vs = sorted(row["versions"], key=lambda v: (version_key(v), v))  # type: ignore[arg-type]
+        vs = sorted(row.versions, key=lambda v: (version_key(v), v))
         out.append((
-            framework, str(row["phase"]), cls, pat,
-            ", ".join(sorted(row["where"])), f"{vs[0]} / {vs[-1]}" if len(vs) > 1 else vs[0],  # type: ignore[arg-type]
+            framework, row.phase, cls, pat,
+            ", ".join(sorted(row.where)), f"{vs[0]} / {vs[-1]}" if len(vs) > 1 else vs[0],
         ))
     return out
 
