@@ -145,7 +145,9 @@ TUNING_XFAIL: dict[str, str] = {
     # gather s11 (2026-12-05), each scored before any change made for it
     "stacks/comfyui-windows-15gb-clip-safetensors-get-tensor-access-violation-hand-condensed-stack": (  # noqa: E501
         "new case (gather s11): the reporter rewrote the stack by hand (`path line N in func "
-        "(...)`), in no dump format; reading free text as frames would take prose for stacks"
+        "(...)`); read as faulthandler frames under its header, but the frames (torch storage "
+        "__getitem__ under ComfyUI's load_torch_file) name no weight read: safe_open and "
+        "get_tensor are only in the reporter's notes"
     ),
     "vllm/dgx-spark-mxfp4-compose-apiserver-enginedeaderror-destroy-pg-warning-500s": (
         "labelled listening by the letter (only 500 answers, no serving marker in the "
@@ -233,11 +235,6 @@ TUNING_XFAIL: dict[str, str] = {
         "new case (gather s17): a hand-drawn call tree ('└─' branches, outermost first, "
         "prose nodes such as 'hipMemcpy D2H sync'): no dump format, as the other "
         "hand-condensed frame lists"
-    ),
-    "stacks/vllm-b200-wideep-dp16-dbo-decode-hang-gdb-pybt-snippets-15-ranks-transfer-event-sync-rank7-lm-head-linear": (  # noqa: E501
-        "new case (gather s17): two gdb py-bt snippets in prose; the first has only "
-        "'File ..., line N, in f' frames (a traceback's form, innermost first) with no "
-        "header to tell py-bt's order from a traceback's"
     ),
     # gather s18 (2026-12-06), each scored before any change made for it
     "vllm/gpustack-orangepi-studio-pro-300i-duo-feb-2026-vllmworker-rank0-hcclcomminitrootinfoconfig-error-code-5-err02200-then-worker-busy-loop-traceback-cut": (  # noqa: E501

@@ -365,9 +365,14 @@ def test_gdb_py_bt_whose_header_was_cut_is_still_read() -> None:
     frames = proc.threads[0].frames
     assert [f.name for f in frames] == ["take_gil", "_invoke_rpc_python_udf", "_invoke_rpc", "rpc_async"]  # noqa: E501
     assert proc.wait_site == "stack.gil_or_lock"
-    # without gdb's words, frames and no exception line are a cut traceback, not a dump
+    # without gdb's words the source lines still prove the order (rpc_async's line calls
+    # _invoke_rpc, printed above it): innermost first, a stack
     plain = "\n".join(text.splitlines()[2:]) + "\n"
-    assert parse_stack_text(plain) == []
+    (proc,) = parse_stack_text(plain)
+    assert [f.name for f in proc.threads[0].frames] == ["_invoke_rpc", "rpc_async"]
+    # without those either, frames and no exception line are a cut traceback, not a dump
+    bare = "\n".join(text.splitlines()[2::2]) + "\n"
+    assert parse_stack_text(bare) == []
 
 
 def test_gdb_frames_whose_thread_header_was_cut_are_a_backtrace() -> None:
@@ -1131,3 +1136,52 @@ def test_the_header_precheck_lists_every_pattern_the_header_chain_tries() -> Non
     assert tried and tried == listed
     for p in textdump._HEADER_PATTERNS:
         assert p.flags == re.compile("").flags  # (the alternation is compiled with these)
+
+
+def test_headerless_frames_innermost_first_by_their_calls_are_a_stack() -> None:
+    """gdb py-bt frames whose header was cut: each frame's source line calls the frame printed
+    above it, so the run is innermost first, a thread's stack (not a cut traceback)."""
+    text = (
+        'most ranks are at:\n'
+        '  File "/venv/torch/cuda/streams.py", line 231, in synchronize\n'
+        '    super().synchronize()\n'
+        '  File "/app/vllm/v1/worker/gpu_model_runner.py", line 4046, in _to_list\n'
+        '    self.transfer_event.synchronize()\n'
+        'and that is all\n'
+    )
+    procs = extract_stack_processes(records_from_text(text), tracebacks=True)
+    assert [(p.mode, p.wait_site) for p in procs] == [("faulthandler", "stack.cuda_sync")]
+    assert [f.name for f in procs[0].threads[0].frames] == ["synchronize", "_to_list"]
+
+
+def test_headerless_frames_outermost_first_stay_a_traceback() -> None:
+    """The same two frames in a traceback's order (the outer frame's line calls the inner
+    one): a cut traceback, innermost frame last, as before."""
+    text = (
+        '  File "/app/vllm/v1/worker/gpu_model_runner.py", line 4046, in _to_list\n'
+        '    self.transfer_event.synchronize()\n'
+        '  File "/venv/torch/cuda/streams.py", line 231, in synchronize\n'
+        '    super().synchronize()\n'
+        'and that is all\n'
+    )
+    procs = extract_stack_processes(records_from_text(text), tracebacks=True)
+    assert [p.mode for p in procs] == ["traceback"]
+    assert [f.name for f in procs[0].threads[0].frames] == ["synchronize", "_to_list"]
+
+
+def test_retyped_faulthandler_frames_under_their_header() -> None:
+    """A faulthandler stack a reporter retyped without `File "..."` quoting, a note after each
+    frame: read under the `Stack (most recent call first):` header, innermost first."""
+    text = (
+        "Windows fatal exception: access violation\n\n"
+        "Stack (most recent call first):\n```\n"
+        "torch/storage.py line 471 in __getitem__ (UntypedStorage.__getitem__)\n"
+        "comfy/utils.py line 136 in load_torch_file  (f.get_tensor(k))\n"
+        "```\n"
+    )
+    procs = parse_stack_text(text)
+    assert [f.name for p in procs for t in p.threads for f in t.frames] == [
+        "__getitem__", "load_torch_file"
+    ]
+    # outside a faulthandler header the same words are prose, not frames
+    assert parse_stack_text("see torch/storage.py line 471 in __getitem__ for why\n") == []

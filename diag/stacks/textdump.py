@@ -160,6 +160,10 @@ _FH_C_FRAME = re.compile(
 _FH_FRAME = re.compile(r'^\s*File "(.*)", line (\d+|\?\?\?) in (.+?)\s*$')
 # the same frame with its start cut off (an excerpt that begins mid-line): its path's tail
 _FH_FRAME_CUT = re.compile(r'^([^"\s]*\.py)", line (\d+) in ([\w<>.]+)$')
+# the same frame as a reporter retyped it, the `File` word and the quotes gone and a note
+# after it (`torch/storage.py line 471 in __getitem__ (UntypedStorage...)`): read only
+# under an open faulthandler header, where nothing else is expected
+_FH_FRAME_BARE = re.compile(r'^\s*([^\s"]+\.pyx?)"?,? line (\d+),? in ([\w<>.]+)(?:[\s:].*)?$')
 _TB_HEADER = re.compile(r"^Traceback \(most recent call last\):$")
 # gdb's `py-bt`: `Traceback (most recent call first):` then `  File "x.py", line 145, in f`
 # (innermost first; `line ?` where gdb could not read it), `<built-in method ...>` lines
@@ -362,6 +366,7 @@ class _Thread:
     outer_first: bool = False
     current: bool = False  # faulthandler's `Current thread` (or its lone `Stack`)
     cstack: list[StackFrame] = field(default_factory=list)  # its C stack, innermost first
+    calls: dict[int, str] = field(default_factory=dict)  # frame index -> source line under it
 
 
 @dataclass(slots=True)
@@ -494,6 +499,28 @@ def _demangle(symbol: str) -> str:
 
 # the start of a traceback, faulthandler, py-bt or pystack frame line
 _FRAME_HEAD = re.compile(r'^\s*(?:\((?:Python|C)\) )?File(?::? "|:?$)')
+
+
+def _calls(line: str, func: str) -> bool:
+    """Whether a frame's source line calls a function of this name."""
+    name = func.rsplit(".", 1)[-1]
+    return bool(name) and re.search(rf"(?<![\w]){re.escape(name)}\s*\(", line) is not None
+
+
+def _inner_first(thread: _Thread) -> bool:
+    """Whether a headerless frame run's source lines prove it innermost first: some frame's
+    call names the frame printed before it, none names the frame printed after it."""
+    frames, calls = thread.frames, thread.calls
+    inner = outer = 0
+    for i in range(len(frames) - 1):
+        upper, lower = frames[i], frames[i + 1]
+        if upper.name == lower.name:
+            continue  # recursion (or a super() call) proves no order
+        if i + 1 in calls and _calls(calls[i + 1], upper.name):
+            inner += 1
+        if i in calls and _calls(calls[i], lower.name):
+            outer += 1
+    return inner > 0 and outer == 0
 
 
 def _join_wrapped(pieces: list[str]) -> str | None:
@@ -1102,6 +1129,11 @@ class _Channel:
         m = _FH_FRAME.match(text) or (
             _FH_FRAME_CUT.match(text) if self.proc is None and self.tb is None else None
         )
+        if (
+            m is None and self.thread is not None and self.proc is not None
+            and self.proc.kind == "faulthandler" and not self.pybt and self.tb is None
+        ):
+            m = _FH_FRAME_BARE.match(text)
         if m:
             if self.thread is None or self.proc is None or self.proc.kind != "faulthandler":
                 proc = self._open(ln, "faulthandler")
@@ -1155,8 +1187,11 @@ class _Channel:
             # a source line (under a frame: its call, also when the paste lost its indent)
             if under and tb.threads:
                 tb.call_at = (len(tb.threads[0].frames) - 1, stripped[:240])
+                tb.threads[0].calls[tb.call_at[0]] = tb.call_at[1]
             return True
         self.tb = None
+        if m is None and self._stack_not_traceback(tb):
+            return False
         # no exception line under the frames (another stream's line, a log prefix the
         # reader kept on it): a traceback cut there, kept as one cut at the text's end is
         built = tb.build()
@@ -1169,6 +1204,22 @@ class _Channel:
             if m:
                 self.c10_for, self.c10_gap, self.c10_frames = len(self.raised) - 1, 3, None
         return bool(m)
+
+    def _stack_not_traceback(self, tb: _Proc) -> bool:
+        """A run of `File "...", line N, in f` frames with no exception line under it whose
+        source lines show it innermost first (a frame's call names the frame listed above
+        it, and no frame's call names the one below) is a thread's stack as gdb's py-bt
+        prints it, its `Traceback (most recent call first):` header cut, not a traceback:
+        it becomes a process of its own (where that thread waits). True where it did."""
+        if not tb.threads or not _inner_first(tb.threads[0]):
+            return False
+        thread = tb.threads[0]
+        thread.outer_first = False
+        proc = _Proc("faulthandler", tb.source, tb.line, None, tb.title, tb.rank, [thread])
+        built = proc.build()
+        if built is not None:
+            self.out.append(built)
+        return True
 
     def _feed_c10(self, stripped: str) -> bool:
         """torch's C++ stack under an exception it raised (c10/util/Exception.cpp:
@@ -1277,6 +1328,8 @@ class _Channel:
             self._feed(x)
         self._end_c10()
         self.close()
+        if self.tb is not None and self._stack_not_traceback(self.tb):
+            self.tb = None
         if self.tb is not None:  # a traceback the text cut before its exception line
             built = self.tb.build()
             if built is not None:
