@@ -1185,3 +1185,27 @@ def test_retyped_faulthandler_frames_under_their_header() -> None:
     ]
     # outside a faulthandler header the same words are prose, not frames
     assert parse_stack_text("see torch/storage.py line 471 in __getitem__ for why\n") == []
+
+
+def test_trailing_blanks_are_no_word_wrap() -> None:
+    """A paste whose lines end in blanks (an editor's trailing spaces) is no `fold -s` wrap:
+    fold moves a word down only when it does not fit, so a short piece before a short line
+    (the dump's header before its code fence) was not broken there."""
+    from diag.analyze import analyze_text
+
+    lines = [
+        "The process crashes with `Windows fatal exception: access violation` when it loads "
+        "a large safetensors text encoder in a long-running server.",
+        "",
+        "Stack (most recent call first):",
+        "```",
+        "torch/storage.py line 471 in __getitem__ (UntypedStorage.__getitem__)",
+        "comfy/utils.py line 136 in load_torch_file  (f.get_tensor(k))",
+        "comfy/sd.py line 1454 in load_clip",
+        "comfy/nodes.py line 1015 in load_clip (CLIPLoader node)",
+        "```",
+    ]
+    text = "\n".join(ln + " " if ln else ln for ln in lines)
+    (proc,) = analyze_text(text, name="dump.txt").stack_processes
+    names = [f.name for t in proc.threads for f in t.frames]
+    assert names[:2] == ["__getitem__", "load_torch_file"]

@@ -23,7 +23,7 @@ from diag.parse.grammars import (
     parse_line,
 )
 from diag.parse.text import split_physical, strip_ansi
-from diag.parse.unwrap import SourceUnwrapper, unwrap_line, wrap_breaks
+from diag.parse.unwrap import SourceUnwrapper, folded_before, unwrap_line, wrap_breaks
 
 __all__ = ["Draft", "SourceParser", "align_wrapper_clock", "apply_layout", "assign_path_ranks",
            "freeze", "ranks_from_paths", "resolve_years", "starts_record"]
@@ -81,6 +81,7 @@ class SourceParser:
         self._skipping = False
         # a hard-wrapped line being joined back: [first line, last line, text, gutter, force]
         self._pend: tuple[int, int, str, Coords | None, bool] | None = None
+        self._pend_width = 0  # the width of the pending line's last physical piece
 
     # counters read after feeding: the held lines count too
     @property
@@ -210,15 +211,17 @@ class SourceParser:
             padded = joined[-2:] == "  "
             if lineno == last + 1 and not starts_record(text) and not (
                 padded and text[:1] in (" ", "\t")
-            ):
+            ) and folded_before(self._pend_width, body, wrap):
                 joined += text[:-1] if text[-1:] == "\r" else text
                 self._pend = (first, lineno, joined, g, f or force)
+                self._pend_width = len(body)
                 if not _full(body, wrap):
                     self._flush_wrap()
                 return
             self._flush_wrap()
         if _full(body, wrap):
             self._pend = (lineno, lineno, text[:-1] if text[-1:] == "\r" else text, gutter, force)
+            self._pend_width = len(body)
             return
         self._feed_text(lineno, text, gutter, force)
 

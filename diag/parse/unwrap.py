@@ -531,6 +531,18 @@ def wrap_breaks(body: str, wrap: tuple[int, bool]) -> bool:
     return words and body[-1:] == " " and body[-2:-1] not in (" ", "") and bool(body.strip())
 
 
+def folded_before(width: int, nxt: str, wrap: tuple[int, bool]) -> bool:
+    """Whether a piece ``width`` wide that a word wrap may have broken (``fold -s``: after
+    the last space that fits) was broken before ``nxt``: the wrap moved ``nxt``'s first word
+    down only because it did not fit, so piece and word reach the wrap's width. A line that
+    merely ends in a space (a paste's trailing blanks) before a short next line was not
+    broken. A piece as wide as the wrap was cut by the width itself."""
+    full, words = wrap
+    if width >= full or not words:
+        return True
+    return width + len(nxt.split(" ", 1)[0]) >= full
+
+
 def detect_wrap(inner: list[str], is_start: Callable[[str], bool]) -> tuple[int, bool] | None:
     """Was this source hard-wrapped (a terminal's copy, ``fold``)? ``inner``: sample lines
     without colour codes and without the source's gutters (a quote is added after the
@@ -555,6 +567,7 @@ def detect_wrap(inner: list[str], is_start: Callable[[str], bool]) -> tuple[int,
     spaced = [
         i for i in range(n - 1)
         if lens[i] != width and wrap_breaks(inner[i].rstrip("\r"), (width, True))
+        and folded_before(lens[i], inner[i + 1], (width, True))
     ]
     spaced_cont = [
         i for i in spaced if not is_start(inner[i + 1]) and not _INDENTED.match(inner[i + 1])
