@@ -429,6 +429,12 @@ TUNING_XFAIL: dict[str, str] = {
         "new case (gather s33): stalled from the thread ('Waited 15 minutes'); the paste "
         "ends on finished download bars, a cut excerpt by LABELS.md's convention"
     ),
+    # gather s34 (2026-12-06), scored before any change made for it: 11/13 tuning logs
+    "vllm/modelscope-image-mar-2026-vllm-0.17.1-qwen3.5-9b-application-startup-complete-then-enginecore-dp0-died-unexpectedly-output-handler-traceback-cut": (  # noqa: E501
+        "new case (gather s34): listening by the letter (no request line); diag reads the "
+        "AsyncLLM output_handler frames as serving, as most labels do (read as listening, "
+        "tuning cases went 2 right, 4 wrong)"
+    ),
 }
 
 MIN_PASS_RATIO = 0.90  # old cases: at most 10% xfailed
