@@ -162,11 +162,12 @@ def _analyze_sources(
         if d.p.grammar != "plain" or d.p.ts is not None or d.rank is not None or d.p.pid
     )
     if recognised or _any_log_word(col.drafts) or _dump_lines(col.drafts):
-        return _finish(sources, col, rules_dirs, clocks)
+        analysis = _finish(sources, col, rules_dirs, clocks)
+        return analysis if recognised else _frame_list(analysis, col.drafts)
     # No line has a log's shape (time, level, rank, pid) and none is a known log word. A
     # paste can still hold a message the rules know (a library's error without its logger's
     # prefix): it is refused only when the analysis finds nothing in it.
-    analysis = _finish(sources, col, rules_dirs, clocks)
+    analysis = _frame_list(_finish(sources, col, rules_dirs, clocks), col.drafts)
     if not (analysis.findings or analysis.stack_processes
             or analysis.last_phase not in (None, "launch")):
         raise InputError(
@@ -174,6 +175,29 @@ def _analyze_sources(
         )
     note = "no line has a log's shape (time, level, rank or pid): read as plain text"
     return dataclasses.replace(analysis, notes=(*analysis.notes, note))
+
+
+def _frame_list(analysis: Analysis, drafts: Sequence[Draft]) -> Analysis:
+    """A text with no line of a log's shape and no dump in it may still be a frame list a
+    reporter wrote by hand (:mod:`diag.stacks.loose`): one process of its frames, noted.
+    It replaces what the dump readers made of such a text only where they found no wait
+    (a tree's connectors read as a py-spy frame's name) and the list does."""
+    if any(p.wait_site for p in analysis.stack_processes) or len(drafts) > 400:
+        return analysis
+    from diag.stacks.loose import frame_list_process
+
+    lines = [(d.line + i, ln) for d in drafts for i, ln in enumerate((d.raw, *d.continuation))]
+    proc = frame_list_process(lines, source=drafts[0].source if drafts else None)
+    if proc is None or (analysis.stack_processes and proc.wait_site is None):
+        return analysis
+    from diag.stacks.merge import group_stacks
+
+    note = (f"no dump format: {len(proc.threads[0].frames)} frames read from a hand-written "
+            "frame list (innermost first; a call tree's order reversed)")
+    return dataclasses.replace(
+        analysis, stack_processes=(proc,), stack_groups=group_stacks([proc]),
+        notes=(*analysis.notes, note),
+    )
 
 
 def _warm(drafts: Sequence[Draft]) -> None:

@@ -98,12 +98,6 @@ TUNING_XFAIL: dict[str, str] = {
         "by token (paths, line numbers and names scattered over lines); no reader takes it "
         "apart yet, two-way interleaving of whole lines is read"
     ),
-    "stacks/verl-sglang-0517-mtp-weight-sync-cuda-ipc-deleter-cudastreamsynchronize": (
-        "new case (batch s7): a hand-condensed frame list from a PR comment, bare symbol "
-        "names one a line (THPVariable_dealloc ... cuStreamSynchronize) with the reporter's "
-        "'<- ...' notes, no thread header, file, address or frame number: no dump format to "
-        "recognise, and reading any list of words as a dump would take prose for stacks"
-    ),
     "vllm/ascend-glm51-1p1d-shm-broadcast-waits-metrics-200-then-op-plugin-error": (
         "serving from the thread (a day of traffic); the window shows only GET /metrics "
         "access lines (listening) and shm_broadcast waits, no request served"
@@ -230,11 +224,6 @@ TUNING_XFAIL: dict[str, str] = {
         "exception line), which s8-s17 cases label python.exception; this one lists it as "
         "unexpected (the __del__ traceback before it, which CPython ignored, diag no "
         "longer reports)"
-    ),
-    "stacks/sglang-rocm-mi350x-kimi-k3-kda-prefill-c1-hand-drawn-tree-tolist-hipmemcpy-d2h-hsa-signal-wait": (  # noqa: E501
-        "new case (gather s17): a hand-drawn call tree ('└─' branches, outermost first, "
-        "prose nodes such as 'hipMemcpy D2H sync'): no dump format, as the other "
-        "hand-condensed frame lists"
     ),
     # gather s18 (2026-12-06), each scored before any change made for it
     "vllm/gpustack-orangepi-studio-pro-300i-duo-feb-2026-vllmworker-rank0-hcclcomminitrootinfoconfig-error-code-5-err02200-then-worker-busy-loop-traceback-cut": (  # noqa: E501

@@ -133,12 +133,14 @@ def test_perturbed_tuning_logs_keep_the_clean_answer(name: str) -> None:
 # faulthandler dump under Ray prefixes whose paths were already wrapped (its threads come
 # apart differently), a `[S]`-gutted faulthandler window under a second gutter, three
 # faulthandler dumps interleaved token by token, and tracebacks whose frame lines a fold
-# cuts mid-path (the excerpt's first lines: excerpt-head)
+# cuts mid-path (the excerpt's first lines: excerpt-head). Two hand-written frame lists
+# (diag.stacks.loose) are read only in a text with no line of a log's shape: under a
+# launcher's stamp or prefix they are not (a list a reporter typed never passed one)
 DUMP_MISSES: dict[str, int] = {
-    "wrap80": 5, "wrap100": 3, "fold100": 10, "glued": 1, "glued-space": 2, "gha": 4,
-    "kubectl": 4, "cri": 4, "journald": 2, "compose": 2, "quote": 1, "line-numbers": 2,
+    "wrap80": 5, "wrap100": 3, "fold100": 10, "glued": 1, "glued-space": 2, "gha": 5,
+    "kubectl": 5, "cri": 5, "journald": 4, "compose": 4, "quote": 1, "line-numbers": 2,
     "trailing-spaces": 1, "excerpt-head": 8, "middle-cut": 1, "quote+wrap100": 3,
-    "compose+ansi": 2, "lost-indent": 5, "html-escaped": 3, "launcher-prefix": 1,
+    "compose+ansi": 4, "lost-indent": 2, "html-escaped": 3, "launcher-prefix": 2,
     "launcher-stamp": 2,
 }
 
