@@ -1318,10 +1318,11 @@ def is_gpu_compute_stack(frames: Sequence[StackFrame]) -> bool:
 # Dump kinds that show a thread where it sits without saying whether it runs: a
 # faulthandler dump (a timeout's or a signal's) and pystack print every thread's Python
 # frames as they are; a thread of a hung worker whose innermost frame is framework Python
-# is in a native call there. (A Ctrl-C traceback is not: the interrupt lands between
-# bytecodes, after any native call returned.)
+# is in a native call there; so does a frame list a reporter wrote down (loose.py). (A
+# Ctrl-C traceback is not: the interrupt lands between bytecodes, after any native call
+# returned.)
 _STATELESS_DUMPS = frozenset(
-    {"faulthandler", "pystack", "trace", "pytest_timeout", "gdb", "dumpstacks"}
+    {"faulthandler", "pystack", "trace", "pytest_timeout", "gdb", "dumpstacks", "list"}
 )
 
 
