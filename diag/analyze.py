@@ -162,8 +162,7 @@ def _analyze_sources(
         if d.p.grammar != "plain" or d.p.ts is not None or d.rank is not None or d.p.pid
     )
     if recognised or _any_log_word(col.drafts) or _dump_lines(col.drafts):
-        analysis = _finish(sources, col, rules_dirs, clocks)
-        return analysis if recognised else _frame_list(analysis, col.drafts)
+        return _frame_list(_finish(sources, col, rules_dirs, clocks), col.drafts)
     # No line has a log's shape (time, level, rank, pid) and none is a known log word. A
     # paste can still hold a message the rules know (a library's error without its logger's
     # prefix): it is refused only when the analysis finds nothing in it.
@@ -177,16 +176,26 @@ def _analyze_sources(
     return dataclasses.replace(analysis, notes=(*analysis.notes, note))
 
 
+# the grammars of lines no logger wrote (a wrapper's stamp or prefix may still be on them)
+_NOT_LOGGED = frozenset({"plain", "pyspy", "faulthandler", "traceback", "progress"})
+
+
 def _frame_list(analysis: Analysis, drafts: Sequence[Draft]) -> Analysis:
     """A text with no line of a log's shape and no dump in it may still be a frame list a
     reporter wrote by hand (:mod:`diag.stacks.loose`): one process of its frames, noted.
     It replaces what the dump readers made of such a text only where they found no wait
     (a tree's connectors read as a py-spy frame's name) and the list does."""
-    if any(p.wait_site for p in analysis.stack_processes) or len(drafts) > 400:
+    if (
+        len(drafts) > 400
+        or any(p.wait_site for p in analysis.stack_processes)
+        or any(d.p.grammar not in _NOT_LOGGED for d in drafts)
+    ):
         return analysis
     from diag.stacks.loose import frame_list_process
 
-    lines = [(d.line + i, ln) for d in drafts for i, ln in enumerate((d.raw, *d.continuation))]
+    lines = [
+        (d.line + i, ln) for d in drafts for i, ln in enumerate((d.p.message, *d.continuation))
+    ]
     proc = frame_list_process(lines, source=drafts[0].source if drafts else None)
     if proc is None or (analysis.stack_processes and proc.wait_site is None):
         return analysis

@@ -31,10 +31,8 @@ __all__ = [
     "PERTURBATIONS",
     "Signature",
     "compare",
-    "dump_signature",
     "perturb",
     "signature",
-    "tuning_dumps",
     "tuning_logs",
 ]
 
@@ -54,31 +52,6 @@ def tuning_logs(corpus: Path | None = None) -> list[Path]:
         d / "log.txt" for d in split.case_dirs(split.REAL)
         if d.parent.name in ("sglang", "vllm") and split.part_of(d) == "tuning"
     ]
-
-
-def tuning_dumps() -> list[Path]:
-    """The stack dumps of the tuning part (py-spy, faulthandler, gdb ... pasted as text)."""
-    here = str(Path(__file__).resolve().parent)
-    if here not in sys.path:
-        sys.path.insert(0, here)
-    import corpus_split as split
-    return [
-        d / "dump.txt" for d in split.case_dirs(split.REAL)
-        if d.parent.name == "stacks" and split.part_of(d) == "tuning"
-    ]
-
-
-def dump_signature(text: str) -> frozenset[str]:
-    """A dump's answer: the wait sites of the processes read from it ("not read" where
-    the text was refused)."""
-    from diag.analyze import analyze_text
-    from diag.errors import InputError
-
-    try:
-        a = analyze_text(text, name="dump.txt")
-    except InputError:
-        return frozenset({"not read"})
-    return frozenset(str(p.wait_site) for p in a.stack_processes)
 
 
 # ---------------------------------------------------------------------------------------
