@@ -293,6 +293,24 @@ XFAIL.update(
         ),
     }
 )
+# gather s35 (2026-12-06), scored before any change made for it: 13/19 tuning logs
+XFAIL.update(
+    {
+        "sglang/pr-apr-2025-v0.4.5-internvl3-support-remote-code-config-prints-then-ignore-import-error-multimodal-processors-torchao-int4weightonlyconfig-cut": (  # noqa: E501
+            "new case (gather s35): env.version_mismatch from SGLang's 'Ignore import error' "
+            "lines, which seven tuning cases label not a version mismatch (the import is "
+            "skipped and the server runs on)"
+        ),
+        "sglang/rocm-amd-ci-aug-2026-gfx1250-pr-engine-startup-timings-summary-then-scheduler-run-event-loop-triton-load-watch-runtime-knobs-attributeerror": (  # noqa: E501
+            "new case (gather s35): env.version_mismatch from an AttributeError on a Triton "
+            "API (the maintainer's account); the text names no version"
+        ),
+        "vllm/aug-2024-v0.5.x-tesla-t4-gemma-2-2b-it-two-flashinfer-selector-pairs-stuck-on-llama-2-7b-warning-then-silent-host-ram-short-fenced-comment": (  # noqa: E501
+            "new case (gather s35): stalled from the thread; the paste (a whole one) ends on "
+            "a finished backend selection, no step's start"
+        ),
+    }
+)
 
 
 @pytest.mark.parametrize("case", _params(TUNED, XFAIL))
