@@ -209,10 +209,6 @@ TUNING_XFAIL: dict[str, str] = {
         "load_model (multiproc_executor.py 0.8.5-0.34.0), so weights_load is proven; the "
         "label keeps launch by the letter of the no-marker convention"
     ),
-    "stacks/tensorrt-llm-cpp-executor-gdb-executionloop-allgather-plugin-cudastreamquery-poll-nccl-hung-window": (  # noqa: E501
-        "new case (gather s15): nccl_collective for TensorRT-LLM's AllgatherPlugin polling "
-        "cudaStreamQuery; diag reads the innermost CUDA stream query as a CUDA sync"
-    ),
     "vllm/qwen38-27b-recipe-old-pc-kv-needed-4.76-available-1.56-gib-user-elision-destroy-pg-warning": (  # noqa: E501
         "new case (gather s13): python.exception's evidence labelled at the error line th"
         "at announces the traceback; diag points at the traceback itself"

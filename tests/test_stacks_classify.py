@@ -150,6 +150,14 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         ),
     ),
     (
+        "native-collective-class",
+        "stack.nccl_collective",
+        (
+            "cudaStreamSynchronize (libcudart.so.12)",
+            "tensorrt_llm::plugins::AllgatherPlugin::enqueue (libnvinfer_plugin_tensorrt_llm.so)",
+        ),
+    ),
+    (
         "shm-allreduce",
         "stack.nccl_collective",
         (
@@ -1466,3 +1474,19 @@ def test_a_running_pool_worker_outranks_the_main_thread_joining_the_pool() -> No
     parked = replace(job, idle=True, frames=pool_wait)
     thread, site = pick_thread(StackProcess(pid=None, title=None, threads=(main, parked)))
     assert thread is not None and thread.thread_id == 1
+
+
+def test_a_cuda_sync_a_collective_issued_is_that_collectives_wait() -> None:
+    """TensorRT-LLM's all-gather plugin polls cudaStreamQuery until the NCCL all-gather on
+    its stream finished: the thread waits for the collective, not for its own kernels."""
+    from diag.model import StackFrame
+    from diag.stacks.classify import classify_frames
+
+    sync = StackFrame("cudaStreamSynchronize", "libcudart.so.12", native=True)
+    plugin = StackFrame(
+        "tensorrt_llm::plugins::AllgatherPlugin::enqueue", "libnvinfer_plugin.so", native=True
+    )
+    other = StackFrame("tensorrt_llm::kernels::invokeSampling", "libtensorrt_llm.so", native=True)
+    assert classify_frames([sync, plugin])[0] == "stack.nccl_collective"
+    # the same sync under a kernel launcher of no collective stays a CUDA sync
+    assert classify_frames([sync, other])[0] == "stack.cuda_sync"

@@ -293,6 +293,14 @@ RULES: tuple[SiteRule, ...] = (
     ),
     SiteRule("gloo", _NCCL, name=r"^gloo::", native=True, why="inside a gloo collective"),
     SiteRule(
+        "native-collective-class",
+        _NCCL,
+        native=True,
+        name=r"::\w*(All[Gg]ather|All[Rr]educe|Reduce[Ss]catter|All[Tt]o[Aa]ll|Broadcast)\w*::",
+        why="a C++ method of a class named for a collective (TensorRT-LLM's "
+        "plugins::AllgatherPlugin::enqueue, AllreduceOp, ...): the engine's collective op",
+    ),
+    SiteRule(
         "shm-allreduce",
         _NCCL,
         native=True,
@@ -1213,6 +1221,10 @@ def classify_frames(frames: Sequence[StackFrame]) -> tuple[str | None, SiteRule 
         if hit is None and chain_open and weak is None:
             hit = catalogue_rule(frame) or call_rule(frame)
         if hit is not None and hit.strength == "strong":
+            if hit.site == _SYNC:
+                outer = _collective_around(frames, frame)
+                if outer is not None:
+                    return outer.site, outer
             return hit.site, hit
         if hit is not None:
             if chain_open:
@@ -1222,6 +1234,25 @@ def classify_frames(frames: Sequence[StackFrame]) -> tuple[str | None, SiteRule 
     if weak is not None:
         return weak.site, weak
     return None, None
+
+
+def _collective_around(frames: Sequence[StackFrame], sync: StackFrame) -> SiteRule | None:
+    """A CUDA sync that a collective's own code issued (a plugin polling cudaStreamQuery
+    until its all-gather finished, WorkNCCL waiting on its stream) waits for that
+    collective: the collective rule of the frame that called it, looking out past native
+    or generic frames only."""
+    at = next(i for i, f in enumerate(frames) if f is sync)
+    seen = 0
+    for frame in frames[at + 1 :]:
+        if is_pass_through(frame):
+            continue
+        first, _ = _first_matches(frame)
+        if first is not None and first.site == _NCCL and frame.native:
+            return first
+        seen += 1
+        if seen == 3 or not frame.native or first is not None:
+            return None
+    return None
 
 
 # Thread-state rules: what py-spy's thread state adds where the frames alone say nothing.
