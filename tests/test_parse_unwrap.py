@@ -58,6 +58,11 @@ VW = "(VllmWorker rank=3 pid=1090) ERROR 06-05 06:18:13 [multiproc_executor.py:4
         (f"[default3]:{SG}", SG, "torchrun", {"coords": RankId(tp=3)}),
         (f"[launcher] {SG}", SG, "launcher", {}),
         (f"[1,3]<stdout>: {VL}", VL, "mpirun", {"coords": RankId(tp=3)}),
+        # Google Cloud Logging's export: severity, RFC 3339 stamp
+        (f"ERROR 2026-06-15T14:10:59.392125190Z {SG}", SG, "cloud-logging",
+         {"ts": dt.datetime(2026, 6, 15, 14, 10, 59, 392125)}),
+        ("ERROR 2026-06-15T14:10:59.392125190Z AssertionError: Committed KV cache already freed",
+         "AssertionError: Committed KV cache already freed", "cloud-logging", {}),
         # nested: a compose prefix around a container stamp
         (f"svc-1  | 2025-05-16T13:12:16.645427617Z {VL}", VL, "compose", {}),
     ],
@@ -85,6 +90,8 @@ def test_each_wrapper(wrapped: str, inner: str, kind: str, check: dict[str, obje
         "2025-03-27 21:33:31,320 - INFO - flashinfer.jit: Prebuilt kernels not found",
         "2024-04-13 10:17:27,901 INFO worker.py:1752 -- Started a local Ray instance.",
         "INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)",
+        "INFO 2024-01-01 10:00:00 a level and a date with no T is no cloud export",
+        "WARNING 12-05 10:00:00 [config.py:1] a vLLM line",
         '  File "/usr/lib/python3.10/threading.py", line 324 in wait',
         "Thread 0x7F5E8D9FF640 (active): \"MainThread\"",
         "RuntimeError: CUDA error: an illegal memory access was encountered",

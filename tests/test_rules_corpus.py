@@ -311,6 +311,21 @@ XFAIL.update(
         ),
     }
 )
+# gather s36 (2026-12-06), scored before any change made for it: 13/18 tuning logs
+XFAIL.update(
+    {
+        "vllm/arbor-dspy-oct-2025-h200-nvl-vllm-0.10.x-inf-job-inference-log-prefix-on-the-fly-download-model-loading-305s-then-dynamo-compile-cut": (  # noqa: E501
+            "new case (gather s36): weights.slow_load from 'Model loading took ... 305 s', "
+            "which counts an on-the-fly download; the log's own 'Loading weights took 2.39 s' "
+            "is the load"
+        ),
+        "vllm/kunlun-xpu-may-2026-vllm-kunlun-xpytorch-import-hook-libcuda-so-1-missing-caught-runtimeerror-traceback-then-plugin-discovery-continues-cut": (  # noqa: E501
+            "new case (gather s36): python.exception unexpected for a traceback an import hook "
+            "caught ('WARNING: import hook error') before the run went on; diag reads any "
+            "traceback's exception line"
+        ),
+    }
+)
 
 
 @pytest.mark.parametrize("case", _params(TUNED, XFAIL))

@@ -11,6 +11,7 @@ Per line (unambiguous; tried on every line, outermost first, cheap guards first)
 - CI logs: Buildkite ``bk;t=1785725275247``, GitLab ``section_start:1700000000:name`` /
   ``section_end:...`` markers and its ``00O+`` stream tag, GitHub Actions ``##[group]`` /
   ``##[endgroup]`` / ``##[error]`` markers;
+- Google Cloud Logging's export ``ERROR 2026-06-15T14:10:59.392125190Z `` (severity, stamp);
 - RFC 3339 timestamps of GitHub Actions, kubectl ``--timestamps``, docker ``-t`` and the CRI
   log format (``2025-01-01T00:00:00.123456789Z stdout F ``), TorchServe after them, and
   Jenkins' bracketed ``[2024-01-01T00:00:00.123Z] ``;
@@ -96,6 +97,12 @@ _RFC3339 = re.compile(
 _JENKINS = re.compile(
     r"\[(?P<d>" + _D + r")T(?P<t>" + _T + r")(?:[.,](?P<f>[0-9]{1,12}))?"
     r"(?:Z|[+-][0-9]{2}:?[0-9]{2})?\] "
+)
+# Google Cloud Logging's export (Logs Explorer download, `gcloud logging read` in its text
+# form): the entry's severity (LogSeverity) and its RFC 3339 time stamp before the payload
+_GCP = re.compile(
+    r"(?:DEFAULT|DEBUG|INFO|NOTICE|WARNING|ERROR|CRITICAL|ALERT|EMERGENCY) "
+    r"(?P<d>" + _D + r")T(?P<t>" + _T + r")(?:[.,](?P<f>[0-9]{1,12}))?(?:Z|[+-][0-9]{2}:?[0-9]{2}) "
 )
 _TORCHSERVE = re.compile(r"\[(?P<lvl>[A-Z]{3,8})\s*\] \S+ (?:MODEL_LOG - |MODEL_METRICS - )?")
 _FASTCHAT = re.compile(
@@ -273,6 +280,16 @@ def unwrap_line(line: str) -> tuple[str, Wrap | None]:
                     w = w or Wrap()
                     w.kinds.append("fastchat")
                     w.ts = wrapper_dt(m.group("d"), m.group("t"))
+                    line = line[m.end() :]
+                    continue
+        elif "A" <= c0 <= "Z":
+            sp = line.find(" ", 4, 10)
+            if sp > 0 and line[sp + 11 : sp + 12] == "T" and line[sp + 1 : sp + 3] in ("19", "20"):
+                m = _GCP.match(line)
+                if m:
+                    w = w or Wrap()
+                    w.kinds.append("cloud-logging")
+                    w.ts = wrapper_dt(m.group("d"), m.group("t"), m.group("f"))
                     line = line[m.end() :]
                     continue
         elif c0 == "[":
