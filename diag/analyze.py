@@ -182,10 +182,13 @@ def _analyze_sources(
 
 def _warm(drafts: Sequence[Draft]) -> None:
     """(speed) Done by the parsing thread while it waits for the read-ahead thread: the
-    finish's imports, and what the finish will ask the phase catalogue about these
-    drafts' messages (the framework vote, the message-scoped match: both remembered per
-    message), so that less is left for after the read."""
+    finish's imports (the stacks' grouping and classifier too, which the collective-wait
+    check of every vLLM or SGLang log imports: done before the stacks' child is forked,
+    neither process imports them after the read), and what the finish will ask the phase
+    catalogue about these drafts' messages (the framework vote, the message-scoped match:
+    both remembered per message), so that less is left for after the read."""
     from diag.rules import apply_rules  # noqa: F401
+    from diag.stacks.merge import group_stacks  # noqa: F401 (the stacks' classifier, too)
     from diag.stacks.textdump import extract_stack_processes  # noqa: F401
 
     cat = load_catalogue()
