@@ -5,11 +5,12 @@ rest computes (the stack extractor over the records) can run in a child forked a
 point (it sees the same objects, copy-on-write) while the parent matches phases and runs
 the rules' line pass; the child's answer comes back pickled through a pipe.
 
-The child is used only on Linux, only from a process with no other thread (a fork copies
-one thread: a lock another thread holds would stay held in the child), and only where the
-caller asks for it. Whatever goes wrong in or with the child (an exception, a result that
-does not pickle, a killed child), :meth:`Aside.result` computes the answer here instead:
-the result is the same either way, and an exception is raised the same way.
+The child is used only on Linux, only from a process with no other Python thread (a fork
+copies one thread: a lock another thread holds would stay held in the child; the child
+calls no library that runs threads of its own), and only where the caller asks for it.
+Whatever goes wrong in or with the child (an exception, a result that does not pickle, a
+killed child), :meth:`Aside.result` computes the answer here instead: the result is the
+same either way, and an exception is raised the same way.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pickle
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -32,7 +34,7 @@ _READ = 1 << 20
 
 
 def can_fork() -> bool:
-    """Whether a child may be forked here and now (Linux, no other thread running)."""
+    """Whether a child may be forked here and now (Linux, no other Python thread)."""
     return sys.platform == "linux" and hasattr(os, "fork") and threading.active_count() == 1
 
 
@@ -59,7 +61,13 @@ class Aside(Generic[T]):
         except OSError:
             return
         try:
-            pid = os.fork()
+            with warnings.catch_warnings():
+                # Python 3.12+ warns of a fork with threads running, counting those of the
+                # process's libraries (OpenBLAS's pool, when numpy was imported without
+                # OPENBLAS_NUM_THREADS=1): the child never calls into them (and no Python
+                # thread runs: can_fork)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
         except OSError:
             os.close(r)
             os.close(w)
