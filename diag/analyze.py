@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import gc
 import io
 import re
@@ -22,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from diag.aside import Aside
 from diag.clocks import align_events, refuse_cross_host, several_folders, shift_times
 from diag.errors import InputError
 from diag.frames import frame_events
@@ -32,6 +34,8 @@ from diag.model import (
     RankId,
     RankTimeline,
     Record,
+    StackGroup,
+    StackProcess,
     phase_index,
 )
 from diag.nodes import node_view, with_folder_nodes
@@ -211,10 +215,13 @@ def _frame_list(analysis: Analysis, drafts: Sequence[Draft]) -> Analysis:
 
 def _warm(drafts: Sequence[Draft]) -> None:
     """(speed) Done by the parsing thread while it waits for the read-ahead thread: the
-    finish's imports, and what the finish will ask the phase catalogue about these
-    drafts' messages (the framework vote, the message-scoped match: both remembered per
-    message), so that less is left for after the read."""
+    finish's imports (the stacks' grouping and classifier too, which the collective-wait
+    check of every vLLM or SGLang log imports: done before the stacks' child is forked,
+    neither process imports them after the read), and what the finish will ask the phase
+    catalogue about these drafts' messages (the framework vote, the message-scoped match:
+    both remembered per message), so that less is left for after the read."""
     from diag.rules import apply_rules  # noqa: F401
+    from diag.stacks.merge import group_stacks  # noqa: F401 (the stacks' classifier, too)
     from diag.stacks.textdump import extract_stack_processes  # noqa: F401
 
     cat = load_catalogue()
@@ -322,6 +329,31 @@ def _finish(
     # logs of several nodes, one folder each: a rank's node is its folder (diag.nodes)
     with_folder_nodes(drafts, [s.name for s in sources])
     records = RecordList((freeze(d) for d in drafts), col.serving)
+    # (speed) the stacks found in the text need the records only: on a large input they
+    # are worked out in a forked child (diag.aside) while this process goes on
+    stacks = Aside(functools.partial(_stack_view, records),
+                   fork=len(records) >= ASIDE_MIN_RECORDS)
+    try:
+        return _events_on(sources, col, rules_dirs, clocks, drafts, records, stacks,
+                          framework=framework, config=config, version=version)
+    finally:
+        stacks.close()
+
+
+def _events_on(
+    sources: Sequence[Source],
+    col: Collected,
+    rules_dirs: Sequence[Path],
+    clocks: Mapping[str, tuple[float, float]] | None,
+    drafts: Sequence[Draft],
+    records: RecordList,
+    stacks: Aside[_StackView],
+    *,
+    framework: str,
+    config: dict[str, object],
+    version: str | None,
+) -> Analysis:
+    """:func:`_finish` after the records: events, timelines, stacks and the rules."""
     cat = load_catalogue()
     events: list[Event] = []
     for r in records:
@@ -353,6 +385,8 @@ def _finish(
         if clock.shifted:
             records = RecordList(shift_times(records, clock), col.serving)
             events = shift_times(events, clock)
+            stacks.close()  # the stacks are read from the shifted records
+            stacks = Aside(functools.partial(_stack_view, records), fork=False)
     if not events and records:
         # The server ran (it logged) but no line marks a phase: it got as far as launch.
         first = records[0]
@@ -404,7 +438,7 @@ def _finish(
         reached=reached,
         log_start=log_start,
     )
-    return _post(analysis, records, rules_dirs)
+    return _post(analysis, records, rules_dirs, stacks)
 
 
 def _stage_reached(
@@ -496,21 +530,38 @@ def _log_bounds(
     return first, best
 
 
-def _post(analysis: Analysis, records: list[Record], rules_dirs: Sequence[Path]) -> Analysis:
-    """Stacks found in the text, their groups, then the rules engine."""
-    import dataclasses
+_StackView = tuple[tuple[StackProcess, ...], tuple[StackGroup, ...]]
 
+# (speed) records from which the stack extractor runs in a forked child (about 18 us a
+# record on a large log's records; a fork costs a few ms)
+ASIDE_MIN_RECORDS = 4000
+
+
+def _stack_view(records: Sequence[Record]) -> _StackView:
+    """The stacks found in the text (processes and their groups)."""
     from diag.stacks.textdump import extract_stack_processes
 
     processes = extract_stack_processes(records, tracebacks=True)
-    if processes:  # (speed: the stack classifier's import compiles ~120 regexes)
-        from diag.stacks.merge import group_stacks
+    if not processes:  # (speed: the stack classifier's import compiles ~120 regexes)
+        return (), ()
+    from diag.stacks.merge import group_stacks
 
-        analysis = dataclasses.replace(
-            analysis, stack_processes=tuple(processes), stack_groups=group_stacks(processes)
-        )
-    else:
-        analysis = dataclasses.replace(analysis, stack_processes=(), stack_groups=())
-    from diag.rules import apply_rules
+    return tuple(processes), group_stacks(processes)
 
-    return apply_rules(analysis, records, extra_dirs=rules_dirs)
+
+def _post(
+    analysis: Analysis,
+    records: list[Record],
+    rules_dirs: Sequence[Path],
+    stacks: Aside[_StackView] | None = None,
+) -> Analysis:
+    """Stacks found in the text, their groups, then the rules engine (whose line pass,
+    which needs no stacks, runs first: meanwhile a forked child may be finding them)."""
+    from diag.rules import apply_rules, scan_rules
+
+    scanned = scan_rules(analysis, records, extra_dirs=rules_dirs)
+    if stacks is None:
+        stacks = Aside(functools.partial(_stack_view, records), fork=False)
+    processes, groups = stacks.result()
+    analysis = dataclasses.replace(analysis, stack_processes=processes, stack_groups=groups)
+    return apply_rules(analysis, records, extra_dirs=rules_dirs, scanned=scanned)

@@ -13,11 +13,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from diag.model import Analysis, Finding, Record, Snapshot
-from diag.rules.engine import evaluate
+from diag.rules.engine import Scanned, evaluate, scan
 from diag.rules.loader import Rule, builtin_rules, load_rules
 from diag.rules.snapshot_checks import snapshot_findings
 
-__all__ = ["Rule", "apply_rules", "apply_snapshot_rules", "load_rules", "needles"]
+__all__ = [
+    "Rule", "Scanned", "apply_rules", "apply_snapshot_rules", "load_rules", "needles",
+    "scan_rules",
+]
 
 
 def apply_rules(
@@ -25,17 +28,27 @@ def apply_rules(
     records: Sequence[Record],
     *,
     extra_dirs: Sequence[Path] = (),
+    scanned: Scanned | None = None,
 ) -> Analysis:
     """The analysis with ``findings`` (sorted by severity, then time) and
-    ``rules_checked`` filled in. Raises RuleError for a bad rule file."""
-    rules = load_rules(extra_dirs)
-    findings, checked, notes = evaluate(analysis, records, rules)
+    ``rules_checked`` filled in. Raises RuleError for a bad rule file. ``scanned``: the
+    line pass (:func:`scan_rules`) of the same records and rule folders, done already."""
+    rules = scanned.rules if scanned is not None else load_rules(extra_dirs)
+    findings, checked, notes = evaluate(analysis, records, rules, scanned)
     return dataclasses.replace(
         analysis,
         findings=findings,
         rules_checked=checked,
         notes=analysis.notes + notes,
     )
+
+
+def scan_rules(
+    analysis: Analysis, records: Sequence[Record], *, extra_dirs: Sequence[Path] = ()
+) -> Scanned:
+    """The pattern rules' pass over the records, for :func:`apply_rules`; it reads the
+    analysis's framework and events only, so it can run before the stacks are found."""
+    return scan(analysis, records, load_rules(extra_dirs))
 
 
 def needles(extra_dirs: Sequence[Path] = ()) -> list[str]:

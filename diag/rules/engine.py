@@ -29,10 +29,12 @@ from diag.rules.loader import Rule
 
 __all__ = [
     "MAX_EVIDENCE",
+    "Scanned",
     "evaluate",
     "hits_for_line",
     "outcome_finding",
     "render_message",
+    "scan",
     "sort_findings",
 ]
 
@@ -609,15 +611,39 @@ def _tie_cascades(findings: list[Finding], origins: Mapping[str, Sequence[Rule]]
     return out
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Scanned:
+    """The pattern rules' pass over the records (:func:`scan`): the rules, hits by rule
+    id, notes."""
+
+    rules: tuple[Rule, ...]
+    hits: Mapping[str, list[Hit]]
+    notes: tuple[str, ...]
+
+
+def scan(analysis: Analysis, records: Sequence[Record], rules: Sequence[Rule]) -> Scanned:
+    """The pattern rules' pass over the records; of the analysis it reads the framework
+    and the events only (not the stacks: it may run before they are found)."""
+    notes: list[str] = []
+    hits = _scan(rules, records, analysis.framework, _PhaseAt(analysis.events), notes)
+    return Scanned(tuple(rules), hits, tuple(notes))
+
+
 def evaluate(
-    analysis: Analysis, records: Sequence[Record], rules: Sequence[Rule]
+    analysis: Analysis,
+    records: Sequence[Record],
+    rules: Sequence[Rule],
+    scanned: Scanned | None = None,
 ) -> tuple[tuple[Finding, ...], tuple[str, ...], tuple[str, ...]]:
     """Findings (sorted), the finding ids the rules checked for (each once), and notes
-    for the analysis."""
-    notes: list[str] = []
+    for the analysis. ``scanned``: :func:`scan` of the same analysis (its framework and
+    events), records and rules, done already (its rules stand for ``rules``)."""
+    if scanned is None:
+        scanned = scan(analysis, records, rules)
+    rules = scanned.rules
+    notes = list(scanned.notes)
     framework = analysis.framework
-    phase_at = _PhaseAt(analysis.events)
-    hits = _scan(rules, records, framework, phase_at, notes)
+    hits = scanned.hits
     findings: dict[str, Finding] = {}
     origins: dict[str, list[Rule]] = {}
     checked: list[str] = []
