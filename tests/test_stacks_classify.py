@@ -150,6 +150,16 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         ),
     ),
     (
+        "nccl-teardown",
+        "stack.gil_or_lock",
+        (
+            "pthread_join (libc.so.6)",
+            "commFree (libnccl.so.2)",
+            "ncclCommAbort (libnccl.so.2)",
+            "c10d::ProcessGroupNCCL::abortCommsFromMap (libtorch_cuda.so)",
+        ),
+    ),
+    (
         "native-collective-class",
         "stack.nccl_collective",
         (
@@ -1490,3 +1500,25 @@ def test_a_cuda_sync_a_collective_issued_is_that_collectives_wait() -> None:
     assert classify_frames([sync, plugin])[0] == "stack.nccl_collective"
     # the same sync under a kernel launcher of no collective stays a CUDA sync
     assert classify_frames([sync, other])[0] == "stack.cuda_sync"
+
+
+def test_lldb_frames_are_read_by_their_symbol() -> None:
+    """lldb's `bt` numbers frames as c10's report does (`frame #2: 0x.. lib.so`symbol(args)
+    + 725`): the symbol and its module, not the whole line."""
+    from diag.stacks.textdump import parse_stack_text
+
+    text = (
+        "  thread #16, name = 'python', stop reason = signal SIGSTOP\n"
+        "    frame #0: 0x00007fb0b7f0792d libc.so.6`syscall + 29\n"
+        "    frame #1: 0x00007fb090db0b85 libtorch_cuda.so`c10d::ProcessGroupNCCL::"
+        "waitForFutureOrTimeout(std::future<bool>&) + 725\n"
+        "    frame #2: 0x00007fb090db1068 libtorch_cuda.so`c10d::ProcessGroupNCCL::abort() + 664\n"
+    )
+    (proc,) = parse_stack_text(text)
+    frames = proc.threads[0].frames
+    assert [(f.name, f.filename) for f in frames] == [
+        ("syscall", "libc.so.6"),
+        ("c10d::ProcessGroupNCCL::waitForFutureOrTimeout", "libtorch_cuda.so"),
+        ("c10d::ProcessGroupNCCL::abort", "libtorch_cuda.so"),
+    ]
+    assert proc.wait_site == "stack.gil_or_lock"

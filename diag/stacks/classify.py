@@ -268,6 +268,19 @@ RULES: tuple[SiteRule, ...] = (
         "peer of a torch.distributed collective, waiting for every rank of the communicator",
     ),
     SiteRule(
+        "nccl-teardown",
+        _LOCK,
+        native=True,
+        name=r"^(ncclCommAbort|ncclCommDestroy|ncclCommFinalize|commReclaim|commFree|"
+        r"c10d::ProcessGroupNCCL::(abort\w*|shutdown|waitForFutureOrTimeout|"
+        r"abortCommsFromMap|destroyProcessGroup))\b",
+        why="a communicator's teardown (NCCL init.cc ncclCommAbort/ncclCommDestroy -> "
+        "commReclaim/commFree joining the proxy and service threads; torch "
+        "ProcessGroupNCCL::abort/shutdown waiting on its abort future, "
+        "waitForFutureOrTimeout): the thread waits for another thread to finish, no "
+        "collective is running",
+    ),
+    SiteRule(
         "nccl-native",
         _NCCL,
         name=r"^nccl|^ncclKernel|^ncclDevKernel|^rccl",

@@ -653,9 +653,18 @@ class _Pending:
     rank: RankId | None
 
 
+# lldb's `bt`: `frame #2: 0x00007fb090db0b85 libtorch_cuda.so`c10d::X::f(args) + 725` (and
+# ` at file.cc:217:18` where it has the line): address, module and symbol
+_LLDB_SYMBOL = re.compile(r"^0x[0-9a-fA-F]+ ([^\s`]+)`(.+?)(?: \+ \d+)?(?: at \S+)?$")
+
+
 def _c10_frame(m: re.Match[str]) -> StackFrame:
-    """One ``frame #N: symbol + 0xoff (0xaddr in lib.so)`` line of c10::Error's stack."""
+    """One ``frame #N: symbol + 0xoff (0xaddr in lib.so)`` line of c10::Error's stack (or
+    of lldb's backtrace, which numbers its frames the same way)."""
     name = m.group(2).strip()
+    lldb = _LLDB_SYMBOL.match(name)
+    if lldb:
+        return replace(make_frame(_strip_group(lldb.group(2).strip()), lldb.group(1)), native=True)
     if "::" in name or name.endswith(")"):
         name = _strip_group(name)
     if not name or name.startswith("<unknown"):
