@@ -160,10 +160,9 @@ def _analyze_sources(
         prefilter=prefilter,
         warm=_warm,
     )
-    recognised = sum(
-        1
+    recognised = any(  # (speed: stops at the first, not a count of 80,000 drafts)
+        d.p.grammar != "plain" or d.p.ts is not None or d.rank is not None or d.p.pid
         for d in col.drafts
-        if d.p.grammar != "plain" or d.p.ts is not None or d.rank is not None or d.p.pid
     )
     if recognised or _any_log_word(col.drafts) or _dump_lines(col.drafts):
         return _frame_list(_finish(sources, col, rules_dirs, clocks), col.drafts)

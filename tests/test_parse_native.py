@@ -347,23 +347,43 @@ def test_kinds_portable_packing_equals_the_run_time_one() -> None:
     assert NAT.kinds(chunk, s, e).tolist() == NAT._per_line(fn, chunk, s, e, "uint64").tolist()
 
 
+def _utf8(chunk: bytes) -> bool:
+    try:
+        chunk.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def test_newline_pass_flags_nul_and_non_ascii() -> None:
     """The newline pass's flags (the pipeline skips its NUL count and UTF-8 check on
-    plain ASCII): never clear where the chunk holds such a byte; exact with SSE2."""
+    plain ASCII, and its UTF-8 check on text the pass found valid): bits 0 and 1 never
+    clear where the chunk holds such a byte, bit 2 never set on invalid UTF-8; exact
+    with SSE2 (also for sequences across the pass's 32-byte blocks and the chunk's end)."""
     assert NAT is not None
     import platform
 
     exact = platform.machine().lower() in ("x86_64", "amd64")
     rng = random.Random(5)
-    for _ in range(2000):
+    seqs = [s.encode() for s in ("\u00e9", "\u2588", "\U0001f600", "\u00df")]
+    seqs += [b"\xed\xa0\x80", b"\xe0\x80\x80", b"\xf4\x90\x80\x80", b"\xc0\xaf"]
+    for _ in range(4000):
         n = rng.randint(0, 200)
         chunk = bytearray(rng.choice(b"ab \n:") for _ in range(n))
         for _ in range(rng.randint(0, 2)):
             if chunk:
                 chunk[rng.randrange(len(chunk))] = rng.choice((0, 0x80, 0xC3, 0xFF, 0x7F))
+        for _ in range(rng.randint(0, 3)):
+            at = rng.randint(0, len(chunk))
+            chunk[at:at] = rng.choice(seqs)
+        if chunk and rng.random() < 0.1:
+            del chunk[-1]  # a sequence cut at the end
         nl, flags = NAT.newlines_flags(bytes(chunk))
         assert nl.tolist() == [i for i, c in enumerate(chunk) if c == 10]
         want = (1 if 0 in chunk else 0) | (2 if any(c >= 0x80 for c in chunk) else 0)
+        valid = _utf8(bytes(chunk))
         assert flags & want == want
-        if exact:
-            assert flags == want, bytes(chunk)
+        assert not (flags & 4 and not valid), bytes(chunk)
+        assert NAT.utf8_valid(bytes(chunk)) == valid
+        if exact and chunk:
+            assert flags == want | (4 if valid else 0), bytes(chunk)

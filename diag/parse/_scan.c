@@ -1210,6 +1210,55 @@ void dg_kinds_plain(const uint8_t *buf, const int64_t *starts, const int64_t *en
  * a memchr call per line cost more than the scan. flags (may be NULL): bit 0 set when
  * buf may hold a NUL byte, bit 1 when it may hold a byte past ASCII (exact with SSE2; both
  * set without it): the caller skips its NUL count and UTF-8 check on plain ASCII. */
+/* Validates the UTF-8 sequences that start in [i, to) of buf (one may run past to, up to
+ * size) as Python's strict decoder reads them (no overlong forms, no surrogates, nothing
+ * past U+10FFFF): the offset after the last one, or -1 at the first invalid one. */
+static int64_t utf8_run(const uint8_t *buf, int64_t i, int64_t to, int64_t size) {
+    while (i < to) {
+        /* ASCII 8 bytes at a time */
+        while (i + 8 <= to) {
+            uint64_t w;
+            memcpy(&w, buf + i, 8);
+            if (w & 0x8080808080808080ull) break;
+            i += 8;
+        }
+        if (i >= to) break;
+        uint8_t c = buf[i];
+        if (c < 0x80) { i++; continue; }
+        if (c >= 0xC2 && c <= 0xDF) {
+            if (i + 1 >= size || (buf[i + 1] & 0xC0) != 0x80) return -1;
+            i += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            if (i + 2 >= size) return -1;
+            uint8_t c1 = buf[i + 1], c2 = buf[i + 2];
+            if ((c1 & 0xC0) != 0x80 || (c2 & 0xC0) != 0x80) return -1;
+            if (c == 0xE0 && c1 < 0xA0) return -1;  /* overlong */
+            if (c == 0xED && c1 > 0x9F) return -1;  /* surrogate */
+            i += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            if (i + 3 >= size) return -1;
+            uint8_t c1 = buf[i + 1], c2 = buf[i + 2], c3 = buf[i + 3];
+            if ((c1 & 0xC0) != 0x80 || (c2 & 0xC0) != 0x80 || (c3 & 0xC0) != 0x80) return -1;
+            if (c == 0xF0 && c1 < 0x90) return -1;  /* overlong */
+            if (c == 0xF4 && c1 > 0x8F) return -1;  /* past U+10FFFF */
+            i += 4;
+        } else {
+            return -1;
+        }
+    }
+    return i;
+}
+
+/* 1 when buf is valid UTF-8 as Python's strict decoder reads it, else 0. */
+int32_t dg_utf8_valid(const uint8_t *buf, int64_t size) {
+    return utf8_run(buf, 0, size, size) >= 0;
+}
+
+/* The newline offsets of buf (up to n_out written; returns how many there are) and, in
+ * *flags (when not NULL): bit 0 set when buf may hold a NUL byte, bit 1 when a byte past
+ * ASCII, bit 2 when buf is known to be valid UTF-8 (the 32-byte blocks holding a byte
+ * past ASCII are validated in the same pass: a chunk of a real log holds a few, and a
+ * second pass over it for them cost more than the newlines' own). */
 int64_t dg_newlines_flags(const uint8_t *buf, int64_t size, int64_t *out, int64_t n_out,
                           int32_t *flags) {
     int64_t n = 0, i = 0;
@@ -1218,13 +1267,17 @@ int64_t dg_newlines_flags(const uint8_t *buf, int64_t size, int64_t *out, int64_
     const __m128i nlv = _mm_set1_epi8('\n');
     const __m128i zero = _mm_setzero_si128();
     __m128i anyz = zero, anyhi = zero;
+    int64_t valid = 0;  /* the UTF-8 sequences before this offset are valid (-1: not all) */
     for (; i + 32 <= size; i += 32) {
         __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(buf + i));
         __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(buf + i + 16));
         if (flags) {
+            __m128i hi = _mm_or_si128(a, b);
             anyz = _mm_or_si128(anyz, _mm_or_si128(_mm_cmpeq_epi8(a, zero),
                                                    _mm_cmpeq_epi8(b, zero)));
-            anyhi = _mm_or_si128(anyhi, _mm_or_si128(a, b));
+            anyhi = _mm_or_si128(anyhi, hi);
+            if (__builtin_expect(_mm_movemask_epi8(hi) != 0, 0) && valid >= 0 && valid < i + 32)
+                valid = utf8_run(buf, valid > i ? valid : i, i + 32, size);
         }
         uint32_t m = (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(a, nlv)) |
                      ((uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(b, nlv)) << 16);
@@ -1239,6 +1292,8 @@ int64_t dg_newlines_flags(const uint8_t *buf, int64_t size, int64_t *out, int64_
         if (!buf[j]) f |= 1;
         if (buf[j] & 0x80) f |= 2;
     }
+    if (flags && valid >= 0 && (valid >= size || utf8_run(buf, valid > i ? valid : i, size, size) >= 0))
+        f |= 4;
 #endif
     if (flags) *flags = f;
     const uint8_t *p = buf + i, *end = buf + size;
@@ -1254,45 +1309,6 @@ int64_t dg_newlines_flags(const uint8_t *buf, int64_t size, int64_t *out, int64_
 
 int64_t dg_newlines(const uint8_t *buf, int64_t size, int64_t *out, int64_t n_out) {
     return dg_newlines_flags(buf, size, out, n_out, NULL);
-}
-
-/* 1 when buf is valid UTF-8 as Python's strict decoder reads it (no overlong forms, no
- * surrogates, nothing past U+10FFFF), else 0. */
-int32_t dg_utf8_valid(const uint8_t *buf, int64_t size) {
-    int64_t i = 0;
-    while (i < size) {
-        /* ASCII 8 bytes at a time */
-        while (i + 8 <= size) {
-            uint64_t w;
-            memcpy(&w, buf + i, 8);
-            if (w & 0x8080808080808080ull) break;
-            i += 8;
-        }
-        if (i >= size) break;
-        uint8_t c = buf[i];
-        if (c < 0x80) { i++; continue; }
-        if (c >= 0xC2 && c <= 0xDF) {
-            if (i + 1 >= size || (buf[i + 1] & 0xC0) != 0x80) return 0;
-            i += 2;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            if (i + 2 >= size) return 0;
-            uint8_t c1 = buf[i + 1], c2 = buf[i + 2];
-            if ((c1 & 0xC0) != 0x80 || (c2 & 0xC0) != 0x80) return 0;
-            if (c == 0xE0 && c1 < 0xA0) return 0;  /* overlong */
-            if (c == 0xED && c1 > 0x9F) return 0;  /* surrogate */
-            i += 3;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            if (i + 3 >= size) return 0;
-            uint8_t c1 = buf[i + 1], c2 = buf[i + 2], c3 = buf[i + 3];
-            if ((c1 & 0xC0) != 0x80 || (c2 & 0xC0) != 0x80 || (c3 & 0xC0) != 0x80) return 0;
-            if (c == 0xF0 && c1 < 0x90) return 0;  /* overlong */
-            if (c == 0xF4 && c1 > 0x8F) return 0;  /* past U+10FFFF */
-            i += 4;
-        } else {
-            return 0;
-        }
-    }
-    return 1;
 }
 
 /* out[i] = 1 when line [starts[i], ends[i]) holds a byte that Python's bytes.strip() keeps

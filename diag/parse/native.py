@@ -133,7 +133,8 @@ class Native:
 
     def newlines_flags(self, chunk: bytes | bytearray) -> tuple[Any, int]:
         """(the offsets of the newlines of ``chunk``, flags): bit 0 set when ``chunk`` may
-        hold a NUL byte, bit 1 when it may hold a byte past ASCII (both unsure: set)."""
+        hold a NUL byte, bit 1 when it may hold a byte past ASCII (both unsure: set), bit 2
+        when it is known to be valid UTF-8 (as :meth:`utf8_valid` tells; unsure: clear)."""
         import numpy as np
 
         addr = _addr(chunk)

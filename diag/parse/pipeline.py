@@ -524,13 +524,13 @@ def _bytes_counts(chunk: bytes | bytearray, scanner: Any = None, flags: int = 3)
     """(NUL bytes, invalid UTF-8 bytes) in ``chunk``; ``scanner``: diag's compiled
     scanner, which looks for a NUL and tells valid UTF-8 without decoding (and lets the
     other thread run meanwhile); ``flags``: what its newline pass saw
-    (:attr:`Lines.byte_flags`: no NUL, no byte past ASCII, when clear), so plain ASCII is
-    not looked at again."""
+    (:attr:`Lines.byte_flags`: no NUL, no byte past ASCII, when clear; valid UTF-8, when
+    its bit 2 is set), so plain ASCII or text known valid is not looked at again."""
     nul = bad = 0
     if scanner is not None:
         if flags & 1 and scanner.find(chunk, b"\x00") >= 0:
             nul = chunk.count(b"\x00")
-        if flags & 2 and not scanner.utf8_valid(chunk):
+        if flags & 2 and not flags & 4 and not scanner.utf8_valid(chunk):
             bad = decode(chunk)[1]
         return nul, bad
     if b"\x00" in chunk:

@@ -161,7 +161,8 @@ class Lines:
     cand_ends: Any = None
     cand_kinds: Any = None
     # bit 0: the chunk may hold a NUL byte; bit 1: a byte past ASCII (found by the
-    # compiled newline pass; both set when unknown)
+    # compiled newline pass; both set when unknown); bit 2: it is valid UTF-8 (checked in
+    # the same pass; clear when unknown)
     byte_flags: int = 3
     # (NUL bytes, invalid UTF-8 bytes) of the chunk, when counted ahead (else None)
     byte_counts: tuple[int, int] | None = None
