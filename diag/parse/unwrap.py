@@ -175,6 +175,15 @@ def unescape_entities(line: str) -> str:
     return line
 
 
+def _stamped(w: Wrap | None, kind: str, m: re.Match[str]) -> Wrap:
+    """The wrap with a stamp wrapper's kind and time (its ``d``, ``t`` and optional ``f``
+    groups) added."""
+    w = w or Wrap()
+    w.kinds.append(kind)
+    w.ts = wrapper_dt(m.group("d"), m.group("t"), m.groupdict().get("f"))
+    return w
+
+
 def unwrap_line(line: str) -> tuple[str, Wrap | None]:
     """Strip the per-line wrappers of one logical line (ANSI already stripped).
 
@@ -252,9 +261,7 @@ def unwrap_line(line: str) -> tuple[str, Wrap | None]:
             if line[10:11] == "T":
                 m = _RFC3339.match(line)
                 if m:
-                    w = w or Wrap()
-                    w.kinds.append("timestamp")
-                    w.ts = wrapper_dt(m.group("d"), m.group("t"), m.group("f"))
+                    w = _stamped(w, "timestamp", m)
                     line = line[m.end() :]
                     m2 = _TORCHSERVE.match(line) if line[:1] == "[" else None
                     if m2:
@@ -269,17 +276,13 @@ def unwrap_line(line: str) -> tuple[str, Wrap | None]:
             elif line[10:11] == " " and " - " in line[19:32]:
                 m = _PYLOG_WRAP.match(line)
                 if m and _RECORD_START.match(line, m.end()):
-                    w = w or Wrap()
-                    w.kinds.append("python-logging")
-                    w.ts = wrapper_dt(m.group("d"), m.group("t"), m.group("f"))
+                    w = _stamped(w, "python-logging", m)
                     line = line[m.end() :]
                     continue
             elif line[10:11] == " " and line[19:22] == " | ":
                 m = _FASTCHAT.match(line)
                 if m:
-                    w = w or Wrap()
-                    w.kinds.append("fastchat")
-                    w.ts = wrapper_dt(m.group("d"), m.group("t"))
+                    w = _stamped(w, "fastchat", m)
                     line = line[m.end() :]
                     continue
         elif "A" <= c0 <= "Z":
@@ -287,18 +290,14 @@ def unwrap_line(line: str) -> tuple[str, Wrap | None]:
             if sp > 0 and line[sp + 11 : sp + 12] == "T" and line[sp + 1 : sp + 3] in ("19", "20"):
                 m = _GCP.match(line)
                 if m:
-                    w = w or Wrap()
-                    w.kinds.append("cloud-logging")
-                    w.ts = wrapper_dt(m.group("d"), m.group("t"), m.group("f"))
+                    w = _stamped(w, "cloud-logging", m)
                     line = line[m.end() :]
                     continue
         elif c0 == "[":
             if line[11:12] == "T" and line[1:2].isdigit():
                 m = _JENKINS.match(line)
                 if m:
-                    w = w or Wrap()
-                    w.kinds.append("timestamp")
-                    w.ts = wrapper_dt(m.group("d"), m.group("t"), m.group("f"))
+                    w = _stamped(w, "timestamp", m)
                     line = line[m.end() :]
                     continue
             if line[1:2].isdigit() and "<std" in line[:24]:
