@@ -9,5 +9,5 @@ from diag.stacks.textdump import _Proc, _Thread
 def test_call_line_under_no_frame_builds() -> None:
     proc = _Proc(kind="traceback", source="log.txt", line=3)
     proc.threads.append(_Thread(tid=None, name=None, status=None, outer_first=True))
-    proc.call_at = (-1, 'File "/usr/lib/python3.10/multiprocessing/pr')
+    proc.threads[0].calls[-1] = 'File "/usr/lib/python3.10/multiprocessing/pr'
     assert proc.build() is None  # no frame: nothing to report, and no IndexError

@@ -1223,7 +1223,7 @@ def classify_frames(frames: Sequence[StackFrame]) -> tuple[str | None, SiteRule 
     chain_open = True  # every frame so far is native, a generic wait or a wrapper
     only_wrappers = True  # every frame so far is a pass-through wrapper
     weak: SiteRule | None = None
-    for frame in frames:
+    for at, frame in enumerate(frames):
         first, first_not_leaf = _first_matches(frame)
         hit = first if chain_open else first_not_leaf
         if hit is not None and hit.cut:
@@ -1235,7 +1235,7 @@ def classify_frames(frames: Sequence[StackFrame]) -> tuple[str | None, SiteRule 
             hit = catalogue_rule(frame) or call_rule(frame)
         if hit is not None and hit.strength == "strong":
             if hit.site == _SYNC:
-                outer = _collective_around(frames, frame)
+                outer = _collective_around(frames[at + 1 :])
                 if outer is not None:
                     return outer.site, outer
             return hit.site, hit
@@ -1249,14 +1249,13 @@ def classify_frames(frames: Sequence[StackFrame]) -> tuple[str | None, SiteRule 
     return None, None
 
 
-def _collective_around(frames: Sequence[StackFrame], sync: StackFrame) -> SiteRule | None:
+def _collective_around(outer: Sequence[StackFrame]) -> SiteRule | None:
     """A CUDA sync that a collective's own code issued (a plugin polling cudaStreamQuery
     until its all-gather finished, WorkNCCL waiting on its stream) waits for that
-    collective: the collective rule of the frame that called it, looking out past native
-    or generic frames only."""
-    at = next(i for i, f in enumerate(frames) if f is sync)
+    collective: the collective rule of the frame that called it (``outer``: the frames
+    outside the sync, innermost first), looking out past native or generic frames only."""
     seen = 0
-    for frame in frames[at + 1 :]:
+    for frame in outer:
         if is_pass_through(frame):
             continue
         first, _ = _first_matches(frame)

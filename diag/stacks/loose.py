@@ -41,8 +41,13 @@ _SYMBOL = re.compile(r"^(?:[A-Za-z_~][\w~]*(?:(?:::|\.)[A-Za-z_~{][\w~{}()*#]*)*
 _OUTER_FIRST = re.compile(r"most recent call last|[└├]─")
 
 
-def _frame(line: str) -> StackFrame | None:
-    text = _NOTE.sub("", _LEAD.sub("", line)).strip()
+def _written(line: str) -> str:
+    """A list line without its tree connectors, bullets and the reporter's note."""
+    return _NOTE.sub("", _LEAD.sub("", line)).strip()
+
+
+def _frame(text: str) -> StackFrame | None:
+    """The frame a cleaned list line (:func:`_written`) names, or None."""
     if not text or len(text) > 300:
         return None
     m = _PYSPY.match(text)
@@ -83,14 +88,14 @@ def frame_list_process(
             continue
         if _OUTER_FIRST.search(line):
             outer_first = True
-        f = _frame(line)
+        written = _written(line)
+        f = _frame(written)
         if f is None:
             words += 1
             continue
         if first is None:
             first = number
         call = f"{f.name}()"
-        written = _NOTE.sub("", _LEAD.sub("", line)).strip()
         if not f.filename and written.endswith("()") and primitive_in_line(call) is not None:
             items.append(call)
         else:

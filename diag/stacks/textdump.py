@@ -379,18 +379,16 @@ class _Proc:
     rank: RankId | None = None
     threads: list[_Thread] = field(default_factory=list)
     error: str | None = None  # the dump failed: py-spy's own message
-    # a traceback's last frame so far and the source line printed under it (the call)
-    call_at: tuple[int, str] | None = None
 
     def build(self) -> StackProcess | None:
         threads = []
         for t in self.threads:
             frames_in = t.frames
-            if (self.call_at is not None and t.outer_first and t.frames
-                    and self.call_at[0] == len(t.frames) - 1):
+            call = t.calls.get(len(t.frames) - 1) if t.outer_first and t.frames else None
+            if call is not None:
                 # the innermost frame's source line: the call that raised (a C function
                 # has no frame of its own: `.tolist()`, `store.get()`)
-                frames_in = [*t.frames[:-1], replace(t.frames[-1], call=self.call_at[1])]
+                frames_in = [*t.frames[:-1], replace(t.frames[-1], call=call)]
             frames = tuple(reversed(frames_in)) if t.outer_first else tuple(frames_in)
             if t.cstack:
                 frames = (*_crash_site(t.cstack), *frames)
@@ -1195,8 +1193,7 @@ class _Channel:
         if indented or (m is None and under):
             # a source line (under a frame: its call, also when the paste lost its indent)
             if under and tb.threads:
-                tb.call_at = (len(tb.threads[0].frames) - 1, stripped[:240])
-                tb.threads[0].calls[tb.call_at[0]] = tb.call_at[1]
+                tb.threads[0].calls[len(tb.threads[0].frames) - 1] = stripped[:240]
             return True
         self.tb = None
         if m is None and self._stack_not_traceback(tb):
