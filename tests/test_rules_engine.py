@@ -314,6 +314,21 @@ def test_a_catastrophic_pattern_times_out_instead_of_hanging(tmp_path: Path) -> 
     assert time.monotonic() - start < 5
     assert any("custom.disk_full" in n and "timed out" in n for n in out.notes)
     assert "custom.disk_full" not in ids(out)
+    # the first line a timeout cost is named (a timeout depends on the machine's load)
+    first = [n for n in out.notes if "timed out on" in n]
+    assert len(first) == 1 and "server.log:0 (" in first[0] and "not matched" in first[0]
+
+
+def test_rule_patterns_fold_case_simply() -> None:
+    """Case-insensitive rule patterns fold case character by character: `regex`'s full
+    folding (version 1's default) matched "ß" to "SS" and made a class repeat such as
+    `[\\w./ -]{3,60}? requires` about 50x slower on a long line, close to the timeout."""
+    from diag.rules.loader import _compile
+
+    assert _compile("straße", ignore_case=True, where="t").search("STRASSE") is None
+    assert _compile("straße", ignore_case=True, where="t").search("STRAßE") is not None
+    lazy = _compile("straße", ignore_case=True, where="t", lazy=True)
+    assert lazy.search("STRASSE") is None and lazy.search("Straße") is not None
 
 
 # ---------------------------------------------------------------------------
@@ -505,6 +520,30 @@ def test_a_bar_line_read_again_gives_each_record_its_own_update() -> None:
     assert [(p.line, p.done, p.total, p.s_per_it) for p in again] == [(9, 1, 2, 18.0)]
     long = "x" * 2000 + " " + line
     assert [(p.line, p.done) for p in parse_progress(rec(4, long))] == [(4, 1)]
+
+
+@pytest.mark.parametrize("text", [
+    "Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:18<00:18, 18.0s/it]",
+    "(Worker_TP0 pid=111) Capturing CUDA graphs (mixed prefill-decode, PIECEWISE):   0%|   "
+    "       | 0/5 [00:00<?, ?it/s]Capturing CUDA graphs (mixed prefill-decode, PIECEWISE):  "
+    "20%|██        | 1/5 [00:00<00:00,  8.82it/s]Capturing CUDA graphs:  40%|████      | "
+    "2/5 [00:00<00:00,  8.89it/s]",
+    "[rank3]: Processed prompts: 100%|██████████| 8/8 [00:02<00:00,  3.61it/s, est. speed "
+    "input: 1.2 toks/s]\rProcessed prompts:  12%|█▎ | 1/8 [00:01<00:09, 1.3s/it]",
+    "x" * 300 + " Loading pt checkpoint shards: 3/8 [01:02<01:40, 20.1s/it]",
+    "Step 3 12/34 [05<07, 1.5it/s] and then 7/9 [00:01<00:00, 2.0it/s]",
+    "a" * 95 + " 1/2 [00:01<00:01, 1.00s/it]",
+    "no bar: 3/8 files, 12.5 it/s on average",
+])
+def test_bar_updates_read_as_the_one_pattern_reads_them(text: str) -> None:
+    """bar_updates (counts first, then each label read backwards: linear time) finds the
+    updates _BAR's leftmost matches find, with the same groups."""
+    from diag.rules.checks import _BAR, bar_updates
+
+    names = ("label", "done", "total", "elapsed", "left", "rate", "unit")
+    want = [tuple(m.group(g) for g in names) for m in _BAR.finditer(text)]
+    got = [tuple(u.group(g) for g in names) for u in bar_updates(text)]
+    assert got == want
 
 
 def test_shard_pace_is_the_bars_elapsed_time_over_its_count() -> None:

@@ -132,6 +132,47 @@ _BAR = regex.compile(
     r"(?P<done>\d+)/(?P<total>\d+)\s*\[(?P<elapsed>[\d:]+)<(?P<left>[^,\]]*),\s*"
     r"(?P<rate>[\d.]+|\?)\s*(?P<unit>s/it|it/s)"
 )
+# (speed, and the same answer whatever the machine's load) _BAR read in two steps: its
+# counts ("3/8 [00:12<00:20, 2.50s/it]"), found left to right, then, in the text between
+# the count before and this one, the label and bar right before it, read backwards from
+# the count (the label as long as it can be, up to 81 characters starting with a letter:
+# where _BAR's leftmost match starts). _BAR itself tried its lazy 81-character label at
+# every position of a line: about 50 ms on a line of 2,000 characters, which its 50 ms
+# timeout cut or not depending on the load. _BAR stays as the reference of the tests.
+_BAR_COUNT = regex.compile(
+    r"(?P<done>\d+)/(?P<total>\d+)\s*\[(?P<elapsed>[\d:]+)<(?P<left>[^,\]]*),\s*"
+    r"(?P<rate>[\d.]+|\?)\s*(?P<unit>s/it|it/s)"
+)
+_BAR_HEAD = regex.compile(
+    r"(?r)(?P<label>[A-Za-z][^|:\n]{0,80})?:?\s*(?:\d{1,3}%\s*(?:Completed\s*)?\|[^|\n]*?\|?\s*)?\Z"
+)
+_BAR_HEAD_CHARS = 4096  # of the text before a count, read for its label
+
+
+class _BarUpdate:
+    """One bar update: _BAR's groups (``group(name)``, as a match's)."""
+
+    __slots__ = ("_count", "_label")
+
+    def __init__(self, label: str | None, count: regex.Match[str]) -> None:
+        self._label = label
+        self._count = count
+
+    def group(self, name: str) -> Any:  # (as regex.Match.group: str, or None when unset)
+        return self._label if name == "label" else self._count.group(name)
+
+
+def bar_updates(text: str) -> tuple[_BarUpdate, ...]:
+    """The bar updates of ``text``, as ``_BAR.finditer`` finds them (in linear time).
+    Raises TimeoutError past 50 ms (hostile input only)."""
+    out = []
+    prev = 0
+    for m in _BAR_COUNT.finditer(text, timeout=0.05):
+        head = _BAR_HEAD.search(text, max(prev, m.start() - _BAR_HEAD_CHARS), m.start(),
+                                timeout=0.05)
+        out.append(_BarUpdate(head.group("label") if head else None, m))
+        prev = m.end()
+    return tuple(out)
 
 
 _SCAN_CAP = 1 << 16  # checks read at most this much of one message
@@ -169,11 +210,11 @@ _BAR_MEMO_CHARS = 1000  # messages up to this long have their bars remembered
 
 
 @functools.lru_cache(maxsize=1 << 12)
-def _bar_matches(text: str) -> tuple[regex.Match[str], ...]:
-    """``_BAR``'s matches in a message, () when the search timed out; remembered for a
+def _bar_matches(text: str) -> tuple[_BarUpdate, ...]:
+    """The bar updates of a message, () when the search timed out; remembered for a
     message that recurs (the same bar line from each rank, from each check)."""
     try:
-        return tuple(_BAR.finditer(text, timeout=0.05))
+        return bar_updates(text)
     except TimeoutError:
         return ()
 
@@ -185,10 +226,10 @@ def parse_progress(rec: Record) -> list[Progress]:
         return []
     out: list[Progress] = []
     if len(text) <= _BAR_MEMO_CHARS:
-        matches: Sequence[regex.Match[str]] = _bar_matches(text)
+        matches: Sequence[_BarUpdate] = _bar_matches(text)
     else:
         try:
-            matches = list(_BAR.finditer(text, timeout=0.05))
+            matches = bar_updates(text)
         except TimeoutError:
             return []
     for m in matches:
@@ -198,7 +239,7 @@ def parse_progress(rec: Record) -> list[Progress]:
     return out
 
 
-def _progress(m: regex.Match[str], rec: Record) -> Progress | None:
+def _progress(m: _BarUpdate, rec: Record) -> Progress | None:
     """One bar's update; None for a garbled one ("..14it/s" where two ranks wrote at
     once, a count of 5000 digits): hardening, not a crash."""
     rate = m.group("rate")

@@ -25,7 +25,7 @@ import regex
 from diag.limits import RULE_REGEX_BUDGET_S, RULE_REGEX_TOTAL_S
 from diag.model import SEVERITIES, Analysis, Event, Evidence, Finding, RankId, Record
 from diag.rules.checks import CHECKS, CheckContext, CheckOutcome, Hit
-from diag.rules.loader import Rule
+from diag.rules.loader import REGEX_TIMEOUT_S, Rule
 
 __all__ = [
     "MAX_EVIDENCE",
@@ -382,6 +382,14 @@ def _scan(
                         break
                     if timed_out:
                         timeouts[rule.id] = timeouts.get(rule.id, 0) + 1
+                        if timeouts[rule.id] == 1:
+                            # (a timeout depends on the machine's speed and load: the line
+                            # it cost is named, never lost silently)
+                            notes.append(
+                                f"rule {rule.id}: a pattern timed out on {rec.source}:"
+                                f"{rec.line + i} ({REGEX_TIMEOUT_S * 1000:.0f} ms); that line "
+                                "was not matched by it"
+                            )
                         if timeouts[rule.id] == _MAX_TIMEOUTS:
                             notes.append(
                                 f"rule {rule.id}: pattern timed out {_MAX_TIMEOUTS} times "
