@@ -246,3 +246,57 @@ def test_one_message_repeated_as_the_longest_line_is_no_wrap() -> None:
     long = "Error: Failed to initialize the TMA descriptor 801 " + "x" * 60 + " tail"
     wrapped = [piece for _ in range(4) for piece in (long[:80], long[80:])] + ["end"]
     assert detect_wrap(wrapped, _starts_or_bar) == (80, False)
+
+
+@pytest.mark.parametrize(("first", "rest"), [
+    # fold -s: broken after the last space that fits, the space kept on the first piece
+    ('  File "/opt/venv/lib/python3.10/site-packages/sglang/srt/model_executor/model_runner.py",'
+     " line 99, in ", "__init__"),
+    # ... or stripped by the paste
+    ('  File "/opt/venv/lib/python3.10/site-packages/sglang/srt/model_executor/model_runner.py",'
+     " line 99, in", "__init__"),
+    # a hard wrap mid-path
+    ('  File "/opt/venv/lib/python3.10/site-packages/sglang/srt/model_execu',
+     'tor/model_runner.py", line 99, in __init__'),
+    ('  File "/opt/venv/lib/python3.10/site-packages/sglang/srt/model_executor/model_runner.py", ',
+     "line 99, in __init__"),
+])
+def test_a_frame_line_a_wrap_broke_is_joined_back(first: str, rest: str) -> None:
+    """A frame line broken by a wrap is whole again when its two pieces make one frame
+    line by the grammar (``File "...", line N, in name``), even where the paste has too
+    few wrapped lines for the wrap to be detected: the frames then give the phase."""
+    lines = [
+        "[2024-08-27 23:31:19 TP2] Exception in run_tp_server:",
+        "Traceback (most recent call last):",
+        '  File "/sgl/srt/managers/tp_worker.py", line 99, in __init__',
+        "    self.model_runner = ModelRunner(",
+        first,
+        rest,
+        "    self.load_model()",
+    ]
+    sp = SourceParser("x")
+    for i, ln in enumerate(lines, 1):
+        sp.feed(i, ln)
+    d = sp.drafts[-1]  # the traceback's record
+    assert d.p.message.startswith("Traceback") and len(d.continuation) == 4
+    assert d.continuation[2].endswith('model_runner.py", line 99, in __init__')
+    assert analyze_text("\n".join(lines), "x.log").last_phase == "weights_load"
+
+
+def test_a_whole_frame_line_takes_no_line_after_it() -> None:
+    """Only a frame line the grammar shows broken takes the next line: a whole one, and
+    a line that only looks like a piece, are left alone."""
+    lines = [
+        "[2024-08-27 23:31:19 TP2] Exception in run_tp_server:",
+        "Traceback (most recent call last):",
+        '  File "/x/tp_worker.py", line 99, in __init__',
+        "load_model",
+        '  File "/x/model_runner.py", line 7, in',
+        "RuntimeError: boom",
+    ]
+    sp = SourceParser("x")
+    for i, ln in enumerate(lines, 1):
+        sp.feed(i, ln)
+    texts = [t for d in sp.drafts for t in (d.p.message, *d.continuation)]
+    assert "load_model" in texts and '  File "/x/tp_worker.py", line 99, in __init__' in texts
+    assert not any("in RuntimeError" in t for t in texts)

@@ -33,6 +33,11 @@ MAX_MESSAGE = 256_000  # characters of a message kept (multi-MB lines are cut)
 REPEAT_CAP_AFTER = 20_000  # records of a source before repeated kinds of lines are capped
 REPEAT_KEEP = 200  # lines of one kind parsed once capped (the rest only counted)
 _DIGITS = re.compile(r"[0-9]+")
+# A Python traceback's frame line, whole: a paste wrapped at a width breaks a long one
+# (``fold -s`` after its last space, "..., in " + "__init__"; a hard wrap anywhere,
+# mid-path), which this grammar proves; see SourceParser._frame_rest
+_FRAME_WHOLE = re.compile(r'\s*File "[^"\n]+", line \d+, in [\w<>.]+\s*')
+_FRAME_REST = re.compile(r"\S+(?: \S+){0,4}")  # (the rest: a few words, no more)
 MAX_PHYSICAL = 1 << 20  # characters of a physical line looked at (before '\r' splitting)
 
 
@@ -68,6 +73,7 @@ class SourceParser:
         self._held_nonblank = 0
         self._last: Draft | None = None  # last record of the source
         self._last_line = -10
+        self._tail: Draft | None = None  # the record the last line was attached to
         self._by_stream: dict[
             tuple[str | None, int | None, str | None, RankId | None, str | None], Draft
         ] = {}
@@ -297,7 +303,11 @@ class SourceParser:
                     self._attach(prev, msg, lineno)
                     prev.in_traceback = False
                     return
-        # 2. a bare continuation line (indented, or a traceback's closing lines)
+        # 2. the rest of a frame line a wrap broke (``File "...", line 3, in`` then
+        #    ``__init__`` at column 0): joined to it (the text proves where it belongs)
+        if not prefixed and self._frame_rest(msg, lineno):
+            return
+        # 3. a bare continuation line (indented, or a traceback's closing lines)
         if not prefixed and last is not None and near:
             if is_continuation_text(msg) and p.grammar != "progress":
                 self._attach(last, msg, lineno)
@@ -334,17 +344,41 @@ class SourceParser:
             d.in_traceback = True
         self._drafts.append(d)
         self._last = d
-        self._last_line = lineno
+        self._tail = None  # (a record's own line is no broken frame: its rest would come
+        self._last_line = lineno  # as an unprefixed line only in a traceback's body)
         self._by_stream[key] = d
 
     def _attach(self, d: Draft, text: str, lineno: int) -> None:
         if len(d.continuation) < MAX_CONTINUATION:
             d.continuation.append(text)
+            self._tail = d
         else:
             d.dropped += 1
         if "Traceback (most recent call last)" in text:
             d.in_traceback = True
         self._last_line = lineno
+
+    def _frame_rest(self, msg: str, lineno: int) -> bool:
+        """Joins ``msg`` to the line before it (the last line attached to a record, right
+        above) when that is a frame line a wrap broke and ``msg`` its rest: the two make
+        one whole frame line (``_FRAME_WHOLE``), with the space the break took (fold -s
+        keeps it on the first piece; a paste may have stripped it) or none (a hard wrap
+        mid-word). True when joined."""
+        d = self._tail
+        if d is None or lineno != self._last_line + 1 or not d.continuation:
+            return False
+        prev = d.continuation[-1]
+        if "File \"" not in prev[:40] or _FRAME_WHOLE.fullmatch(prev):
+            return False
+        rest = msg.strip()
+        if not rest or not _FRAME_REST.fullmatch(rest):
+            return False
+        for joined in (prev + rest, prev.rstrip() + " " + rest):
+            if _FRAME_WHOLE.fullmatch(joined):
+                d.continuation[-1] = joined
+                self._last_line = lineno
+                return True
+        return False
 
 
 def _lost_indent_body(last: Draft, msg: str) -> bool:
