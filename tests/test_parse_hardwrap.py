@@ -260,6 +260,9 @@ def test_one_message_repeated_as_the_longest_line_is_no_wrap() -> None:
      'tor/model_runner.py", line 99, in __init__'),
     ('  File "/opt/venv/lib/python3.10/site-packages/sglang/srt/model_executor/model_runner.py", ',
      "line 99, in __init__"),
+    # broken right after "File" (a long prefix before it)
+    ("  File ", '"/opt/venv/lib/python3.10/site-packages/sglang/srt/model_executor/model_runner.py",'
+     " line 99, in __init__"),
 ])
 def test_a_frame_line_a_wrap_broke_is_joined_back(first: str, rest: str) -> None:
     """A frame line broken by a wrap is whole again when its two pieces make one frame
@@ -300,3 +303,42 @@ def test_a_whole_frame_line_takes_no_line_after_it() -> None:
     texts = [t for d in sp.drafts for t in (d.p.message, *d.continuation)]
     assert "load_model" in texts and '  File "/x/tp_worker.py", line 99, in __init__' in texts
     assert not any("in RuntimeError" in t for t in texts)
+
+
+def test_a_fold_s_break_right_after_an_indentation_is_joined_back() -> None:
+    """fold -s breaks after the last space that fits: under a long prefix, that can be the
+    last space of a caret line's or source line's indentation. The piece then ends in
+    several spaces; the next line (a word too long to have fitted) is its rest."""
+    prefix = "(EngineCore_0 pid=1284) ERROR 10-14 17:48:53 [core.py:700] "
+    clean = [
+        prefix + "EngineCore failed to start.",
+        prefix + "Traceback (most recent call last):",
+        prefix + '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", '
+        "line 691, in run_engine_core",
+        prefix + "    engine_core = EngineCoreProc(*args, **kwargs)",
+        prefix + "                  ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+        prefix + '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", '
+        "line 492, in __init__",
+        prefix + "    super().__init__(vllm_config, executor_class, log_stats,",
+        prefix + '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", '
+        "line 89, in __init__",
+        prefix + "    self._initialize_kv_caches(vllm_config)",
+        prefix + "RuntimeError: boom",
+    ]
+    folded: list[str] = []
+    for ln in clean:  # fold -s -w 100
+        while len(ln) > 100:
+            cut = ln.rfind(" ", 0, 100)
+            cut = 100 if cut <= 0 else cut + 1
+            folded.append(ln[:cut])
+            ln = ln[cut:]
+        folded.append(ln)
+    assert any(p.endswith("  ") and p.strip() for p in folded)  # a break after indentation
+    sp = SourceParser("x")
+    for i, ln in enumerate(folded, 1):
+        sp.feed(i, ln)
+    sp_clean = SourceParser("y")
+    for i, ln in enumerate(clean, 1):
+        sp_clean.feed(i, ln)
+    assert _messages(folded) == _messages(clean)
+    assert analyze_text("\n".join(folded), "x.log").last_phase == "kv_cache"

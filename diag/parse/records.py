@@ -368,7 +368,7 @@ class SourceParser:
         if d is None or lineno != self._last_line + 1 or not d.continuation:
             return False
         prev = d.continuation[-1]
-        if "File \"" not in prev[:40] or _FRAME_WHOLE.fullmatch(prev):
+        if not prev.lstrip().startswith("File") or _FRAME_WHOLE.fullmatch(prev):
             return False
         rest = msg.strip()
         if not rest or not _FRAME_REST.fullmatch(rest):
@@ -396,8 +396,13 @@ def _lost_indent_body(last: Draft, msg: str) -> bool:
 
 def _full(body: str, wrap: tuple[int, bool]) -> bool:
     """A physical line the wrap may have broken (as wide as the wrap, padded or not; or a
-    ``fold -s`` piece): the next line decides (:meth:`SourceParser._feed_wrapped`)."""
-    return len(body) == wrap[0] or wrap_breaks(body, wrap)
+    ``fold -s`` piece): the next line decides (:meth:`SourceParser._feed_wrapped`).
+    A ``fold -s`` piece may end in several spaces: the wrap broke right after an
+    indentation (a caret line's, a source line's under a long prefix), and the next line,
+    its rest, is a word too long to have fitted (:func:`folded_before`)."""
+    if len(body) == wrap[0] or wrap_breaks(body, wrap):
+        return True
+    return wrap[1] and body[-2:] == "  " and bool(body.strip())
 
 
 def starts_record(text: str) -> bool:
