@@ -261,8 +261,8 @@ def test_one_message_repeated_as_the_longest_line_is_no_wrap() -> None:
     ('  File "/opt/venv/lib/python3.10/site-packages/sglang/srt/model_executor/model_runner.py", ',
      "line 99, in __init__"),
     # broken right after "File" (a long prefix before it)
-    ("  File ", '"/opt/venv/lib/python3.10/site-packages/sglang/srt/model_executor/model_runner.py",'
-     " line 99, in __init__"),
+    ("  File ", '"/opt/venv/lib/python3.10/site-packages/sglang/srt/model_executor/'
+     'model_runner.py", line 99, in __init__'),
 ])
 def test_a_frame_line_a_wrap_broke_is_joined_back(first: str, rest: str) -> None:
     """A frame line broken by a wrap is whole again when its two pieces make one frame
