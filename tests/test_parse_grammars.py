@@ -53,6 +53,10 @@ CASES = [
      "vllm", None, "INFO", "generating GPU P2P", {"yearless": True}),
     ("DEBUG 08-09 21:13:56 [compilation/decorators.py:221] Start compiling function",
      "vllm", None, "DEBUG", "Start compiling", {"logger_file": "compilation/decorators.py"}),
+    # a markdown view escaped each `]` and the paste kept it as `[]`
+    ("(EngineCore_DP0 pid=7) ERROR 11-02 08:15:31 [scheduler.py:412[] Dumping scheduler "
+     "output for model execution: x", "vllm", None, "ERROR", "Dumping scheduler output",
+     {"logger_file": "scheduler.py", "pid": 7}),
     # vLLM process prefixes
     ("(VllmWorker rank=3 pid=1090) ERROR 06-05 06:18:13 [multiproc_executor.py:470] "
      "RuntimeError: CUDA error: out of memory",

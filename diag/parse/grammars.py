@@ -124,9 +124,11 @@ _BRACKET_FIELDS = re.compile(
     r"(?:\[(?P<file>[\w./\-]+\.py):(?P<line>\d{1,9})\])?\[" + _LVL + r"\]:? ?(?P<msg>.*)$",
     re.S | re.A,
 )
+# (paste damage: a markdown view that escaped each `]` and lost the backslash shows it as
+# `[]`: "ERROR 10-20 03:20:50 [core.py:720[] msg")
 _VLLM = re.compile(
     r"^" + _LVL + r" (?:(?P<y>\d{4})-)?(?P<md>\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)(?:[.,]\d+)? "
-    r"\[?(?P<file>[\w./\-]+\.py):(?P<line>\d{1,9})\] ?(?P<msg>.*)$",
+    r"\[?(?P<file>[\w./\-]+\.py):(?P<line>\d{1,9})\[?\] ?(?P<msg>.*)$",
     re.S | re.A,
 )
 # 2025-04-13 14:53:38 INFO 511 [pynccl.py:78] msg    (user logging formats)
