@@ -61,6 +61,11 @@ CASES = [
     ("(VllmWorker rank=3 pid=1090) ERROR 06-05 06:18:13 [multiproc_executor.py:470] "
      "RuntimeError: CUDA error: out of memory",
      "vllm", "TP3", "ERROR", "RuntimeError: CUDA error", {"pid": 1090, "process": "VllmWorker"}),
+    # vLLM 0.10.1's worker prefix: the name, a space, its PP/TP tags
+    ("(VllmWorker TP1 pid=812) INFO 08-20 10:04:11 [gpu_worker.py:276] Available KV cache "
+     "memory: 30.1 GiB", "vllm", "TP1", "INFO", "Available KV cache", {"pid": 812}),
+    ("(VllmWorker PP1_TP0 pid=813) WARNING 08-20 10:04:11 [utils.py:1] w", "vllm", "PP1 TP0",
+     "WARNING", "w", {"process": "VllmWorker PP1_TP0"}),
     ("(Worker_TP0 pid=1700) INFO 08-14 12:59:46 [gpu_model_runner.py:2592] Model loading took "
      "15.2 GiB and 4.1 seconds", "vllm", "TP0", "INFO", "Model loading took", {}),
     ("(Worker_DP1_TP0_EP2 pid=44) INFO 08-14 12:59:46 [core.py:1] x", "vllm", "DP1 TP0 EP2",
