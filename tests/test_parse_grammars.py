@@ -107,6 +107,12 @@ CASES = [
      "glog", "TP0", "ERROR", "[Rank 0] Watchdog caught", {"logger_file": "ProcessGroupNCCL.cpp"}),
     ("I0820 02:41:20.446154 710 transfer_engine.cpp:422] Metrics reporting is disabled",
      "glog", None, "INFO", "Metrics reporting", {"pid": 710}),
+    # LMCache's own logger in an engine's process (its level padded, its place in parentheses)
+    ("(VllmWorker TP2 pid=90) [2025-08-11 09:00:01,204] LMCache WARN : Local cpu memory under "
+     "pressure (cache_engine.py:140:lmcache.v1.cache_engine)", "lmcache", "TP2", "WARNING",
+     "Local cpu memory under pressure", {"logger_file": "cache_engine.py", "pid": 90}),
+    ("[2025-08-11 09:00:01,204] LMCache INFO: Creating LMCacheEngine with config: x",
+     "lmcache", None, "INFO", "Creating LMCacheEngine", {}),
     # other Python loggers
     ("2025-03-27 21:33:31,320 - INFO - flashinfer.jit: Prebuilt kernels not found, using JIT "
      "backend", "pylog", None, "INFO", "Prebuilt kernels not found", {}),
