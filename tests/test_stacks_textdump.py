@@ -1247,3 +1247,15 @@ def test_a_note_after_an_indented_pyspy_frame_is_left_out() -> None:
     )
     (p,) = parse_stack_text(dump)
     assert [f.name for f in p.threads[0].frames] == ["synchronize", "step"]
+
+
+def test_bare_pyspy_frames_behind_a_process_prefix_keep_its_process() -> None:
+    dump = "\n".join(
+        [
+            "(VllmWorker TP1 pid=4242) recv            (zmq/sugar/socket.py:812)",
+            "(VllmWorker TP1 pid=4242) worker_busy_loop (vllm/v1/executor/multiproc_executor.py:6)",
+        ]
+    )
+    (p,) = parse_stack_text(dump)
+    assert [f.name for f in p.threads[0].frames] == ["recv", "worker_busy_loop"]
+    assert p.rank == RankId(tp=1)

@@ -224,6 +224,7 @@ _BARE_FRAME = re.compile(
     r"^([A-Za-z_<][\w<>.:~]*\s+\((?:[^()\s]+\.pyx?:\d+|[^()\s]+\.so[\w.\-]*)\))"
     r"(?:\s+(?:<-+|\u2190|#)\s.*)?\s*$"
 )
+_BARE_HINT = re.compile(r"\w\s+\([^()\s]+(?:\.pyx?:\d+|\.so[\w.\-]*)\)")
 _NOTE = re.compile(r"(\))\s+(?:<-+|\u2190|#)\s.*$")
 _FOREIGN_LIMIT = 3  # this many foreign lines in a row end a dump
 _TITLE_LIMIT = 200  # lines between `Process N: title` and its first thread
@@ -1437,8 +1438,12 @@ def extract_stack_processes(
 
     seen: dict[str, _Split] = {}
 
-    def feed(rec: Record, piece: str, offset: int, head: _Line | None) -> None:
+    def feed(
+        rec: Record, piece: str, offset: int, head: _Line | None, text: str | None = None
+    ) -> None:
         ln = _line_of(rec, piece, offset, seen)
+        if text is not None:
+            ln.text = text  # the line as it should have read (a frame's lost indentation)
         if head is not None and not ln.channel:
             # A log parser attached this line to the record because it belongs to the
             # record's stream (prefix already stripped): it inherits the head's stream.
@@ -1472,7 +1477,7 @@ def extract_stack_processes(
     source: str | None = None
     # py-spy frames a paste left with no thread header and no indentation: one is held
     # until a second follows (then both, and the run after them, go in as frames)
-    held: tuple[Record, str, int, _Line | None] | None = None
+    held: tuple[Record, str, int, _Line | None, str] | None = None
     bare_run = False
     for rec in records:
         if rec.source != source:
@@ -1490,24 +1495,24 @@ def extract_stack_processes(
             if any(_maybe_glued(piece) for piece in pieces):
                 pieces = [cut for piece in pieces for cut in split_glued_dump(piece)]
             for piece in pieces:
-                bare = (
-                    _BARE_FRAME.match(piece)
-                    if (".py" in piece or ".so" in piece)
-                    and (piece[:1].isalpha() or piece[:1] in "_<")
-                    else None
-                )
+                bare = None
+                if (".py" in piece or ".so" in piece) and _BARE_HINT.search(piece):
+                    split = seen.get(piece)
+                    if split is None:
+                        split = seen[piece] = _split_line(piece)
+                    bare = _BARE_FRAME.match(split[0])  # after its wrappers and prefixes
                 if bare is not None and (
                     bare_run or held is not None or not (busy or candidate(piece))
                 ):
                     # "sched_yield   (vllm/distributed/utils.py:48)" at the line's start
                     frame = "    " + bare.group(1)
                     if held is not None:
-                        feed(held[0], "    " + held[1], held[2], held[3])
+                        feed(*held[:4], text=held[4])
                         held, bare_run = None, True
                     if bare_run:
-                        feed(rec, frame, offset, head_line if i else None)
+                        feed(rec, piece, offset, head_line if i else None, text=frame)
                     else:
-                        held = (rec, bare.group(1), offset, head_line if i else None)
+                        held = (rec, piece, offset, head_line if i else None, frame)
                     offset += 1
                     continue
                 held, bare_run = None, False
