@@ -193,6 +193,9 @@ _NAMED_STEPS: tuple[tuple[frozenset[str], str], ...] = (
 # its forward runs in any later step, which the frames alone do not tell (a forward proves
 # the model was loaded: at least weights_load)
 _MODEL_CODE = re.compile(r"/(?:vllm/model_executor|sglang/srt)/(?:models|layers)/")
+# vLLM's attention backends (attention/backends/ in V0, v1/attention/backends/ in V1) and a
+# platform plugin's copies of them (vllm_<platform>/...)
+_ATTN_BACKEND = re.compile(r"/vllm(?:_[a-z0-9]+)?/(?:v1/)?attention/backends/")
 _STARTUP = ("launch", "dist_init", "weights_load", "kv_cache", "compile", "cuda_graph")
 # vLLM V1's executor RPC, sent and answered only once every worker is ready (below): a
 # lower bound that start-up steps and serving alike run in
@@ -349,6 +352,13 @@ def frame_phase(path: str, func: str) -> str | None:
         and not p.endswith(("/models/registry.py", "/models/__init__.py"))
     ):
         return "weights_load"  # a model or layer being built (the registry: with the config)
+    if name == "forward" and _ATTN_BACKEND.search(p):
+        # an attention backend's forward (the layer's impl, given the KV cache): first run by
+        # the memory profile, whose dummy forward reaches it with no metadata ("Profiling
+        # run": vllm/v1/attention/backends/flash_attn.py FlashAttentionImpl.forward, 0.8-0.34;
+        # V0's profile_run -> execute_model, 0.4-0.10), then by capture, warm-up and requests:
+        # at least kv_cache. Hardware plugins (vllm_kunlun, vllm_gaudi ...) keep the layout
+        return "kv_cache"
     if name == "forward" and _MODEL_CODE.search(p):
         # a model's or a layer's forward: the model was built and loaded (get_model returns
         # it loaded; the profile run, capture, warm-up and requests all come after, and a

@@ -47,6 +47,12 @@ T0 = dt.datetime(2026, 2, 22, 22, 35, 0)
         ("/x/sglang/srt/layers/linear.py", "forward", "weights_load"),
         # a model's forward runs only once it was loaded (at least weights_load)
         ("/x/vllm/model_executor/models/qwen3_vl.py", "forward", "weights_load"),
+        # an attention backend's forward: first run by the memory profile (at least kv_cache),
+        # also in a platform plugin's copy of the backends
+        ("/x/vllm/v1/attention/backends/flashinfer.py", "forward", "kv_cache"),
+        ("/x/vllm/attention/backends/xformers.py", "forward", "kv_cache"),
+        ("vllm_myhw/v1/attention/backends/myhw_attn.py", "forward", "kv_cache"),
+        ("/x/vllm/v1/attention/backends/flashinfer.py", "build", None),
         # vLLM V1's KV sizing from the layers' specs (kv_cache_utils.py 0.10-0.34)
         ("/x/vllm/v1/core/kv_cache_utils.py", "get_kv_cache_groups", "kv_cache"),
         ("/x/vllm/v1/core/kv_cache_utils.py", "unify_kv_cache_spec_page_size", "kv_cache"),

@@ -53,10 +53,19 @@ CASES = [
      "vllm", None, "INFO", "generating GPU P2P", {"yearless": True}),
     ("DEBUG 08-09 21:13:56 [compilation/decorators.py:221] Start compiling function",
      "vllm", None, "DEBUG", "Start compiling", {"logger_file": "compilation/decorators.py"}),
+    # a markdown view escaped each `]` and the paste kept it as `[]`
+    ("(EngineCore_DP0 pid=7) ERROR 11-02 08:15:31 [scheduler.py:412[] Dumping scheduler "
+     "output for model execution: x", "vllm", None, "ERROR", "Dumping scheduler output",
+     {"logger_file": "scheduler.py", "pid": 7}),
     # vLLM process prefixes
     ("(VllmWorker rank=3 pid=1090) ERROR 06-05 06:18:13 [multiproc_executor.py:470] "
      "RuntimeError: CUDA error: out of memory",
      "vllm", "TP3", "ERROR", "RuntimeError: CUDA error", {"pid": 1090, "process": "VllmWorker"}),
+    # vLLM 0.10.1's worker prefix: the name, a space, its PP/TP tags
+    ("(VllmWorker TP1 pid=812) INFO 08-20 10:04:11 [gpu_worker.py:276] Available KV cache "
+     "memory: 30.1 GiB", "vllm", "TP1", "INFO", "Available KV cache", {"pid": 812}),
+    ("(VllmWorker PP1_TP0 pid=813) WARNING 08-20 10:04:11 [utils.py:1] w", "vllm", "PP1 TP0",
+     "WARNING", "w", {"process": "VllmWorker PP1_TP0"}),
     ("(Worker_TP0 pid=1700) INFO 08-14 12:59:46 [gpu_model_runner.py:2592] Model loading took "
      "15.2 GiB and 4.1 seconds", "vllm", "TP0", "INFO", "Model loading took", {}),
     ("(Worker_DP1_TP0_EP2 pid=44) INFO 08-14 12:59:46 [core.py:1] x", "vllm", "DP1 TP0 EP2",
@@ -98,6 +107,12 @@ CASES = [
      "glog", "TP0", "ERROR", "[Rank 0] Watchdog caught", {"logger_file": "ProcessGroupNCCL.cpp"}),
     ("I0820 02:41:20.446154 710 transfer_engine.cpp:422] Metrics reporting is disabled",
      "glog", None, "INFO", "Metrics reporting", {"pid": 710}),
+    # LMCache's own logger in an engine's process (its level padded, its place in parentheses)
+    ("(VllmWorker TP2 pid=90) [2025-08-11 09:00:01,204] LMCache WARN : Local cpu memory under "
+     "pressure (cache_engine.py:140:lmcache.v1.cache_engine)", "lmcache", "TP2", "WARNING",
+     "Local cpu memory under pressure", {"logger_file": "cache_engine.py", "pid": 90}),
+    ("[2025-08-11 09:00:01,204] LMCache INFO: Creating LMCacheEngine with config: x",
+     "lmcache", None, "INFO", "Creating LMCacheEngine", {}),
     # other Python loggers
     ("2025-03-27 21:33:31,320 - INFO - flashinfer.jit: Prebuilt kernels not found, using JIT "
      "backend", "pylog", None, "INFO", "Prebuilt kernels not found", {}),

@@ -78,6 +78,10 @@ MESSAGES = [
     ('192.168.1.108:39394 - "POST /v1/chat/completions HTTP/1.1" 200 OK', "serving", "any.http_request"),
     ("Generated response chatcmpl-9f2: output: 'Paris', output_token_ids: [3], finish_reason: stop", "serving", "vllm.throughput"),
     ("Finished request cmpl-4e1b7.", "serving", "vllm.throughput"),
+    # LMCache's cache engine storing / loading a request's KV (0.3.x, then behind its req_id)
+    ("Stored 256 out of total 512 tokens. size: 0.0312 gb, cost 9.1 ms, throughput: 3.4 GB/s", "serving", "any.lmcache_request"),
+    ("Retrieved 256 out of 300 out of total 812 tokens", "serving", "any.lmcache_request"),
+    ("[req_id=cmpl-77] Retrieved 0 out of 64 required tokens (from 90 total tokens). size: 0.0000 gb", "serving", "any.lmcache_request"),
     ("Receive: obj=GenerateReqInput(text='The capital city of France is', input_ids=None)", "serving", "sglang.request_log"),
     ("Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)", "serving", "sglang.watchdog"),
 ]

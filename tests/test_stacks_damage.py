@@ -160,6 +160,15 @@ KNOWN_BROKEN: set[tuple[str, str]] = {
             "verl-sglang-0517-mtp-weight-sync-cuda-ipc-deleter-cudastreamsynchronize",
         )
     ),
+    # s38: py-spy frames a reporter pasted with no thread header and no indentation (two
+    # bare `name (file:line)` lines in a row make the dump): under a launcher's own prefix
+    # or stamp (learned only before a framework's lines) no line starts with a frame; glued
+    # with nothing between, the reporter's note after one frame ("<- the ... branch") runs
+    # into the next frame's name and breaks the run
+    *(
+        (how, "local-inference-lab-vllm-pr-aug-2026-glm52-4node-gb10-tp4-dcp4-pyspy-column-aligned-short-paths-annotated-sched-yield-spin-worker-busy-loop-no-thread-header")  # noqa: E501
+        for how in ("launcher prefix", "launcher stamp", "newlines lost, nothing left")
+    ),
     # s19: VLLM_TRACE_FUNCTION logs are read one call per line ("Call to f in a.py:12 from
     # g in b.py:34" to the line's end); wrapped at 80 or flattened, no line is whole
     *(

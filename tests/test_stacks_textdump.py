@@ -1209,3 +1209,53 @@ def test_trailing_blanks_are_no_word_wrap() -> None:
     (proc,) = analyze_text(text, name="dump.txt").stack_processes
     names = [f.name for t in proc.threads for f in t.frames]
     assert names[:2] == ["__getitem__", "load_torch_file"]
+
+
+def test_pyspy_frames_that_lost_their_header_and_indentation() -> None:
+    """A paste of py-spy frames alone, each at the line's start (the columns aligned, a
+    note after one of them): two such lines in a row are a dump of one thread; one alone,
+    or such lines in a log, are not."""
+    dump = "\n".join(
+        [
+            "recv            (zmq/sugar/socket.py:812)",
+            "recv_pyobj      (zmq/sugar/socket.py:1006)   <- blocks here",
+            "event_loop      (sglang/srt/managers/detokenizer_manager.py:97)",
+        ]
+    )
+    (p,) = parse_stack_text(dump)
+    (t,) = p.threads
+    assert [f.name for f in t.frames] == ["recv", "recv_pyobj", "event_loop"]
+    assert t.frames[1].line == 1006
+    assert parse_stack_text("recv            (zmq/sugar/socket.py:812)") == []
+    log = "\n".join(
+        [
+            "INFO 03-10 16:19:26 [llm_engine.py:123] one",
+            "recv (zmq/sugar/socket.py:812)",
+            "INFO 03-10 16:19:27 [llm_engine.py:123] two",
+        ]
+    )
+    assert parse_stack_text(log) == []
+
+
+def test_a_note_after_an_indented_pyspy_frame_is_left_out() -> None:
+    dump = "\n".join(
+        [
+            'Thread 0x7F01 (active): "MainThread"',
+            "    synchronize (torch/cuda/__init__.py:985)  # spins here",
+            "    step (vllm/v1/engine/core.py:290)",
+        ]
+    )
+    (p,) = parse_stack_text(dump)
+    assert [f.name for f in p.threads[0].frames] == ["synchronize", "step"]
+
+
+def test_bare_pyspy_frames_behind_a_process_prefix_keep_its_process() -> None:
+    dump = "\n".join(
+        [
+            "(VllmWorker TP1 pid=4242) recv            (zmq/sugar/socket.py:812)",
+            "(VllmWorker TP1 pid=4242) worker_busy_loop (vllm/v1/executor/multiproc_executor.py:6)",
+        ]
+    )
+    (p,) = parse_stack_text(dump)
+    assert [f.name for f in p.threads[0].frames] == ["recv", "worker_busy_loop"]
+    assert p.rank == RankId(tp=1)

@@ -238,8 +238,12 @@ class ProcPrefix:
     end: int
 
 
+# (the name may end in a space and its rank tags: vLLM 0.10.1's WorkerProc names its log
+# prefix "VllmWorker" plus " PP{i}_TP{j}" / " TP{j}" / " PP{i}" where those sizes exceed 1,
+# vllm/v1/executor/multiproc_executor.py: decorate_logs(process_name))
 _PROC_PREFIX = re.compile(
-    r"\((?:(?P<name>[A-Za-z][\w:.\-]{0,80})\s*)?(?:rank=(?P<rank>[0-9]{1,9})\s*)?"
+    r"\((?:(?P<name>[A-Za-z][\w:.\-]{0,80}(?: (?:[A-Z]{2}[0-9]{1,5}_){0,3}[A-Z]{2}[0-9]{1,5})?)"
+    r"\s*)?(?:rank=(?P<rank>[0-9]{1,9})\s*)?"
     r"pid=(?P<pid>[0-9]{1,9})(?:,\s*ip=(?P<ip>[\w.:\-]{1,80}))?\)\s?"
 )
 
@@ -268,7 +272,7 @@ def _proc_fields(text: str) -> tuple[str | None, int | None, str | None, Coords 
     if name:
         if rank is not None and name.startswith(("VllmWorker", "Worker")):
             coords = Coords(tp=small_int(rank), global_rank=True)
-        elif name.startswith(("Worker", "EngineCore", "sglang", "VLLM", "vllm")):
+        elif name.startswith(("Worker", "VllmWorker", "EngineCore", "sglang", "VLLM", "vllm")):
             coords = parse_name(name)
     return name, small_int(m.group("pid")), m.group("ip"), coords
 

@@ -124,9 +124,20 @@ _BRACKET_FIELDS = re.compile(
     r"(?:\[(?P<file>[\w./\-]+\.py):(?P<line>\d{1,9})\])?\[" + _LVL + r"\]:? ?(?P<msg>.*)$",
     re.S | re.A,
 )
+# (paste damage: a markdown view that escaped each `]` and lost the backslash shows it as
+# `[]`: "ERROR 10-20 03:20:50 [core.py:720[] msg")
+# LMCache's logger (lmcache/logging.py build_format, 0.2-0.4): "[%(asctime)s] LMCache
+# %(levelname)s: %(message)s (%(filename)s:%(lineno)d:%(name)s)", in the engine's process
+# (a vLLM or SGLang worker, behind its process prefix): "[2025-09-04 01:00:51,159] LMCache
+# WARN : msg (cache_engine.py:1087:lmcache.v1.cache_engine)"
+_LMCACHE = re.compile(
+    r"^LMCache " + _LVL + r" ?: ?(?P<msg>.*?)"
+    r"(?: \((?P<file>[\w.\-]+\.py):(?P<line>\d{1,9}):(?P<name>[\w.]+)\))?$",
+    re.S | re.A,
+)
 _VLLM = re.compile(
     r"^" + _LVL + r" (?:(?P<y>\d{4})-)?(?P<md>\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)(?:[.,]\d+)? "
-    r"\[?(?P<file>[\w./\-]+\.py):(?P<line>\d{1,9})\] ?(?P<msg>.*)$",
+    r"\[?(?P<file>[\w./\-]+\.py):(?P<line>\d{1,9})\[?\] ?(?P<msg>.*)$",
     re.S | re.A,
 )
 # 2025-04-13 14:53:38 INFO 511 [pynccl.py:78] msg    (user logging formats)
@@ -338,6 +349,15 @@ def parse_line(raw: str) -> Parsed:
                 p.dateless = d is None
             _sglang_rank(m.group("tags"), p)
             msg = m.group("msg")
+            if msg[:8] == "LMCache ":
+                lm = _LMCACHE.match(msg)
+                if lm is not None:
+                    # a library both frameworks load: its own grammar, no vote for either
+                    p.grammar = "lmcache"
+                    p.level = LEVELS[lm.group("level")]
+                    p.logger_file = lm.group("file")
+                    p.message = lm.group("msg")
+                    return p
             m2 = _SGLANG_LEVEL_FILE.match(msg) or (
                 _BRACKET_FIELDS.match(msg) if msg[:1] == "[" else None
             )

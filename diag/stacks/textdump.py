@@ -217,6 +217,15 @@ _LOCALS_HEAD = re.compile(r"^\s+(Arguments|Locals):\s*$")
 _LOCAL_VAR = re.compile(r"^\s*[A-Za-z_]\w*: ")
 # What py-spy puts in the parentheses: file:line, or a shared object / executable.
 _WHERE = re.compile(r"(:\d+|\.so[\w.\-]*|\bpython[\d.]*|\.dylib|\.dll|\.pyd|\.exe)$")
+# A py-spy frame line whose indentation (and thread header) a paste lost, the frame's
+# place a file:line or a shared object; an arrow or hash and words after it are the
+# reporter's note on that frame ("wait   (shm_broadcast.py:196)   <- the spin"), left out
+_BARE_FRAME = re.compile(
+    r"^([A-Za-z_<][\w<>.:~]*\s+\((?:[^()\s]+\.pyx?:\d+|[^()\s]+\.so[\w.\-]*)\))"
+    r"(?:\s+(?:<-+|\u2190|#)\s.*)?\s*$"
+)
+_BARE_HINT = re.compile(r"\w\s+\([^()\s]+(?:\.pyx?:\d+|\.so[\w.\-]*)\)")
+_NOTE = re.compile(r"(\))\s+(?:<-+|\u2190|#)\s.*$")
 _FOREIGN_LIMIT = 3  # this many foreign lines in a row end a dump
 _TITLE_LIMIT = 200  # lines between `Process N: title` and its first thread
 
@@ -1161,6 +1170,8 @@ class _Channel:
         indented = text[:1] in (" ", "\t")
         if not (in_text_thread or indented):
             return False
+        if stripped[-1:] != ")" and ")" in stripped:
+            stripped = _NOTE.sub(r"\1", stripped)  # the reporter's note after the frame
         parts = split_pyspy_frame(stripped)
         if parts is None or not _WHERE.search(parts[1]) or stripped[0] in "=#[":
             return False
@@ -1427,8 +1438,12 @@ def extract_stack_processes(
 
     seen: dict[str, _Split] = {}
 
-    def feed(rec: Record, piece: str, offset: int, head: _Line | None) -> None:
+    def feed(
+        rec: Record, piece: str, offset: int, head: _Line | None, text: str | None = None
+    ) -> None:
         ln = _line_of(rec, piece, offset, seen)
+        if text is not None:
+            ln.text = text  # the line as it should have read (a frame's lost indentation)
         if head is not None and not ln.channel:
             # A log parser attached this line to the record because it belongs to the
             # record's stream (prefix already stripped): it inherits the head's stream.
@@ -1460,12 +1475,17 @@ def extract_stack_processes(
             busy.discard(chan.key)
 
     source: str | None = None
+    # py-spy frames a paste left with no thread header and no indentation: one is held
+    # until a second follows (then both, and the run after them, go in as frames)
+    held: tuple[Record, str, int, _Line | None, str] | None = None
+    bare_run = False
     for rec in records:
         if rec.source != source:
             for done in [k for k in channels if k[0] == source]:
                 channels.pop(done).finish()
                 busy.discard(done)
             source = rec.source
+            held, bare_run = None, False
         offset = 0
         head = rec.raw or rec.message
         texts = (head, *rec.continuation) if rec.continuation else (head,)
@@ -1475,6 +1495,27 @@ def extract_stack_processes(
             if any(_maybe_glued(piece) for piece in pieces):
                 pieces = [cut for piece in pieces for cut in split_glued_dump(piece)]
             for piece in pieces:
+                bare = None
+                if (".py" in piece or ".so" in piece) and _BARE_HINT.search(piece):
+                    split = seen.get(piece)
+                    if split is None:
+                        split = seen[piece] = _split_line(piece)
+                    bare = _BARE_FRAME.match(split[0])  # after its wrappers and prefixes
+                if bare is not None and (
+                    bare_run or held is not None or not (busy or candidate(piece))
+                ):
+                    # "sched_yield   (vllm/distributed/utils.py:48)" at the line's start
+                    frame = "    " + bare.group(1)
+                    if held is not None:
+                        feed(*held[:4], text=held[4])
+                        held, bare_run = None, True
+                    if bare_run:
+                        feed(rec, piece, offset, head_line if i else None, text=frame)
+                    else:
+                        held = (rec, piece, offset, head_line if i else None, frame)
+                    offset += 1
+                    continue
+                held, bare_run = None, False
                 if busy or piece.startswith(indent) or candidate(piece) or piece == "[":
                     feed(rec, piece, offset, head_line if i else None)
                 offset += 1
