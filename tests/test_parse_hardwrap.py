@@ -37,11 +37,15 @@ def _hard_wrap(lines: list[str], width: int) -> list[str]:
     return out
 
 
-def _messages(lines: list[str]) -> list[str]:
+def _parsed(lines: list[str]) -> SourceParser:
     sp = SourceParser("x.log")
     for i, ln in enumerate(lines, 1):
         sp.feed(i, ln)
-    return [d.p.message for d in sp.drafts]
+    return sp
+
+
+def _messages(lines: list[str]) -> list[str]:
+    return [d.p.message for d in _parsed(lines).drafts]
 
 
 @pytest.mark.parametrize("width", [60, 80, 100])
@@ -212,9 +216,7 @@ def test_a_traceback_that_lost_its_indentation_stays_one_record() -> None:
         "^^^^^^^^^^^^^^^^^^^^^",
         "RuntimeError: CUDA error: out of memory",
     ]
-    sp = SourceParser("x")
-    for i, ln in enumerate(lines, 1):
-        sp.feed(i, ln)
+    sp = _parsed(lines)
     assert len(sp.drafts) == 1
     assert sp.drafts[0].continuation[-1] == "RuntimeError: CUDA error: out of memory"
 
@@ -277,9 +279,7 @@ def test_a_frame_line_a_wrap_broke_is_joined_back(first: str, rest: str) -> None
         rest,
         "    self.load_model()",
     ]
-    sp = SourceParser("x")
-    for i, ln in enumerate(lines, 1):
-        sp.feed(i, ln)
+    sp = _parsed(lines)
     d = sp.drafts[-1]  # the traceback's record
     assert d.p.message.startswith("Traceback") and len(d.continuation) == 4
     assert d.continuation[2].endswith('model_runner.py", line 99, in __init__')
@@ -297,9 +297,7 @@ def test_a_whole_frame_line_takes_no_line_after_it() -> None:
         '  File "/x/model_runner.py", line 7, in',
         "RuntimeError: boom",
     ]
-    sp = SourceParser("x")
-    for i, ln in enumerate(lines, 1):
-        sp.feed(i, ln)
+    sp = _parsed(lines)
     texts = [t for d in sp.drafts for t in (d.p.message, *d.continuation)]
     assert "load_model" in texts and '  File "/x/tp_worker.py", line 99, in __init__' in texts
     assert not any("in RuntimeError" in t for t in texts)
@@ -334,11 +332,5 @@ def test_a_fold_s_break_right_after_an_indentation_is_joined_back() -> None:
             ln = ln[cut:]
         folded.append(ln)
     assert any(p.endswith("  ") and p.strip() for p in folded)  # a break after indentation
-    sp = SourceParser("x")
-    for i, ln in enumerate(folded, 1):
-        sp.feed(i, ln)
-    sp_clean = SourceParser("y")
-    for i, ln in enumerate(clean, 1):
-        sp_clean.feed(i, ln)
     assert _messages(folded) == _messages(clean)
     assert analyze_text("\n".join(folded), "x.log").last_phase == "kv_cache"
