@@ -136,8 +136,14 @@ def test_srun_labels_give_a_rank() -> None:
         ("INFO 03-14 06:56:47 [gpu_worker.py:1] a INFO 03-14 06:56:48 [gpu_worker.py:2] b", 2),
         ("(VllmWorker rank=0 pid=1) INFO 03-14 06:56:47 [a.py:1] done.(VllmWorker rank=1 pid=2) INFO 03-14 06:56:47 [a.py:1] done.",
          2),
+        # a traceback's source line ends in the ')' of a call, the next record glued on
+        ("ERROR 06-14 21:52:16 [core.py:515]     raise CalledProcessError(retcode, cmd) "
+         "ERROR 06-14 21:52:16 [core.py:515] torch._inductor.exc.InductorError: x", 2),
         # wrappers are not cuts
         ("2025-03-07 23:50:27,531 - __main__ - INFO - [2025-03-07 23:50:27 TP0] Init torch distributed begin.", 1),
+        # ... nor a process prefix's own ')' before its record
+        ("(VllmWorker rank=1 pid=12) INFO 05-13 23:43:20 [x.py:1] hello, a message long enough", 1),
+        ("(EngineCore_DP0 pid=7) ERROR 05-13 23:43:20 [core.py:1] EngineCore failed to start.", 1),
         ("2025-05-16T13:12:16.645427617Z DEBUG 05-16 13:12:16 [core_client.py:425] x", 1),
         ("svc  | [2025-12-02 18:40:16 TP0] Prefill batch, #new-seq: 1", 1),
         ("the log said [2025-01-01 00:00:00 TP0] - quoted inside a message", 1),

@@ -925,7 +925,7 @@ def _is_cut(part: str, m: re.Match[str]) -> bool:
         # paste that turned newlines into spaces); never after a wrapper's "]: ", " | ",
         # " - " or an outer prefix's ")"
         return not part[i - 2].isspace() and part[i - 2] not in _WRAPPER_END
-    if part[i - 2] not in _SENTENCE_END:
+    if part[i - 2] not in _SENTENCE_END and not _call_closed(part, i - 2, m):
         return False
     end = m.end()
     if m.lastgroup == "sg":
@@ -933,6 +933,16 @@ def _is_cut(part: str, m: re.Match[str]) -> bool:
     # a vLLM record, or the excerpt's last one cut inside its logger location
     # ("... Starting to load model X... INFO 08-28 15:53:05 weig")
     return _VLLM_FILE.match(part, end) is not None or _CUT_FILE.fullmatch(part, end) is not None
+
+
+def _call_closed(part: str, j: int, m: re.Match[str]) -> bool:
+    """``part[j]`` is a ')' that closes a call (a traceback's source line, ``raise
+    X(code)``) before a vLLM record glued on with a space: a cut, unless the parenthesis
+    closes a process prefix (``(VllmWorker pid=1) INFO 05-13 ...``: the record's own)."""
+    if part[j] != ")" or m.lastgroup != "vl":
+        return False
+    open_at = part.rfind("(", 0, j)
+    return open_at < 0 or _PROC_PREFIX.fullmatch(part, open_at, j + 1) is None
 
 
 # a per-line process prefix of Ray (``(RayWorkerWrapper pid=7, ip=10.0.0.2)``, any actor's
