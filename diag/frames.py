@@ -196,6 +196,9 @@ _MODEL_CODE = re.compile(r"/(?:vllm/model_executor|sglang/srt)/(?:models|layers)
 # vLLM's attention backends (attention/backends/ in V0, v1/attention/backends/ in V1) and a
 # platform plugin's copies of them (vllm_<platform>/...)
 _ATTN_BACKEND = re.compile(r"/vllm(?:_[a-z0-9]+)?/(?:v1/)?attention/backends/")
+_SLEEP_MODE = frozenset({"wake_up", "sleep"})
+# vLLM's package or a platform plugin's (vllm_ascend, vllm_gaudi, vllm_kunlun ...)
+_VLLM_PKG = re.compile(r"/vllm(?:_[a-z0-9]+)?/")
 _STARTUP = ("launch", "dist_init", "weights_load", "kv_cache", "compile", "cuda_graph")
 # vLLM V1's executor RPC, sent and answered only once every worker is ready (below): a
 # lower bound that start-up steps and serving alike run in
@@ -318,7 +321,7 @@ def frame_phase(path: str, func: str) -> str | None:
         # worker's constructor builds and loads the draft model (its own pool and graphs
         # are deeper frames)
         return "weights_load"
-    if name in ("wake_up", "sleep") and "/vllm/" in p:
+    if name in _SLEEP_MODE and "/vllm/" in p:
         # vLLM's sleep mode (LLM.sleep / wake_up through the engine, executor, worker and
         # CuMemAllocator: vllm/entrypoints/llm.py, engine/llm_engine.py, executor/, worker/,
         # device_allocator/cumem.py, v1/engine/core.py, 0.7.3-0.34): only an engine that
@@ -339,6 +342,14 @@ def frame_phase(path: str, func: str) -> str | None:
     ):
         # AsyncLLM.generate, a request's own coroutine, and the per-request output queue it
         # reads (RequestOutputCollector.get, 0.8-0.34): a request was being served
+        return "serving"
+    if name == "sample_tokens" and _VLLM_PKG.search(p):
+        # Worker.sample_tokens / GPUModelRunner.sample_tokens (vllm/v1/worker/, 0.12-0.34,
+        # and a platform plugin's worker, vllm_ascend/worker/): called only over the
+        # executor RPC by the engine core's step (v1/engine/core.py EngineCore.step /
+        # step_with_batch_queue: model_executor.sample_tokens(grammar_output)) for the
+        # scheduler's requests; the start-up's profile and warm-up sample through
+        # _dummy_sampler_run, never this method
         return "serving"
     if p.endswith("/vllm/v1/worker/gpu_model_runner.py") and name == "get_output":
         # AsyncGPUModelRunnerOutput / AsyncGPUPoolingModelRunnerOutput.get_output (0.11-0.34):
@@ -534,6 +545,12 @@ def frame_events(
             mapped = [m for m in mapped if m[2] != "serving"]
             if st.method and in_startup_method is not None and mapped[0][1] == st.frames[0][2]:
                 in_startup_method.add((st.source, st.rec.line))
+        if any(ph == "warmup" and f.rsplit(".", 1)[-1] in _SLEEP_MODE for _, _, f, ph in looked):
+            # a sleep-mode call (wake_up / sleep) the engine core's busy loop answers
+            # (_handle_client_request): RL trainers (verl, OpenRLHF) put the engine to sleep
+            # right after its start-up and wake it for each rollout, the first one before
+            # any request; the busy loop's frames do not prove a request was served
+            mapped = [m for m in mapped if m[2] != "serving"] or mapped
         phase: str | None = None
         where = mapped[0]
         for m in mapped:

@@ -378,3 +378,38 @@ def test_a_signal_handlers_frame_dump_gives_its_phase() -> None:
     )
     (e,) = frame_events([rec])
     assert (e.phase, e.fields["frame"]) == ("compile", "_compile")
+
+
+def test_sample_tokens_over_the_executor_rpc_is_a_step_of_serving() -> None:
+    """vLLM V1's Worker.sample_tokens (0.12+) is called only by the engine core's step over
+    the executor RPC; a platform plugin's worker (vllm_<platform>/worker/) is the same."""
+    assert frame_phase("/x/vllm_ascend/worker/worker.py", "sample_tokens") == "serving"
+    assert frame_phase("/x/vllm/v1/worker/gpu_worker.py", "Worker.sample_tokens") == "serving"
+    step = _tb(
+        [
+            ("/x/vllm/v1/executor/multiproc_executor.py", "worker_busy_loop"),
+            ("/x/torch/utils/_contextlib.py", "decorate_context"),
+            ("/x/vllm_plugin/worker/worker.py", "sample_tokens"),
+        ]
+    )
+    assert [e.phase for e in frame_events([step])] == ["serving"]
+
+
+def test_a_sleep_mode_call_answered_by_the_busy_loop_is_no_request_served() -> None:
+    """EngineCore._handle_client_request answering wake_up / sleep: the engine finished its
+    start-up (warmup), and an RL trainer wakes it before its first request."""
+    wake = _tb(
+        [
+            ("/x/vllm/v1/engine/core.py", "_handle_client_request"),
+            ("/x/vllm/v1/engine/core.py", "wake_up"),
+            ("/x/vllm/executor/executor_base.py", "wake_up"),
+        ]
+    )
+    assert [e.phase for e in frame_events([wake])] == ["warmup"]
+    rpc = _tb(
+        [
+            ("/x/vllm/v1/engine/core.py", "_handle_client_request"),
+            ("/x/vllm/executor/executor_base.py", "collective_rpc"),
+        ]
+    )
+    assert [e.phase for e in frame_events([rpc])] == ["serving"]
