@@ -47,6 +47,8 @@ MESSAGES = [
     ("world_size=16 rank=4 local_rank=4 distributed_init_method=tcp://1.2.3.4:29501 backend=nccl", "dist_init", "vllm.world_size"),
     ("NCCL INFO comm 0xd3f8480 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId cb000 - Init COMPLETE", "dist_init", "any.nccl_info"),
     ("Resolved architecture: Qwen3ForCausalLM", "model_config", "vllm.resolved_arch"),
+    # vllm/config.py _get_and_verify_dtype "Casting {} to {}." (0.1-0.9.2, then config/)
+    ("Casting torch.bfloat16 to torch.float16.", "model_config", "vllm.config_resolved"),
     ("Load weight begin. avail mem=78.81 GB", "weights_load", "sglang.load_weight_begin"),
     ("Starting to load model deepseek-ai/DeepSeek-Coder-V2-Instruct...", "weights_load", "vllm.starting_to_load"),
     ("Model loading took 15.2 GiB and 4.1 seconds", "weights_load", "vllm.model_loading_took"),

@@ -58,6 +58,12 @@ HELDOUT = [d for d in CASES if SPLIT.part_of(d) == "heldout"]
 
 # Known misses among the tuned cases: "<kind>/<case>" -> why (strict: a fix shows as XPASS).
 XFAIL: dict[str, str] = {
+    "vllm/aug-2023-v0.1.x-offline-llm-pulse-7b-fp16-casting-bf16-warning-stuck-after-initializing-an-llm-engine-ctrl-c-unresponsive-805m-gpu-shell-prompt": (  # noqa: E501
+        "new case (gather s40): startup.stalled from the thread's account (stuck, Ctrl-C "
+        "unresponsive); the log ends on the engine's config summary ('Initializing an LLM "
+        "engine with config'), which six tuning cases ending on the same line label a cut "
+        "excerpt (tried as a step start: six of them turned wrong), with no later timestamp"
+    ),
     "vllm/spark-vllm-docker-pr-sept-2026-4x-dgx-spark-tp4-glm-5.3-flash-fp8-recipe-flashinfer-autotune-starts-then-shm-broadcast-no-block-60s-loop-hang-quote-marker": (  # noqa: E501
         "new case (gather s30): stalled by the thread; one 60 s shared-memory wait after "
         "FlashInfer's autotune start, which vLLM prints during long compiles too"
