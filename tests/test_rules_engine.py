@@ -1128,3 +1128,34 @@ def test_sglang_warm_up_thread_raising_is_warmup_failed(
     assert ("warmup.failed" in found) is fires
     if fires:
         assert [e.line for e in found["warmup.failed"].evidence] == [4, 8]
+
+
+def test_a_chained_traceback_header_printed_inside_a_loggers_traceback() -> None:
+    """A child's traceback header written raw to stderr (process prefix only) between an
+    ERROR logger's traceback lines is a record of its own inside the logger's record; the
+    file ends in the logger's frames, cut before the exception line."""
+    from diag.analyze import analyze_text
+
+    head = "(EngineCore_DP0 pid=7) ERROR 03-04 10:00:00 [core.py:700] "
+    text = (
+        head + '  File "/x/actor.py", line 5, in call\n'
+        + head + "    result = func(*args)\n"
+        + "(EngineCore_DP0 pid=7) Traceback (most recent call last):\n"
+        + head + '  File "/x/vllm/v1/worker/gpu_worker.py", line 9, in load_model\n'
+        + head + "    self.model_runner.load_model()\n"
+    )
+    found = {f.id: f for f in analyze_text(text).findings}
+    assert "python.exception" in found
+    assert [e.line for e in found["python.exception"].evidence] == [3]
+
+
+def test_a_log_ending_on_a_bare_traceback_header_names_it() -> None:
+    """The file ends on "Traceback (most recent call last):" under the ERROR line that
+    announced it (vLLM's 'EngineCore failed to start.'): the header is the traceback's
+    evidence too, cut before its first frame."""
+    from diag.analyze import analyze_text
+
+    head = "(EngineCore_DP0 pid=9) ERROR 05-06 11:00:00 [core.py:800] "
+    text = head + "EngineCore failed to start.\n" + head + "Traceback (most recent call last):\n"
+    found = {f.id: f for f in analyze_text(text).findings}
+    assert {e.line for e in found["python.exception"].evidence} >= {2}

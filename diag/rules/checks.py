@@ -941,6 +941,9 @@ def _cut_head(last: Record, before: Record) -> bool:
     return at > 0 and len(msg) < 48 and prev[at:].startswith(msg)
 
 
+_TB_HEADER_ONLY = regex.compile(r"^\s*Traceback \(most recent call last\):?\s*$")
+
+
 def _cut_traceback(tail: Sequence[Record]) -> tuple[Record, Record] | None:
     """The traceback the log ends inside, with no exception line: (its first record, its
     last record); None when the log does not end in a traceback or it shows a wait."""
@@ -950,6 +953,18 @@ def _cut_traceback(tail: Sequence[Record]) -> tuple[Record, Record] | None:
         tail = tail[:-1]  # the excerpt's cut last line: a bare prefix, a word
     if not tail:
         return None
+
+    def end(r: Record) -> int:
+        return r.line + len(r.continuation)
+
+    inside = [r for r in tail[-8:-1] if r.line < tail[-1].line and end(r) > end(tail[-1])]
+    if inside:
+        # the last record is a line written inside an earlier record's traceback (a chained
+        # traceback's header printed raw to stderr between a logger's lines, with only the
+        # process prefix: its own record), and that record's lines go on below it: the file
+        # ends in the earlier record, whose traceback the header belongs to
+        span = inside[-1]
+        tail = [r for r in tail if r is not span] + [span]
     last = tail[-1]
     # a frame's source line right under it, its indentation lost by the paste
     # (``File "x.py", line 3, in f`` then ``g(a, b)`` at the margin)
@@ -1004,10 +1019,15 @@ def _cut_traceback(tail: Sequence[Record]) -> tuple[Record, Record] | None:
             return None
         start = first
     shown = [
-        x for r in tail if start.line <= r.line <= last.line for x in (r.message, *r.continuation)
+        x
+        for r in tail
+        if r.line <= last.line and end(r) >= start.line
+        for x in (r.message, *r.continuation)
     ]
     at = [i for i, x in enumerate(shown) if FRAME.search(x)]
     if not at:
+        if start is last and not last.continuation and _TB_HEADER_ONLY.match(last.message):
+            return start, last  # the file ends on the header itself: cut before its frames
         return None
     if _WAIT_FRAME.search(shown[at[-1]].rstrip()):
         # a waiting frame is where a Ctrl-C dump stops, unless its source line is the
@@ -1085,7 +1105,7 @@ def _check_error_ends_log(ctx: CheckContext) -> CheckOutcome | None:
         return CheckOutcome(
             message=(
                 "the log ends inside a traceback before its exception line (cut off); "
-                f"the innermost frame shown: {where[:200]}"
+                + (f"the innermost frame shown: {where[:200]}" if frames else "no frame shown")
             ),
             hits=tuple(Hit.of(r) for r in (_announcer(tail, start), start) if r),
         )
