@@ -1522,3 +1522,31 @@ def test_lldb_frames_are_read_by_their_symbol() -> None:
         ("c10d::ProcessGroupNCCL::abort", "libtorch_cuda.so"),
     ]
     assert proc.wait_site == "stack.gil_or_lock"
+
+
+def test_the_overlap_schedulers_result_queue_is_a_wait_on_its_own_thread() -> None:
+    """SGLang's tp_worker_overlap_thread.py: resolve_last_batch_result's queue.get waits for
+    the process's own forward thread (a threading condition), not another process; in a
+    faulthandler dump that thread is the scheduler's, not a pool worker parked idle."""
+    from diag.stacks.classify import OVERLAP_QUEUE_RULE
+
+    def f(name: str, path: str) -> StackFrame:
+        return StackFrame(name=name, filename=path, line=1)
+
+    scheduler = (
+        f("wait", "/usr/lib/python3.11/threading.py"),
+        f("get", "/usr/lib/python3.11/queue.py"),
+        f("resolve_last_batch_result", "/x/sglang/srt/managers/tp_worker_overlap_thread.py"),
+        f("event_loop_overlap", "/x/sglang/srt/managers/scheduler.py"),
+    )
+    assert classify_frames(scheduler) == ("stack.gil_or_lock", OVERLAP_QUEUE_RULE)
+    elsewhere = (scheduler[0], scheduler[1], f("fetch_result", "/x/app/client.py"))
+    assert classify_frames(elsewhere)[0] == "stack.ipc_wait"
+    tqdm = StackThread(
+        thread_id=1, name=None, frames=(f("run", "/x/tqdm/_monitor.py"),)
+    )
+    p = StackProcess(
+        pid=None, title=None, mode="faulthandler",
+        threads=(tqdm, StackThread(thread_id=2, name=None, frames=scheduler)),
+    )
+    assert pick_thread(p)[1] == "stack.gil_or_lock"

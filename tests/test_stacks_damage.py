@@ -189,6 +189,10 @@ KNOWN_BROKEN: set[tuple[str, str]] = {
     ("starts mid-line", "vllm-ray-tp4-qwen25-7b-rayworkerwrapper-native-abort-backtrace-tail-nccl-comm-watchdog-sglang-venv-path"),  # noqa: E501
     ("newlines lost, a space left", "vllm-v1-main-qwen3-embedding-hf-download-stall-ctrl-c-core-client-zmq-poll-traceback-interleaved-progress-bars"),  # noqa: E501
     ("newlines lost, nothing left", "vllm-v1-main-qwen3-embedding-hf-download-stall-ctrl-c-core-client-zmq-poll-traceback-interleaved-progress-bars"),  # noqa: E501
+    # s39 (broken since its arrival, before s40): a three-frame excerpt of py-spy's text
+    # lines (`capture (cuda_graph_runner.py:867)`), flattened with nothing between: the one
+    # line left is no frame form any reader knows, and the input is refused as not a log
+    ("newlines lost, nothing left", "sglang-may-2026-pd-decode-dsr1-fp4-dp32-tp32-ep32-deepep-ll-all-schedulers-in-cuda-graph-runner-capture-init-device-graphs-three-frame-excerpt-watchdog-soft"),  # noqa: E501
     ("word wrap at 80", "vllm-0202-nightly-club-3090-tp2-worker-traceback-inductor-triton-heuristics-benchmark-all-configs-autotune-window"),  # noqa: E501
     ("word wrap at 80", "vllm-v1-tp-minimax-m3-mxfp8-fastsafetensors-worker-traceback-weights-genexpr-chain-get-all-weights-window"),  # noqa: E501
     # s17 (2026-12-06): a traceback whose site is only in torch's C++ frames under its

@@ -64,6 +64,7 @@ __all__ = [
     "GIL_CONTENTION_RULE",
     "HARD_SITES",
     "IDLE_PROCESS_RULE",
+    "OVERLAP_QUEUE_RULE",
     "NATIVE_CALL_RULE",
     "RULES",
     "SiteRule",
@@ -1223,6 +1224,7 @@ def classify_frames(frames: Sequence[StackFrame]) -> tuple[str | None, SiteRule 
     chain_open = True  # every frame so far is native, a generic wait or a wrapper
     only_wrappers = True  # every frame so far is a pass-through wrapper
     weak: SiteRule | None = None
+    closer: StackFrame | None = None
     for at, frame in enumerate(frames):
         first, first_not_leaf = _first_matches(frame)
         hit = first if chain_open else first_not_leaf
@@ -1243,8 +1245,12 @@ def classify_frames(frames: Sequence[StackFrame]) -> tuple[str | None, SiteRule 
             if chain_open:
                 weak = hit
         elif not frame.native and not is_pass_through(frame):
+            if chain_open:
+                closer = frame  # the frame that called the innermost wait chain
             chain_open = False
     if weak is not None:
+        if weak.id == "queue-get" and closer is not None and OVERLAP_QUEUE_RULE.matches(closer):
+            return OVERLAP_QUEUE_RULE.site, OVERLAP_QUEUE_RULE
         return weak.site, weak
     return None, None
 
@@ -1293,6 +1299,22 @@ GIL_CONTENTION_RULE = SiteRule(
     why="the thread that matters is idle at a Python frame that names no wait, while "
     "another thread of the process runs holding the GIL (py-spy `active+gil`): it is "
     "waiting to take the GIL back (GIL contention, LABELS.md stack.gil_or_lock)",
+)
+# SGLang's overlap scheduler (managers/tp_worker_overlap_thread.py, 0.4-0.5.x): the
+# scheduler's thread reads each batch's result from output_queue, a queue.Queue that the
+# worker's own forward thread (forward_thread_func_) fills; a queue.get right inside
+# resolve_last_batch_result / resolve_batch_result waits on another thread of the same
+# process, not on another process (LABELS.md: ipc_wait is a wait on another process)
+OVERLAP_QUEUE_RULE = SiteRule(
+    "overlap-result-queue",
+    _LOCK,
+    native=False,
+    file=r"(^|/)tp_worker_overlap_thread\.py$",
+    name=r"(^|\.)resolve_(last_)?batch_result$",
+    why="SGLang's overlap scheduler waiting in queue.get inside resolve_last_batch_result "
+    "/ resolve_batch_result (managers/tp_worker_overlap_thread.py, 0.4-0.5.x): the queue is "
+    "filled by its own forward thread, a wait on another thread of the process (a "
+    "threading condition), not on another process",
 )
 IDLE_PROCESS_RULE = SiteRule(
     "idle-helpers-only",
@@ -1511,6 +1533,8 @@ def _parked_worker(thread: StackThread, p: StackProcess) -> bool:
         return False
     if is_main_thread(thread, p.pid):
         return False
+    if classify_frames(thread.frames)[1] is OVERLAP_QUEUE_RULE:
+        return False  # the scheduler waiting for its forward thread's result, no pool worker
     python = [f for f in thread.frames if not f.native]
     if len(python) < 2 or not _THREAD_WAIT_PY.search(normalise_path(python[0].filename)):
         return False
