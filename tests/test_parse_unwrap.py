@@ -144,6 +144,7 @@ def test_srun_labels_give_a_rank() -> None:
         # ... nor a process prefix's own ')' before its record
         ("(VllmWorker rank=1 pid=12) INFO 05-13 23:43:20 [x.py:1] hello, a message long enough", 1),
         ("(EngineCore_DP0 pid=7) ERROR 05-13 23:43:20 [core.py:1] EngineCore failed to start.", 1),
+        ("(VllmWorker TP3 pid=12) INFO 05-13 23:43:20 [x.py:1] hello, a message long enough", 1),
         ("2025-05-16T13:12:16.645427617Z DEBUG 05-16 13:12:16 [core_client.py:425] x", 1),
         ("svc  | [2025-12-02 18:40:16 TP0] Prefill batch, #new-seq: 1", 1),
         ("the log said [2025-01-01 00:00:00 TP0] - quoted inside a message", 1),

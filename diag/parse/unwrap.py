@@ -46,7 +46,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from diag.parse.coords import TAGS_RE_SRC, Coords, small_int
+from diag.parse.coords import TAGS_RE_SRC, Coords, match_proc_prefix, small_int
 
 __all__ = [
     "SourceUnwrapper",
@@ -942,7 +942,10 @@ def _call_closed(part: str, j: int, m: re.Match[str]) -> bool:
     if part[j] != ")" or m.lastgroup != "vl":
         return False
     open_at = part.rfind("(", 0, j)
-    return open_at < 0 or _PROC_PREFIX.fullmatch(part, open_at, j + 1) is None
+    # (the coordinates parser's reading of a process prefix, whose match takes the space
+    # after its ')')
+    prefix = match_proc_prefix(part, open_at) if open_at >= 0 else None
+    return prefix is None or prefix.end not in (j + 1, j + 2)
 
 
 # a per-line process prefix of Ray (``(RayWorkerWrapper pid=7, ip=10.0.0.2)``, any actor's
