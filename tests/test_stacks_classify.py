@@ -713,7 +713,12 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         "stack.gil_or_lock",
         ("Lock.__enter__ (multiprocessing/synchronize.py:95)",),
     ),
-    ("lock-native", "stack.gil_or_lock", ("pthread_mutex_lock (libc.so.6)", "f (x.py:1)")),
+    ("mutex-native", "stack.gil_or_lock", ("pthread_mutex_lock (libc.so.6)", "f (x.py:1)")),
+    (
+        "lock-native",
+        "stack.gil_or_lock",
+        ("pthread_cond_wait (libc.so.6)", "Runtime::poll (libfoo.so)", "f (x.py:1)"),
+    ),
 ]
 
 
@@ -1192,6 +1197,85 @@ def test_unsymbolised_frames_count_only_in_gpu_libraries() -> None:
     # the serving-worker rule needs Python frames only: an unsymbolised frame is native
     t = StackThread(thread_id=1, name="MainThread", frames=libc, idle=False, owns_gil=False)
     assert classify_thread_rule(t) == (None, None)
+
+
+@pytest.mark.parametrize(
+    "mutex",
+    [
+        "pthread_mutex_lock (libc.so.6)",
+        "__lll_lock_wait (lowlevellock.c:49)",  # glibc's futex wait under it
+        "lll_mutex_lock_optimized (pthread_mutex_lock.c:48)",  # glibc 2.34+'s inline
+        "___pthread_mutex_lock (pthread_mutex_lock.c:93)",  # glibc 2.34+'s versioned name
+        "std::mutex::lock (libstdc++.so.6)",
+    ],
+)
+def test_a_mutex_inside_a_collective_is_a_lock_wait(mutex: str) -> None:
+    # the thread takes a mutex of its own process before the collective reaches its peers
+    got, rule = classify_frames(
+        frames(
+            mutex,
+            "at::cuda::nccl::GroupGuard::GroupGuard (libtorch_cuda.so)",
+            "c10d::ProcessGroupNCCL::allgather (libtorch_cuda.so)",
+            "all_gather (torch/distributed/distributed_c10d.py:2800)",
+        )
+    )
+    assert (got, rule and rule.id) == ("stack.gil_or_lock", "mutex-in-collective")
+
+
+def test_a_condition_wait_inside_a_collective_stays_the_collective() -> None:
+    # a collective waits for its peers in a condition wait (gloo's recv, Work::wait): not
+    # a lock of the process
+    for wait in ("pthread_cond_wait (libc.so.6)", "pthread_cond_timedwait (libc.so.6)"):
+        got, _ = classify_frames(
+            frames(
+                wait,
+                "gloo::transport::tcp::Pair::recv (libtorch_cpu.so)",
+                "c10d::ProcessGroupGloo::RecvWork::wait (libtorch_cpu.so)",
+            )
+        )
+        assert got == "stack.nccl_collective"
+
+
+def test_a_mutex_behind_python_code_is_not_read_into_an_outer_collective() -> None:
+    # a Python frame between them closes the wait chain: the collective's frame decides
+    got, _ = classify_frames(
+        frames(
+            "pthread_mutex_lock (libc.so.6)",
+            "Stats.record (mylib/stats.py:10)",
+            "c10d::ProcessGroupNCCL::allreduce (libtorch_cuda.so)",
+        )
+    )
+    assert got == "stack.nccl_collective"
+
+
+def test_nccl_profiling_twins_are_nccl() -> None:
+    # NCCL_API defines every API function twice (src/include/core.h, PROFAPI): `pncclX`
+    # is the symbol a debugger may print for ncclX
+    got, rule = classify_frames(frames("pncclAllReduce (libnccl.so.2)", "f (x.py:1)"))
+    assert (got, rule and rule.id) == ("stack.nccl_collective", "nccl-native")
+    got, rule = classify_frames(
+        frames("pthread_join (libc.so.6)", "pncclCommDestroy (libnccl.so.2)")
+    )
+    assert (got, rule and rule.id) == ("stack.gil_or_lock", "nccl-teardown")
+
+
+def test_a_teardown_inside_the_gpu_driver_waits_for_the_device() -> None:
+    # ncclCommAbort/Destroy free the communicator's streams and buffers: unsymbolised
+    # driver frames innermost are that driver call, not a join of another thread
+    got, rule = classify_frames(
+        frames(
+            "0x7f11aa00 (libcuda.so.1)",
+            "0x7f11aa80 (libcuda.so.1)",
+            "0x7f22bb00 (libnccl.so.2)",
+            "pncclCommAbort (libnccl.so.2)",
+        )
+    )
+    assert (got, rule and rule.id) == ("stack.cuda_sync", "gpu-runtime-unsymbolised")
+    # the same driver frames inside a collective wait for that collective
+    got, _ = classify_frames(
+        frames("0x7f11aa00 (libcuda.so.1)", "0x7f22bb00 (libnccl.so.2)", "ncclAllGather (x.so)")
+    )
+    assert got == "stack.nccl_collective"
 
 
 def test_a_c10d_failed_collective_report_is_a_collective_even_when_cut() -> None:

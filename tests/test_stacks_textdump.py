@@ -389,6 +389,45 @@ def test_gdb_frames_whose_thread_header_was_cut_are_a_backtrace() -> None:
     assert proc.wait_site == "stack.cuda_sync"
 
 
+def test_gdb_frames_without_an_address_begin_a_cut_backtrace() -> None:
+    # gdb prints no address for a frame whose pc starts a source line (a syscall wrapper's
+    # frame #0, an inlined frame): with its `(args)` and its place it still begins one
+    text = (
+        "#0  __lll_lock_wait (futex=0x5d1e40, private=0) at ./nptl/lowlevellock.c:49\n"
+        "#1  0x00007f11aa02 in pthread_mutex_lock (mutex=0x5d1e40) at ./nptl/mutex.c:93\n"
+        "#2  0x00007f22bb03 in c10d::ProcessGroupNCCL::allgather(std::vector<at::Tensor>&) ()"
+        " from /x/libtorch_cuda.so\n"
+    )
+    (proc,) = parse_stack_text(text)
+    assert [f.name for f in proc.threads[0].frames] == [
+        "__lll_lock_wait",
+        "pthread_mutex_lock",
+        "c10d::ProcessGroupNCCL::allgather",
+    ]
+    assert proc.threads[0].frames[0].filename.endswith("lowlevellock.c")
+    # torch's failed-collective report (`#3 f from file:line`) is not read as gdb's
+    assert parse_stack_text("#3 all_reduce from dist.py:12\n#4 forward from m.py:3\n")[0].mode == (
+        "c10d"
+    )
+
+
+def test_gdb_wrapped_frame_takes_its_place_from_the_next_line() -> None:
+    # gdb breaks a long frame before its place: `    at file:line` / `   from /x/lib.so`
+    text = (
+        'Thread 1 (Thread 0x7f33 (LWP 2175) "python3"):\n'
+        "#0  0x00007f11aa00 in __GI___pthread_mutex_lock (mutex=0x7f2 <getFreeMutex()::m>)\n"
+        "    at ../nptl/pthread_mutex_lock.c:80\n"
+        "#1  0x00007f11ab00 in ?? ()\n"
+        "   from /usr/lib/libnccl.so.2\n"
+    )
+    (proc,) = parse_stack_text(text)
+    got = [(f.name, f.filename, f.line) for f in proc.threads[0].frames]
+    assert got == [
+        ("__pthread_mutex_lock", "../nptl/pthread_mutex_lock.c", 80),
+        ("0x00007f11ab00", "/usr/lib/libnccl.so.2", None),
+    ]
+
+
 def test_gdb_py_bt_is_read_innermost_first() -> None:
     text = (
         "Traceback (most recent call first):\n"

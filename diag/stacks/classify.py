@@ -64,6 +64,7 @@ __all__ = [
     "GIL_CONTENTION_RULE",
     "HARD_SITES",
     "IDLE_PROCESS_RULE",
+    "MUTEX_IN_CALL_RULE",
     "OVERLAP_QUEUE_RULE",
     "NATIVE_CALL_RULE",
     "RULES",
@@ -108,6 +109,10 @@ class SiteRule:
     # True: only where every frame inside it is a pass-through wrapper (the dump was cut
     # above it, or these are its innermost frames): the frame stands for the call it wraps
     cut: bool = False
+    # True: where the frames inside it are the GPU driver's or runtime's (an unsymbolised
+    # libcuda frame, a weak CUDA-sync match), the thread waits for the device, not for
+    # what the rule names (a communicator's teardown blocked in a driver call)
+    device_inside: bool = False
     why: str = ""
 
     def matches(self, frame: StackFrame) -> bool:
@@ -175,7 +180,7 @@ RULES: tuple[SiteRule, ...] = (
         r"ncclTransportP2pSetup|ncclTransportRingConnect|"
         # NCCL src/init.cc and misc/cudawrap.cc (2.18-2.2x): the library's and a
         # communicator's set-up (ncclInit, ncclCudaLibraryInit, ncclCommInitRankDev/Func)
-        r"ncclInit\b|ncclCudaLibraryInit|ncclCommInitRank\w*|ncclCommInitAll|commAlloc\b|"
+        r"ncclInit\b|ncclCudaLibraryInit|p?ncclCommInitRank\w*|p?ncclCommInitAll|commAlloc\b|"
         r"devCommSetup|ncclInitKernelsForDevice)",
         why="NCCL's bootstrap/transport setup (inside communicator creation): ranks meeting",
     ),
@@ -272,21 +277,27 @@ RULES: tuple[SiteRule, ...] = (
         "nccl-teardown",
         _LOCK,
         native=True,
-        name=r"^(ncclCommAbort|ncclCommDestroy|ncclCommFinalize|commReclaim|commFree|"
+        # (`pncclCommAbort`: NCCL's API symbols have a `p` twin, src/include/core.h's
+        # NCCL_API macro under PROFAPI, and a debugger may print either)
+        name=r"^(p?ncclCommAbort|p?ncclCommDestroy|p?ncclCommFinalize|commReclaim|commFree|"
         r"c10d::ProcessGroupNCCL::(abort\w*|shutdown|waitForFutureOrTimeout|"
         r"abortCommsFromMap|destroyProcessGroup))\b",
+        device_inside=True,
         why="a communicator's teardown (NCCL init.cc ncclCommAbort/ncclCommDestroy -> "
         "commReclaim/commFree joining the proxy and service threads; torch "
         "ProcessGroupNCCL::abort/shutdown waiting on its abort future, "
         "waitForFutureOrTimeout): the thread waits for another thread to finish, no "
-        "collective is running",
+        "collective is running; where the frames inside it are the CUDA driver's "
+        "(commFree's stream synchronisations and frees), it waits for the device "
+        "(stack.cuda_sync)",
     ),
     SiteRule(
         "nccl-native",
         _NCCL,
-        name=r"^nccl|^ncclKernel|^ncclDevKernel|^rccl",
+        name=r"^p?nccl|^ncclKernel|^ncclDevKernel|^rccl",
         native=True,
-        why="inside an NCCL (or ROCm RCCL) call",
+        why="inside an NCCL (or ROCm RCCL) call (`pncclAllReduce`: the `p` twin NCCL's "
+        "NCCL_API macro defines for every API function under PROFAPI, src/include/core.h)",
     ),
     SiteRule(
         "vendor-ccl-native",
@@ -960,12 +971,27 @@ RULES: tuple[SiteRule, ...] = (
     ),
     SiteRule("mp-synchronize", _LOCK, strength="weak", file=r"multiprocessing/synchronize\.py$"),
     SiteRule(
+        "mutex-native",
+        _LOCK,
+        strength="weak",
+        native=True,
+        # glibc's names of it: pthread_mutex_lock, __pthread_mutex_lock (before 2.34, gdb's
+        # __GI_ prefix dropped), ___pthread_mutex_lock and its inline
+        # lll_mutex_lock_optimized (2.34+, nptl/pthread_mutex_lock.c), __lll_lock_wait
+        # (nptl/lowlevellock.c; __lll_lock_wait_private); libstdc++'s std::mutex::lock
+        name=r"^(_{0,3}pthread_mutex_(timed|clock)?lock\w*|_{0,2}lll_lock_wait\w*|"
+        r"lll_mutex_lock\w*|__gthread_mutex_lock|std::(recursive_|timed_)?mutex::lock)",
+        why="taking a mutex (pthread_mutex_lock / __lll_lock_wait): a lock of this "
+        "process, owned by another of its threads; inside a collective's native frames "
+        "it is the wait (MUTEX_IN_CALL_RULE)",
+    ),
+    SiteRule(
         "lock-native",
         _LOCK,
         strength="weak",
         native=True,
         name=r"^(PyThread_acquire_lock\w*|lock_PyThread_acquire_lock|rlock_acquire|"
-        r"acquire_timed|pthread_mutex_lock|__pthread_mutex_lock|__lll_lock_wait\w*|"
+        r"acquire_timed|"
         r"pthread_cond_wait|pthread_cond_timedwait|__pthread_cond_wait\w*|"
         r"__futex_abstimed_wait\w*|futex_wait|do_futex_wait\w*|sem_wait|sem_timedwait|"
         r"std::condition_variable::wait\w*|std::__condvar::wait\w*)",
@@ -1220,10 +1246,14 @@ def classify_frames(frames: Sequence[StackFrame]) -> tuple[str | None, SiteRule 
     A frame no rule names (a generic ``wait``/``recv``/``forward``) does not decide: the
     frames that called it do. The innermost strong match wins; a leaf rule counts only
     while every frame inside it is native, a weak (generic) wait or a pass-through
-    wrapper; else the outermost weak frame of the innermost wait chain."""
+    wrapper; else the outermost weak frame of the innermost wait chain. Where the strong
+    frame has generic waits inside it, their innermost primitive may say more: a mutex
+    inside a collective (:data:`MUTEX_IN_CALL_RULE`), the GPU driver inside a teardown
+    (``device_inside``)."""
     chain_open = True  # every frame so far is native, a generic wait or a wrapper
     only_wrappers = True  # every frame so far is a pass-through wrapper
     weak: SiteRule | None = None
+    inner: SiteRule | None = None  # the innermost weak frame's rule: the primitive waited in
     closer: StackFrame | None = None
     for at, frame in enumerate(frames):
         first, first_not_leaf = _first_matches(frame)
@@ -1240,10 +1270,16 @@ def classify_frames(frames: Sequence[StackFrame]) -> tuple[str | None, SiteRule 
                 outer = _collective_around(frames[at + 1 :])
                 if outer is not None:
                     return outer.site, outer
+            if inner is not None and chain_open:
+                if hit.site == _NCCL and inner.id == "mutex-native":
+                    return MUTEX_IN_CALL_RULE.site, MUTEX_IN_CALL_RULE
+                if hit.device_inside and inner.site == _SYNC:
+                    return inner.site, inner
             return hit.site, hit
         if hit is not None:
             if chain_open:
                 weak = hit
+                inner = inner or hit
         elif not frame.native and not is_pass_through(frame):
             if chain_open:
                 closer = frame  # the frame that called the innermost wait chain
@@ -1272,6 +1308,17 @@ def _collective_around(outer: Sequence[StackFrame]) -> SiteRule | None:
             return None
     return None
 
+
+MUTEX_IN_CALL_RULE = SiteRule(
+    "mutex-in-collective",
+    _LOCK,
+    why="the innermost frames take a mutex (pthread_mutex_lock / __lll_lock_wait, a lock "
+    "of this process owned by another of its threads) inside a collective's frames "
+    "(ProcessGroupNCCL's broadcast taking the CUDA free mutex in its AutoNcclGroup guard, "
+    "its watchdog's checkForNCCLErrorsInternal taking the communicator's mutex): the call "
+    "waits for that thread, not for its peers (a collective waiting for peers sits in a "
+    "condition wait, a spin or a device sync instead)",
+)
 
 # Thread-state rules: what py-spy's thread state adds where the frames alone say nothing.
 NATIVE_CALL_RULE = SiteRule(
@@ -1746,6 +1793,7 @@ def _check_table() -> None:
         C10D_REPORT_RULE,
         GIL_CONTENTION_RULE,
         IDLE_PROCESS_RULE,
+        MUTEX_IN_CALL_RULE,
     ):
         if rule.site not in STACK_SITES:
             raise ValueError(f"rule {rule.id}: unknown site {rule.site}")

@@ -179,6 +179,16 @@ _PYBT_BUILTIN = re.compile(
 # gdb's `bt` frame `#8  0x00007f51 in cuMemcpyDtoHAsync_v2 () from /lib/libcuda.so.1`:
 # one whose `Thread N (...)` header the paste cut still begins a backtrace
 _GDB_HEADLESS = re.compile(r"^#(\d+)\s+(0x[0-9a-fA-F]+) in (\S.*)$")
+# the same without its address, as gdb prints a frame whose pc starts a source line (frame
+# #0 in a syscall wrapper, an inlined frame): `#1  __GI___lll_lock_wait (futex=..., private=0)
+# at ./nptl/lowlevellock.c:49`; only with gdb's ` (args)` and a place, `at file:line` or
+# `from /lib.so`, to begin a backtrace (torch's `#3 f from file:line` has neither)
+_GDB_HEADLESS_BARE = re.compile(
+    r"^#(\d+)\s+()(\S+ \(.*\) (?:at \S+:\d+|from /\S+\.so[\w.]*))$"
+)
+# gdb's own wrap of a long frame: its place on the next line, indented (`    at
+# ../nptl/pthread_mutex_lock.c:80`, `   from /x/libtorch_cpu.so`)
+_GDB_WHERE = re.compile(r"^(?:at|from) (\S+)$")
 _PYBT_FRAME = re.compile(r'^\s*File "(.*)", line (\d+|\?+), in (.+?)\s*$')
 # (a function's name ends at a space: what follows it on the line is another line's residue,
 # a progress bar a terminal drew over the traceback)
@@ -205,6 +215,7 @@ _DS_THREAD = re.compile(r"^# Thread(?:ID)?: (?:(.*?)\((\d+)\)|(\d+))$")
 # chain of 23 calls (tests/test_stacks_textdump.py keeps the list in step with the chain)
 _HEADER_PATTERNS = (
     _BT_SYMBOLS, _EU_PROCESS, _EU_THREAD, _EU_FRAME, _GDB_THREAD, _GDB_FRAME, _GDB_HEADLESS,
+    _GDB_HEADLESS_BARE,
     _C10D_FRAME, _PROCESS, _PYSPY_ERROR, _PYSPY_CAUSE, _IGNORED, _PYSPY_THREAD, _FH_THREAD,
     _FH_STACK, _FH_C_STACK, _FH_C_FRAME, _PYSTACK_HEADER, _DS_THREAD, _PT_STACK, _PYBT_HEADER,
     _SIGNAL_TRACE, _TB_HEADER,
@@ -830,6 +841,8 @@ class _Channel:
                 self.out.append(built)
             self.pending = None
             return
+        if self.gdb and self.thread is not None and self._feed_gdb_where(stripped):
+            return
         if self._feed_header(ln, stripped):
             self.foreign = 0
             return
@@ -845,6 +858,17 @@ class _Channel:
         if self.foreign >= limit:
             self.close()
             self.pending = None  # a watchdog header whose dump never came
+
+    def _feed_gdb_where(self, stripped: str) -> bool:
+        """gdb's wrapped frame: the place (``at file:line`` / ``from lib.so``) of the frame
+        before, alone on the next line."""
+        m = _GDB_WHERE.match(stripped)
+        frames = self.thread.frames if self.thread is not None else None
+        if m is None or not frames or frames[-1].filename != "??" or not frames[-1].native:
+            return False
+        last = frames[-1]
+        frames[-1] = replace(make_frame(last.name, m.group(1)), native=True)
+        return True
 
     def _take_ucx_pid(self) -> int | None:
         """The pid of the 'Caught signal' line before a UCX dump: its dump's, once."""
@@ -959,12 +983,12 @@ class _Channel:
                 if frame is not None:
                     self.thread.frames.append(frame)
                 return True
-        m = _GDB_HEADLESS.match(stripped)
+        m = _GDB_HEADLESS.match(stripped) or _GDB_HEADLESS_BARE.match(stripped)
         if m and not self.gdb and self.proc is None and self.tb is None:
             # gdb frames whose thread header the paste cut: one thread of an unknown process
             self._new_thread(self._open(ln, "gdb"), None, None, None)
             self.gdb = True
-            frame = _gdb_frame(m.group(2), m.group(3))
+            frame = _gdb_frame(m.group(2) or None, m.group(3))
             if frame is not None and self.thread is not None:
                 self.thread.frames.append(frame)
             return True
