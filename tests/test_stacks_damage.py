@@ -302,6 +302,10 @@ KNOWN_BROKEN: set[tuple[str, str]] = {
     ),
     ("newlines lost, nothing left", "vllm-ci-may-2025-async-llm-dp-test-load-4gpu-c10-frames-ncclcommwatchdog-rethrow-glued-into-faulthandler-multiprocessing-bootstrap-frames-window"),  # noqa: E501
     ("Ray prefix", "vllm-rocm-pr-sep-2025-docker-compose-prefixed-c10-frames-hip-check-workncll-iscompleted-processgroupnccl-watchdog-runloop-window"),  # noqa: E501
+    # s41: a py-spy dump whose MainThread is "active" in Megatron's backward with no native
+    # frame (LABELS.md: a GIL-released native call, a CUDA sync): cut at its start, the
+    # thread header and its state go, and frames alone do not prove the sync
+    ("starts mid-line", "ms-swift-sep-2025-qwen3-next-80b-megatron-sft-pyspy-mainthread-active-custom-backward-pp-schedule-unnamed-thread-synchronize-cut"),  # noqa: E501
 }
 
 
