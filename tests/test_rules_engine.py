@@ -877,6 +877,31 @@ def test_keyerror_in_transformers_config_mapping_is_an_unknown_model_type() -> N
     assert "model.unsupported" not in {f.id for f in analyze_text(other).findings}
 
 
+def test_a_traceback_ending_in_the_registry_raise_is_an_unsupported_architecture() -> None:
+    from diag.analyze import analyze_text
+
+    head = "(VllmWorkerProcess pid=77) ERROR 03-02 11:20:05 [multiproc_worker_utils.py:239] "
+    tb = "".join(
+        head + line + "\n"
+        for line in (
+            '  File "/opt/venv/lib/python3.12/site-packages/vllm/model_executor/models/'
+            'registry.py", line 470, in resolve_model_cls',
+            "    return self._raise_for_unsupported(architectures)",
+            '  File "/opt/venv/lib/python3.12/site-packages/vllm/model_executor/models/'
+            'registry.py", line 415, in _raise_for_unsupported',
+            "    raise ValueError(",
+        )
+    )
+    found = {f.id: f for f in analyze_text(tb).findings}
+    assert [e.line for e in found["model.unsupported"].evidence] == [3]
+    # a deeper frame below it: raised elsewhere (building the message), no refusal shown
+    deeper = tb + head + '  File "/opt/venv/lib/python3.12/site-packages/vllm/x.py", line 9, in f\n'
+    assert "model.unsupported" not in {f.id for f in analyze_text(deeper).findings}
+    # the same function name in another package's file is not the registry
+    other = tb.replace("vllm/model_executor/models/registry.py", "myapp/registry.py")
+    assert "model.unsupported" not in {f.id for f in analyze_text(other).findings}
+
+
 def test_a_child_process_header_and_a_repeated_wait_are_evidence() -> None:
     from diag.analyze import analyze_text
 
