@@ -411,6 +411,24 @@ def test_an_advancing_bar_or_a_lone_wait_is_no_stall() -> None:
         assert "startup.cut_excerpt" in ids(out), text
 
 
+def test_a_lone_wait_that_states_a_long_wait_is_a_stall() -> None:
+    # vLLM's Ray executor says how long it has waited for its placement group (int seconds
+    # since it asked, backing off 10, 30, 70 ...): the wait measures itself
+    ranks = (timeline(0, "launch", end_s=5, ended=False),)
+    end = T0 + dt.timedelta(seconds=5)
+    pg = (
+        "Waiting for creating a placement group of specs for {} seconds. specs=[{{'GPU': 1.0}},"
+        " {{'GPU': 1.0}}]. Check `ray status` to see if you have enough resources."
+    )
+    out = apply_rules(analysis(ranks=ranks, log_end=end), [rec(40, pg.format(630), s=5)])
+    (f,) = [f for f in out.findings if f.id == "startup.stalled"]
+    assert "10 min" in f.message and 40 in {e.line for e in f.evidence}
+    # its first notice (10 s) is only the group not placed yet
+    out = apply_rules(analysis(ranks=ranks, log_end=end), [rec(40, pg.format(10), s=5)])
+    assert "startup.stalled" not in ids(out)
+    assert "startup.cut_excerpt" in ids(out)
+
+
 def test_silence_is_measured_from_the_last_line_of_any_kind() -> None:
     """An uncatalogued line 10 min after the last phase marker is activity, not silence;
     wait lines after it are not."""

@@ -319,6 +319,12 @@ _STEP_START = regex.compile(
     r"|No current placement group found\. Creating a new placement group"
 )
 _INTERRUPT = regex.compile(r"^\s*(?:\S+\s+)?KeyboardInterrupt\b|^\s*\^C\s*$")
+# Wait messages that state how long they have waited so far (a measured wait, as a later
+# timestamp would measure a silence): vllm/executor/ray_utils.py _wait_until_pg_ready
+# (0.5.5-0.11.0, and v1/executor/ray_utils.py) logs "Waiting for creating a placement group
+# of specs for %d seconds" with int(time.time() - s), the time since the group was asked
+# for, backing off 10, 30, 70, 150 ... s while Ray cannot place it
+_WAITED = regex.compile(r"Waiting for creating a placement group of specs for (?P<s>\d+) seconds")
 
 
 def _is_wait(rec: Record) -> bool:
@@ -607,6 +613,17 @@ def _stall_reason(
             f"then only a wait message, {len(waits)} times with no progress between "
             f"({waits[-1].message.strip()[:120]})",
             tuple(Hit.of(r) for r in (waits[0], waits[-1])),
+            "",
+            last_ts,
+            gap,
+        )
+    # 3b. the log ends on a wait message that says it has waited min_gap or longer
+    waited = _WAITED.search(waits[0].message[:2000]) if waits else None
+    if waited is not None and int(waited.group("s")) >= min_gap:
+        return (
+            f"then a wait message that had waited {fmt_duration(int(waited.group('s')))} "
+            f"with no progress logged since ({waits[0].message.strip()[:120]})",
+            (Hit.of(waits[0]),),
             "",
             last_ts,
             gap,
