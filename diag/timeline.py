@@ -104,7 +104,9 @@ def ordered(events: Iterable[Event]) -> list[Event]:
 # before it) is where the run got to.
 # (vllm.attention_backend too: V0 0.7-0.8 logs the choice from the platform module, cuda.py
 # or rocm.py, when the worker's ModelRunner is built, before init_device's dist init; V1
-# while the model is built, after it)
+# while the model is built, after it). A failed first CUDA initialisation after such an event
+# (torch.cuda_init_failed, a launch mark) is such a later event: the worker never got its
+# device, so it never built its model.
 PROVISIONAL: frozenset[str] = frozenset(
     {"vllm.attention_backend_v0_worker", "vllm.attention_backend"}
 )

@@ -298,6 +298,29 @@ def test_v0_selector_lines_before_init_device_reach_dist_init_only() -> None:
     assert analyze_text(v0_platform).last_phase == "dist_init"
 
 
+def test_a_failed_first_cuda_init_after_a_v0_backend_line_reaches_launch_only() -> None:
+    # torch's device_count_impl raises when cudaGetDeviceCount fails at the first CUDA
+    # initialisation: the worker never got its device, so its V0 backend line (logged while
+    # its ModelRunner was built) proves no model building
+    text = (
+        "INFO 02-10 08:00:01 cuda.py:230] Using Flash Attention backend.\n"
+        "ERROR 02-10 08:00:01 engine.py:389] Unexpected error from cudaGetDeviceCount()."
+        " Did you run some cuda functions before calling NumCudaDevices() that might have"
+        " already set an error? Error 803: system has unsupported display driver / cuda"
+        " driver combination\n"
+    )
+    out = analyze_text(text)
+    assert out.last_phase == "launch"
+    assert "cuda.error" in {f.id for f in out.findings}
+    # past a step that needs the device, the run got that far whatever fails after it
+    later = (
+        "INFO 02-10 08:00:01 cuda.py:230] Using Flash Attention backend.\n"
+        "INFO 02-10 08:00:02 model_runner.py:1110] Starting to load model m...\n"
+        "RuntimeError: Unexpected error from cudaGetDeviceCount(). Error 999: unknown error\n"
+    )
+    assert analyze_text(later).last_phase == "weights_load"
+
+
 def test_uvicorn_shutdown_lines_prove_it_had_listened() -> None:
     # uvicorn's Server._serve reaches the lifespan shutdown only past a successful start-up
     text = (

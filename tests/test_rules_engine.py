@@ -411,6 +411,24 @@ def test_an_advancing_bar_or_a_lone_wait_is_no_stall() -> None:
         assert "startup.cut_excerpt" in ids(out), text
 
 
+def test_a_lone_wait_that_states_a_long_wait_is_a_stall() -> None:
+    # vLLM's Ray executor says how long it has waited for its placement group (int seconds
+    # since it asked, backing off 10, 30, 70 ...): the wait measures itself
+    ranks = (timeline(0, "launch", end_s=5, ended=False),)
+    end = T0 + dt.timedelta(seconds=5)
+    pg = (
+        "Waiting for creating a placement group of specs for {} seconds. specs=[{{'GPU': 1.0}},"
+        " {{'GPU': 1.0}}]. Check `ray status` to see if you have enough resources."
+    )
+    out = apply_rules(analysis(ranks=ranks, log_end=end), [rec(40, pg.format(630), s=5)])
+    (f,) = [f for f in out.findings if f.id == "startup.stalled"]
+    assert "10 min" in f.message and 40 in {e.line for e in f.evidence}
+    # its first notice (10 s) is only the group not placed yet
+    out = apply_rules(analysis(ranks=ranks, log_end=end), [rec(40, pg.format(10), s=5)])
+    assert "startup.stalled" not in ids(out)
+    assert "startup.cut_excerpt" in ids(out)
+
+
 def test_silence_is_measured_from_the_last_line_of_any_kind() -> None:
     """An uncatalogued line 10 min after the last phase marker is activity, not silence;
     wait lines after it are not."""
@@ -874,6 +892,31 @@ def test_keyerror_in_transformers_config_mapping_is_an_unknown_model_type() -> N
     assert found["model.unsupported"].evidence[0].line == 4
     # a KeyError elsewhere is no model type
     other = tb.replace("transformers/models/auto/configuration_auto.py", "app/cache.py")
+    assert "model.unsupported" not in {f.id for f in analyze_text(other).findings}
+
+
+def test_a_traceback_ending_in_the_registry_raise_is_an_unsupported_architecture() -> None:
+    from diag.analyze import analyze_text
+
+    head = "(VllmWorkerProcess pid=77) ERROR 03-02 11:20:05 [multiproc_worker_utils.py:239] "
+    tb = "".join(
+        head + line + "\n"
+        for line in (
+            '  File "/opt/venv/lib/python3.12/site-packages/vllm/model_executor/models/'
+            'registry.py", line 470, in resolve_model_cls',
+            "    return self._raise_for_unsupported(architectures)",
+            '  File "/opt/venv/lib/python3.12/site-packages/vllm/model_executor/models/'
+            'registry.py", line 415, in _raise_for_unsupported',
+            "    raise ValueError(",
+        )
+    )
+    found = {f.id: f for f in analyze_text(tb).findings}
+    assert [e.line for e in found["model.unsupported"].evidence] == [3]
+    # a deeper frame below it: raised elsewhere (building the message), no refusal shown
+    deeper = tb + head + '  File "/opt/venv/lib/python3.12/site-packages/vllm/x.py", line 9, in f\n'
+    assert "model.unsupported" not in {f.id for f in analyze_text(deeper).findings}
+    # the same function name in another package's file is not the registry
+    other = tb.replace("vllm/model_executor/models/registry.py", "myapp/registry.py")
     assert "model.unsupported" not in {f.id for f in analyze_text(other).findings}
 
 

@@ -319,6 +319,12 @@ _STEP_START = regex.compile(
     r"|No current placement group found\. Creating a new placement group"
 )
 _INTERRUPT = regex.compile(r"^\s*(?:\S+\s+)?KeyboardInterrupt\b|^\s*\^C\s*$")
+# Wait messages that state how long they have waited so far (a measured wait, as a later
+# timestamp would measure a silence): vllm/executor/ray_utils.py _wait_until_pg_ready
+# (0.5.5-0.11.0, and v1/executor/ray_utils.py) logs "Waiting for creating a placement group
+# of specs for %d seconds" with int(time.time() - s), the time since the group was asked
+# for, backing off 10, 30, 70, 150 ... s while Ray cannot place it
+_WAITED = regex.compile(r"Waiting for creating a placement group of specs for (?P<s>\d+) seconds")
 
 
 def _is_wait(rec: Record) -> bool:
@@ -607,6 +613,17 @@ def _stall_reason(
             f"then only a wait message, {len(waits)} times with no progress between "
             f"({waits[-1].message.strip()[:120]})",
             tuple(Hit.of(r) for r in (waits[0], waits[-1])),
+            "",
+            last_ts,
+            gap,
+        )
+    # 3b. the log ends on a wait message that says it has waited min_gap or longer
+    waited = _WAITED.search(waits[0].message[:2000]) if waits else None
+    if waited is not None and int(waited.group("s")) >= min_gap:
+        return (
+            f"then a wait message that had waited {fmt_duration(int(waited.group('s')))} "
+            f"with no progress logged since ({waits[0].message.strip()[:120]})",
+            (Hit.of(waits[0]),),
             "",
             last_ts,
             gap,
@@ -1549,6 +1566,50 @@ def _check_unknown_model_type(ctx: CheckContext) -> CheckOutcome | None:
     return None
 
 
+# the model registries' raise for an architecture they cannot serve: vLLM's
+# vllm/model_executor/models/registry.py _ModelRegistry._raise_for_unsupported (0.6.6-0.34:
+# "Model architectures {} failed to be inspected", "... are not supported for now", "... was
+# supported in vLLM until v{}", "... is not supported in-tree anymore") and SGLang's
+# sglang/srt/models/registry.py (0.4.1-0.5.23: the first two); every raise of the function
+# is one of these ValueErrors (fixtures/messages/messages.tsv)
+_REGISTRY_FILE = regex.compile(r"/(?:vllm/model_executor|sglang/srt)/models/registry\.py$")
+_UNSUPPORTED_RAISER = "_raise_for_unsupported"
+
+
+def _check_unsupported_arch_raise(ctx: CheckContext) -> CheckOutcome | None:
+    """A traceback whose innermost frame is the model registry's ``_raise_for_unsupported``
+    (no deeper frame follows it): the registry refused the checkpoint's architecture
+    (model.unsupported), also when the paste cut the ValueError's own line."""
+    if "model.unsupported" in ctx.fired:
+        return None
+    # (source, rank, pid) -> the registry frame still innermost in its traceback
+    pending: dict[tuple[str, RankId | None, int | None], tuple[Record, int, str]] = {}
+    found: tuple[Record, int, str] | None = None
+    for rec in ctx.records:
+        key = (rec.source, rec.rank, rec.pid)
+        for i, text in enumerate((rec.message, *rec.continuation)):
+            m = FRAME.search(text)
+            if m is not None:
+                path = m.group("path").replace("\\", "/")
+                if m.group("func") == _UNSUPPORTED_RAISER and _REGISTRY_FILE.search(path):
+                    pending[key] = (rec, i, text)
+                else:
+                    pending.pop(key, None)  # raised deeper, below the registry's frame
+                continue
+            if key in pending and text[:1] not in (" ", "\t") and text.strip():
+                # the frame's block ended (the exception line, a new header): it was innermost
+                found = found or pending.pop(key)
+    found = found or next(iter(pending.values()), None)
+    if found is None:
+        return None
+    rec, i, text = found
+    return _outcome_at(
+        rec, i, text,
+        "the traceback ends in the model registry's _raise_for_unsupported: this version "
+        "does not support the checkpoint's architecture",
+    )
+
+
 def _outcome_at(rec: Record, i: int, text: str, message: str) -> CheckOutcome:
     """A check's outcome with one hit: line ``i`` of ``rec`` (0: its first line)."""
     return CheckOutcome(
@@ -1800,6 +1861,7 @@ CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
     "rank_missing": _check_missing,
     "rank_straggler": _check_straggler,
     "unknown_model_type": _check_unknown_model_type,
+    "unsupported_arch_raise": _check_unsupported_arch_raise,
     "traceback_exception": _check_traceback_exception,
     "error_ends_log": _check_error_ends_log,
     "faulthandler_dump": _check_faulthandler_dump,
