@@ -1180,3 +1180,20 @@ def test_a_bare_assertion_in_a_weight_loader_on_the_loaded_tensor_is_a_load_erro
     app = tb.replace("vllm/model_executor/layers/linear.py", "app/loader.py")
     assert "weights.load_error" not in {f.id for f in analyze_text(app).findings}
 
+
+def test_the_engine_core_exiting_is_a_death_unless_a_shutdown_was_asked_for() -> None:
+    from diag.analyze import analyze_text
+
+    died = (
+        "(APIServer pid=7) INFO 09-14 10:00:00 [api_server.py:100] Starting vLLM API server 0"
+        " on http://0.0.0.0:8000\n"
+        "(APIServer pid=7) WARNING 09-14 10:05:00 [core_client.py:869] [shutdown] MPClient:"
+        " engine core exited unexpectedly; starting cleanup\n"
+    )
+    found = {f.id: f for f in analyze_text(died).findings}
+    assert [e.line for e in found["process.killed"].evidence] == [2]
+    stopped = (
+        "(EngineCore pid=9) INFO 09-14 10:04:59 [core.py:1698] [shutdown] EngineCore: trigger"
+        " received signal=15\n" + died
+    )
+    assert "process.killed" not in {f.id for f in analyze_text(stopped).findings}

@@ -1667,6 +1667,40 @@ def _check_weight_loader_assert(ctx: CheckContext) -> CheckOutcome | None:
     return None
 
 
+# a shutdown someone asked for, which vLLM's own lines announce before its processes exit:
+# the engine core's signal handler (v1/engine/core.py "[shutdown] EngineCore: trigger
+# received signal=N", 0.25-0.34), the API server's (entrypoints/launcher.py "[shutdown] API
+# server: shutdown triggered", 0.25-0.34) and uvicorn's own "Shutting down" (server.py)
+_SHUTDOWN_ASKED = regex.compile(
+    r"\[shutdown\] (?:EngineCore: trigger received signal|API server: shutdown triggered)|"
+    r"^(?:INFO:\s+)?Shutting down\s*$"
+)
+
+
+def _check_engine_core_exited(ctx: CheckContext) -> CheckOutcome | None:
+    """vLLM's API server saw its engine-core process exit (the rule's lines: v1/engine/
+    core_client.py MPClient's liveness monitor, "[shutdown] MPClient: engine core exited
+    unexpectedly; starting cleanup", 0.25-0.34) with no shutdown asked for before it in
+    that log: the engine core died. After a signal the engine core or the API server
+    logged receiving, the same line is the teardown of a deliberate stop."""
+    if not ctx.hits:
+        return None
+    asked: dict[str, int] = {}  # source -> line of the first shutdown request
+    for rec in ctx.records:
+        if rec.source not in asked and _SHUTDOWN_ASKED.search(rec.message):
+            asked[rec.source] = rec.line
+    hits = tuple(h for h in ctx.hits if h.line < asked.get(h.source, h.line + 1))
+    if not hits:
+        return None
+    return CheckOutcome(
+        message=(
+            "the API server saw its engine-core process exit with no shutdown asked for: "
+            f"{hits[0].text.strip()[:200]}"
+        ),
+        hits=hits[:3],
+    )
+
+
 # SGLang's warm-up (sglang/srt/entrypoints/http_server.py _wait_and_warmup, 0.3.0-0.5.23;
 # srt/server.py before 0.4): once uvicorn listens, a thread asks GET /get_model_info (or
 # /model_info) and sends one short request (/generate, /v1/chat/completions for a VLM,
@@ -1861,6 +1895,7 @@ CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
     "rank_straggler": _check_straggler,
     "unknown_model_type": _check_unknown_model_type,
     "weight_loader_assert": _check_weight_loader_assert,
+    "engine_core_exited": _check_engine_core_exited,
     "traceback_exception": _check_traceback_exception,
     "error_ends_log": _check_error_ends_log,
     "faulthandler_dump": _check_faulthandler_dump,
