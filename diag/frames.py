@@ -243,6 +243,12 @@ def frame_phase(path: str, func: str) -> str | None:
         or "/deep_gemm/jit" in p
     ):
         return "compile"
+    # Triton's JIT launcher compiling a kernel at its first launch (a cache miss):
+    # triton/runtime/jit.py JITFunction.run -> self._do_compile(key, signature, device, ...)
+    # -> self.compile (Triton 3.3-3.5); the compiler's own frames (triton/compiler/) are
+    # below it, where a paste that was cut still shows the call in progress
+    if name == "_do_compile" and p.endswith("/triton/runtime/jit.py"):
+        return "compile"
     if name in ("kernel_warmup", "compile_or_warm_up_model", "deep_gemm_warmup"):
         return "compile"
     # vllm/model_executor/warmup/kernel_warmup.py and deep_gemm_warmup.py (0.10-0.34): run

@@ -389,6 +389,23 @@ def test_a_cut_traceback_names_the_call_its_last_source_line_makes() -> None:
         assert e.phase == "weights_load", code
 
 
+def test_a_triton_jit_launch_that_compiles_its_kernel_is_compile() -> None:
+    """Triton's JITFunction.run calling self._do_compile (triton/runtime/jit.py, 3.3+) is
+    the kernel's JIT compile at its first launch, also where the compiler's own frames
+    below it were cut off; its other calls (the cached kernel's launch) are no step."""
+    cont = (
+        '  File "/x/ops/rope.py", line 40, in apply_rope',
+        "    rope_kernel[grid](x, cos, sin)",
+        '  File "/x/triton/runtime/jit.py", line 733, in run',
+        "    kernel = self._do_compile(key, signature, device, constexprs, options, attrs, warmup)",
+    )
+    rec = Record("log", 1, "Traceback (most recent call last):", ts=T0, continuation=cont)
+    (e,) = frame_events([rec])
+    assert e.phase == "compile"
+    assert frame_phase("/x/triton/runtime/jit.py", "run") is None
+    assert frame_phase("/x/myproj/jit.py", "_do_compile") is None
+
+
 def test_a_signal_handlers_frame_dump_gives_its_phase() -> None:
     """The dumpstacks recipe's `File: "x", line N, in f` frames (outermost first) map to
     phases as a traceback's do."""

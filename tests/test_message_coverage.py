@@ -758,6 +758,9 @@ KNOWN_ALARMS: dict[tuple[str, str, str], str] = {
      "Rendezvous timeout occurred"): "torch logs its etcd rendezvous timeout at info level",
     ("process.killed", "sglang/srt/entrypoints/engine.py", "Child process unexpectedly failed"):
         "SGLang's SIGCHLD handler logs a child's failure as a warning; the child is gone",
+    ("process.engine_core_exited", "vllm/v1/engine/core_client.py",
+     "[shutdown] MPClient: engine core exited unexpectedly"):
+        "vLLM's MPClient logs its engine core's exit as a warning; the engine core is gone",
     ("python.exception", "sglang/srt/entrypoints/openai/serving_base.py", "DS32EncodingError"):
         "a request's encoding error logged at info by the OpenAI layer: an exception line",
     ("python.exception", "vllm/model_executor/model_loader/neuronx_distributed.py",

@@ -66,6 +66,10 @@ MESSAGES = [
     ("Qwen3 weights loaded successfully!", "weights_load", "sglang_jax.weights"),
     ("torch.compile takes 59.90 s in total", "compile", "vllm.torch_compile"),
     ("Running FlashInfer autotune with cache: /x.json", "compile", "sglang.jit_warmup"),
+    # Rebellions' rebel-compiler (RBLN SDK) compiling a graph for the NPU (vllm-rbln)
+    ("[rebel-compiler] Export done. Elapsed time: 0:00:05", "compile", "rbln.rebel_compile"),
+    ("[rebel-compiler] RBLN SDK compiler version: 0.11.0", "compile", "rbln.rebel_compile"),
+    ("[rebel-compiler] |Compile(#3), mod_name=a1b2c3, input_info_index=1|", "compile", "rbln.rebel_compile"),
     ("Capture cuda graph begin. This can take up to several minutes. avail mem=2.85 GB", "cuda_graph", "sglang.capture_begin"),
     ("Capture cuda graph end. Time elapsed: 12.80 s. mem usage=4.69 GB. avail mem=20.31 GB.", "cuda_graph", "sglang.capture_end"),
     ("Capturing batches (bs=16 avail_mem=13.56 GB):  17%|█▋        | 1/6 [00:16<01:22, 16.57s/it]", "cuda_graph", "sglang.capture_progress"),

@@ -1202,3 +1202,41 @@ def test_a_log_ending_on_a_bare_traceback_header_names_it() -> None:
     text = head + "EngineCore failed to start.\n" + head + "Traceback (most recent call last):\n"
     found = {f.id: f for f in analyze_text(text).findings}
     assert {e.line for e in found["python.exception"].evidence} >= {2}
+
+
+def test_a_bare_assertion_in_a_weight_loader_on_the_loaded_tensor_is_a_load_error() -> None:
+    from diag.analyze import analyze_text
+
+    tb = (
+        "Traceback (most recent call last):\n"
+        '  File "/v/vllm/model_executor/models/llama.py", line 500, in load_weights\n'
+        "    weight_loader(param, loaded_weight, shard_id)\n"
+        '  File "/v/vllm/model_executor/layers/linear.py", line 640, in weight_loader\n'
+        "    assert param_data.shape == loaded_weight.shape\n"
+        "AssertionError\n"
+    )
+    found = {f.id: f for f in analyze_text(tb).findings}
+    assert [e.line for e in found["weights.load_error"].evidence] == [5, 6]
+    # an assert on anything else, or one outside a weight loader, is no load error
+    other = tb.replace("param_data.shape == loaded_weight.shape", "self.tp_size > 0")
+    assert "weights.load_error" not in {f.id for f in analyze_text(other).findings}
+    app = tb.replace("vllm/model_executor/layers/linear.py", "app/loader.py")
+    assert "weights.load_error" not in {f.id for f in analyze_text(app).findings}
+
+
+def test_the_engine_core_exiting_is_a_death_unless_a_shutdown_was_asked_for() -> None:
+    from diag.analyze import analyze_text
+
+    died = (
+        "(APIServer pid=7) INFO 09-14 10:00:00 [api_server.py:100] Starting vLLM API server 0"
+        " on http://0.0.0.0:8000\n"
+        "(APIServer pid=7) WARNING 09-14 10:05:00 [core_client.py:869] [shutdown] MPClient:"
+        " engine core exited unexpectedly; starting cleanup\n"
+    )
+    found = {f.id: f for f in analyze_text(died).findings}
+    assert [e.line for e in found["process.killed"].evidence] == [2]
+    stopped = (
+        "(EngineCore pid=9) INFO 09-14 10:04:59 [core.py:1698] [shutdown] EngineCore: trigger"
+        " received signal=15\n" + died
+    )
+    assert "process.killed" not in {f.id for f in analyze_text(stopped).findings}

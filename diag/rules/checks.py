@@ -1668,6 +1668,100 @@ def _check_child_pipe_eof(ctx: CheckContext) -> CheckOutcome | None:
     return None
 
 
+# The frameworks' parameter weight loaders check each checkpoint tensor against the
+# parameter it fills with a bare `assert` on `loaded_weight`: vLLM model_executor/layers/
+# vocab_parallel_embedding.py VocabParallelEmbedding.weight_loader ("assert loaded_weight.
+# shape[output_dim] == self.org_vocab_size", 0.4-0.34), linear.py's weight_loader /
+# weight_loader_v2 ("assert param_data.shape == loaded_weight.shape", 0.2-0.34),
+# model_loader/weight_utils.py default_weight_loader ("assert param.size() ==
+# loaded_weight.size()"), and SGLang's copies (srt/layers/linear.py, vocab_parallel_
+# embedding.py, model_loader/weight_utils.py, 0.3-0.5.23); most of those asserts carry no
+# message, so the AssertionError line alone does not say that a shape did not fit
+_WEIGHT_LOADER_PATH = regex.compile(r"/(?:sglang|vllm)(?:_[a-z0-9]+)?/")
+_WEIGHT_ASSERT = regex.compile(r"^\s*assert\b.*\bloaded_weight\b")
+_ASSERTION_LINE = regex.compile(r"^\s*(?:builtins\.)?AssertionError\b")
+
+
+def _check_weight_loader_assert(ctx: CheckContext) -> CheckOutcome | None:
+    """A traceback whose innermost frame is a framework's weight loader (``weight_loader``,
+    ``weight_loader_v2``, ``default_weight_loader`` ...), stopped at an ``assert`` on the
+    ``loaded_weight`` it was given, and ended by ``AssertionError``: a checkpoint tensor
+    does not fit the parameter it is loaded into (weights.load_error), whatever the
+    assertion's message (most have none)."""
+    if "weights.load_error" in ctx.fired:
+        return None
+    # per stream: the innermost frame is a weight loader's, and its assert line once seen
+    loader: dict[tuple[str, RankId | None, int | None], bool] = {}
+    asserted: dict[tuple[str, RankId | None, int | None], tuple[Record, int, str] | None] = {}
+    for rec in ctx.records:
+        key = (rec.source, rec.rank, rec.pid)
+        for i, text in enumerate((rec.message, *rec.continuation)):
+            if "Traceback (most recent call last)" in text:
+                loader[key], asserted[key] = False, None
+                continue
+            m = FRAME.search(text)
+            if m is not None:
+                func = m.group("func").rsplit(".", 1)[-1]
+                path = m.group("path").replace("\\", "/")
+                loader[key] = "weight_loader" in func and bool(_WEIGHT_LOADER_PATH.search(path))
+                asserted[key] = None
+                continue
+            if not loader.get(key):
+                continue
+            if _WEIGHT_ASSERT.match(text):
+                asserted[key] = (rec, i, text)
+                continue
+            at = asserted.get(key)
+            if at is None or not _ASSERTION_LINE.match(text):
+                continue
+            src, si, stext = at
+            return CheckOutcome(
+                message=(
+                    "a weight loader's check of a checkpoint tensor failed: "
+                    f"{stext.strip()[:200]} ({text.strip()[:120]})"
+                ),
+                hits=(
+                    Hit(src.source, src.line + si, stext.strip(), src.rank, src.ts, {}, src.level),
+                    Hit(rec.source, rec.line + i, text.strip(), rec.rank, rec.ts, {}, rec.level),
+                ),
+            )
+    return None
+
+
+# a shutdown someone asked for, which vLLM's own lines announce before its processes exit:
+# the engine core's signal handler (v1/engine/core.py "[shutdown] EngineCore: trigger
+# received signal=N", 0.25-0.34), the API server's (entrypoints/launcher.py "[shutdown] API
+# server: shutdown triggered", 0.25-0.34) and uvicorn's own "Shutting down" (server.py)
+_SHUTDOWN_ASKED = regex.compile(
+    r"\[shutdown\] (?:EngineCore: trigger received signal|API server: shutdown triggered)|"
+    r"^(?:INFO:\s+)?Shutting down\s*$"
+)
+
+
+def _check_engine_core_exited(ctx: CheckContext) -> CheckOutcome | None:
+    """vLLM's API server saw its engine-core process exit (the rule's lines: v1/engine/
+    core_client.py MPClient's liveness monitor, "[shutdown] MPClient: engine core exited
+    unexpectedly; starting cleanup", 0.25-0.34) with no shutdown asked for before it in
+    that log: the engine core died. After a signal the engine core or the API server
+    logged receiving, the same line is the teardown of a deliberate stop."""
+    if not ctx.hits:
+        return None
+    asked: dict[str, int] = {}  # source -> line of the first shutdown request
+    for rec in ctx.records:
+        if rec.source not in asked and _SHUTDOWN_ASKED.search(rec.message):
+            asked[rec.source] = rec.line
+    hits = tuple(h for h in ctx.hits if h.line < asked.get(h.source, h.line + 1))
+    if not hits:
+        return None
+    return CheckOutcome(
+        message=(
+            "the API server saw its engine-core process exit with no shutdown asked for: "
+            f"{hits[0].text.strip()[:200]}"
+        ),
+        hits=hits[:3],
+    )
+
+
 # SGLang's warm-up (sglang/srt/entrypoints/http_server.py _wait_and_warmup, 0.3.0-0.5.23;
 # srt/server.py before 0.4): once uvicorn listens, a thread asks GET /get_model_info (or
 # /model_info) and sends one short request (/generate, /v1/chat/completions for a VLM,
@@ -1862,6 +1956,8 @@ CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
     "rank_straggler": _check_straggler,
     "unknown_model_type": _check_unknown_model_type,
     "unsupported_arch_raise": _check_unsupported_arch_raise,
+    "weight_loader_assert": _check_weight_loader_assert,
+    "engine_core_exited": _check_engine_core_exited,
     "traceback_exception": _check_traceback_exception,
     "error_ends_log": _check_error_ends_log,
     "faulthandler_dump": _check_faulthandler_dump,
