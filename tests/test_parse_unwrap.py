@@ -426,6 +426,21 @@ def test_sterns_pod_and_container_columns_are_a_gutter() -> None:
     assert _pod_gutter(["set-up done in 3 s", "re-run with NCCL_DEBUG=INFO"], 2) is None
 
 
+def test_a_call_glued_before_a_process_prefix_is_a_lost_newline() -> None:
+    # a flattened traceback: a frame's source line ends in a call, the next line's process
+    # prefix follows after a space (the prefix occurs only twice, so the recurrence cut
+    # does not apply)
+    p = "(Worker_TP1 pid=4242) ERROR 01-02 10:00:00 [multiproc_executor.py:600]"
+    line = f'{p} File "/v/x.py", line 3, in f {p} self.worker.init_x() {p} File "/v/y.py", line 9'
+    parts = split_glued(line)
+    assert parts[-2:] == [f"{p} self.worker.init_x()", f'{p} File "/v/y.py", line 9']
+    # an outer process prefix, a wrapper's parenthesised word: never a cut
+    nested = f"(APIServer pid=1) {p} hello there"
+    assert split_glued(nested) == [nested]
+    raylet = f"(raylet) {p} hello there"
+    assert split_glued(raylet) == [raylet]
+
+
 def test_a_gutter_inside_a_per_line_wrapper_comes_off() -> None:
     # a Buildkite view's bar gutter ("  | ") copied, then wrapped again by journald
     from diag.analyze import analyze_text

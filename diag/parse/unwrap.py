@@ -977,7 +977,9 @@ def _is_cut(part: str, m: re.Match[str]) -> bool:
         # a process prefix with its level and date after a space that ends a message (a
         # paste that turned newlines into spaces); never after a wrapper's "]: ", " | ",
         # " - " or an outer prefix's ")"
-        return not part[i - 2].isspace() and part[i - 2] not in _WRAPPER_END
+        return not part[i - 2].isspace() and (
+            part[i - 2] not in _WRAPPER_END or _call_paren(part, i - 2)
+        )
     if part[i - 2] not in _SENTENCE_END and not _call_closed(part, i - 2, m):
         return False
     end = m.end()
@@ -999,6 +1001,25 @@ def _call_closed(part: str, j: int, m: re.Match[str]) -> bool:
     # after its ')')
     prefix = match_proc_prefix(part, open_at) if open_at >= 0 else None
     return prefix is None or prefix.end not in (j + 1, j + 2)
+
+
+def _call_paren(part: str, j: int) -> bool:
+    """``part[j]`` is a ')' that closes a call's arguments (``self.worker.load_model()``,
+    ``WorkerProc(*args, **kwargs)``: a traceback's source line) right before a process
+    prefix glued on with a space, not an outer process prefix (``(APIServer pid=1) ``) or
+    a wrapper's own parenthesised word (``(raylet) ``): its '(' follows a name."""
+    if part[j] != ")":
+        return False
+    depth = 0
+    for k in range(j, max(j - 400, -1), -1):
+        c = part[k]
+        if c == ")":
+            depth += 1
+        elif c == "(":
+            depth -= 1
+            if depth == 0:
+                return k > 0 and (part[k - 1].isalnum() or part[k - 1] in "_]")
+    return False
 
 
 # a per-line process prefix of Ray (``(RayWorkerWrapper pid=7, ip=10.0.0.2)``, any actor's
