@@ -254,11 +254,6 @@ TUNING_XFAIL: dict[str, str] = {
         "new case (gather s22): weights.slow_load from the thread (a PR about ~6 s per MoE "
         "layer's MXFP4 shuffle); the window shows steady per-layer progress, no slow shard"
     ),
-    "vllm/pr-mar-2026-nemotron3-nano-nvfp4-tp2-shards-5-of-5-worker-prefix-only-line-loading-weights-5.95s-no-native-fp4-marlin-weight-only-warnings-x3-cut": (  # noqa: E501
-        "new case (gather s22): quant.unsupported for vLLM's warning that the GPU has no "
-        "native FP4 and Marlin weight-only FP4 is used, a supported path the run goes on "
-        "with (an error-level finding on it would flag every FP8/FP4 start on older GPUs)"
-    ),
     "vllm/rocm-mi300x-apr-2025-v0-multiproc-llama4-maverick-fp8-worker-ready-none-not-supported-rocmflashattention-librccl-pynccl-window-cut": (  # noqa: E501
         "new case (gather s22): the window ends on pynccl's 'vLLM is using nccl==', which "
         "diag reads as the start of the communicator's init (a stall reason by LABELS.md); "

@@ -52,6 +52,8 @@ MESSAGES = [
     ("Load weight begin. avail mem=78.81 GB", "weights_load", "sglang.load_weight_begin"),
     ("Starting to load model deepseek-ai/DeepSeek-Coder-V2-Instruct...", "weights_load", "vllm.starting_to_load"),
     ("Model loading took 15.2 GiB and 4.1 seconds", "weights_load", "vllm.model_loading_took"),
+    # vllm-spyre's SpyreWorker.load_model print (vllm_spyre/worker/spyre_worker.py)
+    ("[SpyreWorker] load model...", "weights_load", "vllm.spyre_load_model"),
     ("Loading safetensors checkpoint shards:  26% Completed | 22/85 [09:23<29:54, 28.49s/it]", "weights_load", "any.shard_progress"),
     ("Multi-thread loading shards:  69% Completed | 65/94 [00:31<00:14,  2.0it/s]", "weights_load", "any.shard_progress"),
     ("KV Cache is allocated. #tokens: 21456, K size: 1.64 GB, V size: 1.64 GB", "kv_cache", "sglang.kv_allocated"),

@@ -393,6 +393,54 @@ def test_a_name_column_before_every_line_is_a_gutter() -> None:
     assert detect_gutters([VW, VW, VW]) == ()
 
 
+def test_sterns_pod_and_container_columns_are_a_gutter() -> None:
+    # stern's default output: "<pod> <container> <message>", two pods of one deployment,
+    # empty lines keeping their columns
+    from diag.analyze import analyze_text
+
+    body = [
+        "(APIServer pid=7) Traceback (most recent call last):",
+        '(APIServer pid=7)   File "/usr/bin/vllm", line 8, in <module>',
+        "(APIServer pid=7)     sys.exit(main())",
+        '(APIServer pid=7)   File "/v/vllm/entrypoints/cli/main.py", line 54, in main',
+    ]
+    lines = [
+        "decode-7f9c6d-abcde server ",
+        "decode-7f9c6d-abcde server some library's error text",
+        "decode-7f9c6d-abcde server ",
+        *(f"decode-7f9c6d-xyz12 server {ln}" for ln in body),
+    ]
+    assert detect_gutters(lines) == ("pod:server",)
+    u = SourceUnwrapper(lines)
+    assert [u.unwrap(ln)[0] for ln in lines[3:]] == body
+    a = analyze_text("\n".join(lines) + "\n")
+    assert "python.exception" in {f.id for f in a.findings}
+    assert detect_gutters([f"my-pod-0 vllm {VW}"] * 4) == ("pod:vllm",)
+    # never a name with no '-' (no generated pod name), never a level word as the
+    # container, never where the lines read as log lines without the columns
+    from diag.parse.unwrap import _pod_gutter
+
+    assert _pod_gutter([f"worker vllm {b}" for b in body], 3) is None
+    assert _pod_gutter([f"my-pod-0 info {b}" for b in body], 3) is None
+    assert _pod_gutter([f"my-pod-0 vllm {b}" for b in body], 3) == "vllm"
+    assert _pod_gutter(["set-up done in 3 s", "re-run with NCCL_DEBUG=INFO"], 2) is None
+
+
+def test_a_call_glued_before_a_process_prefix_is_a_lost_newline() -> None:
+    # a flattened traceback: a frame's source line ends in a call, the next line's process
+    # prefix follows after a space (the prefix occurs only twice, so the recurrence cut
+    # does not apply)
+    p = "(Worker_TP1 pid=4242) ERROR 01-02 10:00:00 [multiproc_executor.py:600]"
+    line = f'{p} File "/v/x.py", line 3, in f {p} self.worker.init_x() {p} File "/v/y.py", line 9'
+    parts = split_glued(line)
+    assert parts[-2:] == [f"{p} self.worker.init_x()", f'{p} File "/v/y.py", line 9']
+    # an outer process prefix, a wrapper's parenthesised word: never a cut
+    nested = f"(APIServer pid=1) {p} hello there"
+    assert split_glued(nested) == [nested]
+    raylet = f"(raylet) {p} hello there"
+    assert split_glued(raylet) == [raylet]
+
+
 def test_a_gutter_inside_a_per_line_wrapper_comes_off() -> None:
     # a Buildkite view's bar gutter ("  | ") copied, then wrapped again by journald
     from diag.analyze import analyze_text

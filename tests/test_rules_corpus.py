@@ -154,10 +154,6 @@ XFAIL.update(
             "new case (gather s22): weights.slow_load from the thread; the window shows "
             "steady per-layer progress"
         ),
-        "vllm/pr-mar-2026-nemotron3-nano-nvfp4-tp2-shards-5-of-5-worker-prefix-only-line-loading-weights-5.95s-no-native-fp4-marlin-weight-only-warnings-x3-cut": (  # noqa: E501
-            "new case (gather s22): quant.unsupported for the no-native-FP4 Marlin "
-            "weight-only warning, a supported path"
-        ),
         "vllm/rocm-mi300x-apr-2025-v0-multiproc-llama4-maverick-fp8-worker-ready-none-not-supported-rocmflashattention-librccl-pynccl-window-cut": (  # noqa: E501
             "new case (gather s22): ends on pynccl's 'vLLM is using nccl==' (a step's start "
             "for diag); the label reads a cut excerpt"

@@ -27,7 +27,8 @@ Per line (unambiguous; tried on every line, outermost first, cheap guards first)
 
 Per source (ambiguous on one line, so only where most of a source's first lines carry it):
 markdown quotes (``> `` and ``> > ``), line-number gutters (``  123 | ``, ``123\\t``), srun
-``--label`` task prefixes (``3: ``, a rank).
+``--label`` task prefixes (``3: ``, a rank), stern's pod and container columns
+(``decode-6c8f-vh88z vllm ``, the pods varying).
 
 Logs whose newlines were lost: :func:`split_glued` cuts a line again before recognisable
 record starts (an SGLang or vLLM stamp, a vLLM process prefix before a level), conservatively,
@@ -480,6 +481,11 @@ class SourceUnwrapper:
                 if m:
                     line = line[m.end() :]
                     self.counts["prefix"] += 1
+            elif g.startswith("pod:"):
+                m = _pod_prefix(g[4:]).match(line)
+                if m:
+                    line = line[m.end() :]
+                    self.counts["pod"] += 1
             elif g.startswith("label:"):
                 word = g[6:]
                 if line.startswith(word) and line[len(word) : len(word) + 1] in (" ", ""):
@@ -725,6 +731,8 @@ def detect_gutters(lines: list[str]) -> tuple[str, ...]:
             out.append("srun")
         elif _bar_gutter(lines, need):
             out.append("bar")
+        elif (ctr := _pod_gutter(lines, need)) is not None:
+            out.append("pod:" + ctr)
         elif (label := _label_gutter(lines, need)) is not None:
             out.append("label:" + label)
         elif (shape := _prefix_gutter(lines, need)) is not None:
@@ -871,6 +879,51 @@ def _label_gutter(lines: list[str], need: int) -> str | None:
     return word if after * 2 >= len(lines) and after > before else None
 
 
+# stern's default output (stern/stern cmd/cmd.go generateTemplate, output "default":
+# "{{color .PodColor .PodName}} {{color .ContainerColor .ContainerName}} {{.Message}}"; the
+# same two columns as kubectl-style multi-pod tails): every line starts with its pod's name
+# (a DNS-1123 subdomain; a generated one, so with a '-': ``<deployment>-<hash>-<id>``,
+# ``<statefulset>-<n>``) and its container's name (a DNS-1123 label), the pods varying
+_POD_LINE = re.compile(
+    r"(?P<pod>[a-z0-9][a-z0-9.]{0,120}-[-a-z0-9.]{0,130}[a-z0-9]) "
+    r"(?P<ctr>[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)(?: |$)"
+)
+_POD_PREFIX_CACHE: dict[str, re.Pattern[str]] = {}
+
+
+def _pod_prefix(ctr: str) -> re.Pattern[str]:
+    pattern = _POD_PREFIX_CACHE.get(ctr)
+    if pattern is None:
+        if len(_POD_PREFIX_CACHE) > 16:
+            _POD_PREFIX_CACHE.clear()
+        pattern = _POD_PREFIX_CACHE[ctr] = re.compile(
+            r"[a-z0-9][a-z0-9.]{0,120}-[-a-z0-9.]{0,130}[a-z0-9] " + re.escape(ctr) + r"(?: |$)"
+        )
+    return pattern
+
+
+def _pod_gutter(lines: list[str], need: int) -> str | None:
+    """A pod's and a container's name before most lines (stern's default output), the
+    container one name, and the lines read as log or traceback lines once they are off
+    (more than before): the container's name, else None."""
+    found = [m for m in map(_POD_LINE.match, lines) if m]
+    if len(found) < need:
+        return None
+    ctr, n = Counter(m.group("ctr") for m in found).most_common(1)[0]
+    if n < need or _LEVEL_WORD.fullmatch(ctr):
+        return None
+    pattern = _pod_prefix(ctr)
+    before = after = 0
+    for ln in lines:
+        m = pattern.match(ln)
+        rest = ln[m.end() :] if m is not None else ln
+        if m is not None and not rest.strip():
+            continue  # the prefix before an empty line: neither way
+        before += _starts_known(ln) or unwrap_line(ln)[1] is not None
+        after += _starts_known(rest) or unwrap_line(rest)[1] is not None
+    return ctr if after > before else None
+
+
 def _bar_gutter(lines: list[str], need: int) -> bool:
     """Most lines start with a bare bar (``  | ``) that is no markdown table: a table row
     also ends with its bar, a gutter's line does not."""
@@ -924,7 +977,9 @@ def _is_cut(part: str, m: re.Match[str]) -> bool:
         # a process prefix with its level and date after a space that ends a message (a
         # paste that turned newlines into spaces); never after a wrapper's "]: ", " | ",
         # " - " or an outer prefix's ")"
-        return not part[i - 2].isspace() and part[i - 2] not in _WRAPPER_END
+        return not part[i - 2].isspace() and (
+            part[i - 2] not in _WRAPPER_END or _call_paren(part, i - 2)
+        )
     if part[i - 2] not in _SENTENCE_END and not _call_closed(part, i - 2, m):
         return False
     end = m.end()
@@ -946,6 +1001,25 @@ def _call_closed(part: str, j: int, m: re.Match[str]) -> bool:
     # after its ')')
     prefix = match_proc_prefix(part, open_at) if open_at >= 0 else None
     return prefix is None or prefix.end not in (j + 1, j + 2)
+
+
+def _call_paren(part: str, j: int) -> bool:
+    """``part[j]`` is a ')' that closes a call's arguments (``self.worker.load_model()``,
+    ``WorkerProc(*args, **kwargs)``: a traceback's source line) right before a process
+    prefix glued on with a space, not an outer process prefix (``(APIServer pid=1) ``) or
+    a wrapper's own parenthesised word (``(raylet) ``): its '(' follows a name."""
+    if part[j] != ")":
+        return False
+    depth = 0
+    for k in range(j, max(j - 400, -1), -1):
+        c = part[k]
+        if c == ")":
+            depth += 1
+        elif c == "(":
+            depth -= 1
+            if depth == 0:
+                return k > 0 and (part[k - 1].isalnum() or part[k - 1] in "_]")
+    return False
 
 
 # a per-line process prefix of Ray (``(RayWorkerWrapper pid=7, ip=10.0.0.2)``, any actor's
