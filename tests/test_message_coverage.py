@@ -672,6 +672,16 @@ KNOWN_PHASE_DISAGREEMENTS: dict[str, str] = {
     "vllm.model_registry sglang/srt/mem_cache/registry.py default_radix_cache_factory": (
         "as create_tree_cache's: the vLLM-format rendering of an SGLang registry.py line"
     ),
+    # vLLM's attention-backend registries (mapped 2026-12-07: their register decorators and
+    # plugin registrations run at import or plugin load, launch): a file named registry.py
+    "vllm.model_registry vllm/v1/attention/backends/registry.py register": (
+        "vllm.model_registry reads any '[registry.py:N]' line as the model registry's; "
+        "'Registered new attention backend' is a backend registered at import or by a "
+        "plugin (launch), which the map keeps as the earlier phase"
+    ),
+    "vllm.model_registry vllm/v1/attention/backends/mla/prefill/registry.py register": (
+        "as backends/registry.py's: an MLA prefill backend registered at import (launch)"
+    ),
     "any.weights_traceback sglang/srt/model_loader/loader.py load_weights_proxy": (
         "a traceback-frame entry ('in load_weights') also matches the words of this run-time "
         "reload notice; frames are what it is for"
