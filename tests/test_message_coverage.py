@@ -225,6 +225,10 @@ STARTUP_MODULES: dict[str, tuple[str, ...]] = {
 # (with SGLang 0.1's rank-prefixed position entries in phases.yaml), 11/12 4/8 25/53, 15/16
 # 5/8 35/83; 5/8 0/1 2/11, 18/25 0/6 2/20, 9/13 1/6 3/14. Every floor re-measured: the
 # earlier releases' figures are HEAD's (their raise floors had fallen behind them).)
+# 2026-12-07: the map decided vLLM's layers / quantization / kernels / attention backends /
+# KV connectors and SGLang's quantization / MoE / attention / mem_cache (none of them a
+# startup-path module here): SGLang 0.5.23 info 206/241 -> 207/241 recognised, 237 -> 238
+# accounted; every other figure unchanged.
 FLOORS: dict[tuple[str, str, str], float] = {}
 ACCOUNTED_FLOORS: dict[tuple[str, str, str], float] = {}
 _MEASURED = """  # framework release, then per kind: recognised%, accounted%
@@ -268,7 +272,7 @@ sglang 0.5.5         info 79.3 95.2  warn_error 74.1 90.7  raise 12.6 100.0
 sglang 0.5.9         info 78.7 96.3  warn_error 77.4 90.6  raise 14.9 100.0
 sglang 0.5.14        info 81.3 96.8  warn_error 79.8 91.7  raise 22.7 100.0
 sglang 0.5.19        info 83.4 98.1  warn_error 60.1 84.6  raise 4.9 100.0
-sglang 0.5.23        info 85.4 98.3  warn_error 61.0 83.2  raise 4.1 100.0
+sglang 0.5.23        info 85.8 98.7  warn_error 61.0 83.2  raise 4.1 100.0
 # vLLM's platform plugins (framework vllm; 2026-12-05, with their phase_map.yaml entries)
 vllm-ascend 0.7.3         info 80.0 100.0  warn_error 75.0 75.0  raise 6.6 100.0
 vllm-ascend 0.9.1         info 90.0 100.0  warn_error 80.0 80.0  raise 2.9 100.0
@@ -671,6 +675,16 @@ KNOWN_PHASE_DISAGREEMENTS: dict[str, str] = {
     ),
     "vllm.model_registry sglang/srt/mem_cache/registry.py default_radix_cache_factory": (
         "as create_tree_cache's: the vLLM-format rendering of an SGLang registry.py line"
+    ),
+    # vLLM's attention-backend registries (mapped 2026-12-07: their register decorators and
+    # plugin registrations run at import or plugin load, launch): a file named registry.py
+    "vllm.model_registry vllm/v1/attention/backends/registry.py register": (
+        "vllm.model_registry reads any '[registry.py:N]' line as the model registry's; "
+        "'Registered new attention backend' is a backend registered at import or by a "
+        "plugin (launch), which the map keeps as the earlier phase"
+    ),
+    "vllm.model_registry vllm/v1/attention/backends/mla/prefill/registry.py register": (
+        "as backends/registry.py's: an MLA prefill backend registered at import (launch)"
     ),
     "any.weights_traceback sglang/srt/model_loader/loader.py load_weights_proxy": (
         "a traceback-frame entry ('in load_weights') also matches the words of this run-time "
