@@ -1159,3 +1159,30 @@ def test_a_log_ending_on_a_bare_traceback_header_names_it() -> None:
     text = head + "EngineCore failed to start.\n" + head + "Traceback (most recent call last):\n"
     found = {f.id: f for f in analyze_text(text).findings}
     assert {e.line for e in found["python.exception"].evidence} >= {2}
+
+
+def test_an_ipython_traceback_header_names_the_cells_exception() -> None:
+    """IPython/Jupyter prints a cell's unhandled exception as '<Class>   Traceback (most
+    recent call last)' (IPython/core/ultratb.py, the class first, its message after the
+    frames): a paste cut inside the frames still names the exception."""
+    from diag.analyze import analyze_text
+
+    text = (
+        "INFO 03-02 10:00:00 llm_engine.py:70] Initializing an LLM engine with config: "
+        "model='org/tiny', tokenizer='org/tiny', tensor_parallel_size=1, seed=0)\n"
+        "-----------------------------------------------------------------------\n"
+        "ValueError                                Traceback (most recent call last)\n"
+        "Cell In[7], line 2\n"
+        "----> 2 llm = LLM(model=\"org/tiny\")\n"
+    )
+    found = {f.id: f for f in analyze_text(text).findings}
+    assert found["python.exception"].message.startswith("ValueError")
+    assert [e.line for e in found["python.exception"].evidence] == [3]
+    # a header glued to a container's prefix, or Python's own, is no IPython header
+    for header in ("kserve-container Traceback (most recent call last):",
+                   "Traceback (most recent call last):"):
+        other = text.replace(
+            "ValueError                                Traceback (most recent call last)", header
+        )
+        assert "python.exception" not in {f.id for f in analyze_text(other).findings}
+
