@@ -502,6 +502,13 @@ TUNING_XFAIL: dict[str, str] = {
         "(pid N) died' / 'Engine core proc ... died unexpectedly' (all labelled "
         "process.killed) read as a death"
     ),
+    # gather s41 (2026-12-07)
+    "vllm/fastchat-vllm-worker-v0.2.6-ray-tp2-qwen-72b-gpus-2-3-stuck-after-slow-tokenizer-warning": (  # noqa: E501
+        "new case (gather s41): startup.stalled from the thread's account (stuck on GPUs 2 "
+        "and 3); the three-line log ends on get_tokenizer's 'Using a slow tokenizer' warning, "
+        "logged after the tokenizer loaded (a step that ended), with no later timestamp: a "
+        "cut excerpt by LABELS.md's convention (model_config is read)"
+    ),
 }
 
 MIN_PASS_RATIO = 0.90  # old cases: at most 10% xfailed

@@ -82,6 +82,8 @@ def test_engine_config_dump() -> None:
     cfg = normalise(raw)
     assert cfg["tp"] == 2 and cfg["pp"] == 1 and cfg["dp"] == 1
     assert cfg["model"] == "/models/tiny"
+    # the engine's resolved length (max_seq_len in its config dump) is the max model length
+    assert cfg["max_model_len"] == 2048
 
 
 def test_engine_config_nested_objects_do_not_leak_keys() -> None:

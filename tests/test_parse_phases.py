@@ -49,6 +49,9 @@ MESSAGES = [
     ("Resolved architecture: Qwen3ForCausalLM", "model_config", "vllm.resolved_arch"),
     # vllm/config.py _get_and_verify_dtype "Casting {} to {}." (0.1-0.9.2, then config/)
     ("Casting torch.bfloat16 to torch.float16.", "model_config", "vllm.config_resolved"),
+    # vllm/transformers_utils/tokenizer.py get_tokenizer: the tokenizer is being loaded
+    ("Using a slow tokenizer. This might cause a significant slowdown. Consider using a fast tokenizer instead.", "model_config", "vllm.tokenizer_notice"),
+    ("For some LLaMA V1 models, initializing the fast tokenizer may take a long time. To reduce the initialization time, consider using 'hf-internal-testing/llama-tokenizer' instead of the original tokenizer.", "model_config", "vllm.tokenizer_notice"),
     ("Load weight begin. avail mem=78.81 GB", "weights_load", "sglang.load_weight_begin"),
     ("Starting to load model deepseek-ai/DeepSeek-Coder-V2-Instruct...", "weights_load", "vllm.starting_to_load"),
     ("Model loading took 15.2 GiB and 4.1 seconds", "weights_load", "vllm.model_loading_took"),

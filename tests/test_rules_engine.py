@@ -1240,3 +1240,83 @@ def test_the_engine_core_exiting_is_a_death_unless_a_shutdown_was_asked_for() ->
         " received signal=15\n" + died
     )
     assert "process.killed" not in {f.id for f in analyze_text(stopped).findings}
+
+
+def test_an_ipython_traceback_header_names_the_cells_exception() -> None:
+    """IPython/Jupyter prints a cell's unhandled exception as '<Class>   Traceback (most
+    recent call last)' (IPython/core/ultratb.py, the class first, its message after the
+    frames): a paste cut inside the frames still names the exception."""
+    from diag.analyze import analyze_text
+
+    text = (
+        "INFO 03-02 10:00:00 llm_engine.py:70] Initializing an LLM engine with config: "
+        "model='org/tiny', tokenizer='org/tiny', tensor_parallel_size=1, seed=0)\n"
+        "-----------------------------------------------------------------------\n"
+        "ValueError                                Traceback (most recent call last)\n"
+        "Cell In[7], line 2\n"
+        "----> 2 llm = LLM(model=\"org/tiny\")\n"
+    )
+    found = {f.id: f for f in analyze_text(text).findings}
+    assert found["python.exception"].message.startswith("ValueError")
+    assert [e.line for e in found["python.exception"].evidence] == [3]
+    # a header glued to a container's prefix, or Python's own, is no IPython header
+    for header in ("kserve-container Traceback (most recent call last):",
+                   "Traceback (most recent call last):"):
+        other = text.replace(
+            "ValueError                                Traceback (most recent call last)", header
+        )
+        assert "python.exception" not in {f.id for f in analyze_text(other).findings}
+
+
+_V0_CONFIG = (
+    "INFO 02-03 10:00:00 llm_engine.py:70] Initializing an LLM engine with config: "
+    "model='org/m', tokenizer='org/m', tokenizer_mode=auto, dtype=torch.float16, "
+    "max_seq_len={max_len}, tensor_parallel_size=1, seed=0)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("max_len", "blocks", "args", "short"),
+    [
+        (8192, 500, "", True),  # 8000 tokens of 16-token blocks < 8192
+        (8192, 512, "", False),  # 8192 tokens: one sequence fits
+        (8192, 300, "block_size=32, ", False),  # the args' block size: 9600 tokens
+        (8192, 0, "", True),  # no block at all
+    ],
+)
+def test_v0_gpu_blocks_below_one_max_length_sequence_is_an_oom(
+    max_len: int, blocks: int, args: str, short: bool
+) -> None:
+    """vLLM V0 checks block_size x num_gpu_blocks >= max_model_len right after logging
+    the block counts (llm_engine.py _init_cache, worker.py raise_if_cache_size_invalid):
+    the counts and the config's max length prove the ValueError a cut paste lost."""
+    from diag.analyze import analyze_text
+
+    text = (
+        (
+            f"INFO 02-03 09:59:58 api_server.py:600] args: Namespace(model='org/m', {args}seed=0)\n"
+            if args
+            else ""
+        )
+        + _V0_CONFIG.format(max_len=max_len)
+        + f"INFO 02-03 10:00:20 llm_engine.py:275] # GPU blocks: {blocks}, # CPU blocks: 512\n"
+    )
+    found = {f.id: f for f in analyze_text(text).findings}
+    assert ("cuda.oom" in found) is short
+    if short:
+        assert found["cuda.oom"].evidence[0].line == (3 if args else 2)
+        assert found["cuda.oom"].role == "root"
+
+
+def test_gpu_blocks_without_a_max_length_or_of_v1_are_no_oom() -> None:
+    from diag.analyze import analyze_text
+
+    lines = [
+        "INFO 02-03 10:00:20 llm_engine.py:275] # GPU blocks: 10, # CPU blocks: 512\n",
+        _V0_CONFIG.format(max_len=4096)
+        + "INFO 02-03 10:00:20 [kv_cache_utils.py:578] # GPU blocks: 10\n",
+        _V0_CONFIG.format(max_len=4096)
+        + "INFO 02-03 10:00:20 hpu_executor.py:76] # HPU blocks: 10, # CPU blocks: 40\n",
+    ]
+    for text in lines:
+        assert "cuda.oom" not in {f.id for f in analyze_text(text).findings}, text

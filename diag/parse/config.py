@@ -34,7 +34,8 @@ _NAMES: dict[str, tuple[str, ...]] = {
     "attention_backend": ("attention_backend",),
     "dtype": ("dtype",),
     "kv_cache_dtype": ("kv_cache_dtype",),
-    "max_model_len": ("max_model_len", "context_length"),
+    # vLLM V0's engine config dump (0.1-0.6) names the resolved length max_seq_len
+    "max_model_len": ("max_model_len", "context_length", "max_seq_len"),
 }
 _SPEC_ALGO = ("speculative_algorithm", "speculative_method")
 _SPEC_STEPS = ("speculative_num_steps", "num_speculative_tokens", "speculative_num_draft_tokens")

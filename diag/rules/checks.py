@@ -19,6 +19,7 @@ from typing import Any
 import regex
 
 from diag.frames import FRAME, frame_phase
+from diag.limits import ascii_int
 from diag.model import (
     Analysis,
     Event,
@@ -1946,6 +1947,66 @@ def _check_cuda_error_advisory(ctx: CheckContext) -> CheckOutcome | None:
     )
 
 
+# vLLM V0's KV-capacity check right after the profile run logged the block counts
+# (vllm/engine/llm_engine.py _init_cache 0.1-0.3; vllm/worker/worker.py
+# raise_if_cache_size_invalid 0.4.3-0.10.2, per fixtures/messages/messages.tsv): no block
+# raises "No available memory for the cache blocks", and fewer than one sequence of the
+# model's max length, block_size x num_gpu_blocks < max_model_len, raises "The model's max
+# seq len (N) is larger than the maximum number of tokens that can be stored in KV cache (M)"
+# (the error line itself is often below a pasted window). The count line: "# GPU blocks: {},
+# # CPU blocks: {}" (llm_engine.py 0.1-0.3, gpu_executor.py / distributed_gpu_executor.py
+# 0.4-0.6), "# {device_name} blocks: ..." (executor_base.py 0.7-0.10: cuda, rocm); other
+# devices (HPU, TPU, Neuron) have other default block sizes and are left out
+_V0_BLOCKS = regex.compile(r"# (?:GPU|cuda|rocm) blocks: (?P<blocks>-?\d+), # CPU blocks: \d+")
+_V0_BLOCK_SIZE = 16  # EngineArgs.block_size 0.1-0.5; the CUDA/ROCm platform default 0.6-0.10
+
+
+def _block_size(config: Mapping[str, object]) -> int | None:
+    """The args' block size where they give one, else vLLM V0's default; None where the
+    args give one that cannot be read."""
+    raw = config.get("raw")
+    given = raw.get("block_size") if isinstance(raw, Mapping) else None
+    if given is None or given == "None":
+        return _V0_BLOCK_SIZE
+    size = ascii_int(given)
+    return size if size is not None and size > 0 else None
+
+
+def _check_kv_blocks_short(ctx: CheckContext) -> CheckOutcome | None:
+    """V0's '# GPU blocks: N, # CPU blocks: M' with N blocks of ``block_size`` tokens
+    holding fewer tokens than the config's max model length (or N <= 0): the engine raises
+    its KV-capacity ValueError next (cuda.oom), whether or not the log still shows it."""
+    if "cuda.oom" in ctx.fired:
+        return None
+    max_len = ctx.analysis.config.get("max_model_len")
+    block = _block_size(ctx.analysis.config)
+    for rec in ctx.records:
+        if "blocks: " not in rec.message:
+            continue
+        m = _V0_BLOCKS.search(rec.message)
+        if m is None:
+            continue
+        blocks = int(m.group("blocks"))
+        if blocks <= 0:
+            return _outcome_at(
+                rec, 0, rec.message,
+                f"the profile left no KV-cache block ({m.group(0)}): vLLM raises 'No "
+                "available memory for the cache blocks' next",
+            )
+        if block is None or not isinstance(max_len, int) or max_len <= 0:
+            continue
+        tokens = blocks * block
+        if tokens < max_len:
+            return _outcome_at(
+                rec, 0, rec.message,
+                f"{blocks} GPU blocks x {block} tokens = {tokens} tokens of KV cache, fewer "
+                f"than one sequence of the max model length {max_len}: vLLM raises 'The "
+                f"model's max seq len ({max_len}) is larger than the maximum number of "
+                f"tokens that can be stored in KV cache ({tokens})' next",
+            )
+    return None
+
+
 CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
     "child_pipe_eof": _check_child_pipe_eof,
     "stack_collective_wait": _check_stack_collective,
@@ -1965,6 +2026,7 @@ CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
     "warmup_thread_raised": _check_warmup_thread_raised,
     "compile_crash": _check_compile_crash,
     "cuda_error_advisory": _check_cuda_error_advisory,
+    "kv_blocks_short": _check_kv_blocks_short,
     "dist_init_hang": _check_dist_init_hang,
     "stalled": _check_stalled,
     "cut_excerpt": _check_cut_excerpt,
