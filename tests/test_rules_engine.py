@@ -918,6 +918,13 @@ def test_a_traceback_ending_in_the_registry_raise_is_an_unsupported_architecture
     # the same function name in another package's file is not the registry
     other = tb.replace("vllm/model_executor/models/registry.py", "myapp/registry.py")
     assert "model.unsupported" not in {f.id for f in analyze_text(other).findings}
+    # the same function's other raise: a registered architecture whose class failed to
+    # import or be inspected (vLLM 0.6.6+, SGLang 0.4.1+) is no unsupported model
+    inspected = tb + (
+        head + "ValueError: Model architectures ['LlamaForCausalLM'] failed to be inspected. "
+        "Please check the logs for more details.\n"
+    )
+    assert "model.unsupported" not in {f.id for f in analyze_text(inspected).findings}
 
 
 def test_a_child_process_header_and_a_repeated_wait_are_evidence() -> None:

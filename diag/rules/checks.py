@@ -1577,6 +1577,9 @@ _REGISTRY_FILE = regex.compile(r"/(?:vllm/model_executor|sglang/srt)/models/regi
 _UNSUPPORTED_RAISER = "_raise_for_unsupported"
 
 
+_INSPECT_FAILED = "failed to be inspected"
+
+
 def _check_unsupported_arch_raise(ctx: CheckContext) -> CheckOutcome | None:
     """A traceback whose innermost frame is the model registry's ``_raise_for_unsupported``
     (no deeper frame follows it): the registry refused the checkpoint's architecture
@@ -1603,11 +1606,20 @@ def _check_unsupported_arch_raise(ctx: CheckContext) -> CheckOutcome | None:
     found = found or next(iter(pending.values()), None)
     if found is None:
         return None
+    # the same function also raises "Model architectures [...] failed to be inspected"
+    # (vLLM 0.6.6-0.34, SGLang 0.4.1-0.5.23: the architecture IS registered, importing or
+    # inspecting its class failed): an environment error, not an unsupported model
+    if any(
+        _INSPECT_FAILED in text for r in ctx.records for text in (r.message, *r.continuation)
+    ):
+        return None
     rec, i, text = found
     return _outcome_at(
         rec, i, text,
         "the traceback ends in the model registry's _raise_for_unsupported: this version "
-        "does not support the checkpoint's architecture",
+        "does not support the checkpoint's architecture (the exception line is not in the "
+        "log: the same function raises 'failed to be inspected' when a registered model's "
+        "class cannot be imported, which the full traceback would show)",
     )
 
 
