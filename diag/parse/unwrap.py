@@ -884,22 +884,15 @@ def _label_gutter(lines: list[str], need: int) -> str | None:
 # same two columns as kubectl-style multi-pod tails): every line starts with its pod's name
 # (a DNS-1123 subdomain; a generated one, so with a '-': ``<deployment>-<hash>-<id>``,
 # ``<statefulset>-<n>``) and its container's name (a DNS-1123 label), the pods varying
+_POD = r"[a-z0-9][a-z0-9.]{0,120}-[-a-z0-9.]{0,130}[a-z0-9]"
 _POD_LINE = re.compile(
-    r"(?P<pod>[a-z0-9][a-z0-9.]{0,120}-[-a-z0-9.]{0,130}[a-z0-9]) "
-    r"(?P<ctr>[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)(?: |$)"
+    r"(?P<pod>" + _POD + r") (?P<ctr>[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)(?: |$)"
 )
-_POD_PREFIX_CACHE: dict[str, re.Pattern[str]] = {}
 
 
 def _pod_prefix(ctr: str) -> re.Pattern[str]:
-    pattern = _POD_PREFIX_CACHE.get(ctr)
-    if pattern is None:
-        if len(_POD_PREFIX_CACHE) > 16:
-            _POD_PREFIX_CACHE.clear()
-        pattern = _POD_PREFIX_CACHE[ctr] = re.compile(
-            r"[a-z0-9][a-z0-9.]{0,120}-[-a-z0-9.]{0,130}[a-z0-9] " + re.escape(ctr) + r"(?: |$)"
-        )
-    return pattern
+    """Any pod's name, then container ``ctr``'s, before a line."""
+    return _compiled_prefix(_POD + " " + re.escape(ctr) + r"(?: |$)")
 
 
 def _pod_gutter(lines: list[str], need: int) -> str | None:

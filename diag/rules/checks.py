@@ -74,6 +74,11 @@ class Hit:
     def of(cls, rec: Record) -> Hit:
         return cls(rec.source, rec.line, rec.message.strip(), rec.rank, rec.ts, {}, rec.level)
 
+    @classmethod
+    def at(cls, rec: Record, i: int, text: str) -> Hit:
+        """Line ``i`` of ``rec`` (0: its message, then its continuation lines), ``text``."""
+        return cls(rec.source, rec.line + i, text.strip(), rec.rank, rec.ts, {}, rec.level)
+
 
 @dataclass(frozen=True, slots=True)
 class CheckContext:
@@ -1572,11 +1577,10 @@ def _check_unknown_model_type(ctx: CheckContext) -> CheckOutcome | None:
 # "Model architectures {} failed to be inspected", "... are not supported for now", "... was
 # supported in vLLM until v{}", "... is not supported in-tree anymore") and SGLang's
 # sglang/srt/models/registry.py (0.4.1-0.5.23: the first two); every raise of the function
-# is one of these ValueErrors (fixtures/messages/messages.tsv)
+# is one of these ValueErrors (fixtures/messages/messages.tsv). The first is no unsupported
+# model: the architecture is registered, importing or inspecting its class failed.
 _REGISTRY_FILE = regex.compile(r"/(?:vllm/model_executor|sglang/srt)/models/registry\.py$")
 _UNSUPPORTED_RAISER = "_raise_for_unsupported"
-
-
 _INSPECT_FAILED = "failed to be inspected"
 
 
@@ -1606,9 +1610,7 @@ def _check_unsupported_arch_raise(ctx: CheckContext) -> CheckOutcome | None:
     found = found or next(iter(pending.values()), None)
     if found is None:
         return None
-    # the same function also raises "Model architectures [...] failed to be inspected"
-    # (vLLM 0.6.6-0.34, SGLang 0.4.1-0.5.23: the architecture IS registered, importing or
-    # inspecting its class failed): an environment error, not an unsupported model
+    # the function's "failed to be inspected" raise, shown anywhere: not an unsupported model
     if any(
         _INSPECT_FAILED in text for r in ctx.records for text in (r.message, *r.continuation)
     ):
@@ -1627,7 +1629,7 @@ def _outcome_at(rec: Record, i: int, text: str, message: str) -> CheckOutcome:
     """A check's outcome with one hit: line ``i`` of ``rec`` (0: its first line)."""
     return CheckOutcome(
         message=message,
-        hits=(Hit(rec.source, rec.line + i, text.strip(), rec.rank, rec.ts, {}, rec.level),),
+        hits=(Hit.at(rec, i, text),),
     )
 
 
@@ -1733,10 +1735,7 @@ def _check_weight_loader_assert(ctx: CheckContext) -> CheckOutcome | None:
                     "a weight loader's check of a checkpoint tensor failed: "
                     f"{stext.strip()[:200]} ({text.strip()[:120]})"
                 ),
-                hits=(
-                    Hit(src.source, src.line + si, stext.strip(), src.rank, src.ts, {}, src.level),
-                    Hit(rec.source, rec.line + i, text.strip(), rec.rank, rec.ts, {}, rec.level),
-                ),
+                hits=(Hit.at(src, si, stext), Hit.at(rec, i, text)),
             )
     return None
 
@@ -1868,8 +1867,7 @@ def _check_warmup_thread_raised(ctx: CheckContext) -> CheckOutcome | None:
         return CheckOutcome(
             message=f"SGLang's warm-up thread raised {text[:200]}",
             hits=(
-                Hit(first.source, first.line + fi, ftext.strip(), first.rank, first.ts, {},
-                    first.level),
+                Hit.at(first, fi, ftext),
                 Hit(rec.source, rec.line + i, text, rec.rank, rec.ts, {}, rec.level),
             ),
         )
