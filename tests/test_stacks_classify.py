@@ -728,6 +728,15 @@ def test_rule_example(rule_id: str, site: str, lines: tuple[str, ...]) -> None:
     assert rule is not None and (rule.id, got) == (rule_id, site)
 
 
+def test_every_rule_pattern_compiles() -> None:
+    """At import only the sites are checked; the patterns compile on first use."""
+    from diag.stacks import classify
+
+    classify._CACHE.clear()
+    classify._check_table(compile_patterns=True)
+    assert len(classify._CACHE) > 100
+
+
 def test_every_rule_and_every_site_has_an_example() -> None:
     assert {r.id for r in RULES} == {e[0] for e in EXAMPLES}
     assert len({r.id for r in RULES}) == len(RULES)

@@ -1438,9 +1438,11 @@ def _check_stack_collective(ctx: CheckContext) -> CheckOutcome | None:
     others are elsewhere; the others are who the collective waits for."""
     # A traceback is where its thread was when an error surfaced, each at its own moment,
     # not a dump taken while the ranks wait: it takes no part in the comparison.
+    dumped = [p for p in ctx.analysis.stack_processes if p.mode != "traceback"]
+    if len(dumped) < 2:  # one waiting and one elsewhere at least (speed: no import)
+        return None
     from diag.stacks.merge import group_stacks
 
-    dumped = [p for p in ctx.analysis.stack_processes if p.mode != "traceback"]
     groups = group_stacks(dumped)
     waiting = [g for g in groups if g.wait_site == "stack.nccl_collective"]
     others = [g for g in groups if g.wait_site and g.wait_site != "stack.nccl_collective"]
