@@ -509,6 +509,29 @@ TUNING_XFAIL: dict[str, str] = {
         "logged after the tokenizer loaded (a step that ended), with no later timestamp: a "
         "cut excerpt by LABELS.md's convention (model_config is read)"
     ),
+    # gather s44 (2026-12-07)
+    "vllm/blog-h20-8x96g-deepseek-r1-fp8-v0.7.2-ocr-screenshot-nccl-error-1-unhandled-cuda-error-initialize-kv-caches-determine-num-available-blocks-cut": (  # noqa: E501
+        "new case (gather s44): OCR of a terminal screenshot: full-width colons in every "
+        "time stamp, underscores lost in the frames' names ('_initialize\\nkv caches', "
+        "'determine num available blocks') and the exception line cut: no frame names a "
+        "function of the map and no record carries the traceback"
+    ),
+    "vllm/healthy-blog-dec-2025-v0.11.2-kaggle-gpt-oss-120b-single-gpu-chunked-prefill-notice-api-server-version-non-default-args-prose-interleaved-cut": (  # noqa: E501
+        "new case (gather s44): label conflict: launch from the order of the lines, but "
+        "line 1 is SchedulerConfig.__post_init__'s 'Chunked prefill is enabled with "
+        "max_num_batched_tokens=N' (vllm/config/scheduler.py 0.10.2-0.34), which LABELS.md's "
+        "'what the visible text proves ... in the order above' reads as model_config"
+    ),
+    "vllm/multinode-ray-dp2-tp4-rayexecutorv2-shm-broadcast-no-block-600s-repeated-gloo-recv-timeout-1800000ms-rayworkerproc-rank3-died-abbreviated-paste": (  # noqa: E501
+        "new case (gather s44): serving from the thread's account; the visible lines "
+        "(shm_broadcast 'No available shared memory broadcast block', a gloo recv timeout, "
+        "a worker's death) occur in start-up RPCs and serving alike: no line proves serving"
+    ),
+    "stacks/omlx-0.5.4-m3-ultra-engine-wedged-pyspy-engine-thread-active-serialize-boundary-snapshot-writer-idle-queue-get": (  # noqa: E501
+        "new case (gather s44): an MLX (Apple Metal) server; thread headers without a "
+        "thread id ('Thread \"name\" (active):', no py-spy form) and a label the gatherer "
+        "calls a judgement call (cuda_sync, or gil_or_lock by the maintainer's lead)"
+    ),
 }
 
 MIN_PASS_RATIO = 0.90  # old cases: at most 10% xfailed

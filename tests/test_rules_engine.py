@@ -483,10 +483,17 @@ def test_no_stall_claim_without_any_startup_line() -> None:
 
 
 def test_dist_init_stall_is_an_init_hang() -> None:
-    ranks = tuple(timeline(tp, "dist_init", end_s=10, ended=False) for tp in range(2))
+    ranks = tuple(timeline(tp, "dist_init", end_s=10, ended=False, line=40) for tp in range(2))
+    start = rec(30, "Init torch distributed begin.", tp=0, s=0)
+    later = rec(35, "Using a custom store.", tp=0, s=5)
     begin = rec(40, "Init torch distributed begin.", tp=1, s=10)
-    out = apply_rules(analysis(ranks=ranks, log_end=T0 + dt.timedelta(seconds=10)), [begin])
+    out = apply_rules(
+        analysis(ranks=ranks, log_end=T0 + dt.timedelta(seconds=10)), [start, later, begin]
+    )
     assert {"dist.init_hang", "startup.stalled", "startup.no_listen_port"} <= set(ids(out))
+    # its evidence names where the ranks began the step that never ended
+    (hang,) = [f for f in out.findings if f.id == "dist.init_hang"]
+    assert 30 in [e.line for e in hang.evidence]
 
 
 def test_straggler_message_names_the_ranks_behind() -> None:

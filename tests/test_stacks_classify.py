@@ -850,6 +850,49 @@ def test_helper_threads_are_recognised() -> None:
     ]
 
 
+def _native(tid: int, name: str | None, *frames_: tuple[str, str]) -> StackThread:
+    """A gdb thread: (function, library) innermost first."""
+    return StackThread(
+        thread_id=tid,
+        name=name,
+        frames=tuple(StackFrame(name=n, filename=lib, native=True) for n, lib in frames_),
+    )
+
+
+def test_driver_and_runtime_threads_are_helpers_torch_main_thread_is_not() -> None:
+    poll = [
+        ("poll", "/usr/lib64/libc.so.6"),
+        ("0x00007ff995abc1ef", "/usr/lib64/libcuda.so.1"),
+        ("start_thread", "/usr/lib64/libpthread.so.0"),
+        ("clone", "/usr/lib64/libc.so.6"),
+    ]
+    # named by the CUDA driver, or unnamed with only libcuda / libevent+PMIx frames
+    assert is_helper_thread(_native(9, "cuda-EvtHandlr", *poll))
+    assert is_helper_thread(_native(9, None, *poll))
+    assert is_helper_thread(_native(9, "cuda00006000019", ("poll", "/lib64/libc.so.6")))
+    assert is_helper_thread(
+        _native(
+            3,
+            "executor_server",
+            ("epoll_wait", "/lib64/libc.so.6"),
+            ("event_base_loop", "/lib64/libevent_core-2.1.so.6"),
+            ("0x00007fd0ac7f9276", "/lib64/libpmix.so.2"),
+            ("start_thread", "/lib64/libpthread.so.0"),
+        )
+    )
+    # torch names its main thread pt_main_thread: not one of its pt_* helpers
+    assert not is_helper_thread(_native(8, "pt_main_thread", ("pthread_join", "libpthread.so.0")))
+    assert is_helper_thread(_native(8, "pt_nccl_watchdg", ("pthread_join", "libpthread.so.0")))
+    # a library thread that runs torch's code, or the main thread (no start_thread), is not
+    assert not is_helper_thread(
+        _native(5, None, ("0x1", "/usr/lib64/libcuda.so.1"), ("f", "/x/libtorch_cuda.so"),
+                ("start_thread", "libpthread.so.0"))
+    )
+    assert not is_helper_thread(
+        _native(1, None, ("0x1", "/usr/lib64/libcuda.so.1"), ("__libc_start_main", "libc.so.6"))
+    )
+
+
 def test_main_thread_stands_unless_another_is_held_harder() -> None:
     main_ipc = _thread(
         10,

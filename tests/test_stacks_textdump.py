@@ -532,6 +532,25 @@ def test_a_flattened_dump_is_cut_into_its_lines_again() -> None:
     assert parse_stack_text("INFO loaded (model.py:12) in 3 s: ok (x)") == []
 
 
+def test_a_flattened_gdb_backtrace_is_cut_at_its_headers_and_inlined_frames() -> None:
+    lines = [
+        'Thread 9 (Thread 0x7ff5dd789700 (LWP 4987) "cuda-EvtHandlr"):',
+        "#0  0x00007ffa29e34ddd in poll () from /usr/lib64/libc.so.6",
+        "#1  0x00007ff995abc1ef in ?? () from /usr/lib64/libcuda.so.1",
+        "#2  0x00007ffa2a81fea5 in start_thread () from /usr/lib64/libpthread.so.0",
+        'Thread 8 (Thread 0x7ff63e823700 (LWP 4986) "worker"):',
+        "#0  0x00007ffa2a821017 in pthread_join () from /usr/lib64/libpthread.so.0",
+        "#1  0x00007ff9c5a48dc7 in commFree (comm=0x84dc290) at init.cc:183",
+        "#2  commCleanup (comm=0x84dc290) at init.cc:1950",
+        "#3  0x00007ff9c5a4c867 in ncclCommAbort (comm=0x84dc290) at init.cc:2149",
+    ]
+    for glue in (" ", ""):
+        (p,) = parse_stack_text(glue.join(lines))
+        names = [[f.name for f in t.frames] for t in p.threads]
+        assert [t.name for t in p.threads] == ["cuda-EvtHandlr", "worker"], glue
+        assert names[1] == ["pthread_join", "commFree", "commCleanup", "ncclCommAbort"], glue
+
+
 def test_gdb_thread_apply_all_bt() -> None:
     text = (
         'Thread 2 (Thread 0x7f33519ff6c0 (LWP 2236) "pt_nccl_watchdg"):\n'

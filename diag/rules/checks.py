@@ -870,8 +870,25 @@ def _check_dist_init_hang(ctx: CheckContext) -> CheckOutcome | None:
             f"{' by ' + _hms(facts.last_ts) if facts.last_ts else ''} ({facts.reason}): the "
             "process group or NCCL communicator setup never completed"
         ),
-        hits=facts.reason_hits + facts.hits + tuple(nccl),
+        hits=_step_starts(facts, "dist_init", ctx.records)
+        + facts.reason_hits
+        + facts.hits
+        + tuple(nccl),
     )
+
+
+def _step_starts(facts: StallFacts, phase: str, records: Sequence[Record]) -> tuple[Hit, ...]:
+    """The line where each rank stopped in ``phase`` began it (the step that never
+    ended), for the ranks whose furthest phase it is."""
+    wanted = {
+        (iv.source, iv.first_line)
+        for r in facts.by_phase.get(phase, ())
+        for iv in r.phases[-1:]
+        if iv.phase == phase and not iv.ended
+    }
+    if not wanted:
+        return ()
+    return tuple(Hit.of(r) for r in records if (r.source, r.line) in wanted)
 
 
 def _check_no_listen_port(ctx: CheckContext) -> CheckOutcome | None:

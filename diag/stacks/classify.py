@@ -1005,7 +1005,10 @@ HARD_SITES: frozenset[str] = frozenset({_NCCL, _INIT, _SYNC, _GRAPH, _JIT, _WEIG
 _HELPER_NAME = re.compile(
     r"^(tqdm_monitor|subprocess-watchdog|uvloop_\d+|ThreadPoolExecutor-\S+|InductorSubproc|"
     r"DeathPipeMonitor|MultiprocWorkerMonitor|MPClientEngineMonitor|QueueFeederThread|"
-    r"signal-callback|pt_\w+|"
+    r"signal-callback|pt_(?!main_thread$)\w+|"
+    # the CUDA driver's own threads (libcuda names them: its event handler, and
+    # "cuda" + hex digits for its poll loops)
+    r"cuda-EvtHandlr|cuda[0-9a-f]{8,}|"
     r"Thread-\d+ \((_watchdog_thread|_read_thread|_monitor_loop|_handle_workers|_handle_tasks|"
     r"_handle_results|_feed|monitor\w*|process_input_sockets?|process_output_sockets?|"
     r"_serve|_check_alive|run_watchdog|watchdog_thread)\))$"
@@ -1021,6 +1024,15 @@ _HELPER_FRAME = re.compile(
     # each loops on a zmq recv or a sleep for the peer's status messages
     r"disaggregation/\w+/conn\.py:(\w+\.)?(bootstrap_thread\w*|decode_thread|"
     r"decode_listener_thread|heartbeat_checker)$"
+)
+# A thread the process never started from Python: a native thread (its outermost frame
+# pthread's start_thread or clone) whose every frame outside libc is in a driver's or an
+# MPI runtime's own library: the CUDA driver's and its debugger backend's poll threads,
+# libevent/PMIx progress loops. It waits for that library's events, not for the model.
+_NATIVE_START = frozenset({"start_thread", "clone", "clone3", "__clone", "__clone3"})
+_LIBC = re.compile(r"(^|/)(libc|libpthread|ld-linux[\w-]*)[.-]")
+_HELPER_LIB = re.compile(
+    r"(^|/)(libcuda|libcudadebugger|libevent(_core|_pthreads)?(-[\d.]+)?|libpmix)\.so"
 )
 # the frames threading.py puts under every thread's own code: a thread the paste cut to
 # these shows nothing of what it runs
@@ -1510,7 +1522,17 @@ def is_helper_thread(thread: StackThread) -> bool:
     for frame in thread.frames:
         if _HELPER_FRAME.search(f"{normalise_path(frame.filename)}:{frame.name}"):
             return True
-    return False
+    return _native_library_thread(thread)
+
+
+def _native_library_thread(thread: StackThread) -> bool:
+    """A native thread of a driver or runtime library (:data:`_HELPER_LIB`): started by
+    pthread, every frame outside libc in such a library, at least one of them."""
+    frames = thread.frames
+    if not frames or frames[-1].name not in _NATIVE_START:
+        return False
+    own = [f for f in frames if not _LIBC.search(f.filename or "")]
+    return bool(own) and all(f.native and _HELPER_LIB.search(f.filename or "") for f in own)
 
 
 def _all_idle_helpers(p: StackProcess) -> bool:

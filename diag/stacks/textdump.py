@@ -1588,11 +1588,13 @@ _GLUED_FRAMES = re.compile(
     r"\((?:[^()\s]+:\d+|[^()\s]+\.so[\w.\-]*)\)|\bFile:? \"[^\"]*\", line \d+"
 )
 _GLUED_CUT = re.compile(
-    r"(?:(?<!\s)(?<!\(Python\))(?<!\(C\))\s+|(?<=[)\"\w>]))"
+    r"(?:(?<!\s)(?<!\(Python\))(?<!\(C\))\s+|(?<=[)\"\w>])|(?<=\):))"
     r"(?P<head>(?=Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil|most recent)"
     r"|Current thread 0x|Process \d+: |Python v\d|Stack \(most recent|"
     r"Traceback for thread \d+|\(Python\) File \"|\(C\) File \"|File:? \"|# Thread(?:ID)?: |"
     r"#\d+ [\w<>.]+ from \S|#\d+\s+0x[0-9a-fA-F]+ in |Traceback \(most recent call first\)|"
+    # gdb's thread header and its inlined frames (no address: `#2  commCleanup (comm=..`)
+    r"Thread \d+ \((?:Thread 0x[0-9a-fA-F]+ )?\(LWP \d+\)|#\d+\s+[A-Za-z_][\w:~]* \(|"
     r"Waiting for the GIL|<built-in (?:method|function) |"
     r"Exception raised from \S+ at |frame #\d+: ))"
     r"|(?<=[)\"])\s+(?=\S)"
@@ -1602,7 +1604,8 @@ _GLUED_GDB = re.compile(r"#\d+\s+0x[0-9a-fA-F]+ in |#\d+ [\w<>.]+ from \S")
 _GLUED_HEADER = re.compile(
     r"Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil|most recent)|Current thread 0x|"
     r"Traceback \(most recent call first\)|Waiting for the GIL|"
-    r"Traceback for thread \d+|Stack \(most recent|# Thread(?:ID)?: "
+    r"Traceback for thread \d+|Stack \(most recent|# Thread(?:ID)?: |"
+    r"Thread \d+ \((?:Thread 0x[0-9a-fA-F]+ )?\(LWP \d+\)"
 )
 # what the part before a cut after ``)`` or ``"`` must end with: a py-spy frame's place or
 # a thread header
