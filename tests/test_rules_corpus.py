@@ -263,7 +263,11 @@ _SGR = re.compile(r"\x1b\[[0-9;]*m|\[[0-9;]{1,12}m")
 def evidence_problems(case: Path) -> list[str]:
     """Evidence lines that do not point at the line they quote (empty: all do)."""
     path = case / "log.txt"
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    # lines end at "\n" only, as diag numbers them (a progress bar's "\r" redraws stay
+    # inside their line)
+    lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
     try:
         findings = _analysis(path).findings
     except InputError as exc:
