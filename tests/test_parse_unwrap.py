@@ -555,3 +555,33 @@ def test_a_logfmt_records_line_field_is_the_line(line: str, inner: str) -> None:
 def test_a_msg_field_in_a_framework_line_is_no_wrapper() -> None:
     line = 'INFO 05-12 10:11:12 [serving.py:1] request failed msg="bad input"'
     assert unwrap_line(line) == (line, None)
+
+
+def test_a_retyped_paste_reads_as_the_ascii_it_stands_for() -> None:
+    """No-break spaces and typographic quotes (a rendered page, a chat app's auto-correct)
+    are read as the spaces and quotes the log printed: frames stay frames."""
+    from diag.analyze import analyze_text
+
+    clean = "\n".join(
+        [
+            "ERROR 06-05 06:18:13 [core.py:700] EngineCore failed to start.",
+            "ERROR 06-05 06:18:13 [core.py:700] Traceback (most recent call last):",
+            '  File "/usr/lib/python3.12/site-packages/vllm/v1/worker/gpu_worker.py", line 210, in load_model',
+            "    self.model_runner.load_model(eep_scale_up=eep_scale_up)",
+            "RuntimeError: can't load 'model.safetensors'",
+        ]
+    )
+    retyped = (
+        clean.replace('"/', "\u201c/").replace('",', "\u201d,").replace("'", "\u2019")
+        .replace("  File", "\u00a0\u00a0File").replace("    self", "\u00a0\u00a0\u00a0\u00a0self")
+    )
+    assert retyped != clean
+    a, b = analyze_text(clean), analyze_text(retyped)
+    assert a.last_phase == b.last_phase == "weights_load"
+    assert sorted(f.id for f in a.findings) == sorted(f.id for f in b.findings)
+    assert "python.exception" in {f.id for f in b.findings}
+    # each of them one character for one: offsets and wrap widths stay
+    from diag.parse.text import fold_typography
+
+    assert fold_typography(retyped) == clean
+    assert fold_typography("\u201cx\u201d\u00a0") == "\"x\" "

@@ -79,6 +79,10 @@ FLOORS: dict[str, float] = {
     "lost-indent": 0.99,
     "html-escaped": 0.98,
     "tabs": 0.99,
+    # a page's or an app's retyping: no-break spaces, typographic quotes (2026-12-07:
+    # 964/992 and 757/992 before diag.parse.text.fold_typography, 993/993 each with it)
+    "nbsp": 0.99,
+    "smart-quotes": 0.99,
     "mid-line": 0.98,
     "compose+ansi": 0.985,  # 456/461 since gather s15
     # an unknown launcher's prefix, learned per source (unwrap._prefix_gutter; 2026-12-05:

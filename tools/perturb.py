@@ -371,6 +371,26 @@ def _tabs(text: str, rng: random.Random) -> str:
     return "\n".join(out)
 
 
+def _nbsp(text: str, rng: random.Random) -> str:
+    """Text copied from a rendered web page or a chat app: indentation and runs of spaces
+    kept as no-break spaces (U+00A0), every other space of a run."""
+    out = []
+    for ln in _lines(text):
+        body = ln.lstrip(" ")
+        lead = "\xa0" * (len(ln) - len(body))
+        out.append(lead + re.sub("  +", lambda m: " \xa0" * (len(m.group()) // 2)
+                                 + " " * (len(m.group()) % 2), body))
+    return "\n".join(out)
+
+
+def _smart_quotes(text: str, rng: random.Random) -> str:
+    """A word processor's or chat app's auto-correct: straight quotes made typographic."""
+    text = re.sub(r'(^|[\s(\[{=])"', "\\1\u201c", text, flags=re.M)
+    text = text.replace('"', "\u201d")
+    text = re.sub(r"(^|[\s(\[{=])'", "\\1\u2018", text, flags=re.M)
+    return text.replace("'", "\u2019")
+
+
 PERTURBATIONS: dict[str, Perturb] = {
     "wrap80": _hard_wrap(80),
     "wrap100": _hard_wrap(100),
@@ -400,6 +420,8 @@ PERTURBATIONS: dict[str, Perturb] = {
     "lost-indent": _lost_indent,
     "html-escaped": _html_escaped,
     "tabs": _tabs,
+    "nbsp": _nbsp,
+    "smart-quotes": _smart_quotes,
     "mid-line": _mid_line,
     # a launcher of its own format (one no rule of diag names): a constant word prefix on
     # every line, and the launcher's own stamp before a bar

@@ -28,6 +28,7 @@ from typing import Any
 
 from diag.parse.coords import rank_keys
 from diag.parse.literals import LITERALS_VERSION, _hs_escape, hyperscan_db, required_literals
+from diag.parse.text import TYPOGRAPHY_LITERALS
 
 __all__ = [
     "BULK_ENTRIES",
@@ -83,6 +84,9 @@ EXTRA_LITERALS = (
     "server_args=", "non-default args", "args: Namespace", "with config:",
     # progress bars and their tqdm updates
     "%|", "% Completed",
+    # a no-break space or a typographic quote: text a page or an app retyped, read once
+    # folded to ASCII (diag.parse.text.TYPOGRAPHY), whatever else it says
+    *TYPOGRAPHY_LITERALS,
 )
 # Candidates whose line before is one too (a worker prefix printed before its bar)
 _WITH_LINE_BEFORE = ("%|", "% completed")

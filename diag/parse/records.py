@@ -22,7 +22,7 @@ from diag.parse.grammars import (
     is_exception_line,
     parse_line,
 )
-from diag.parse.text import split_physical, strip_ansi
+from diag.parse.text import fold_typography, split_physical, strip_ansi
 from diag.parse.unwrap import SourceUnwrapper, folded_before, unwrap_line, wrap_breaks
 
 __all__ = ["Draft", "SourceParser", "align_wrapper_clock", "apply_layout", "assign_path_ranks",
@@ -134,7 +134,7 @@ class SourceParser:
 
     def prime(self, sample: Iterable[str]) -> None:
         """Decide the source-wide gutters from ``sample`` (the source's first lines, raw)."""
-        self.unwrapper.decide((strip_ansi(x) for x in sample), _starts_or_bar)
+        self.unwrapper.decide((strip_ansi(fold_typography(x)) for x in sample), _starts_or_bar)
         if self._held:
             self._release()
 
@@ -156,6 +156,8 @@ class SourceParser:
         its digits removed) seen :data:`REPEAT_KEEP` times is only counted (``repeats``),
         and so are the indented lines after it; ``force`` bypasses this (a rank's last
         line, the first serving line)."""
+        if not physical.isascii():
+            physical = fold_typography(physical)
         if not physical or physical.isspace():
             return
         if not self.unwrapper.decided:

@@ -14,6 +14,7 @@ from diag.parse.unwrap import split_glued
 __all__ = [
     "ANSI_RE",
     "decode",
+    "fold_typography",
     "split_physical",
     "strip_ansi",
 ]
@@ -34,6 +35,23 @@ _ANSI_HINT = re.compile(r"\x1b|\^\[|\[[\d;]*m|\^M$")
 _GLUED_BAR = re.compile(
     r"(\[[0-9:?]+<[0-9:?]+,\s*[0-9.?]+\s*(?:it/s|s/it|B/s|[kMG]B/s)\])(?=\S)"
 )
+
+
+# What a rendered page, a chat app or a word processor puts in place of the ASCII a log
+# printed (each one character for one, so widths and offsets stay): no-break and narrow
+# spaces for spaces (HTML views keep runs of spaces as U+00A0), typographic quotes for
+# straight ones (auto-correct: a traceback's `File “/x.py”` no longer reads as a frame).
+TYPOGRAPHY = str.maketrans({
+    "\u00a0": " ", "\u2007": " ", "\u202f": " ",
+    "\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"',
+})
+# the same characters encoded: a line holding one is a candidate of the prefilter
+TYPOGRAPHY_LITERALS = ("\u00a0", "\u2007", "\u202f", "\u2018", "\u2019", "\u201c", "\u201d")
+
+
+def fold_typography(s: str) -> str:
+    """``s`` with :data:`TYPOGRAPHY`'s characters as the ASCII they stand for."""
+    return s if s.isascii() else s.translate(TYPOGRAPHY)
 
 
 def strip_ansi(s: str) -> str:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 
 from diag.model import RankId, Record, StackFrame, StackProcess, StackThread
 from diag.parse.coords import TAGS_RE_SRC, Coords, match_proc_prefix, match_torch_rank, parse_tags
+from diag.parse.text import fold_typography
 from diag.parse.unwrap import SourceUnwrapper, unescape_entities, unwrap_line
 from diag.stacks.frames import make_frame, rank_from_title, split_pyspy_frame
 from diag.stacks.pyspy_json import parse_pyspy_json
@@ -354,8 +355,8 @@ def _split_line(text: str) -> _Split:
     clean = _ANSI.sub("", text).rstrip("\r\n ")
     if clean.endswith("]") or "(Ray dedup" in clean:
         clean = _RAY_REPEATED.sub("", clean)
-    if "\xa0" in clean:  # a paste through a web page: indentation as no-break spaces
-        clean = clean.replace("\xa0", " ")
+    if not clean.isascii():  # a paste through a web page or an app: no-break spaces,
+        clean = fold_typography(clean)  # typographic quotes
     if "&" in clean and ";" in clean:
         # copied from an HTML view: a record's raw line keeps its entities (the log reader
         # decodes its message only): `File: &quot;x.py&quot;, line 12, in f`
