@@ -1042,14 +1042,27 @@ _PASS_THROUGH_NAME = re.compile(
 )
 
 
+_PASS_THROUGH_SEEN: dict[tuple[str, str], bool] = {}
+_PASS_THROUGH_MAX = 50_000
+
+
 def is_pass_through(frame: StackFrame) -> bool:
     """A decorator or dispatch wrapper frame: in a torch or library wrapper module
-    (``_PASS_THROUGH_FILE``), or named like a decorator's wrapper (``_PASS_THROUGH_NAME``)."""
+    (``_PASS_THROUGH_FILE``), or named like a decorator's wrapper (``_PASS_THROUGH_NAME``).
+    (Remembered per name and file: the same frames recur in every thread and rank.)"""
     if frame.native:
         return False
-    if _PASS_THROUGH_NAME.search(frame.name):
-        return True
-    return bool(_PASS_THROUGH_FILE.search(normalise_path(frame.filename)))
+    key = (frame.name, frame.filename)
+    found = _PASS_THROUGH_SEEN.get(key)
+    if found is None:
+        found = bool(
+            _PASS_THROUGH_NAME.search(frame.name)
+            or _PASS_THROUGH_FILE.search(normalise_path(frame.filename))
+        )
+        if len(_PASS_THROUGH_SEEN) >= _PASS_THROUGH_MAX:
+            _PASS_THROUGH_SEEN.clear()
+        _PASS_THROUGH_SEEN[key] = found
+    return found
 
 
 def site_priority(site: str | None) -> int:
