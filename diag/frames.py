@@ -26,6 +26,7 @@ the frame that decided it.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -213,6 +214,7 @@ def _lower_bound(path: str, func: str) -> bool:
     return func.rsplit(".", 1)[-1] in READY_RPC or "/sglang/srt/disaggregation/" in p
 
 
+@functools.lru_cache(maxsize=1 << 14)  # (speed: the same frames recur in every rank's dump)
 def frame_phase(path: str, func: str) -> str | None:
     """The phase one frame shows was running, or None."""
     p = path.replace("\\", "/")

@@ -33,6 +33,7 @@ from diag import cache
 from diag.errors import DiagError
 from diag.model import PHASES, Event, EventKind, Record
 from diag.parse.literals import LITERALS_VERSION, LiteralSet, required_literals
+from diag.regex_codes import CodeTable
 
 __all__ = [
     "KINDS",
@@ -59,6 +60,9 @@ FILES: tuple[tuple[str, bool], ...] = (
 
 
 _COMPILED: dict[str, re.Pattern[str]] = {}
+# (speed) the built-in catalogue's patterns, compiled from codes kept in the cache (set by
+# load_catalogue)
+_CODES: list[CodeTable] = []
 _MEMO_MAX = 1 << 16  # messages remembered per catalogue (then all forgotten at once)
 _UNSEEN = object()
 
@@ -94,7 +98,7 @@ def _literal_set(cat: Catalogue) -> LiteralSet:
 def _compiled(pattern: str) -> re.Pattern[str]:
     rx = _COMPILED.get(pattern)
     if rx is None:
-        rx = _COMPILED[pattern] = re.compile(pattern)
+        rx = _COMPILED[pattern] = _CODES[0].compile(pattern) if _CODES else re.compile(pattern)
     return rx
 
 
@@ -329,10 +333,16 @@ def _anon(pattern: str) -> str:
 @lru_cache(maxsize=1)
 def load_catalogue() -> Catalogue:
     """The built-in catalogue: the hand-written entries, then the generated ones (kept for
-    the process; its checked form is cached on disk)."""
+    the process; its checked form, and its patterns' compiled codes, are cached on disk)."""
     data = resources.files("diag.data")
     texts = [data.joinpath(name).read_text(encoding="utf-8") for name, _ in FILES]
     key = cache.content_key(texts, f"literals-{LITERALS_VERSION}", "position-2", "logger-files-1")
+    cat = _load_built_in(texts, key)
+    _CODES[:] = [CodeTable("phases-rx", key, lambda: [e.pattern for e in cat.entries])]
+    return cat
+
+
+def _load_built_in(texts: list[str], key: str) -> Catalogue:
     hit = cache.load("phases", key)
     if isinstance(hit, list):
         try:

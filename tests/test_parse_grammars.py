@@ -361,3 +361,20 @@ def test_bracketed_level_and_file_after_the_time(
     p = parse_line(line)
     assert (p.grammar, p.level, p.logger_file, p.message) == ("sglang", level, file, message)
     assert p.ts == dt.datetime(2026, 4, 15, 17, 13, 2)
+
+
+def test_strip_ansi_guard_equals_the_plain_test() -> None:
+    """strip_ansi's literal tests before its hint regex change nothing (random text of the
+    characters the codes are made of)."""
+    import random
+
+    from diag.parse.text import _ANSI_HINT, ANSI_RE
+
+    def plain(s: str) -> str:
+        return s if _ANSI_HINT.search(s) is None else ANSI_RE.sub("", s)
+
+    alphabet = ["\x1b", "^", "[", "m", "M", "0", "1", ";", "]", " ", "a", "\n", "(", "B", "?"]
+    rnd = random.Random(11)
+    for _ in range(20_000):
+        s = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 14)))
+        assert strip_ansi(s) == plain(s), repr(s)

@@ -47,6 +47,9 @@ _MARKERS = re.compile(
 
 
 def detect_config_line(message: str) -> bool:
+    # (speed) every marker holds "args" but vLLM V0's "LLM engine ... with config: "
+    if "args" not in message and "LLM engine " not in message:
+        return False
     return _MARKERS.search(message) is not None
 
 

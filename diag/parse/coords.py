@@ -258,12 +258,13 @@ def match_proc_prefix(line: str, pos: int = 0) -> ProcPrefix | None:
     if m is None:
         return None
     # one process prints the same prefix on every line: parse each distinct one once
-    name, pid, ip, coords = _proc_fields(m.group(0))
-    return ProcPrefix(name, pid, ip, coords, m.end())
+    pp = _proc_prefix(m.group(0))
+    return pp if pos == 0 else ProcPrefix(pp.name, pp.pid, pp.ip, pp.coords, m.end())
 
 
 @functools.lru_cache(maxsize=4096)
-def _proc_fields(text: str) -> tuple[str | None, int | None, str | None, Coords | None]:
+def _proc_prefix(text: str) -> ProcPrefix:
+    """The prefix ``text`` (the whole of it) read at position 0."""
     m = _PROC_PREFIX.match(text)
     assert m is not None
     name = m.group("name")
@@ -274,7 +275,7 @@ def _proc_fields(text: str) -> tuple[str | None, int | None, str | None, Coords 
             coords = Coords(tp=small_int(rank), global_rank=True)
         elif name.startswith(("Worker", "VllmWorker", "EngineCore", "sglang", "VLLM", "vllm")):
             coords = parse_name(name)
-    return name, small_int(m.group("pid")), m.group("ip"), coords
+    return ProcPrefix(name, small_int(m.group("pid")), m.group("ip"), coords, len(text))
 
 
 _TORCH_RANK = re.compile(r"\[rank([0-9]{1,9})\]:\s?")

@@ -12,6 +12,7 @@ Grammars never raise: malformed input yields a ``plain`` line.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from dataclasses import dataclass
 
@@ -205,6 +206,8 @@ _FAULTHANDLER = re.compile(
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)", re.A)
 
 
+# (speed) a log prints many lines a second: each stamp is read once (a datetime is immutable)
+@functools.lru_cache(maxsize=1 << 14)
 def _dt(d: str | None, t: str, frac: str | None = None) -> dt.datetime | None:
     try:
         base = PLACEHOLDER_DATE if d is None else dt.date(int(d[:4]), int(d[5:7]), int(d[8:10]))
@@ -215,6 +218,7 @@ def _dt(d: str | None, t: str, frac: str | None = None) -> dt.datetime | None:
         return None
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def _dt_md(md: str, t: str) -> dt.datetime | None:
     """'03-10', '0310' or '310' + time, with the placeholder year. (torch's own c10 logger,
     without glog, prints the month unpadded: ``[E207 01:29:36.73 ProcessGroupNCCL.cpp:616]``
@@ -276,7 +280,7 @@ def _unwrap(line: str, p: Parsed) -> str:
     if line[:1] not in "([":
         return line
     outer: Coords | None = None
-    pp = match_proc_prefix(line)
+    pp = match_proc_prefix(line) if line[:1] == "(" else None  # (speed: its first test)
     while pp is not None:
         if pp.pid is not None:
             p.pid = pp.pid
@@ -296,7 +300,7 @@ def _unwrap(line: str, p: Parsed) -> str:
             p.replica = coords.dp
         outer = coords
         line = line[pp.end :]
-        pp = match_proc_prefix(line)
+        pp = match_proc_prefix(line) if line[:1] == "(" else None
     st = match_stage(line)
     if st is not None:
         p.stage = st[0]
@@ -490,7 +494,7 @@ def parse_line(raw: str) -> Parsed:
             p.rank = mr[0].rank()
             p.rank_reason = "tag"
             p.global_rank = True
-    if _TQDM.search(line):
+    if "%" in line and _TQDM.search(line):  # (every form holds a '%': speed)
         p.grammar = "progress"
     elif _PYSPY.match(line):
         p.grammar = "pyspy"

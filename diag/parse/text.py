@@ -30,6 +30,7 @@ ANSI_RE = re.compile(
     r"|\^M$"
 )
 _ANSI_HINT = re.compile(r"\x1b|\^\[|\[[\d;]*m|\^M$")
+_ANSI_BARE = re.compile(r"\[[\d;]*m")  # the one form of _ANSI_HINT with neither ESC nor "^"
 
 # tqdm bar end followed directly by the next log line (no newline): split after the bar.
 _GLUED_BAR = re.compile(
@@ -55,7 +56,13 @@ def fold_typography(s: str) -> str:
 
 
 def strip_ansi(s: str) -> str:
-    if _ANSI_HINT.search(s) is None:
+    if "\x1b" not in s and "^" not in s:
+        # (speed) of _ANSI_HINT's forms only the bare "[..m" can be there: looked for from
+        # the first "["
+        i = s.find("[")
+        if i < 0 or _ANSI_BARE.search(s, i) is None:
+            return s
+    elif _ANSI_HINT.search(s) is None:
         return s
     return ANSI_RE.sub("", s)
 

@@ -1069,7 +1069,10 @@ def split_glued(part: str) -> list[str]:
 
 
 def _split_records(part: str) -> list[str]:
-    if len(part) < 40 or _GLUE_HINT.search(part, _GLUE_FROM) is None:
+    # (both of the hint's forms hold a '-': a cheaper test first)
+    if len(part) < 40 or part.find("-", _GLUE_FROM) < 0 or (
+        _GLUE_HINT.search(part, _GLUE_FROM) is None
+    ):
         return [part]
     cuts = [m.start() for m in _ENTRY_START.finditer(part, 1) if _is_cut(part, m)]
     if not cuts:

@@ -1779,7 +1779,10 @@ def _check_engine_core_exited(ctx: CheckContext) -> CheckOutcome | None:
         return None
     asked: dict[str, int] = {}  # source -> line of the first shutdown request
     for rec in ctx.records:
-        if rec.source not in asked and _SHUTDOWN_ASKED.search(rec.message):
+        msg = rec.message
+        if rec.source not in asked and ("[shutdown] " in msg or "Shutting down" in msg) and (
+            _SHUTDOWN_ASKED.search(msg)
+        ):
             asked[rec.source] = rec.line
     hits = tuple(h for h in ctx.hits if h.line < asked.get(h.source, h.line + 1))
     if not hits:

@@ -55,7 +55,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
+from diag import cache
 from diag.model import STACK_SITES, StackFrame, StackProcess, StackThread
+from diag.regex_codes import CodeTable
 from diag.stacks.frames import is_address, normalise_path, short_path
 from diag.stacks.primitives import primitive_in_line
 
@@ -128,12 +130,16 @@ class SiteRule:
 
 
 _CACHE: dict[str, re.Pattern[str]] = {}
+_CODES: list[CodeTable] = []  # (speed) the table's patterns, compiled from cached codes
 
 
 def _compiled(pattern: str) -> re.Pattern[str]:
     rx = _CACHE.get(pattern)
     if rx is None:
-        rx = _CACHE[pattern] = re.compile(pattern)
+        if not _CODES:
+            key = cache.content_key(_table_patterns())
+            _CODES.append(CodeTable("stack-rx", key, _table_patterns))
+        rx = _CACHE[pattern] = _CODES[0].compile(pattern)
     return rx
 
 
@@ -1054,14 +1060,27 @@ _PASS_THROUGH_NAME = re.compile(
 )
 
 
+_PASS_THROUGH_SEEN: dict[tuple[str, str], bool] = {}
+_PASS_THROUGH_MAX = 50_000
+
+
 def is_pass_through(frame: StackFrame) -> bool:
     """A decorator or dispatch wrapper frame: in a torch or library wrapper module
-    (``_PASS_THROUGH_FILE``), or named like a decorator's wrapper (``_PASS_THROUGH_NAME``)."""
+    (``_PASS_THROUGH_FILE``), or named like a decorator's wrapper (``_PASS_THROUGH_NAME``).
+    (Remembered per name and file: the same frames recur in every thread and rank.)"""
     if frame.native:
         return False
-    if _PASS_THROUGH_NAME.search(frame.name):
-        return True
-    return bool(_PASS_THROUGH_FILE.search(normalise_path(frame.filename)))
+    key = (frame.name, frame.filename)
+    found = _PASS_THROUGH_SEEN.get(key)
+    if found is None:
+        found = bool(
+            _PASS_THROUGH_NAME.search(frame.name)
+            or _PASS_THROUGH_FILE.search(normalise_path(frame.filename))
+        )
+        if len(_PASS_THROUGH_SEEN) >= _PASS_THROUGH_MAX:
+            _PASS_THROUGH_SEEN.clear()
+        _PASS_THROUGH_SEEN[key] = found
+    return found
 
 
 def site_priority(site: str | None) -> int:
@@ -1806,6 +1825,14 @@ def classify_wchan(wchan: str | None) -> str | None:
         if _compiled(pattern).search(wchan):
             return site
     return None
+
+
+def _table_patterns() -> list[str]:
+    """Every pattern of the rules and the wchan rules."""
+    rules = (*RULES, NATIVE_CALL_RULE, C10D_REPORT_RULE, GIL_CONTENTION_RULE,
+             IDLE_PROCESS_RULE, MUTEX_IN_CALL_RULE)
+    found = [p for rule in rules for p in (rule.name, rule.file) if p is not None]
+    return found + [pattern for pattern, _ in WCHAN_RULES]
 
 
 def _check_table(*, compile_patterns: bool = False) -> None:

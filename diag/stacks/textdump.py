@@ -826,12 +826,12 @@ class _Channel:
             return
         if self.c10_for is not None and self._feed_c10(stripped):
             return
-        m = _WATCHDOG.search(text)
+        m = _WATCHDOG.search(text) if "Pyspy " in text else None
         if m:
             self.close()
             self.pending = _Pending(_small(m.group(1)), ln.rank)
             return
-        m = _WATCHDOG_FAILED.search(text)
+        m = _WATCHDOG_FAILED.search(text) if "Pyspy " in text else None
         if m:
             # SGLang's watchdog could not dump this pid: record the failure, with its rank
             self.close()
@@ -1475,13 +1475,17 @@ def extract_stack_processes(
             ln.channel, ln.rank, ln.title = head.channel, ln.rank or head.rank, head.title
         ckey = (ln.source, ln.channel)
         chan = channels.get(ckey)
-        if _C10D_FRAME.match(ln.text) and (chan is None or not chan.in_c10d):
+        if ln.text[:1] == "#" and _C10D_FRAME.match(ln.text) and (
+            chan is None or not chan.in_c10d
+        ):
             # the frames of torch's report carry no rank prefix: they belong to the
             # report opened last in this source
             opener = c10d_open.get(ln.source)
             if opener is not None and opener.in_c10d:
                 chan = opener
-        if (chan is None or chan.tb is None) and _INTERRUPT.match(ln.text):
+        if (chan is None or chan.tb is None) and "KeyboardInterrupt" in ln.text and (
+            _INTERRUPT.match(ln.text)
+        ):
             # The interrupted traceback's lines may have been attached (prefix stripped)
             # to a record of another stream: end the one open traceback of this rank.
             open_tbs = [c for c in channels.values() if c.tb is not None and c.key[0] == ln.source]
@@ -1492,7 +1496,8 @@ def extract_stack_processes(
         if chan is None:
             chan = channels[ckey] = _Channel(found, ckey, raised, cut)
         chan.feed(ln)
-        if chan.in_c10d:
+        proc = chan.proc  # (chan.in_c10d, inline: speed)
+        if proc is not None and proc.kind == "c10d":
             c10d_open[ln.source] = chan
         if chan.busy:
             busy.add(chan.key)
@@ -1516,12 +1521,19 @@ def extract_stack_processes(
         texts = (head, *rec.continuation) if rec.continuation else (head,)
         head_line = _line_of(rec, head, 0, seen) if rec.continuation else None
         for i, text in enumerate(texts):
-            pieces = text.split("\n") if "\n" in text else (text,)
-            if any(_maybe_glued(piece) for piece in pieces):
-                pieces = [cut for piece in pieces for cut in split_glued_dump(piece)]
+            if "\n" in text:
+                pieces: Sequence[str] = text.split("\n")
+                if any(_maybe_glued(piece) for piece in pieces):
+                    pieces = [cut for piece in pieces for cut in split_glued_dump(piece)]
+            elif _maybe_glued(text):
+                pieces = split_glued_dump(text)
+            else:
+                pieces = (text,)
             for piece in pieces:
                 bare = None
-                if (".py" in piece or ".so" in piece) and _BARE_HINT.search(piece):
+                if (".py" in piece or ".so" in piece) and "(" in piece and (
+                    _BARE_HINT.search(piece)
+                ):
                     split = seen.get(piece)
                     if split is None:
                         split = seen[piece] = _split_line(piece)
@@ -1636,7 +1648,9 @@ def _maybe_glued(text: str) -> bool:
         n += text.count(".so") + text.count("<string>:")
     if n < 2 and "#" in text:
         n += len(_GLUED_GDB.findall(text, 0, 2_000))  # gdb's `#3  0x00007f.. in f ()`
-    return n >= 2 or (n == 1 and any(h in text for h in _GLUED_HEADS))
+    return n >= 2 or n == 1 and (
+        "Thread " in text or "thread 0x" in text or "Stack (" in text or "# Thread" in text
+    )  # (_GLUED_HEADS, spelt out: speed)
 
 
 def split_glued_dump(text: str) -> list[str]:
