@@ -590,6 +590,27 @@ def test_shard_pace_is_the_bars_elapsed_time_over_its_count() -> None:
     assert [e.line for e in f.evidence] == [3, 4]
 
 
+def test_a_stretch_of_slow_shards_is_slow_though_the_bar_ends_fast() -> None:
+    """Several shards in a row at the limit or more, read from consecutive updates, make a
+    slow load though the bar's overall pace ends under the limit (later shards fast); one
+    slow step before a burst (a many-threaded loader's first wave) does not."""
+    steps = [(0, 0), (1, 3), (2, 6), (3, 40), (4, 80), (5, 115), (6, 150), (7, 152),
+             (20, 170), (40, 190)]
+    bar = "Multi-thread loading shards:  {p}% Completed | {d}/40 [{m:02d}:{s:02d}<00:10, 1.0s/it]"
+    line = "".join(bar.format(p=d * 100 // 40, d=d, m=t // 60, s=t % 60) for d, t in steps)
+    (f,) = [
+        f for f in apply_rules(analysis(), [rec(42, line)]).findings if f.id == "weights.slow_load"
+    ]
+    assert "shards 3 to 6 of 40" in f.message and "36.0 s per shard" in f.message
+    assert "4.8 s per shard" in f.message and [e.line for e in f.evidence] == [42]
+    # three slow shards in a row are no stretch (min_slow_run 4); one slow wave is none
+    short = [(0, 0), (1, 3), (2, 40), (3, 80), (4, 115), (40, 190)]
+    wave = [(0, 0), (4, 23), (5, 149), (30, 152), (40, 160)]
+    for pts in (short, wave):
+        text = "".join(bar.format(p=d * 100 // 40, d=d, m=t // 60, s=t % 60) for d, t in pts)
+        assert "weights.slow_load" not in ids(apply_rules(analysis(), [rec(42, text)])), pts
+
+
 # ---------------------------------------------------------------------------
 # speculative decoding
 

@@ -1266,6 +1266,45 @@ def _pace(p: Progress) -> float | None:
     return p.s_per_it
 
 
+def _slow_stretch(
+    shards: Sequence[Progress], max_rate: float, min_run: int
+) -> tuple[Progress, Progress] | None:
+    """The longest run of at least ``min_run`` shards that each took ``max_rate`` seconds
+    or more, read from one bar's consecutive updates (the step from one update to the next:
+    its elapsed time over the shards it added), as (the update it starts from, the update
+    it ends on); None when no bar has one.
+
+    A bar can be slow over a long stretch and still end at a pace under the limit (reads
+    that sped up later, a page cache warmed by an earlier attempt). A loader of many threads
+    whose first wave of shards finishes together after one long read shows one slow step
+    and then a burst: a run of one, which this never counts; consecutive slow steps are the
+    loader's throughput staying low."""
+    best: tuple[int, Progress, Progress] | None = None
+    bars: dict[tuple[object, ...], list[Progress]] = {}
+    for p in shards:
+        if p.elapsed_s is not None:
+            bars.setdefault(_bar_key(p), []).append(p)
+    for updates in bars.values():
+        start: Progress | None = None
+        prev: Progress | None = None
+        for p in updates:
+            if prev is None or p.done < prev.done or (p.elapsed_s or 0.0) < (prev.elapsed_s or 0.0):
+                start, prev = None, p  # the first update, or the bar drawn again from the start
+                continue
+            if p.done == prev.done:
+                continue  # a redraw: the step goes on from the first update at this count
+            rate = ((p.elapsed_s or 0.0) - (prev.elapsed_s or 0.0)) / (p.done - prev.done)
+            if rate >= max_rate:
+                start = start or prev
+                run = p.done - start.done
+                if run >= min_run and (best is None or run > best[0]):
+                    best = (run, start, p)
+            else:
+                start = None
+            prev = p
+    return None if best is None else (best[1], best[2])
+
+
 def _check_slow_load(ctx: CheckContext) -> CheckOutcome | None:
     max_rate = ctx.param("max_s_per_shard", 15.0)
     max_total = ctx.param("max_load_s", 600.0)
@@ -1311,6 +1350,22 @@ def _check_slow_load(ctx: CheckContext) -> CheckOutcome | None:
         return CheckOutcome(
             message=f"weight loading took {fmt_duration(secs)} (limit {fmt_duration(max_total)})",
             hits=tuple(Hit.of(r) for _, r in long_loads),
+        )
+    stretch = _slow_stretch(shards, max_rate, int(ctx.param("min_slow_run", 4)))
+    if stretch is not None:
+        a, b = stretch
+        secs = (b.elapsed_s or 0.0) - (a.elapsed_s or 0.0)
+        overall = _pace(max(
+            (p for p in shards if _bar_key(p) == _bar_key(b)), key=lambda p: (p.done, p.line)
+        )) or 0.0
+        return CheckOutcome(
+            message=(
+                f"checkpoint shards {a.done + 1} to {b.done} of {b.total} loaded at "
+                f"{secs / (b.done - a.done):.1f} s per shard, each {max_rate:g} s or more "
+                f"({fmt_duration(secs)} for {b.done - a.done} shards); the bar's pace over "
+                f"its whole length is {overall:.1f} s per shard"
+            ),
+            hits=(Hit.of(a.rec),) + ((Hit.of(b.rec),) if b.line != a.line else ()),
         )
     return None
 
