@@ -359,6 +359,35 @@ def test_a_log_cut_after_a_step_ended_is_not_a_stall() -> None:
     assert "not proven stalled" in f.message and "later timestamp" in f.message
 
 
+def test_the_interpreters_exit_notice_ends_the_run_not_the_excerpt() -> None:
+    """CPython's resource tracker warns of leaked objects only once the processes exited:
+    a log ending on it before `listening`, with no error, is a run that shut down
+    (startup.exited), not a window cut short."""
+    ranks = (timeline(0, "weights_load", end_s=55, ended=False),)
+    bar = rec(
+        120,
+        "Loading safetensors checkpoint shards:  50% Completed | 4/8 [00:20<00:20, 5.0s/it]",
+        tp=0,
+        s=55,
+    )
+    notice = rec(
+        120,
+        "UserWarning: resource_tracker: There appear to be 2 leaked shared_memory objects to "
+        "clean up at shutdown",
+        tp=0,
+        logger="resource_tracker.py",
+        cont=("  warnings.warn('resource_tracker: There appear to be %d '",),
+    )
+    out = apply_rules(analysis(ranks=ranks, log_end=T0 + dt.timedelta(seconds=55)), [bar, notice])
+    (f,) = [f for f in out.findings if f.id == "startup.exited"]
+    assert f.severity == "info" and "shut down before the server listened" in f.message
+    assert "reached weights_load" in f.message and [e.line for e in f.evidence] == [120]
+    assert "startup.cut_excerpt" not in ids(out) and "startup.stalled" not in ids(out)
+    # the same bar with nothing after it: a cut excerpt, as before
+    out = apply_rules(analysis(ranks=ranks, log_end=T0 + dt.timedelta(seconds=55)), [bar])
+    assert "startup.cut_excerpt" in ids(out) and "startup.exited" not in ids(out)
+
+
 @pytest.mark.parametrize(
     ("lines", "why"),
     [

@@ -833,10 +833,54 @@ def _check_stalled(ctx: CheckContext) -> CheckOutcome | None:
     return CheckOutcome(message=message, hits=facts.reason_hits + facts.hits)
 
 
+# CPython's multiprocessing resource tracker (Lib/multiprocessing/resource_tracker.py, 3.8+)
+# warns at shutdown, once the processes that registered resources with it have exited,
+# "resource_tracker: There appear to be %d leaked %s objects to clean up at shutdown"
+_EXIT_NOTICE = regex.compile(
+    r"resource_tracker: There appear to be \d+ leaked \w+ objects to clean up at shutdown"
+)
+
+
+def _exit_notice(records: Sequence[Record]) -> Record | None:
+    """The interpreter's exit-time notice that ends the input (the first of the notices
+    its last records are), or None: the run ended there, the excerpt was not cut."""
+    tail = _tail_of(records)
+    found: Record | None = None
+    for r in reversed(tail[-8:]):
+        if not _EXIT_NOTICE.search(r.message[:_SCAN_CAP]):
+            break
+        found = r
+    return found
+
+
+def _check_exited(ctx: CheckContext) -> CheckOutcome | None:
+    """The log ends before `listening` with the interpreter's exit notice and no error:
+    the process shut down, stopped from outside."""
+    notice = _exit_notice(ctx.records)
+    if notice is None:
+        return None
+    facts = stall_facts(ctx.analysis, ctx.records, ctx.fired, ctx.param("min_gap_s", 60.0))
+    if facts is None:
+        return None
+    when = f" (last time stamp {_hms(facts.last_ts)})" if facts.last_ts else ""
+    return CheckOutcome(
+        message=(
+            f"the log ends with Python's exit-time notice ('{notice.message[:160]}') after "
+            f"{_ranks_phrase(facts)}{when}: the process shut down before the server "
+            "listened, and the log shows no error that stopped it"
+        ),
+        hits=(Hit.of(notice),),
+        ranks=tuple(t.rank.label for t in ctx.analysis.ranks),
+    )
+
+
 def _check_cut_excerpt(ctx: CheckContext) -> CheckOutcome | None:
-    """The log ends before `listening` but nothing shows a stop: say where it ends."""
+    """The log ends before `listening` but nothing shows a stop: say where it ends (not
+    where the interpreter's exit notice ends it: startup.exited)."""
     facts = stall_facts(ctx.analysis, ctx.records, ctx.fired, ctx.param("min_gap_s", 60.0))
     if facts is None or facts.reason is not None:
+        return None
+    if _exit_notice(ctx.records) is not None:
         return None
     when = f" at {_hms(facts.last_ts)}" if facts.last_ts else ""
     after = facts.ends_after or "its last line"
@@ -2114,5 +2158,6 @@ CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
     "dist_init_hang": _check_dist_init_hang,
     "stalled": _check_stalled,
     "cut_excerpt": _check_cut_excerpt,
+    "exited": _check_exited,
     "no_listen_port": _check_no_listen_port,
 }
