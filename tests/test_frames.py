@@ -331,6 +331,21 @@ def test_uvicorn_shutdown_lines_prove_it_had_listened() -> None:
     assert analyze_text(text).last_phase == "listening"
 
 
+def test_a_warning_raised_in_the_request_dispatch_proves_listening() -> None:
+    """At --log-level warning no uvicorn line is printed; a Python warning whose source
+    line is starlette's / FastAPI's request dispatch was raised answering a request."""
+    bar = "Loading safetensors checkpoint shards: 100% Completed | 2/2 [00:01<00:00, 1.9it/s]\n"
+    warn = (
+        "/venv/lib/python3.11/site-packages/fastapi/routing.py:133: DeprecationWarning: "
+        "SomeResponse is deprecated, use a response model instead\n"
+        "  response = await f(request)\n"
+    )
+    assert analyze_text(bar + warn).last_phase == "listening"
+    # the same warning raised where the app is built (an import, a route declared) is not
+    built = warn.replace("  response = await f(request)", "  from myapp.responses import (")
+    assert analyze_text(bar + built).last_phase == "weights_load"
+
+
 def test_combined_format_access_lines() -> None:
     kv = "[2025-05-28 09:40:00] Memory pool end. avail mem=16.08 GB\n"
     stamp = "[2025-05-28 09:43:43] 127.0.0.1 [28/May/2025:09:43:43 +0000] "
