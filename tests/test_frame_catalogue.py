@@ -100,10 +100,11 @@ def test_frames_fallback_only_after_the_rules() -> None:
     assert frame_phase(
         "vllm/v1/core/kv_cache_utils.py", "generate_scheduler_kv_cache_config"
     ) == "kv_cache"
-    # a rule's phase wins over the catalogue's
-    assert frame_phase("/x/vllm/v1/worker/gpu_model_runner.py", "profile_cudagraph_memory") == (
-        "cuda_graph"
-    )
+    # a rule's phase wins over the catalogue's (any frame of sglang/srt/compilation/ is
+    # compile; the catalogue reads patch_model as the graph capture's, its caller)
+    patch = "/x/sglang/srt/compilation/torch_compile_decoration.py"
+    assert catalogue_phase(patch, "patch_model") == "cuda_graph"
+    assert frame_phase(patch, "patch_model") == "compile"
     assert frame_phase("/x/vllm/v1/core/kv_cache_utils.py", "<module>") is None
 
 
