@@ -110,7 +110,11 @@ def test_frames_fallback_only_after_the_rules() -> None:
 
 def test_fallback_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(diag.frames, "_catalogue_phase", lambda path, func: None)
-    assert frame_phase("/x/vllm/v1/engine/core_client.py", "get_output_async") is None
+    frame_phase.cache_clear()  # (answers remembered with the fallback on)
+    try:
+        assert frame_phase("/x/vllm/v1/engine/core_client.py", "get_output_async") is None
+    finally:
+        frame_phase.cache_clear()
 
 
 def test_tool_phases_on_a_small_package(tmp_path: Path) -> None:
