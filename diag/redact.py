@@ -525,23 +525,20 @@ class Redactor:
             return match.group(0)  # a count in a log line ("#new-token: 6"), not a secret
         if not quote and _NUMBER.fullmatch(inner) and _token_count_name(name):
             return match.group(0)  # SGLang 0.1's "max_total_num_token=52656": a count
-        if (
-            not quote and _FRACTION.fullmatch(inner) and _token_only_words(name) is not None
-        ):
-            # a fraction in a field about tokens (SGLang 0.5.16's
-            # "tbo_token_distribution_threshold=0.48"): a ratio, never a credential
-            return match.group(0)
         words = _token_only_words(name)
         if words is not None and not quote and (
-            (_INT.fullmatch(inner) and not words.isdisjoint({"id", "ids", "index"}))
+            # a fraction in a field about tokens (SGLang 0.5.16's
+            # "tbo_token_distribution_threshold=0.48"): a ratio
+            _FRACTION.fullmatch(inner)
+            # a vocabulary's token: its id ("mask_token_id=12") or a special token's text
+            # ("mask_token=<|MASK|>", "pad_token=<pad>")
+            or (_INT.fullmatch(inner) and not words.isdisjoint({"id", "ids", "index"}))
             or _SPECIAL_TOKEN.fullmatch(inner)
         ):
-            # a vocabulary's token: its id ("mask_token_id=12") or a special token's text
-            # ("mask_token=<|MASK|>", "pad_token=<pad>"), never a credential
-            return match.group(0)
+            return match.group(0)  # never a credential
         if (
             not quote and ":" in match.group("op") and _PROSE_WORD.fullmatch(inner)
-            and _token_only_words(name) is not None
+            and words is not None
         ):
             # a function's message after its name ("_fix_v5_add_bos_eos_token: skipping
             # /path"): a lower-case word of prose, no token's shape
