@@ -127,6 +127,26 @@ def test_leading_nul_padding_is_skipped_and_counted(tmp_path: Path) -> None:
     assert a.last_phase == "weights_load"
 
 
+def test_nul_hole_between_lines_is_read_not_taken_for_binary(tmp_path: Path) -> None:
+    # a second writer that kept its offset after the file was truncated under it: a
+    # few lines, a hole of NULs larger than the sniffed head, then more lines
+    p = tmp_path / "truncated-under-a-writer.log"
+    p.write_bytes(LOG.encode() + b"\0" * 125_000 + OOM.encode())
+    a = analyze([p])
+    assert "cuda.oom" in _ids(a)
+    assert any("125000 NUL bytes dropped" in n for n in a.notes)
+    assert not any("binary" in n for n in a.notes)
+
+
+def test_binary_file_with_nul_runs_is_still_binary(tmp_path: Path) -> None:
+    # an ELF-like blob: NUL runs between control bytes and invalid UTF-8 stays binary
+    blob = bytes(range(1, 32)) * 40 + b"\0" * 64 + bytes(range(128, 256)) * 40
+    p = tmp_path / "lib.so"
+    p.write_bytes(blob * 20)
+    with pytest.raises(InputError):
+        analyze([p])
+
+
 @pytest.mark.parametrize("prefilter", [True, False])
 def test_cr_only_line_ends_over_1mib_keep_findings(tmp_path: Path, prefilter: bool) -> None:
     body = (LOG * 12000 + OOM).replace("\n", "\r")

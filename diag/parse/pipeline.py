@@ -864,8 +864,15 @@ def _count_lines(chunk: bytes | bytearray) -> int:
 _CONTROL = frozenset(chr(c) for c in range(32)) - {"\t", "\n", "\r", "\x1b", "\x0c"}
 
 
+_NUL_RUN = re.compile(rb"\x00{8,}")
+
+
 def _looks_binary(src: Source) -> bool:
-    """More than 10% of the first 64 KiB is control characters or invalid UTF-8."""
+    """More than 10% of the first 64 KiB is control characters or invalid UTF-8, not
+    counting runs of NUL bytes: a log file's hole (a writer that kept its offset while
+    the file was truncated under it, logrotate's ``copytruncate``, a crash before the
+    page cache reached the disk) is a run of NULs between lines of text, which the
+    reader drops with a note."""
     try:
         with (src.sniff or src.open)() as stream:
             head = stream.read(1 << 16)
@@ -873,6 +880,10 @@ def _looks_binary(src: Source) -> bool:
         return False  # the reader reports damage with a note
     if not head or head[:2] in UTF16_BOMS:
         return False
+    if b"\x00" * 8 in head:
+        head = _NUL_RUN.sub(b"", head)
+        if not head:
+            return False
     text, bad = decode(head)
     odd = bad + sum(1 for c in text if c in _CONTROL)
     return odd * 10 > len(head)
