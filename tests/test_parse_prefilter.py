@@ -134,6 +134,56 @@ def test_injected_lines_keep_their_line_numbers(big_log: Path) -> None:
     assert recs[-1].line == len(text_lines)
 
 
+def _prefixed_traceback_log(frames: int) -> str:
+    """A vLLM V1 engine core's start-up failure as multiprocessing prints it: every line
+    under the child's '(EngineCore pid=7)' prefix, the frames indented after it."""
+    p = "(EngineCore pid=7) "
+    head = [f"{p}INFO 08-07 21:51:00 [gpu_model_runner.py:2100] Model loading took "
+            "14.5 GiB and 20.1 seconds"]
+    # an earlier server's serving tail in the same file: bulk lines, no candidates
+    head += [f"INFO 08-07 21:{i // 60 % 60:02d}:{i % 60:02d} [loggers.py:122] Engine 000: Avg "
+             f"prompt throughput: {i % 7}.0 tokens/s, Avg generation throughput: 70.2 "
+             "tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.1%, Prefix "
+             "cache hit rate: 0.0%" for i in range(3000)]
+    tb = [f"{p}Process EngineCore_DP0:", f"{p}Traceback (most recent call last):"]
+    for i in range(frames):
+        tb += [f'{p}  File "/venv/lib/python3.12/site-packages/vllm/v1/worker/m{i}.py", '
+               f"line {i + 10}, in step_{i}", f"{p}    return self.step_{i + 1}(batch)",
+               f"{p}           ^^^^^^^^^^^^^^^^^^^^^^"]
+    tb += [f'{p}  File "/venv/lib/python3.12/site-packages/vllm/v1/worker/gpu_worker.py", '
+           "line 300, in determine_available_memory",
+           f"{p}    self.model_runner.profile_run()",
+           f"{p}torch.AcceleratorError: CUDA error: no kernel image is available",
+           f"{p}ERROR 08-07 21:52:01 [core.py:1330] EngineCore failed to start."]
+    # the API server's own traceback under its prefix, to the file's end
+    a = "(APIServer pid=1) "
+    api = [f"{a}Traceback (most recent call last):"]
+    for i in range(frames):
+        api += [f'{a}  File "/venv/lib/python3.12/site-packages/vllm/v1/engine/c{i}.py", '
+                f"line {i + 5}, in launch_{i}", f"{a}    launch_{i + 1}(",
+                f"{a}    ^^^^^^^^^^^^^^^^^^^^"]
+    api += [f"{a}RuntimeError: Engine core initialization failed. See root cause above."]
+    return "\n".join(head + tb + api) + "\n"
+
+
+@pytest.mark.parametrize("chunk", [4 << 10, 8 << 20])
+def test_traceback_under_a_process_prefix_keeps_its_frames(
+    tmp_path: Path, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the frames' indentation follows the prefix, so no frame is a candidate by its own
+    # text: the traceback's body is handed over whole, across a chunk's end too
+    monkeypatch.setattr(diag.parse.reader, "CHUNK_BYTES", chunk)
+    log = tmp_path / "enginecore.log"
+    log.write_text(_prefixed_traceback_log(60))
+    full, full_recs = _run(log, prefilter=False)
+    fast, fast_recs = _run(log, prefilter=True)
+    tb = [_key(r) for r in full_recs if r.message.startswith("Traceback")]
+    assert len(tb) == 2 and len(tb[0][2]) == 60 * 3 + 3
+    assert [_key(r) for r in fast_recs if r.message.startswith("Traceback")] == tb
+    assert _findings(fast) == _findings(full)
+    assert _summary(fast) == _summary(full)
+
+
 def test_every_catalogue_entry_has_required_literals() -> None:
     lits = _literals(())
     for e in load_catalogue().entries:

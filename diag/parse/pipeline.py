@@ -465,6 +465,7 @@ class _Run:
 
         scan, lines = pf.scan, pf.lines
         assert isinstance(scan, SourceScan)
+        lines = pf.lines = scan.traceback_body(chunk, lines)
         kept, dropped = self.cap.split(self.settled_lines, chunk, lines, lines.candidates)
         keep: dict[int, str] = {}
         if kept:

@@ -232,6 +232,62 @@ class Lines:
 
 _CONT, _CR, _FRAME = (b"\\n[ \\t]", b"\\r[^\\n]", b"\\n#[0-9]")
 
+# A traceback that a process prefix precedes on every line (vLLM's multiprocessing
+# children: "(EngineCore_DP0 pid=212)   File ...", Ray's "(RayWorkerWrapper pid=9) ...")
+# hides its frames' indentation from the newline-then-indentation pattern; its body is
+# handed over whole (see _prefixed_traceback_lines).
+_TB_START = b"Traceback (most recent call last)"
+_TB_MAX_LINES = 4000  # a traceback's body, at most (a chained one restarts the count)
+
+
+def _prefixed_traceback_lines(chunk: bytes | bytearray, nl: Any,
+                              carry: bytes | None = None) -> tuple[list[int], bytes | None]:
+    """Indices of the lines of ``chunk`` that continue a traceback whose start line has a
+    prefix before ``Traceback (most recent call last)``: the lines after it that carry
+    the same prefix and then an indentation (frames, source lines, carets), and the one
+    line after them with the prefix (the exception line). A traceback of no prefix needs
+    none of this (its indented lines are candidates already); lines a full parse would
+    not attach cost only speed here, never a difference in the result.
+
+    ``carry``: the prefix of a traceback the chunk before ended inside (chunks are cut
+    at line ends); returned likewise for the next chunk (None when none is open)."""
+    import numpy as np
+
+    out: list[int] = []
+    size = len(chunk)
+
+    def walk(prefix: bytes, i: int, pos: int) -> tuple[int, bool]:
+        """From line ``i`` + 1 at offset ``pos``: (where the walk stopped, still open)."""
+        n = 0
+        while pos < size and n < _TB_MAX_LINES and chunk.startswith(prefix, pos):
+            after = chunk[pos + len(prefix):pos + len(prefix) + 1]
+            i += 1
+            n += 1
+            out.append(i)
+            end = chunk.find(b"\n", pos)
+            pos = size if end < 0 else end + 1
+            if after not in (b" ", b"\t"):
+                return pos, False  # the exception line (or the next record: one line)
+        return pos, pos >= size and n < _TB_MAX_LINES
+
+    open_prefix: bytes | None = None
+    if carry:
+        pos, still = walk(carry, -1, 0)
+        open_prefix = carry if still else None
+    at = chunk.find(_TB_START)
+    while at >= 0:
+        ls = chunk.rfind(b"\n", 0, at) + 1
+        prefix = bytes(chunk[ls:at])
+        le = chunk.find(b"\n", at)
+        if not prefix.strip() or le < 0:
+            at = chunk.find(_TB_START, at + len(_TB_START))
+            continue
+        i = int(np.searchsorted(nl, le, side="left"))  # the start line's index
+        pos, still = walk(prefix, i, le + 1)
+        open_prefix = prefix if still else None
+        at = chunk.find(_TB_START, max(at + len(_TB_START), pos - 1))
+    return out, open_prefix
+
 
 class Matcher:
     """Candidate lines of chunks of bytes; the automaton is built once (here)."""
@@ -694,6 +750,26 @@ class SourceScan:
         self.keyed_budget: int | None = None
         self.absent: dict[str, int] = {}  # rank key -> chunks in a row it was not found in
         self._keyscan: _KeyScan | bool | None = None  # False: no Hyperscan
+        self.tb_open: bytes | None = None  # a prefixed traceback's prefix, open at a chunk end
+
+    def traceback_body(self, chunk: bytes | bytearray, lines: Lines) -> Lines:
+        """``lines`` with the body of each traceback under a process prefix added to its
+        candidates (:func:`_prefixed_traceback_lines`), also of one the chunk before ended
+        inside (in chunk order: the in-order stage calls this)."""
+        if self.tb_open is None and _TB_START not in chunk:
+            return lines
+        body, self.tb_open = _prefixed_traceback_lines(chunk, lines.nl, self.tb_open)
+        if not body:
+            return lines
+        import dataclasses
+
+        import numpy as np
+
+        cands = np.union1d(lines.candidates, np.asarray(body, dtype=np.int64))
+        if len(cands) == len(lines.candidates):
+            return lines
+        return dataclasses.replace(lines, candidates=cands, cand_starts=None, cand_ends=None,
+                                   cand_kinds=None)
 
     def timeline_lines(
         self, chunk: bytes | bytearray, lines: Lines, candidate_text: Iterable[str],
