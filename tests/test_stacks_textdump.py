@@ -1317,3 +1317,37 @@ def test_bare_pyspy_frames_behind_a_process_prefix_keep_its_process() -> None:
     (p,) = parse_stack_text(dump)
     assert [f.name for f in p.threads[0].frames] == ["recv", "worker_busy_loop"]
     assert p.rank == RankId(tp=1)
+
+
+def test_a_markdown_code_fence_bounds_a_pasted_dump() -> None:
+    """A reporter's paste in a code fence, a line of prose before it: the fence is where the
+    text begins (a `frame #N:` window whose header was cut is read after it, as at the
+    text's start), and the closing fence ends what is open as the text's end does (a
+    traceback cut before its exception line, under a Ctrl-C, is one more interrupted
+    process)."""
+    from diag.analyze import analyze_text
+
+    lib = "/env/lib/python3.12/site-packages/torch/lib/libtorch_cpu.so"
+    window = (
+        f"frame #3: c10d::TCPStore::doWait(std::vector<std::string>) + 0x20 (0x7f1 in {lib})\n"
+        f"frame #4: c10d::TCPStore::check(std::vector<std::string>) + 0x2a (0x7f2 in {lib})\n"
+    )
+    (clean,) = analyze_text(window).stack_processes
+    fenced = f"The worker hangs, its stack:\n\n```text\n{window}```\nAny idea?\n"
+    (proc,) = analyze_text(fenced).stack_processes
+    assert proc.wait_site == clean.wait_site == "stack.dist_init"
+    interrupted = (
+        "Traceback (most recent call last):\n"
+        '  File "/x/torch/_tensor.py", line 1088, in __len__\n'
+        "    if torch._C._get_tracing_state():\n"
+        "KeyboardInterrupt\n"
+        "Traceback (most recent call last):\n"
+        '  File "/x/sglang/srt/managers/detokenizer_manager.py", line 107, in event_loop\n'
+        "    recv_obj = self.recv_from_scheduler.recv_pyobj()\n"
+        '  File "/x/zmq/sugar/socket.py", line 972, in recv_pyobj\n'
+        "    msg = self.recv(flags)\n"
+    )
+    sites = sorted(map(str, (p.wait_site for p in analyze_text(interrupted).stack_processes)))
+    in_fence = analyze_text(f"Ctrl-C gave:\n```\n{interrupted}```\nthanks\n").stack_processes
+    assert sorted(map(str, (p.wait_site for p in in_fence))) == sites
+    assert len(sites) == 2

@@ -116,10 +116,12 @@ def _pyspy_columns(text: str, rng: random.Random) -> str:
 
 
 def _fenced(text: str, rng: random.Random) -> str:
-    """The dump in a markdown code fence with a line of prose before and after it."""
+    """The dump in a markdown code fence with a line of prose before and after it (a fence
+    longer than any the text holds, as markdown wants)."""
+    fence = "`" * max([3, *(len(m) + 1 for m in re.findall(r"`{3,}", text))])
     return (
-        "The server hangs; here is the dump of the stuck process:\n\n```text\n"
-        + text.rstrip("\n") + "\n```\n\nAny idea what is going on?\n"
+        f"The server hangs; here is the dump of the stuck process:\n\n{fence}text\n"
+        + text.rstrip("\n") + f"\n{fence}\n\nAny idea what is going on?\n"
     )
 
 
