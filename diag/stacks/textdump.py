@@ -1631,7 +1631,8 @@ def extract_stack_processes(
 # every py-spy frame's ``(file:line)`` / ``(lib.so)``. Only a line holding two or more
 # frames is cut (a log line that mentions one frame stays whole).
 _GLUED_FRAMES = re.compile(
-    r"\((?:[^()\s]+:\d+|[^()\s]+\.so[\w.\-]*)\)|\bFile:? \"[^\"]*\", line \d+"
+    r"\((?:[^()\s]+:\d+|[^()\s]+\.so[\w.\-]*|python[\d.]*)\)|\bFile:? \"[^\"]*\", line \d+"
+    r"|\bframe #\d+: \S"  # c10::Error's C++ frames
 )
 _GLUED_CUT = re.compile(
     r"(?:(?<!\s)(?<!\(Python\))(?<!\(C\))\s+|(?<=[)\"\w>])|(?<=\):))"
@@ -1645,8 +1646,11 @@ _GLUED_CUT = re.compile(
     r"Exception raised from \S+ at |frame #\d+: ))"
     r"|(?<=[)\"])\s+(?=\S)"
 )
-# gdb's `#3  0x00007f.. in f ()` and torch c10d's `#3 f from file.py:12`
-_GLUED_GDB = re.compile(r"#\d+\s+0x[0-9a-fA-F]+ in |#\d+ [\w<>.]+ from \S")
+# gdb's `#3  0x00007f.. in f ()` (or, without the address, `#0  __lll_lock_wait () at
+# x.S:135`) and torch c10d's `#3 f from file.py:12`
+_GLUED_GDB = re.compile(
+    r"#\d+\s+0x[0-9a-fA-F]+ in |#\d+ [\w<>.]+ from \S|#\d+\s+[A-Za-z_][\w:~]* \([^()]*\) at \S+:\d"
+)
 _GLUED_HEADER = re.compile(
     r"Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil|most recent)|Current thread 0x|"
     r"Traceback \(most recent call first\)|Waiting for the GIL|"
@@ -1668,6 +1672,15 @@ _GLUED_PART_END = re.compile(
 
 
 _GLUED_HEADS = ("Thread ", "thread 0x", "Stack (", "# Thread")
+# py-spy's process header, or a py-spy or faulthandler thread header, glued after another
+# line: `... (py-spy dump --pid 187): Process 187: sglang::scheduler_TP6 Python v3.12.3
+# (/usr/bin/python3.12)`, `Stack dump for ray_worker 2076 Thread 0x7FB6 (active)`
+# (never after a per-line prefix: a process's `(Actor pid=12) `, a rank's `[rank3]: `; nor
+# py-spy's own `Parent Process 9041: torchrun ...`)
+_GLUED_PROCESS = re.compile(
+    r"[^\s)\]>](?<!\]:)(?<!Parent)\s+"
+    r"(?:Process \d+: \S|Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil|most recent))"
+)
 
 
 def _maybe_glued(text: str) -> bool:
@@ -1678,7 +1691,10 @@ def _maybe_glued(text: str) -> bool:
         return False
     n = text.count(".py:") + text.count('File "') + text.count('File: "')
     if n < 2:
-        n += text.count(".so") + text.count("<string>:")
+        # py-spy's native frames in the interpreter: `PyThread_acquire_lock_timed (python3.12)`
+        n += text.count(".so") + text.count("<string>:") + text.count(" (python")
+    if n < 2 and ("Process " in text or "Thread " in text) and _GLUED_PROCESS.search(text):
+        return True  # a dump's header after another line (a watchdog's, a title)
     if n < 2 and "#" in text:
         n += len(_GLUED_GDB.findall(text, 0, 2_000))  # gdb's `#3  0x00007f.. in f ()`
     return n >= 2 or n == 1 and (
@@ -1703,7 +1719,9 @@ def split_glued_dump(text: str) -> list[str]:
         return [text]  # one whole frame line (pystack's names its file and its library)
     frames = len(_GLUED_FRAMES.findall(text, 0, 20_000))
     frames += len(_GLUED_GDB.findall(text, 0, 20_000))
-    if frames < 1 or (frames < 2 and not _GLUED_HEADER.search(text)):
+    if (frames < 1 or (frames < 2 and not _GLUED_HEADER.search(text))) and (
+        _GLUED_PROCESS.search(text) is None
+    ):
         return [text]
     parts: list[str] = []
     start = 0
