@@ -585,3 +585,34 @@ def test_a_retyped_paste_reads_as_the_ascii_it_stands_for() -> None:
 
     assert fold_typography(retyped) == clean
     assert fold_typography("\u201cx\u201d\u00a0") == "\"x\" "
+
+
+def test_a_launcher_tag_under_the_paste_indentation_is_found_under_a_second_wrapper() -> None:
+    """A faulthandler window whose every line carries a launcher's tag after the paste's
+    indentation (``  [srv]   File "..."``) loses indentation and tag the same way when the
+    paste also went through a per-line wrapper (a CI stamp, a compose prefix) or a quote:
+    the indentation is taken only where such a gutter follows it, so the frames keep their
+    own."""
+    from diag.analyze import analyze_text
+
+    frames = [
+        '  [srv]   File "/x/site-packages/torch/cuda/__init__.py", line 954 in synchronize',
+        '  [srv]   File "/x/vllm/v1/worker/gpu_model_runner.py", line 2210 in execute_model',
+        '  [srv]   File "/x/vllm/v1/worker/gpu_worker.py", line 388 in execute_model',
+        '  [srv]   File "/x/vllm/v1/executor/multiproc_executor.py", line 601 in worker_busy_loop',
+    ]
+    clean = analyze_text("\n".join(frames) + "\n").stack_processes
+    assert [p.wait_site for p in clean] == ["stack.cuda_sync"]
+    wrapped = {
+        "compose": [f"vllm-1  | {ln}" for ln in frames],
+        "stamp": [f"2025-03-01T10:00:0{i}.1234567Z {ln}" for i, ln in enumerate(frames)],
+        "quote": [f"> {ln}" for ln in frames],
+    }
+    for how, lines in wrapped.items():
+        got = analyze_text("\n".join(lines) + "\n").stack_processes
+        assert [p.wait_site for p in got] == ["stack.cuda_sync"], how
+        assert [f.name for f in got[0].threads[0].frames] == [
+            f.name for f in clean[0].threads[0].frames], how
+    # an indented block under a wrapper with no gutter after the indentation keeps it
+    u = SourceUnwrapper([f"vllm-1  |   File \"/x/a.py\", line {i} in f" for i in range(6)])
+    assert u.unwrap('vllm-1  |   File "/x/a.py", line 1 in f')[0] == '  File "/x/a.py", line 1 in f'

@@ -63,3 +63,39 @@ def test_the_analyser_reads_a_frame_list_only_where_nothing_else_was() -> None:
         f"INFO 05-01 10:00:0{i} [core.py:100] {w}\n" for i, w in enumerate(listing.split())
     )
     assert analyze_text(log, name="log.txt").stack_processes == ()
+
+
+def test_prose_around_a_fenced_list_is_not_counted_against_it() -> None:
+    """Inside a markdown code fence only the fenced lines are the list: the report's prose
+    around it (a line or two, more lines than the list has frames) does not outvote it; a
+    longer fence holds a text with fences of its own (CommonMark)."""
+    tree = (
+        "chunk_fwd (kda.py:1103)\n"
+        "  └─ prepare_chunk_indices (index.py:23)\n"
+        "       └─ Tensor.tolist()\n"
+        "            └─ hipMemcpy D2H sync\n"
+        "                 └─ hsa signal wait  ← never returns\n"
+    )
+    text = (
+        f"It hangs in prefill here:\n\n```text\n{tree}```\n\n"
+        "Is this a known issue?\nThanks for any help\n"
+    )
+    proc = frame_list_process(_numbered(text))
+    assert proc is not None and proc.wait_site == "stack.cuda_sync"
+    assert frame_list_process(_numbered(text.replace("```text\n", "").replace("```", ""))) is None
+    nested = f"Reported as:\n````\nThe stack:\n```\n{tree}```\n````\nAny idea? Thanks a lot\n"
+    proc = frame_list_process(_numbered(nested))
+    assert proc is not None and proc.wait_site == "stack.cuda_sync"
+
+
+def test_a_pyspy_frame_with_its_place_in_a_column_is_a_frame() -> None:
+    """py-spy frames re-aligned into columns (`name      (file:line)`) are read as py-spy's
+    own single-space form."""
+    text = (
+        "sched_yield        (vllm/distributed/utils.py:48)\n"
+        "wait               (vllm/distributed/shm_broadcast.py:196)\n"
+        "acquire_read       (vllm/distributed/shm_broadcast.py:698)\n"
+    )
+    proc = frame_list_process(_numbered(text))
+    assert proc is not None
+    assert [f.name for f in proc.threads[0].frames] == ["sched_yield", "wait", "acquire_read"]

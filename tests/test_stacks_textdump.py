@@ -1317,3 +1317,112 @@ def test_bare_pyspy_frames_behind_a_process_prefix_keep_its_process() -> None:
     (p,) = parse_stack_text(dump)
     assert [f.name for f in p.threads[0].frames] == ["recv", "worker_busy_loop"]
     assert p.rank == RankId(tp=1)
+
+
+def test_a_markdown_code_fence_bounds_a_pasted_dump() -> None:
+    """A reporter's paste in a code fence, a line of prose before it: the fence is where the
+    text begins (a `frame #N:` window whose header was cut is read after it, as at the
+    text's start), and the closing fence ends what is open as the text's end does (a
+    traceback cut before its exception line, under a Ctrl-C, is one more interrupted
+    process)."""
+    from diag.analyze import analyze_text
+
+    lib = "/env/lib/python3.12/site-packages/torch/lib/libtorch_cpu.so"
+    window = (
+        f"frame #3: c10d::TCPStore::doWait(std::vector<std::string>) + 0x20 (0x7f1 in {lib})\n"
+        f"frame #4: c10d::TCPStore::check(std::vector<std::string>) + 0x2a (0x7f2 in {lib})\n"
+    )
+    (clean,) = analyze_text(window).stack_processes
+    fenced = f"The worker hangs, its stack:\n\n```text\n{window}```\nAny idea?\n"
+    (proc,) = analyze_text(fenced).stack_processes
+    assert proc.wait_site == clean.wait_site == "stack.dist_init"
+    interrupted = (
+        "Traceback (most recent call last):\n"
+        '  File "/x/torch/_tensor.py", line 1088, in __len__\n'
+        "    if torch._C._get_tracing_state():\n"
+        "KeyboardInterrupt\n"
+        "Traceback (most recent call last):\n"
+        '  File "/x/sglang/srt/managers/detokenizer_manager.py", line 107, in event_loop\n'
+        "    recv_obj = self.recv_from_scheduler.recv_pyobj()\n"
+        '  File "/x/zmq/sugar/socket.py", line 972, in recv_pyobj\n'
+        "    msg = self.recv(flags)\n"
+    )
+    sites = sorted(map(str, (p.wait_site for p in analyze_text(interrupted).stack_processes)))
+    in_fence = analyze_text(f"Ctrl-C gave:\n```\n{interrupted}```\nthanks\n").stack_processes
+    assert sorted(map(str, (p.wait_site for p in in_fence))) == sites
+    assert len(sites) == 2
+
+
+def test_lost_newlines_around_pyspy_headers_and_native_interpreter_frames() -> None:
+    """A chat app's lost newlines: py-spy's process header glued after SGLang's watchdog
+    line, a thread header glued after a line of prose or an old `ray stack` title, and two
+    frames glued where one is a native frame in the interpreter (`(python3.12)`, no
+    `.so`): each is cut apart again, and the rank and title of the watchdog's line stay."""
+    from diag.analyze import analyze_text
+    from diag.stacks.textdump import split_glued_dump
+
+    assert split_glued_dump(
+        "    PyThread_acquire_lock_timed (python3.12)     _shutdown (threading.py:1622)"
+    ) == ["PyThread_acquire_lock_timed (python3.12)", "_shutdown (threading.py:1622)"]
+    assert split_glued_dump(
+        "the hung worker's stack: Thread 59633 (active): \"MainThread\""
+    )[-1] == 'Thread 59633 (active): "MainThread"'
+    # a process prefix before a header is the line's own, never cut off
+    line = '(LLMRayActor pid=12) Thread 0x000078c75b7fe640 (most recent call first):'
+    assert split_glued_dump(line) == [line]
+    assert split_glued_dump(f"[rank3]: {line[21:]}") == [f"[rank3]: {line[21:]}"]
+    text = (
+        "[2026-07-14 08:34:44 TP6] Pyspy dump for PID 187 (py-spy dump --native --pid 187): "
+        "Process 187: sglang::scheduler_TP6 Python v3.12.3 (/usr/bin/python3.12)\n"
+        'Thread 187 (idle): "MainThread"     0x7f1398316d71 (libc.so.6)\n'
+        "    PyThread_acquire_lock_timed (python3.12)     lock_wait (threading.py:1622)\n"
+        "    _main (multiprocessing/spawn.py:135)\n"
+    )
+    (proc,) = analyze_text(text).stack_processes
+    assert (proc.pid, proc.title, proc.rank and proc.rank.tp) == (187, "sglang::scheduler_TP6", 6)
+    assert [f.name for f in proc.threads[0].frames][1:3] == [
+        "PyThread_acquire_lock_timed", "lock_wait"]
+
+
+def test_lost_newlines_in_gdb_frames_without_an_address() -> None:
+    """gdb prints frame #0 of a syscall wrapper without its address (`#0  __lll_lock_wait
+    () at lowlevellock.S:135`): glued before frame #1 the line is still cut into both."""
+    from diag.analyze import analyze_text
+
+    lib = "/x/torch/lib/libtorch_cuda.so"
+    lines = [
+        "#0  __lll_lock_wait () at ../sysdeps/unix/sysv/linux/x86_64/lowlevellock.S:135",
+        "#1  0x00007f4a62042025 in __GI___pthread_mutex_lock (mutex=0x7f49f25b9140) at "
+        "../nptl/pthread_mutex_lock.c:80",
+        f"#2  0x00007f49f33cd8fa in c10d::ProcessGroupNCCL::broadcast(std::vector<at::Tensor>&) "
+        f"() from {lib}",
+    ]
+    clean = analyze_text("\n".join(lines) + "\n").stack_processes
+    glued = analyze_text(" ".join(lines[:2]) + "\n" + lines[2] + "\n").stack_processes
+    assert [p.wait_site for p in glued] == [p.wait_site for p in clean] == ["stack.gil_or_lock"]
+    assert [f.name for f in glued[0].threads[0].frames] == [
+        f.name for f in clean[0].threads[0].frames]
+
+
+def test_lost_newlines_in_a_c10_frame_list() -> None:
+    """torch's `frame #N: symbol + 0xoff (0xaddr in lib.so)` lines with their newlines
+    lost (a space left, or nothing) are cut apart again: the place in parentheses holds a
+    space, so each `frame #N:` is what marks a frame."""
+    from diag.analyze import analyze_text
+
+    lib = "/env/lib/python3.12/site-packages/torch/lib/libtorch_cpu.so"
+    lines = [
+        "Exception raised from doWait at /pytorch/torch/csrc/distributed/c10d/TCPStore.cpp:550 "
+        "(most recent call first):",
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x98 (0x7f5 in "
+        "/env/lib/python3.12/site-packages/torch/lib/libc10.so)",
+        f"frame #1: c10d::TCPStore::doWait(c10::ArrayRef<std::string>) + 0x1a (0x7f6 in {lib})",
+        f"frame #2: c10d::TCPStore::check(std::vector<std::string> const&) + 0x2a (0x7f7 in {lib})",
+    ]
+    clean = analyze_text("\n".join(lines) + "\n").stack_processes
+    assert [p.wait_site for p in clean] == ["stack.dist_init"]
+    for sep in (" ", ""):
+        got = analyze_text(sep.join(lines) + "\n").stack_processes
+        assert [p.wait_site for p in got] == ["stack.dist_init"], repr(sep)
+        assert [f.name for f in got[0].threads[0].frames] == [
+            f.name for f in clean[0].threads[0].frames], repr(sep)

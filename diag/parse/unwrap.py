@@ -427,11 +427,14 @@ class SourceUnwrapper:
         else:
             self._gutters = detect_gutters(seen)
             if self._gutters:
-                # indented under the gutter (a quoted paste of an indented block)
+                # indented under the gutter (a quoted paste of an indented block), and
+                # a gutter of its own under the indentation (a launcher's tag)
                 inner = [self.strip_gutters(x)[0] for x in seen]
                 self._indent = paste_indent(inner)
                 if self._indent:
-                    self._gutters = (*self._gutters, "indent")
+                    cut = len(self._indent)
+                    under = detect_gutters([x[cut:] for x in inner if x.startswith(self._indent)])
+                    self._gutters = (*self._gutters, "indent", *under)
         self.decided = True
         if seen:
             inner = [self.strip_gutters(x)[0] for x in seen] if self._gutters else seen
@@ -439,8 +442,16 @@ class SourceUnwrapper:
             self.wrapped = n * 10 >= len(seen) * 6
             if self.wrapped and not self._gutters:
                 # the quote, line-number, bar or label gutter of a paste that a per-line
-                # wrapper wraps again (never an indentation: a wrapper keeps the record's own)
-                self._inner = detect_gutters([unwrap_line(x)[0] for x in inner])
+                # wrapper wraps again (an indentation only before such a gutter, a paste
+                # indented as a whole under it: a wrapper keeps the record's own)
+                texts = [unwrap_line(x)[0] for x in inner]
+                self._inner = detect_gutters(texts)
+                indent = "" if self._inner else paste_indent(texts)
+                if indent:
+                    cut = len(indent)
+                    under = detect_gutters([x[cut:] for x in texts if x.startswith(indent)])
+                    if under:
+                        self._indent, self._inner = indent, ("indent", *under)
             if is_start is not None:
                 self.wrap = detect_wrap(inner, is_start)
             self.counts.clear()  # the sample is counted again when it is parsed

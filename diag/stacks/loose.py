@@ -30,7 +30,8 @@ _LEAD = re.compile(r"^[\s│|├└┣┗─━>*•·-]*(?:(?:#|frame #)?\d{1,3
 # a reporter's note after the frame: an arrow, a comment
 _NOTE = re.compile(r"\s*(?:←|<-+|<=|-->?|=>|#\s|//).*$")
 # `name (file.py:12)` / `name (libfoo.so)`: py-spy's frame
-_PYSPY = re.compile(r"^([\w.<>~:]+) \(([^()\s]+?(?::\d+|\.so[\w.]*))\)$")
+# (the place may stand in a column of its own: `sched_yield        (utils.py:48)`)
+_PYSPY = re.compile(r"^([\w.<>~:]+) +\(([^()\s]+?(?::\d+|\.so[\w.]*))\)$")
 # `file.py:12 in name`, `file.py line 12 in name`, `file.py, line 12, in name`
 _PLACE = re.compile(r"^\"?([^\s\"]+\.pyx?)\"?(?::(\d+)|,? line (\d+),?) in ([\w.<>]+)\b")
 # a lone symbol: `cudaStreamSynchronize`, `c10::TensorImpl::~TensorImpl`, `Tensor.tolist()`,
@@ -67,6 +68,32 @@ def _frame(text: str) -> StackFrame | None:
     return None
 
 
+_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
+
+
+def _fenced(lines: Iterable[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The lines inside the text's markdown code fences where it has any (the prose around
+    them is the report, not the list), else every line; the fence lines are left out. As
+    in CommonMark, a fence is closed by one of its own character at least as long (a
+    fence of four backticks holds a pasted text with fences of three)."""
+    every = list(lines)
+    inside: list[tuple[int, str]] = []
+    fenced = False
+    opened: str | None = None
+    for item in every:
+        m = _FENCE.match(item[1])
+        if opened is None:
+            if m:
+                fenced, opened = True, m.group(1)
+            continue
+        mark = m.group(1) if m else ""
+        if mark[:1] == opened[:1] and len(mark) >= len(opened) and item[1].strip() == mark:
+            opened = None  # its closing fence
+        else:
+            inside.append(item)
+    return inside if fenced else every
+
+
 def frame_list_process(
     lines: Iterable[tuple[int, str]], *, source: str | None = None
 ) -> StackProcess | None:
@@ -83,8 +110,8 @@ def frame_list_process(
     first: int | None = None
     words = 0
     outer_first = False
-    for number, line in lines:
-        if not line.strip() or line.lstrip().startswith("```"):
+    for number, line in _fenced(lines):
+        if not line.strip() or _FENCE.match(line):
             continue
         if _OUTER_FIRST.search(line):
             outer_first = True

@@ -238,6 +238,8 @@ _BARE_FRAME = re.compile(
 )
 _BARE_HINT = re.compile(r"\w\s+\([^()\s]+(?:\.pyx?:\d+|\.so[\w.\-]*)\)")
 _NOTE = re.compile(r"(\))\s+(?:<-+|\u2190|#)\s.*$")
+# a markdown code fence (``` or ~~~, a language tag after it), up to three spaces in
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,}) *([\w+\-.]*)[\w+\-. ]*$")
 _FOREIGN_LIMIT = 3  # this many foreign lines in a row end a dump
 _TITLE_LIMIT = 200  # lines between `Process N: title` and its first thread
 
@@ -699,8 +701,11 @@ class _Channel:
         self, out: list[StackProcess], key: tuple[str, str],
         raised: list[StackProcess] | None = None,
         cut: list[StackProcess] | None = None,
+        text_start: list[int] | None = None,
     ) -> None:
         self.out = out
+        # the line the source's text begins after: 0, or a code fence's (shared)
+        self.text_start = text_start if text_start is not None else [0]
         self.key = key
         # tracebacks that ended in an exception (or were cut): where a thread was when it
         # raised; processes of their own where the source holds no dump (extract_stack_processes)
@@ -1312,7 +1317,7 @@ class _Channel:
             # a list whose header the paste cut: only where the text starts with it (a
             # frame line further on, its header far above, is another list's tail, and
             # whether a reader met what came between depends on which lines it read)
-            if ln.line > 3 or self.proc is not None or self.tb is not None or (
+            if ln.line - self.text_start[0] > 3 or self.proc is not None or self.tb is not None or (
                 self.c10_for is not None
             ):
                 return False
@@ -1494,7 +1499,7 @@ def extract_stack_processes(
             if len(pick) == 1:
                 chan = pick[0]
         if chan is None:
-            chan = channels[ckey] = _Channel(found, ckey, raised, cut)
+            chan = channels[ckey] = _Channel(found, ckey, raised, cut, text_start)
         chan.feed(ln)
         proc = chan.proc  # (chan.in_c10d, inline: speed)
         if proc is not None and proc.kind == "c10d":
@@ -1505,6 +1510,10 @@ def extract_stack_processes(
             busy.discard(chan.key)
 
     source: str | None = None
+    # the line a paste's text begins after (a code fence's), for the dump forms read only
+    # at the text's start
+    text_start = [0]
+    fenced: list[str | None] = [None]  # the open code fence's mark
     # py-spy frames a paste left with no thread header and no indentation: one is held
     # until a second follows (then both, and the run after them, go in as frames)
     held: tuple[Record, str, int, _Line | None, str] | None = None
@@ -1516,6 +1525,7 @@ def extract_stack_processes(
                 busy.discard(done)
             source = rec.source
             held, bare_run = None, False
+            text_start[0], fenced[0] = 0, None
         offset = 0
         head = rec.raw or rec.message
         texts = (head, *rec.continuation) if rec.continuation else (head,)
@@ -1530,6 +1540,29 @@ def extract_stack_processes(
             else:
                 pieces = (text,)
             for piece in pieces:
+                fence = (
+                    _FENCE.match(_split_line(piece)[0])
+                    if "```" in piece or "~~~" in piece else None
+                )
+                if fence is not None:
+                    # a markdown code fence bounds a paste: a dump may begin right after
+                    # the one that opens it (a header before it stays open: `Stack (most
+                    # recent call first):` then the fenced frames), and what is open ends at
+                    # the one that closes it as at the text's end
+                    mark = fence.group(1)
+                    if fenced[0] is None:
+                        fenced[0] = mark
+                        text_start[0] = rec.line + offset
+                    elif mark[:1] == fenced[0][:1] and len(mark) >= len(fenced[0]) and (
+                        not fence.group(2)
+                    ):
+                        fenced[0] = None
+                        for done in [k for k in channels if k[0] == source]:
+                            channels.pop(done).finish()
+                            busy.discard(done)
+                        held, bare_run = None, False
+                    offset += 1
+                    continue
                 bare = None
                 if (".py" in piece or ".so" in piece) and "(" in piece and (
                     _BARE_HINT.search(piece)
@@ -1598,7 +1631,8 @@ def extract_stack_processes(
 # every py-spy frame's ``(file:line)`` / ``(lib.so)``. Only a line holding two or more
 # frames is cut (a log line that mentions one frame stays whole).
 _GLUED_FRAMES = re.compile(
-    r"\((?:[^()\s]+:\d+|[^()\s]+\.so[\w.\-]*)\)|\bFile:? \"[^\"]*\", line \d+"
+    r"\((?:[^()\s]+:\d+|[^()\s]+\.so[\w.\-]*|python[\d.]*)\)|\bFile:? \"[^\"]*\", line \d+"
+    r"|\bframe #\d+: \S"  # c10::Error's C++ frames
 )
 _GLUED_CUT = re.compile(
     r"(?:(?<!\s)(?<!\(Python\))(?<!\(C\))\s+|(?<=[)\"\w>])|(?<=\):))"
@@ -1612,8 +1646,11 @@ _GLUED_CUT = re.compile(
     r"Exception raised from \S+ at |frame #\d+: ))"
     r"|(?<=[)\"])\s+(?=\S)"
 )
-# gdb's `#3  0x00007f.. in f ()` and torch c10d's `#3 f from file.py:12`
-_GLUED_GDB = re.compile(r"#\d+\s+0x[0-9a-fA-F]+ in |#\d+ [\w<>.]+ from \S")
+# gdb's `#3  0x00007f.. in f ()` (or, without the address, `#0  __lll_lock_wait () at
+# x.S:135`) and torch c10d's `#3 f from file.py:12`
+_GLUED_GDB = re.compile(
+    r"#\d+\s+0x[0-9a-fA-F]+ in |#\d+ [\w<>.]+ from \S|#\d+\s+[A-Za-z_][\w:~]* \([^()]*\) at \S+:\d"
+)
 _GLUED_HEADER = re.compile(
     r"Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil|most recent)|Current thread 0x|"
     r"Traceback \(most recent call first\)|Waiting for the GIL|"
@@ -1635,6 +1672,15 @@ _GLUED_PART_END = re.compile(
 
 
 _GLUED_HEADS = ("Thread ", "thread 0x", "Stack (", "# Thread")
+# py-spy's process header, or a py-spy or faulthandler thread header, glued after another
+# line: `... (py-spy dump --pid 187): Process 187: sglang::scheduler_TP6 Python v3.12.3
+# (/usr/bin/python3.12)`, `Stack dump for ray_worker 2076 Thread 0x7FB6 (active)`
+# (never after a per-line prefix: a process's `(Actor pid=12) `, a rank's `[rank3]: `; nor
+# py-spy's own `Parent Process 9041: torchrun ...`)
+_GLUED_PROCESS = re.compile(
+    r"[^\s)\]>](?<!\]:)(?<!Parent)\s+"
+    r"(?:Process \d+: \S|Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil|most recent))"
+)
 
 
 def _maybe_glued(text: str) -> bool:
@@ -1645,7 +1691,10 @@ def _maybe_glued(text: str) -> bool:
         return False
     n = text.count(".py:") + text.count('File "') + text.count('File: "')
     if n < 2:
-        n += text.count(".so") + text.count("<string>:")
+        # py-spy's native frames in the interpreter: `PyThread_acquire_lock_timed (python3.12)`
+        n += text.count(".so") + text.count("<string>:") + text.count(" (python")
+    if n < 2 and ("Process " in text or "Thread " in text) and _GLUED_PROCESS.search(text):
+        return True  # a dump's header after another line (a watchdog's, a title)
     if n < 2 and "#" in text:
         n += len(_GLUED_GDB.findall(text, 0, 2_000))  # gdb's `#3  0x00007f.. in f ()`
     return n >= 2 or n == 1 and (
@@ -1670,7 +1719,9 @@ def split_glued_dump(text: str) -> list[str]:
         return [text]  # one whole frame line (pystack's names its file and its library)
     frames = len(_GLUED_FRAMES.findall(text, 0, 20_000))
     frames += len(_GLUED_GDB.findall(text, 0, 20_000))
-    if frames < 1 or (frames < 2 and not _GLUED_HEADER.search(text)):
+    if (frames < 1 or (frames < 2 and not _GLUED_HEADER.search(text))) and (
+        _GLUED_PROCESS.search(text) is None
+    ):
         return [text]
     parts: list[str] = []
     start = 0

@@ -1,0 +1,253 @@
+#!/usr/bin/env python3
+"""Perturbation testing for stack dumps: a damaged paste of a dump gives the clean dump's answer.
+
+tools/perturb.py damages the tuning LOGS; this does the same to the tuning STACK DUMPS
+(fixtures/real/stacks/*/dump.txt of the tuning part, the split deciding from case.toml
+alone: a held-out dump is never read). Each family is one change a terminal, a CI system,
+a container runtime, an issue tracker or a chat app makes to a pasted dump; most are
+perturb.py's own (shared code), a few are the dump's own (:data:`DUMP_ONLY`). The answer
+compared is the dump signature: the multiset of (rank, wait site) over the processes
+``diag analyze`` finds (its ``stack_processes``), or the refusal. The scored answer of a
+dump case is whether its labelled wait site is among the processes' sites, so the set of
+sites (``sites``) is printed beside the strict figure.
+
+usage:
+  tools/perturb_stacks.py [--corpus DIR] [-v] [-k NAME,...]
+      DIR: a folder of tuning cases (``tools/corpus_split.py materialise OUT`` ->
+      OUT/tuning): its stacks/*/dump.txt; default: the tuning dumps of fixtures/real.
+Prints one line per family (same/total, sites-same/total) and, with -v, each case that
+changed.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import sys
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import perturb as _logs  # noqa: E402  (tools/perturb.py: the shared families)
+
+__all__ = [
+    "DUMP_ONLY",
+    "IGNORE_RANKS",
+    "PERTURBATIONS",
+    "SKIPPED",
+    "DumpSignature",
+    "compare",
+    "perturb",
+    "signature",
+    "tuning_dumps",
+]
+
+# (refusal or None, sorted multiset of (rank label, wait site))
+DumpSignature = tuple[str | None, tuple[tuple[str, str], ...]]
+
+
+def tuning_dumps(corpus: Path | None = None) -> list[Path]:
+    """The dump files of the tuning part (the split decides from case.toml alone)."""
+    if corpus is not None:
+        return sorted(corpus.glob("stacks/*/dump.txt"))
+    import corpus_split as split
+
+    return [
+        d / "dump.txt" for d in split.case_dirs(split.REAL)
+        if d.parent.name == "stacks" and split.part_of(d) == "tuning"
+    ]
+
+
+# ---------------------------------------------------------------------------------------
+# the dump's own damage: (text, rng) -> text
+
+_lines = _logs._lines
+
+
+def _glued(sep: str, share: float) -> _logs.Perturb:
+    """A chat app or an issue form that lost newlines: any line break (not only one before
+    a log record, as perturb.py's ``glued``) gone with ``share``, ``sep`` in its place."""
+
+    def f(text: str, rng: random.Random) -> str:
+        out: list[str] = []
+        for ln in _lines(text):
+            if out and out[-1].strip() and ln.strip() and rng.random() < share:
+                out[-1] = out[-1] + sep + ln
+            else:
+                out.append(ln)
+        return "\n".join(out)
+
+    return f
+
+
+def _flattened(text: str, rng: random.Random) -> str:
+    """Every newline of the paste lost, a space in its place (a one-line text field)."""
+    return " ".join(ln for ln in _lines(text) if ln.strip())
+
+
+def _double_spaced(text: str, rng: random.Random) -> str:
+    """A blank line after every line (a copy out of some web views and terminals)."""
+    return "\n\n".join(_lines(text))
+
+
+# py-spy's text frame: `    name (file.py:12)` / `    0x7f.. (libc.so.6)`
+_PYSPY_FRAME = re.compile(
+    r"^(\s+)(\S.*?) (\((?:[^()\s]+:\d+|[^()\s]+\.so[\w.\-]*|[^()\s]*python[\d.]*)\))$"
+)
+
+
+def _pyspy_columns(text: str, rng: random.Random) -> str:
+    """py-spy frames re-aligned into two columns: every frame's place starts at one column
+    (a reporter's table, a viewer that aligns ``name   (file:line)``)."""
+    lines = _lines(text)
+    width = max(
+        (len(m.group(2)) for ln in lines if (m := _PYSPY_FRAME.match(ln))), default=0
+    )
+    out = []
+    for ln in lines:
+        m = _PYSPY_FRAME.match(ln)
+        out.append(f"{m.group(1)}{m.group(2):<{width}}  {m.group(3)}" if m else ln)
+    return "\n".join(out)
+
+
+def _fenced(text: str, rng: random.Random) -> str:
+    """The dump in a markdown code fence with a line of prose before and after it (a fence
+    longer than any the text holds, as markdown wants)."""
+    fence = "`" * max([3, *(len(m) + 1 for m in re.findall(r"`{3,}", text))])
+    return (
+        f"The server hangs; here is the dump of the stuck process:\n\n{fence}text\n"
+        + text.rstrip("\n") + f"\n{fence}\n\nAny idea what is going on?\n"
+    )
+
+
+def _shell_prompt(text: str, rng: random.Random) -> str:
+    """The command that took the dump, with its shell prompt, before it."""
+    return f"root@gpu-node-3:/workspace# py-spy dump --pid {rng.randrange(1000, 99999)}\n" + text
+
+
+DUMP_ONLY: dict[str, _logs.Perturb] = {
+    "dump-glued": _glued("", 0.5),
+    "dump-glued-space": _glued(" ", 0.5),
+    "flattened": _flattened,
+    "double-spaced": _double_spaced,
+    "pyspy-columns": _pyspy_columns,
+    "fenced": _fenced,
+    "shell-prompt": _shell_prompt,
+}
+
+# perturb.py's families that say nothing about a pasted dump (the rest are used as they are)
+SKIPPED: dict[str, str] = {
+    "excerpt-head": "cuts before the first phase event or finding's evidence a log has: a "
+    "dump has none (no tuning dump changes), and a dump cut before its thread header loses "
+    "what its answer rests on (the thread's name and state)",
+}
+
+PERTURBATIONS: dict[str, _logs.Perturb] = {
+    **{n: f for n, f in _logs.PERTURBATIONS.items() if n not in SKIPPED},
+    **DUMP_ONLY,
+}
+
+# families that take the rank prefixes off: only the wait sites are compared
+IGNORE_RANKS = frozenset({"bare-messages"})
+
+
+def perturb(name: str, text: str, seed: str) -> str:
+    return PERTURBATIONS[name](text, random.Random(f"{name}:{seed}"))
+
+
+def signature(text: str, name: str = "dump.txt") -> DumpSignature:
+    """(refusal, sorted multiset of (rank label, wait site)) of ``diag analyze``'s stack
+    processes of ``text``."""
+    from diag.analyze import analyze_text
+    from diag.errors import InputError
+
+    try:
+        a = analyze_text(text, name=name)
+    except InputError as exc:
+        return (f"not read: {type(exc).__name__}", ())
+    return (None, tuple(sorted(
+        (p.rank.label if p.rank is not None else "", str(p.wait_site))
+        for p in a.stack_processes
+    )))
+
+
+def compare(clean: DumpSignature, got: DumpSignature, ignore_ranks: bool = False) -> list[str]:
+    """What differs (empty: the same answer). The first item, where the set of wait sites
+    differs, starts with ``sites``."""
+    if clean[0] != got[0]:
+        return [f"sites: {clean[0] or 'read'} -> {got[0] or 'read'}"]
+    diffs = []
+    a = {s for _, s in clean[1]}
+    b = {s for _, s in got[1]}
+    if a != b:
+        diffs.append(f"sites: lost {sorted(a - b)} extra {sorted(b - a)}")
+    ca: Counter[tuple[str, str]] = Counter(("" if ignore_ranks else r, s) for r, s in clean[1])
+    cb: Counter[tuple[str, str]] = Counter(("" if ignore_ranks else r, s) for r, s in got[1])
+    if ca != cb:
+        lost, extra = ca - cb, cb - ca
+        diffs.append(
+            f"processes {len(clean[1])} -> {len(got[1])}: lost {_show(lost)} extra {_show(extra)}"
+        )
+    return diffs
+
+
+def _show(c: Counter[tuple[str, str]]) -> str:
+    return "[" + ", ".join(
+        f"{n}x {r + ' ' if r else ''}{s}" for (r, s), n in sorted(c.items())
+    ) + "]"
+
+
+def sites_kept(diffs: list[str]) -> bool:
+    return not diffs or not diffs[0].startswith("sites")
+
+
+def run(dumps: Iterable[Path], names: Iterable[str]) -> dict[str, list[tuple[str, list[str]]]]:
+    """family -> [(case, diffs)] for every dump (diffs empty when the same)."""
+    names = list(names)
+    out: dict[str, list[tuple[str, list[str]]]] = {n: [] for n in names}
+    for dump in dumps:
+        case = dump.parent.name
+        text = dump.read_bytes().decode("utf-8", errors="surrogateescape")
+        clean = signature(text)
+        for n in names:
+            got = signature(perturb(n, text, case))
+            out[n].append((case, compare(clean, got, n in IGNORE_RANKS)))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--corpus", type=Path)
+    ap.add_argument("-v", action="store_true")
+    ap.add_argument("-k", default="", help="comma-separated family names")
+    a = ap.parse_args(argv)
+    names = [n for n in a.k.split(",") if n] or list(PERTURBATIONS)
+    res = run(tuning_dumps(a.corpus), names)
+    total_same = total_sites = total = 0
+    for n in names:
+        rows = res[n]
+        same = sum(1 for _, d in rows if not d)
+        sites = sum(1 for _, d in rows if sites_kept(d))
+        total_same += same
+        total_sites += sites
+        total += len(rows)
+        print(f"{n:18} {same:4}/{len(rows)}  sites {sites:4}/{len(rows)}")
+        if a.v:
+            for case, d in rows:
+                if d:
+                    print(f"    {case}: {'; '.join(d)}")
+    print(f"all {total_same}/{total} perturbed dumps give the clean answer "
+          f"({total_sites}/{total} the clean set of wait sites)")
+    return 0 if total_same == total else 1
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    raise SystemExit(main(sys.argv[1:]))
