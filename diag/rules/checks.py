@@ -1759,6 +1759,38 @@ _FRAMEWORK_FILE = regex.compile(r"/(?:sglang|vllm)/")
 _EOF_LINE = regex.compile(r"^\s*(?:builtins\.)?EOFError\s*$")
 
 
+# torch/csrc/distributed/c10d/socket.cpp SocketConnectOp (torch 2.0+): a connect attempt
+# to one of the store's addresses that fails ("The client socket has failed to connect to
+# ...", "The IPv6 network addresses of ... cannot be retrieved") is logged as a warning and
+# the next address (or a retry) is tried; only when none connects before the timeout does
+# it raise DistNetworkError. A start-up that reached loading the model afterwards joined
+# its process group, so the store was reached
+_JOINED_PHASE = "weights_load"
+
+
+def _check_store_connect(ctx: CheckContext) -> CheckOutcome | None:
+    """The rule's pattern hits, less the warnings the same log's later progress (a line of
+    weights_load or a later phase after it) shows to have been retried with success."""
+    if not ctx.hits:
+        return None
+    joined = phase_index(_JOINED_PHASE)
+    last_progress: dict[str, int] = {}
+    for e in ctx.analysis.events:
+        if phase_index(e.phase) >= joined and e.line > last_progress.get(e.source, 0):
+            last_progress[e.source] = e.line
+    kept = [
+        h for h in ctx.hits
+        if (h.level or "").upper() not in ("WARNING", "WARN")
+        or last_progress.get(h.source, 0) <= h.line
+    ]
+    if not kept:
+        return None
+    message = kept[0].text[:400]
+    if len(kept) > 1:
+        message += f" ({len(kept)} lines)"
+    return CheckOutcome(message=message, hits=tuple(kept))
+
+
 def _check_child_pipe_eof(ctx: CheckContext) -> CheckOutcome | None:
     """A traceback in which a framework frame reads a multiprocessing pipe (the next frame
     is multiprocessing/connection.py) and ``EOFError`` ends it: the process at the pipe's
@@ -2139,6 +2171,7 @@ def _check_kv_blocks_short(ctx: CheckContext) -> CheckOutcome | None:
 
 
 CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
+    "store_connect": _check_store_connect,
     "child_pipe_eof": _check_child_pipe_eof,
     "stack_collective_wait": _check_stack_collective,
     "specdec_acceptance": _check_specdec,
