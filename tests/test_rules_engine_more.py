@@ -59,3 +59,59 @@ def test_a_connect_warning_with_nothing_after_it_or_a_raise_stays() -> None:
     assert "dist.connect_failed" in ids(out)
 
 
+# ---------------------------------------------------------------------------
+# Dynamo's error footer
+
+
+_FOOTER = (
+    "Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace (please do this especially if "
+    "you're reporting a bug to PyTorch). For even more developer context, set "
+    'TORCH_LOGS="+dynamo"'
+)
+
+
+def _user_code_frames() -> Record:
+    return rec(
+        1,
+        'File "/venv/lib/python3.12/site-packages/sglang/srt/models/llama.py", line 10, in forward',
+        level="",
+        cont=(
+            "    x = self.mlp(x)",
+            'File "/venv/lib/python3.12/site-packages/torch/_dynamo/polyfills/__init__.py", '
+            "line 392, in getattr_and_trace",
+            "    return fn(*args[2:], **kwargs)",
+            'File "/usr/lib/python3.12/subprocess.py", line 828, in __init__',
+            "    self._waitpid_lock = threading.Lock()",
+        ),
+    )
+
+
+def test_dynamos_footer_closing_cut_frames_is_a_compile_error() -> None:
+    frames = _user_code_frames()
+    footer = rec(9, _FOOTER, level="")
+    events = (_event(frames, "compile", "mark"),)
+    out = apply_rules(analysis(events=events), [frames, footer])
+    (f,) = [f for f in out.findings if f.id == "compile.error"]
+    assert [e.line for e in f.evidence] == [9]
+    assert "Dynamo" in f.message and "__init__" in f.message
+
+
+def test_dynamos_footer_is_no_compile_error_under_an_oom_or_before_later_progress() -> None:
+    frames = _user_code_frames()
+    footer = rec(9, _FOOTER, level="")
+    oom = rec(
+        8,
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+        "total capacity of 79.10 GiB of which 1.00 GiB is free.",
+        level="ERROR",
+    )
+    events = (_event(frames, "compile", "mark"),)
+    out = apply_rules(analysis(events=events), [frames, oom, footer])
+    assert "compile.error" not in ids(out) and "cuda.oom" in ids(out)
+    # Dynamo suppressed the error and the start went on (a capture after it)
+    capture = rec(12, "Capture cuda graph begin. This can take up to several minutes.")
+    events = (_event(frames, "compile", "mark"), _event(capture, "cuda_graph", "begin"))
+    out = apply_rules(analysis(events=events), [frames, footer, capture])
+    assert "compile.error" not in ids(out)
+
+

@@ -1600,6 +1600,12 @@ _COMPILER_PATH = regex.compile(
 
 
 def _check_compile_crash(ctx: CheckContext) -> CheckOutcome | None:
+    """The run ended in a traceback of torch.compile's compiler (its frames, or Dynamo's
+    error footer): compile.error."""
+    return _compiler_frame_crash(ctx) or _dynamo_footer_crash(ctx)
+
+
+def _compiler_frame_crash(ctx: CheckContext) -> CheckOutcome | None:
     """The traceback that ends the run (python.exception) has, as its innermost frame of a
     start-up step, torch.compile's compiler (Dynamo, Inductor, Triton's compiler) or the
     frameworks' compilation backend (vllm/compilation/, sglang/srt/compilation/), the log
@@ -1647,6 +1653,62 @@ def _check_compile_crash(ctx: CheckContext) -> CheckOutcome | None:
         hits=(
             Hit(ev.source, ev.line, ev.text, at.rank, at.ts, {}, at.level),
         ) if at is not None else ((Hit.of(after[0]),) if after else ()),
+    )
+
+
+# torch/_dynamo/exc.py augment_exc_message (torch 2.1-2.9): the footer Dynamo appends to an
+# exception that carries the traced user code's stack (``real_stack``: raised while Dynamo
+# traced a frame or its backend compiled the graph), after the "from user code:" frames,
+# unless TORCHDYNAMO_VERBOSE is set
+_DYNAMO_FOOTER = "Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace"
+# a kill or exit notice after the traceback is its consequence (SGLang's launcher: "Received
+# sigquit from a child process"), not another explanation
+_COMPILE_CASCADES = frozenset({"python.exception", "process.killed", "compile.error"})
+
+
+def _dynamo_footer_crash(ctx: CheckContext) -> CheckOutcome | None:
+    """The run ended in an exception torch.compile raised while it compiled the model:
+    Dynamo's footer (``Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace``) closes the
+    last traceback, nothing of a later phase follows it, and no error but the traceback's
+    own cascades explains the stop; also when the paste kept only the "from user code"
+    frames and lost the exception's line (no python.exception)."""
+    if "compile.error" in ctx.fired:
+        return None
+    if any(f.id not in _COMPILE_CASCADES for f in _error_explains(ctx.fired)):
+        return None
+    found: tuple[Record, int, str] | None = None
+    for rec in ctx.records:
+        if _DYNAMO_FOOTER in rec.message:
+            found = (rec, 0, rec.message)
+        for i, text in enumerate(rec.continuation, start=1):
+            if _DYNAMO_FOOTER in text:
+                found = (rec, i, text)
+    if found is None:
+        return None
+    rec, i, text = found
+    at = rec.line + i
+    later = [
+        e for e in ctx.analysis.events
+        if e.source == rec.source and e.line > at and phase_index(e.phase) > phase_index("compile")
+    ]
+    if later:
+        return None  # Dynamo suppressed the error (suppress_errors) and the start went on
+    # the innermost frame of the traced code above the footer, for the message
+    inner = ""
+    for r in ctx.records:
+        if r.source != rec.source or r.line > at:
+            continue
+        for t in (r.message, *r.continuation):
+            m = FRAME.search(t)
+            if m is not None:
+                inner = f"{m.group('func')} in " + m.group("path").replace("\\", "/").rsplit(
+                    "site-packages/", 1
+                )[-1].rsplit("dist-packages/", 1)[-1]
+    where = f" (innermost traced frame: {inner})" if inner else ""
+    return _outcome_at(
+        rec, i, text,
+        f"the run ended in an exception torch.compile raised while it traced or compiled "
+        f"the model: Dynamo's error footer{where}",
     )
 
 
