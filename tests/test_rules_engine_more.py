@@ -20,6 +20,54 @@ def _event(r: Record, phase: str, kind: str = "progress") -> Event:
 
 
 # ---------------------------------------------------------------------------
+# a 0% bar, then only notices
+
+
+def _bar_then(*after: Record) -> list[Record]:
+    begin = rec(54, "Capture cuda graph begin. This can take up to several minutes.", s=50)
+    bar = rec(
+        56, "Capturing batches (bs=64 avail_mem=30.10 GB):   0%|          | 0/12 [00:00<?, ?it/s]",
+        s=55,
+    )
+    return [begin, dataclasses.replace(bar, ts=None, level=None), *after]
+
+
+def _stall_out(records: list[Record]) -> list[str]:
+    ranks = (timeline(0, "cuda_graph", end_s=55, ended=False, line=54),)
+    events = (_event(records[0], "cuda_graph", "begin"),)
+    return ids(apply_rules(analysis(ranks=ranks, events=events, log_end=END), records))
+
+
+def test_a_zero_bar_followed_by_an_import_warning_is_still_the_last_step() -> None:
+    warn = rec(
+        57, "Unexpected error during package walk: some.optional.module", s=55, level="WARNING"
+    )
+    records = _bar_then(warn)
+    ranks = (timeline(0, "cuda_graph", end_s=55, ended=False, line=54),)
+    events = (_event(records[0], "cuda_graph", "begin"),)
+    out = apply_rules(analysis(ranks=ranks, events=events, log_end=END), records)
+    (f,) = [f for f in out.findings if f.id == "startup.stalled"]
+    assert "0/12" in f.message and "never advanced" in f.message
+    assert 56 in {e.line for e in f.evidence}  # the bar is the reason's line
+
+
+def test_a_zero_bar_followed_by_a_finished_step_or_a_cut_line_is_no_stall() -> None:
+    # a sub-step that finished: the log ends after a step that ended (a cut excerpt)
+    done = rec(57, "flashinfer.jit: Finished loading JIT ops: batch_prefill_bf16", s=55)
+    assert "startup.stalled" not in _stall_out(_bar_then(done))
+    took = rec(57, "Compiling a graph for dynamic shape takes 1.18 s", s=55)
+    assert "startup.stalled" not in _stall_out(_bar_then(took))
+    # the excerpt cut a line printed whole before it: what it said is unknown
+    warn = rec(57, "Unexpected error during package walk: some.optional.module", s=55)
+    cut = rec(58, "Unexpected error during pack", s=55)
+    assert "startup.stalled" in _stall_out(_bar_then(warn))
+    assert "startup.stalled" not in _stall_out(_bar_then(warn, cut))
+    # an error after the bar is no notice
+    err = rec(57, "RuntimeError: CUDA error: out of memory", s=55, level="ERROR")
+    assert "startup.stalled" not in _stall_out(_bar_then(err))
+
+
+# ---------------------------------------------------------------------------
 # torch's store-connect warnings
 
 

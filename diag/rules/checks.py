@@ -535,6 +535,50 @@ def _hang_note(tail: Sequence[Record]) -> Record | None:
     return last if _HANG_NOTE.search(text) else None
 
 
+# At most this many lines after a 0% bar still leave it the log's last step: notices the
+# step's first iteration triggered before tqdm redrew the bar (an import's warning)
+_AFTER_ZERO_BAR = 8
+_ERROR_LEVELS = frozenset({"ERROR", "CRITICAL", "FATAL", "EXCEPTION"})
+# a line saying a step finished ("Finished loading JIT ops", "... takes 1.18 s", "done"):
+# the log then ends after a finished step, a cut excerpt by the convention
+_STEP_DONE = regex.compile(
+    r"\b(?:[Ff]inished|[Dd]one|[Cc]ompleted|[Ss]ucceeded)\b"
+    r"|\b(?:took|takes|elapsed)\b:? ?=?[\d.]+ ?(?:s|ms|sec|seconds?|min)\b"
+)
+
+
+def _quiet_after_bar(
+    bar: Progress,
+    tail: Sequence[Record],
+    event_of: Callable[[Record], Event | None],
+) -> list[Record]:
+    """The lines after a progress bar at 0% when they are only notices: no other bar, no
+    phase event, no step begun or finished, no error or traceback, no line the excerpt
+    cut (the start of a line printed whole before: a bar's redraw, a repeated message).
+    A few such lines (a warning of an import the step's first iteration triggered) do not
+    end the bar's step, which then is the log's last. Empty when anything after the bar
+    may be progress (or nothing follows it)."""
+    idx = next((i for i, r in enumerate(tail) if r is bar.rec), None)
+    if idx is None:
+        return []
+    after = tail[idx + 1:]
+    if not after or len(after) > _AFTER_ZERO_BAR:
+        return []
+    earlier = [r.message.strip() for r in tail[max(0, idx - 64):idx + 1]]
+    for r in after:
+        text = r.message.strip()
+        if parse_progress(r) or _is_trace(r) or r.continuation or event_of(r) is not None:
+            return []
+        if (r.level or "").upper() in _ERROR_LEVELS or is_exception_line(text):
+            return []
+        if _is_step_start(r) or _is_wait(r) or _STEP_DONE.search(text[:2000]) is not None:
+            return []
+        if any(len(m) > len(text) and m.startswith(text) for m in earlier):
+            return []  # cut by the excerpt: what it would have said is unknown
+        earlier.append(text)
+    return list(after)
+
+
 def _cut_wait(last: Record, tail: Sequence[Record]) -> bool:
     """The excerpt's last line is a wait line it cut (``Waiting for 1 loca``): the start of
     a wait message the log printed before, at least 16 characters of it."""
@@ -638,6 +682,20 @@ def _stall_reason(
     #    traceback that names no exception (cut, or a dump on Ctrl-C) is not that line
     last = next((r for r in reversed(tail) if not _is_wait(r) and not _is_trace(r)), tail[-1])
     bars = [p for r in tail for p in parse_progress(r)]
+    if bars and bars[-1].line != last.line and _bar_state(bars) == "zero":
+        after = _quiet_after_bar(bars[-1], tail, event_of)
+        if after:
+            bar = bars[-1]
+            what = f"{bar.label or 'a progress bar'} at {bar.done}/{bar.total}"
+            return (
+                f"the log ends on {what} (0%: the step started and never advanced; only "
+                f"{len(after)} notice{'s' if len(after) != 1 else ''} follow it, the last: "
+                f"{after[-1].message.strip()[:100]})",
+                (Hit.of(bar.rec),),
+                what,
+                last_ts,
+                gap,
+            )
     if bars and bars[-1].line == last.line:
         state = _bar_state(bars)
         bar = bars[-1]
