@@ -163,3 +163,35 @@ def test_dynamos_footer_is_no_compile_error_under_an_oom_or_before_later_progres
     assert "compile.error" not in ids(out)
 
 
+# ---------------------------------------------------------------------------
+# an offline LLM(...) engine ends at warmup
+
+
+def test_an_offline_engine_ready_is_no_cut_excerpt_and_no_stall() -> None:
+    def vllm(line: int, text: str, s: float, process: str | None, logger: str) -> Record:
+        pid = 9900 if process else None
+        return Record(
+            SRC, line, text, text, T0 + dt.timedelta(seconds=s), process=process, pid=pid,
+            level="INFO", logger_file=logger, grammar="vllm",
+        )
+
+    front = vllm(7, "Resolved architecture: Qwen2ForCausalLM", 0, None, "model.py")
+    ready = vllm(
+        40, "init engine (profile, create kv cache, warmup model) took 6.57 seconds", 30,
+        "EngineCore", "core.py",
+    )
+    after = vllm(41, "Asynchronous scheduling is enabled.", 31, "EngineCore", "vllm.py")
+    events = (
+        Event(SRC, 7, T0, None, "model_config", "progress", "test.arch", front.message),
+        Event(SRC, 40, ready.ts, None, "warmup", "end", "vllm.init_engine_took", ready.message),
+    )
+    a = dataclasses.replace(analysis(events=events, framework="vllm"), reached="warmup")
+    out = ids(apply_rules(a, [front, ready, after]))
+    assert "startup.cut_excerpt" not in out and "startup.stalled" not in out
+    # vllm serve's API server in the same log: its port is still to come (a cut excerpt)
+    api = dataclasses.replace(front, line=6, message="vLLM API server version 0.8.5",
+                              logger_file="api_server.py")
+    out = ids(apply_rules(a, [api, front, ready, after]))
+    assert "startup.cut_excerpt" in out
+
+

@@ -774,8 +774,9 @@ def _embedded_engine(analysis: Analysis, records: Sequence[Record]) -> bool:
     """vLLM's engine said it is ready ("init engine (profile, create kv cache, warmup
     model) took", vllm/v1/engine/core.py) from a process that is none of vLLM's own (a
     Ray actor of the program that runs it: OpenRLHF's LLMRayActor, an RL trainer's
-    worker) and no line of the log is vLLM's API server: an ``LLM`` instance inside
-    another program, which opens no HTTP port. Its startup ended at warmup."""
+    worker), or from vLLM's engine core under an offline ``LLM`` (:func:`_offline_front`),
+    and no line of the log is vLLM's API server: an ``LLM`` instance inside another
+    program, which opens no HTTP port. Its startup ended at warmup."""
     if analysis.framework != "vllm" or analysis.last_phase != "warmup":
         return False
     ready = {(e.source, e.line) for e in analysis.events if e.pattern == "vllm.init_engine_took"}
@@ -784,11 +785,30 @@ def _embedded_engine(analysis: Analysis, records: Sequence[Record]) -> bool:
     procs = {r.process for r in records if (r.source, r.line) in ready}
     if not procs or None in procs:
         return False
-    if any(_VLLM_PROCESS.fullmatch(p or "") for p in procs):
+    if any(r.process is not None and r.process.lower().startswith("apiserver") for r in records):
         return False
-    return not any(
-        r.process is not None and r.process.lower().startswith("apiserver") for r in records
-    )
+    if any(_VLLM_PROCESS.fullmatch(p or "") for p in procs):
+        return _offline_front(records, procs)
+    return True
+
+
+def _offline_front(records: Sequence[Record], procs: set[str | None]) -> bool:
+    """vLLM's own engine-core process said it is ready, started by an offline ``LLM(...)``
+    in the user's program: the front process's own vLLM lines (``Resolved architecture``,
+    ``Using max model len``) come before the engine core's and carry no process prefix,
+    and no line is the API server's (``vllm serve`` prefixes its lines "(APIServer pid=N)"
+    since 0.10, and logs from api_server.py, "vLLM API server version ...", before)."""
+    engine = [r.line for r in records if r.process in procs]
+    if not engine:
+        return False
+    first = min(engine)
+    front = False
+    for r in records:
+        if r.logger_file == "api_server.py":
+            return False
+        if r.process is None and r.grammar == "vllm" and r.line < first:
+            front = True
+    return front
 
 
 def stall_facts(
