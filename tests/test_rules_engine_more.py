@@ -195,3 +195,27 @@ def test_an_offline_engine_ready_is_no_cut_excerpt_and_no_stall() -> None:
     assert "startup.cut_excerpt" in out
 
 
+# ---------------------------------------------------------------------------
+# the framework logged the exception's message before its traceback
+
+
+def test_an_exceptions_message_logged_before_the_traceback_joins_its_evidence() -> None:
+    logged = rec(
+        2,
+        "Piecewise CUDA Graph failed with error: Attempted to call function marked as skipped",
+        tp=0,
+        cont=("  Explanation: Dynamo does not know how to trace the builtin `posix.stat.`",),
+    )
+    exc = rec(
+        34, "torch._dynamo.exc.Unsupported: Attempted to call function marked as skipped",
+        level="",
+    )
+    events = (_event(exc, "compile", "mark"),)
+    out = apply_rules(analysis(events=events), [logged, exc])
+    (f,) = [f for f in out.findings if f.id == "compile.error"]
+    assert [e.line for e in f.evidence] == [2, 34]
+    # another message above is not the same error
+    other = dataclasses.replace(logged, message="Piecewise CUDA Graph failed with error: boom")
+    out = apply_rules(analysis(events=events), [other, exc])
+    (f,) = [f for f in out.findings if f.id == "compile.error"]
+    assert [e.line for e in f.evidence] == [34]
