@@ -535,6 +535,50 @@ def _hang_note(tail: Sequence[Record]) -> Record | None:
     return last if _HANG_NOTE.search(text) else None
 
 
+# At most this many lines after a 0% bar still leave it the log's last step: notices the
+# step's first iteration triggered before tqdm redrew the bar (an import's warning)
+_AFTER_ZERO_BAR = 8
+_ERROR_LEVELS = frozenset({"ERROR", "CRITICAL", "FATAL", "EXCEPTION"})
+# a line saying a step finished ("Finished loading JIT ops", "... takes 1.18 s", "done"):
+# the log then ends after a finished step, a cut excerpt by the convention
+_STEP_DONE = regex.compile(
+    r"\b(?:[Ff]inished|[Dd]one|[Cc]ompleted|[Ss]ucceeded)\b"
+    r"|\b(?:took|takes|elapsed)\b:? ?=?[\d.]+ ?(?:s|ms|sec|seconds?|min)\b"
+)
+
+
+def _quiet_after_bar(
+    bar: Progress,
+    tail: Sequence[Record],
+    event_of: Callable[[Record], Event | None],
+) -> list[Record]:
+    """The lines after a progress bar at 0% when they are only notices: no other bar, no
+    phase event, no step begun or finished, no error or traceback, no line the excerpt
+    cut (the start of a line printed whole before: a bar's redraw, a repeated message).
+    A few such lines (a warning of an import the step's first iteration triggered) do not
+    end the bar's step, which then is the log's last. Empty when anything after the bar
+    may be progress (or nothing follows it)."""
+    idx = next((i for i, r in enumerate(tail) if r is bar.rec), None)
+    if idx is None:
+        return []
+    after = tail[idx + 1:]
+    if not after or len(after) > _AFTER_ZERO_BAR:
+        return []
+    earlier = [r.message.strip() for r in tail[max(0, idx - 64):idx + 1]]
+    for r in after:
+        text = r.message.strip()
+        if parse_progress(r) or _is_trace(r) or r.continuation or event_of(r) is not None:
+            return []
+        if (r.level or "").upper() in _ERROR_LEVELS or is_exception_line(text):
+            return []
+        if _is_step_start(r) or _is_wait(r) or _STEP_DONE.search(text[:2000]) is not None:
+            return []
+        if any(len(m) > len(text) and m.startswith(text) for m in earlier):
+            return []  # cut by the excerpt: what it would have said is unknown
+        earlier.append(text)
+    return list(after)
+
+
 def _cut_wait(last: Record, tail: Sequence[Record]) -> bool:
     """The excerpt's last line is a wait line it cut (``Waiting for 1 loca``): the start of
     a wait message the log printed before, at least 16 characters of it."""
@@ -638,6 +682,20 @@ def _stall_reason(
     #    traceback that names no exception (cut, or a dump on Ctrl-C) is not that line
     last = next((r for r in reversed(tail) if not _is_wait(r) and not _is_trace(r)), tail[-1])
     bars = [p for r in tail for p in parse_progress(r)]
+    if bars and bars[-1].line != last.line and _bar_state(bars) == "zero":
+        after = _quiet_after_bar(bars[-1], tail, event_of)
+        if after:
+            bar = bars[-1]
+            what = f"{bar.label or 'a progress bar'} at {bar.done}/{bar.total}"
+            return (
+                f"the log ends on {what} (0%: the step started and never advanced; only "
+                f"{len(after)} notice{'s' if len(after) != 1 else ''} follow it, the last: "
+                f"{after[-1].message.strip()[:100]})",
+                (Hit.of(bar.rec),),
+                what,
+                last_ts,
+                gap,
+            )
     if bars and bars[-1].line == last.line:
         state = _bar_state(bars)
         bar = bars[-1]
@@ -716,8 +774,9 @@ def _embedded_engine(analysis: Analysis, records: Sequence[Record]) -> bool:
     """vLLM's engine said it is ready ("init engine (profile, create kv cache, warmup
     model) took", vllm/v1/engine/core.py) from a process that is none of vLLM's own (a
     Ray actor of the program that runs it: OpenRLHF's LLMRayActor, an RL trainer's
-    worker) and no line of the log is vLLM's API server: an ``LLM`` instance inside
-    another program, which opens no HTTP port. Its startup ended at warmup."""
+    worker), or from vLLM's engine core under an offline ``LLM`` (:func:`_offline_front`),
+    and no line of the log is vLLM's API server: an ``LLM`` instance inside another
+    program, which opens no HTTP port. Its startup ended at warmup."""
     if analysis.framework != "vllm" or analysis.last_phase != "warmup":
         return False
     ready = {(e.source, e.line) for e in analysis.events if e.pattern == "vllm.init_engine_took"}
@@ -726,11 +785,30 @@ def _embedded_engine(analysis: Analysis, records: Sequence[Record]) -> bool:
     procs = {r.process for r in records if (r.source, r.line) in ready}
     if not procs or None in procs:
         return False
-    if any(_VLLM_PROCESS.fullmatch(p or "") for p in procs):
+    if any(r.process is not None and r.process.lower().startswith("apiserver") for r in records):
         return False
-    return not any(
-        r.process is not None and r.process.lower().startswith("apiserver") for r in records
-    )
+    if any(_VLLM_PROCESS.fullmatch(p or "") for p in procs):
+        return _offline_front(records, procs)
+    return True
+
+
+def _offline_front(records: Sequence[Record], procs: set[str | None]) -> bool:
+    """vLLM's own engine-core process said it is ready, started by an offline ``LLM(...)``
+    in the user's program: the front process's own vLLM lines (``Resolved architecture``,
+    ``Using max model len``) come before the engine core's and carry no process prefix,
+    and no line is the API server's (``vllm serve`` prefixes its lines "(APIServer pid=N)"
+    since 0.10, and logs from api_server.py, "vLLM API server version ...", before)."""
+    engine = [r.line for r in records if r.process in procs]
+    if not engine:
+        return False
+    first = min(engine)
+    front = False
+    for r in records:
+        if r.logger_file == "api_server.py":
+            return False
+        if r.process is None and r.grammar == "vllm" and r.line < first:
+            front = True
+    return front
 
 
 def stall_facts(
@@ -1600,6 +1678,12 @@ _COMPILER_PATH = regex.compile(
 
 
 def _check_compile_crash(ctx: CheckContext) -> CheckOutcome | None:
+    """The run ended in a traceback of torch.compile's compiler (its frames, or Dynamo's
+    error footer): compile.error."""
+    return _compiler_frame_crash(ctx) or _dynamo_footer_crash(ctx)
+
+
+def _compiler_frame_crash(ctx: CheckContext) -> CheckOutcome | None:
     """The traceback that ends the run (python.exception) has, as its innermost frame of a
     start-up step, torch.compile's compiler (Dynamo, Inductor, Triton's compiler) or the
     frameworks' compilation backend (vllm/compilation/, sglang/srt/compilation/), the log
@@ -1647,6 +1731,62 @@ def _check_compile_crash(ctx: CheckContext) -> CheckOutcome | None:
         hits=(
             Hit(ev.source, ev.line, ev.text, at.rank, at.ts, {}, at.level),
         ) if at is not None else ((Hit.of(after[0]),) if after else ()),
+    )
+
+
+# torch/_dynamo/exc.py augment_exc_message (torch 2.1-2.9): the footer Dynamo appends to an
+# exception that carries the traced user code's stack (``real_stack``: raised while Dynamo
+# traced a frame or its backend compiled the graph), after the "from user code:" frames,
+# unless TORCHDYNAMO_VERBOSE is set
+_DYNAMO_FOOTER = "Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace"
+# a kill or exit notice after the traceback is its consequence (SGLang's launcher: "Received
+# sigquit from a child process"), not another explanation
+_COMPILE_CASCADES = frozenset({"python.exception", "process.killed", "compile.error"})
+
+
+def _dynamo_footer_crash(ctx: CheckContext) -> CheckOutcome | None:
+    """The run ended in an exception torch.compile raised while it compiled the model:
+    Dynamo's footer (``Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace``) closes the
+    last traceback, nothing of a later phase follows it, and no error but the traceback's
+    own cascades explains the stop; also when the paste kept only the "from user code"
+    frames and lost the exception's line (no python.exception)."""
+    if "compile.error" in ctx.fired:
+        return None
+    if any(f.id not in _COMPILE_CASCADES for f in _error_explains(ctx.fired)):
+        return None
+    found: tuple[Record, int, str] | None = None
+    for rec in ctx.records:
+        if _DYNAMO_FOOTER in rec.message:
+            found = (rec, 0, rec.message)
+        for i, text in enumerate(rec.continuation, start=1):
+            if _DYNAMO_FOOTER in text:
+                found = (rec, i, text)
+    if found is None:
+        return None
+    rec, i, text = found
+    at = rec.line + i
+    later = [
+        e for e in ctx.analysis.events
+        if e.source == rec.source and e.line > at and phase_index(e.phase) > phase_index("compile")
+    ]
+    if later:
+        return None  # Dynamo suppressed the error (suppress_errors) and the start went on
+    # the innermost frame of the traced code above the footer, for the message
+    inner = ""
+    for r in ctx.records:
+        if r.source != rec.source or r.line > at:
+            continue
+        for t in (r.message, *r.continuation):
+            m = FRAME.search(t)
+            if m is not None:
+                inner = f"{m.group('func')} in " + m.group("path").replace("\\", "/").rsplit(
+                    "site-packages/", 1
+                )[-1].rsplit("dist-packages/", 1)[-1]
+    where = f" (innermost traced frame: {inner})" if inner else ""
+    return _outcome_at(
+        rec, i, text,
+        f"the run ended in an exception torch.compile raised while it traced or compiled "
+        f"the model: Dynamo's error footer{where}",
     )
 
 
@@ -1757,6 +1897,38 @@ def _outcome_at(rec: Record, i: int, text: str, message: str) -> CheckOutcome:
 _PIPE_FILE = "/multiprocessing/connection.py"
 _FRAMEWORK_FILE = regex.compile(r"/(?:sglang|vllm)/")
 _EOF_LINE = regex.compile(r"^\s*(?:builtins\.)?EOFError\s*$")
+
+
+# torch/csrc/distributed/c10d/socket.cpp SocketConnectOp (torch 2.0+): a connect attempt
+# to one of the store's addresses that fails ("The client socket has failed to connect to
+# ...", "The IPv6 network addresses of ... cannot be retrieved") is logged as a warning and
+# the next address (or a retry) is tried; only when none connects before the timeout does
+# it raise DistNetworkError. A start-up that reached loading the model afterwards joined
+# its process group, so the store was reached
+_JOINED_PHASE = "weights_load"
+
+
+def _check_store_connect(ctx: CheckContext) -> CheckOutcome | None:
+    """The rule's pattern hits, less the warnings the same log's later progress (a line of
+    weights_load or a later phase after it) shows to have been retried with success."""
+    if not ctx.hits:
+        return None
+    joined = phase_index(_JOINED_PHASE)
+    last_progress: dict[str, int] = {}
+    for e in ctx.analysis.events:
+        if phase_index(e.phase) >= joined and e.line > last_progress.get(e.source, 0):
+            last_progress[e.source] = e.line
+    kept = [
+        h for h in ctx.hits
+        if (h.level or "").upper() not in ("WARNING", "WARN")
+        or last_progress.get(h.source, 0) <= h.line
+    ]
+    if not kept:
+        return None
+    message = kept[0].text[:400]
+    if len(kept) > 1:
+        message += f" ({len(kept)} lines)"
+    return CheckOutcome(message=message, hits=tuple(kept))
 
 
 def _check_child_pipe_eof(ctx: CheckContext) -> CheckOutcome | None:
@@ -2139,6 +2311,7 @@ def _check_kv_blocks_short(ctx: CheckContext) -> CheckOutcome | None:
 
 
 CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
+    "store_connect": _check_store_connect,
     "child_pipe_eof": _check_child_pipe_eof,
     "stack_collective_wait": _check_stack_collective,
     "specdec_acceptance": _check_specdec,

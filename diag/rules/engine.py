@@ -708,8 +708,85 @@ def evaluate(
     exc = findings.get("python.exception")
     if exc is not None:
         findings["python.exception"] = _with_announcers(exc, records)
+    findings = _with_logged_messages(findings, records)
     tied = _tie_cascades(list(findings.values()), origins)
     return sort_findings(tied), tuple(dict.fromkeys(checked)), tuple(notes)
+
+
+# an exception's line as a traceback ends it ("torch._dynamo.exc.Unsupported: <message>",
+# "ValueError: <message>"): a dotted class path or an error-like class name, then its text
+_EXC_MESSAGE = regex.compile(
+    r"^(?:(?:[a-z_]\w*\.)+[A-Z]\w*|[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Fault))"
+    r": (?P<msg>\S.{19,})$"
+)
+# the text a framework puts before an exception's message when it logs it ahead of the
+# re-raise ("Piecewise CUDA Graph failed with error: ", "... hit an exception: ")
+_LOGGED_BEFORE = regex.compile(r"(?i)(?:error|exception|fail\w*)\W{0,3}$")
+_LOGGED_WINDOW = 400  # records above an exception line searched for its logged message
+
+
+def _with_logged_messages(
+    findings: Mapping[str, Finding], records: Sequence[Record]
+) -> dict[str, Finding]:
+    """Each error finding whose evidence is an exception's line, with the line above it
+    where the framework logged the same message before re-raising it (SGLang's
+    piecewise CUDA-graph runner, sglang/srt/compilation/piecewise_context_manager.py:
+    ``logger.error("Piecewise CUDA Graph failed with error: %s\\n%s", e, ...)`` then
+    ``raise``): the error's first report, often with its explanation below it."""
+    wanted: dict[tuple[str, int], str] = {}
+    for f in findings.values():
+        if f.severity != "error":
+            continue
+        for e in f.evidence:
+            m = _EXC_MESSAGE.match(e.text.strip())
+            if m is not None:
+                wanted[(e.source, e.line)] = m.group("msg").strip()
+    if not wanted:
+        return dict(findings)
+    logged: dict[tuple[str, int], Record] = {}
+    recent: dict[str, list[Record]] = {}
+    for rec in records:
+        window = recent.setdefault(rec.source, [])
+        msg = wanted.get((rec.source, rec.line))
+        if msg is not None:
+            for prev in reversed(window):
+                text = prev.message.strip()
+                at = text.find(msg)
+                if (
+                    at > 0
+                    and _EXC_MESSAGE.match(text) is None
+                    and _LOGGED_BEFORE.search(text[:at].rstrip(" :")) is not None
+                ):
+                    logged[(rec.source, rec.line)] = prev
+                    break
+        window.append(rec)
+        if len(window) > 2 * _LOGGED_WINDOW:
+            del window[:_LOGGED_WINDOW]
+    if not logged:
+        return dict(findings)
+    out: dict[str, Finding] = {}
+    for fid, f in findings.items():
+        have = {(e.source, e.line) for e in f.evidence}
+        extra = []
+        for e in f.evidence:
+            first = logged.get((e.source, e.line))
+            if first is not None and (first.source, first.line) not in have:
+                have.add((first.source, first.line))
+                extra.append(
+                    Evidence(
+                        first.source, first.line, first.message.strip()[:500],
+                        first.rank.label if first.rank is not None else None, first.ts,
+                    )
+                )
+        if f.severity == "error" and extra:
+            evidence = tuple(sorted((*f.evidence, *extra), key=lambda e: (e.source, e.line)))
+            f = dataclasses.replace(
+                f,
+                evidence=evidence[: MAX_EVIDENCE + 1 + len(extra)],
+                evidence_total=f.evidence_total + len(extra),
+            )
+        out[fid] = f
+    return out
 
 
 _ANNOUNCE_LEVELS = frozenset({"ERROR", "CRITICAL", "FATAL", "EXCEPTION"})
