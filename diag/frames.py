@@ -119,6 +119,11 @@ _KV_FUNCS = frozenset(
         "_get_kv_cache_groups_uniform_groups", "_get_kv_cache_config_uniform_type",
         "_get_kv_cache_config_uniform_page_size", "_get_kv_cache_config_attention_free",
         "generate_scheduler_kv_cache_config", "resolve_kv_cache_block_sizes",
+        # vllm/v1/worker/gpu_model_runner.py (0.19.1-0.33.0) profile_cudagraph_memory: the
+        # graphs' memory estimated while the KV cache is sized (gpu_worker.py
+        # determine_available_memory calls it, before any capture), as the source-derived
+        # catalogue and phase_map.yaml read it
+        "profile_cudagraph_memory",
     }
 )
 _GRAPH_FUNCS = frozenset(
@@ -126,7 +131,7 @@ _GRAPH_FUNCS = frozenset(
         "capture_model", "init_cuda_graphs", "capture_one_batch_size", "init_device_graphs",
         # vllm/v1/worker/gpu_model_runner.py (0.9+), sglang/srt/model_executor/ (0.5.x:
         # model_runner.py, runner/*_cuda_graph_runner.py, cuda_graph_setup.py)
-        "_capture_cudagraphs", "initialize_cudagraph_capture", "profile_cudagraph_memory",
+        "_capture_cudagraphs", "initialize_cudagraph_capture",
         "init_piecewise_cuda_graphs", "capture_one_shape", "capture_decode_graph",
         "capture_prefill_graph", "ensure_decode_cuda_graphs", "warmup_graphs",
     }
@@ -209,9 +214,13 @@ READY_RPC = frozenset({"collective_rpc", "get_response", "worker_busy_loop"})
 def _lower_bound(path: str, func: str) -> bool:
     """A frame whose phase is only a lower bound, not the start-up step running: code that
     runs once start-up reached that far, in that step and at serving alike (vLLM V1's
-    executor RPC, SGLang's PD KV managers)."""
+    executor RPC, SGLang's PD KV managers, a model's forward: the profile run, capture,
+    warm-up and requests all run it)."""
     p = path.replace("\\", "/")
-    return func.rsplit(".", 1)[-1] in READY_RPC or "/sglang/srt/disaggregation/" in p
+    name = func.rsplit(".", 1)[-1]
+    if name == "forward" and (_MODEL_CODE.search(p) or _ATTN_BACKEND.search(p)):
+        return True  # a model's, a layer's or an attention backend's forward (frame_phase)
+    return name in READY_RPC or "/sglang/srt/disaggregation/" in p
 
 
 @functools.lru_cache(maxsize=1 << 14)  # (speed: the same frames recur in every rank's dump)

@@ -301,6 +301,9 @@ _PEM_BLOCK = re.compile(
 )
 _INT_LIST = re.compile(r"[\d\s,\[\]()-]+")  # [311], [[1, 2], [3]]: token ids
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?[%A-Za-z]{0,3}\.?")  # (a count ending a sentence)
+_FRACTION = re.compile(r"[-+]?\d{1,6}\.\d{1,6}")
+_INT = re.compile(r"-?\d{1,9}")
+_SPECIAL_TOKEN = re.compile(r"<\|?[\w.\-]{1,40}\|?>")
 _NOT_SECRET_VALUES = frozenset({"", "None", "none", "null", "True", "False", "true", "false"})
 
 # Hosts and addresses (only with redact_hosts).
@@ -522,9 +525,20 @@ class Redactor:
             return match.group(0)  # a count in a log line ("#new-token: 6"), not a secret
         if not quote and _NUMBER.fullmatch(inner) and _token_count_name(name):
             return match.group(0)  # SGLang 0.1's "max_total_num_token=52656": a count
+        words = _token_only_words(name)
+        if words is not None and not quote and (
+            # a fraction in a field about tokens (SGLang 0.5.16's
+            # "tbo_token_distribution_threshold=0.48"): a ratio
+            _FRACTION.fullmatch(inner)
+            # a vocabulary's token: its id ("mask_token_id=12") or a special token's text
+            # ("mask_token=<|MASK|>", "pad_token=<pad>")
+            or (_INT.fullmatch(inner) and not words.isdisjoint({"id", "ids", "index"}))
+            or _SPECIAL_TOKEN.fullmatch(inner)
+        ):
+            return match.group(0)  # never a credential
         if (
             not quote and ":" in match.group("op") and _PROSE_WORD.fullmatch(inner)
-            and _token_only_words(name) is not None
+            and words is not None
         ):
             # a function's message after its name ("_fix_v5_add_bos_eos_token: skipping
             # /path"): a lower-case word of prose, no token's shape

@@ -100,16 +100,21 @@ def test_frames_fallback_only_after_the_rules() -> None:
     assert frame_phase(
         "vllm/v1/core/kv_cache_utils.py", "generate_scheduler_kv_cache_config"
     ) == "kv_cache"
-    # a rule's phase wins over the catalogue's
-    assert frame_phase("/x/vllm/v1/worker/gpu_model_runner.py", "profile_cudagraph_memory") == (
-        "cuda_graph"
-    )
+    # a rule's phase wins over the catalogue's (any frame of sglang/srt/compilation/ is
+    # compile; the catalogue reads patch_model as the graph capture's, its caller)
+    patch = "/x/sglang/srt/compilation/torch_compile_decoration.py"
+    assert catalogue_phase(patch, "patch_model") == "cuda_graph"
+    assert frame_phase(patch, "patch_model") == "compile"
     assert frame_phase("/x/vllm/v1/core/kv_cache_utils.py", "<module>") is None
 
 
 def test_fallback_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(diag.frames, "_catalogue_phase", lambda path, func: None)
-    assert frame_phase("/x/vllm/v1/engine/core_client.py", "get_output_async") is None
+    frame_phase.cache_clear()  # (answers remembered with the fallback on)
+    try:
+        assert frame_phase("/x/vllm/v1/engine/core_client.py", "get_output_async") is None
+    finally:
+        frame_phase.cache_clear()
 
 
 def test_tool_phases_on_a_small_package(tmp_path: Path) -> None:

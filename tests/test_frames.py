@@ -57,6 +57,9 @@ T0 = dt.datetime(2026, 2, 22, 22, 35, 0)
         ("/x/vllm/v1/core/kv_cache_utils.py", "get_kv_cache_groups", "kv_cache"),
         ("/x/vllm/v1/core/kv_cache_utils.py", "unify_kv_cache_spec_page_size", "kv_cache"),
         ("/x/vllm/v1/core/kv_cache_utils.py", "hash_block_tokens", None),  # per request
+        # the graphs' memory estimated while the KV cache is sized (gpu_worker.py
+        # determine_available_memory -> profile_cudagraph_memory, 0.19.1+): no capture
+        ("/x/vllm/v1/worker/gpu_model_runner.py", "profile_cudagraph_memory", "kv_cache"),
         # vLLM's kernel warm-up (compile_or_warm_up_model -> kernel_warmup)
         ("/x/vllm/model_executor/warmup/deep_gemm_warmup.py", "_warmup", "compile"),
         ("/x/vllm/model_executor/warmup/jit_warmup.py", "kernel_launcher", None),
@@ -167,6 +170,31 @@ def test_the_executor_rpc_is_a_lower_bound_that_serving_passes() -> None:
         ]
     )
     assert [e.phase for e in frame_events([warm])] == ["compile"]
+
+
+def test_a_models_forward_is_a_lower_bound_that_serving_passes() -> None:
+    """A model's (or layer's) forward proves only that the model was loaded: a request's
+    forward from the scheduler's loop is serving, the memory profile's is kv_cache."""
+    serving = _tb(
+        [
+            ("/x/sglang/srt/disaggregation/decode.py", "event_loop_overlap_disagg_decode"),
+            ("/x/sglang/srt/managers/scheduler.py", "run_batch"),
+            ("/x/sglang/srt/model_executor/model_runner.py", "forward_decode"),
+            ("/x/sglang/srt/models/qwen3.py", "forward"),
+            ("/x/sglang/srt/layers/rotary_embedding.py", "forward"),
+        ]
+    )
+    assert [e.phase for e in frame_events([serving])] == ["serving"]
+    profile = _tb(
+        [
+            ("/x/vllm/v1/worker/gpu_worker.py", "determine_available_memory"),
+            ("/x/vllm/v1/worker/gpu_model_runner.py", "_dummy_run"),
+            ("/x/vllm/model_executor/models/llama.py", "forward"),
+        ]
+    )
+    assert [e.phase for e in frame_events([profile])] == ["kv_cache"]
+    alone = _tb([("/x/vllm/model_executor/models/llama.py", "forward")])
+    assert [e.phase for e in frame_events([alone])] == ["weights_load"]
 
 
 def test_the_call_under_the_innermost_frame_counts() -> None:
@@ -329,6 +357,21 @@ def test_uvicorn_shutdown_lines_prove_it_had_listened() -> None:
         "[2026-06-17 13:46:57] INFO:     Application shutdown complete.\n"
     )
     assert analyze_text(text).last_phase == "listening"
+
+
+def test_a_warning_raised_in_the_request_dispatch_proves_listening() -> None:
+    """At --log-level warning no uvicorn line is printed; a Python warning whose source
+    line is starlette's / FastAPI's request dispatch was raised answering a request."""
+    bar = "Loading safetensors checkpoint shards: 100% Completed | 2/2 [00:01<00:00, 1.9it/s]\n"
+    warn = (
+        "/venv/lib/python3.11/site-packages/fastapi/routing.py:133: DeprecationWarning: "
+        "SomeResponse is deprecated, use a response model instead\n"
+        "  response = await f(request)\n"
+    )
+    assert analyze_text(bar + warn).last_phase == "listening"
+    # the same warning raised where the app is built (an import, a route declared) is not
+    built = warn.replace("  response = await f(request)", "  from myapp.responses import (")
+    assert analyze_text(bar + built).last_phase == "weights_load"
 
 
 def test_combined_format_access_lines() -> None:

@@ -155,6 +155,40 @@ STARTUP_MODULES: dict[str, tuple[str, ...]] = {
         "vllm_rbln/v1/worker/optimum_model_runner.py",
         "vllm_rbln/v1/worker/dynamic_kv_sizer.py",
         "vllm_rbln/model_executor/models/optimum/",
+        # 2026-12-07: vllm-kunlun's platform and runners; vLLM-Omni's diffusion worker,
+        # runner, loader, engine and executors, its LLM-stage workers and runners, its stage
+        # start-up and API server; LMCache's vLLM connector, engine, config and manager;
+        # NIXL's agent; Dynamo's vLLM and SGLang workers' set-up and registration
+        "vllm_kunlun/platforms/",
+        "vllm_kunlun/v1/worker/gpu_model_runner.py",
+        "vllm_kunlun/worker/model_runner.py",
+        "vllm_omni/diffusion/worker/diffusion_worker.py",
+        "vllm_omni/diffusion/worker/diffusion_model_runner.py",
+        "vllm_omni/diffusion/model_loader/",
+        "vllm_omni/diffusion/diffusion_engine.py",
+        "vllm_omni/diffusion/executor/",
+        "vllm_omni/worker/base.py",
+        "vllm_omni/worker/gpu_ar_worker.py",
+        "vllm_omni/worker/gpu_generation_worker.py",
+        "vllm_omni/worker/gpu_model_runner.py",
+        "vllm_omni/worker/gpu_ar_model_runner.py",
+        "vllm_omni/worker/gpu_generation_model_runner.py",
+        "vllm_omni/engine/omni_engine_base.py",
+        "vllm_omni/engine/stage_init_utils.py",
+        "vllm_omni/engine/stage_engine_startup.py",
+        "vllm_omni/entrypoints/openai/api_server.py",
+        "lmcache/integration/vllm/vllm_v1_adapter.py",
+        "lmcache/integration/vllm/utils.py",
+        "lmcache/integration/sglang/sglang_adapter.py",
+        "lmcache/v1/cache_engine.py",
+        "lmcache/v1/config.py",
+        "lmcache/v1/manager.py",
+        "nixl_cu12/_api.py",
+        "dynamo/vllm/main.py",
+        "dynamo/vllm/args.py",
+        "dynamo/vllm/worker_factory.py",
+        "dynamo/sglang/args.py",
+        "dynamo/sglang/register.py",
     ),
     "sglang": (
         "sglang/launch_server.py",
@@ -194,6 +228,8 @@ STARTUP_MODULES: dict[str, tuple[str, ...]] = {
         # 0.1.5-0.1.16: the router process's ModelRpcServer (the scheduler) and ModelRunner
         "sglang/srt/managers/router/model_rpc.py",
         "sglang/srt/managers/router/model_runner.py",
+        # kt-kernel's MoE wrapper (KTransformers), built inside SGLang's model construction
+        "kt_kernel/experts_base.py",
     ),
 }
 
@@ -281,6 +317,15 @@ vllm-ascend 0.23.0.post1  info 83.0 94.9  warn_error 89.6 98.2  raise 1.3 100.0
 tpu-inference 0.32.0      info 88.2 96.4  warn_error 68.0 92.0  raise 0.0 100.0
 vllm-spyre 1.10.0         info 84.8 90.9  warn_error 78.5 92.8  raise 0.0 100.0
 vllm-rbln 0.12.0          info 93.2 96.6  warn_error 69.4 94.4  raise 1.6 100.0
+# 2026-12-07: plugins, libraries and serving stacks around the engines, with their
+# phase_map.yaml entries and the regenerated catalogue (recognised before regenerating:
+# info 8/134, 18/19, 10/63, 0/2, 0/69, 0/0; warn_error 4/166, 6/12, 2/70, 0/20, 0/53, 0/1)
+vllm-omni 0.30.0          info 68.6 98.5  warn_error 33.1 93.9  raise 2.2 94.3
+vllm-kunlun 0.11.1        info 94.7 100.0  warn_error 50.0 50.0  raise 5.8 100.0
+lmcache 0.5.6             info 44.4 100.0  warn_error 21.4 92.8  raise 0.0 100.0
+nixl-cu12 1.5.1           info 100.0 100.0  warn_error 25.0 95.0  raise 0.0 100.0
+ai-dynamo 1.6.1           info 98.5 98.5  warn_error 62.2 64.1  raise 0.0 90.1
+kt-kernel 0.7.2           info 100.0 100.0  warn_error 100.0 100.0  raise 0.0 100.0
 """
 # vLLM's platform plugins: their rows are framework vllm, their releases "<plugin> <version>"
 PLUGINS = {
@@ -288,9 +333,27 @@ PLUGINS = {
     "tpu-inference": "vllm",
     "vllm-spyre": "vllm",
     "vllm-rbln": "vllm",
+    # 2026-12-07: vLLM plugins, libraries and serving stacks around the engines
+    "vllm-omni": "vllm",
+    "vllm-kunlun": "vllm",
+    "lmcache": "vllm",
+    "nixl-cu12": "vllm",
+    "ai-dynamo": "vllm",
+    "kt-kernel": "sglang",
 }
 # their packages (a file a catalogue entry cites: vllm_ascend/worker/model_runner_v1.py)
-PLUGIN_PACKAGES = ("vllm_ascend", "tpu_inference", "vllm_spyre", "vllm_rbln")
+PLUGIN_PACKAGES = (
+    "vllm_ascend",
+    "tpu_inference",
+    "vllm_spyre",
+    "vllm_rbln",
+    "vllm_omni",
+    "vllm_kunlun",
+    "lmcache",
+    "nixl_cu12",
+    "dynamo",
+    "kt_kernel",
+)
 for _row in _MEASURED.strip().splitlines()[1:]:
     if _row.startswith("#"):
         continue
@@ -686,6 +749,22 @@ KNOWN_PHASE_DISAGREEMENTS: dict[str, str] = {
     "vllm.model_registry vllm/v1/attention/backends/mla/prefill/registry.py register": (
         "as backends/registry.py's: an MLA prefill backend registered at import (launch)"
     ),
+    # vLLM-Omni 0.30.0's API server logs the same words in omni_init_app_state once AsyncOmni
+    # is built, which with several API servers starts them before the stages' readiness
+    # handshake (engine/stage_runtime.py launch_stage_engines): the map keeps launch there,
+    # and the earliest-phase rule takes it for every 'Supported tasks' row
+    **{
+        f"vllm.supported_tasks {where}": (
+            "vllm.supported_tasks reads vLLM's API server once its engine is ready (warmup); "
+            "vLLM-Omni's omni_init_app_state prints the same words at launch"
+        )
+        for where in (
+            "vllm/entrypoints/launchers/api_server/entry.py build_and_serve",
+            "vllm/entrypoints/launchers/run_batch.py build_endpoint_registry",
+            "vllm/entrypoints/openai/api_server.py build_and_serve",
+            "vllm_omni/entrypoints/openai/api_server.py omni_init_app_state",
+        )
+    },
     "any.weights_traceback sglang/srt/model_loader/loader.py load_weights_proxy": (
         "a traceback-frame entry ('in load_weights') also matches the words of this run-time "
         "reload notice; frames are what it is for"
@@ -786,6 +865,17 @@ KNOWN_ALARMS: dict[tuple[str, str, str], str] = {
         "the gRPC server's warm-up failure, logged as a warning",
     ("warmup.failed", "sglang/srt/entrypoints/http_server.py", "Disaggregation warmup failed"):
         "the PD warm-up failure, logged at info",
+    # 2026-12-07's packages
+    ("env.version_mismatch", "dynamo/vllm/multimodal_utils/multimodal_embedding_cache_connector.py",
+     "DynamoMultimodalEmbeddingCacheConnector requires vLLM"):
+        "Dynamo's embedding-cache connector finds an older vLLM than it needs: a mismatch",
+    ("process.killed", "vllm_omni/diffusion/stage_diffusion_client.py",
+     "StageDiffusionProc was killed by signal"):
+        "vLLM-Omni's stage client logs its diffusion process's death by a signal as a warning",
+    ("python.exception", "lmcache/v1/multiprocess/posix_shm.py", "atexit: mmap.close() failed"):
+        "LMCache's exit-time clean-up logs the exception that failed it as a warning",
+    ("python.exception", "lmcache/v1/multiprocess/posix_shm.py", "atexit: shm_unlink("):
+        "LMCache's exit-time clean-up logs the exception that failed it as a warning",
 }
 
 

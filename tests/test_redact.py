@@ -71,6 +71,10 @@ NEGATIVE = [
     "{'api_key': None, 'admin_api_key': '', 'token': None}",
     # SGLang 0.1's memory summary (model_rpc.py): token counts named like a token field
     "Rank 1: max_total_num_token=52656, max_prefill_num_token=8776, context_len=4096",
+    # SGLang 0.5.16's two-batch-overlap split: a fraction in a field about tokens
+    "server_args=ServerArgs(tbo_token_distribution_threshold=0.48, hf_token=None)",
+    # a vocabulary's special token and its id (SGLang's DFLASH draft runner, 0.5.16)
+    "DFLASH draft runner ready. mask_token=<|MASK|>, mask_token_id=12, pad_token=<pad>",
 ]
 
 

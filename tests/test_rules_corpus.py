@@ -249,12 +249,17 @@ def findings_problems(case: Path) -> list[str]:
 
 
 def loud_findings(case: Path) -> list[tuple[str, str]]:
-    """A healthy startup's findings at warning or above (there should be none)."""
+    """A healthy startup's findings at warning or above (there should be none but those
+    its label expects: a working deployment whose weights loaded slowly)."""
     try:
         findings = _analysis(case / "log.txt").findings
     except InputError as exc:
         return [("not read", str(exc))]
-    return [(f.id, f.message) for f in findings if f.severity in ("error", "warning")]
+    expected = set(_case(case).get("expected_findings", ()))
+    return [
+        (f.id, f.message) for f in findings
+        if f.severity in ("error", "warning") and f.id not in expected
+    ]
 
 
 _SGR = re.compile(r"\x1b\[[0-9;]*m|\[[0-9;]{1,12}m")
@@ -355,6 +360,19 @@ XFAIL.update(
     }
 )
 
+# gather s45 (2026-12-07)
+XFAIL.update(
+    {
+        "vllm/healthy-benchmark-log-v0.10.1.1-gpt-oss-120b-tp4-ray-4-pods-across-nodes-a100-mxfp4-marlin-shards-81s-per-it-weights-1216s-ansi-ray-dedup-uvicorn-startup-complete": (  # noqa: E501
+            "new case (gather s45): label conflict: quant.unsupported unexpected for vLLM's "
+            "'Your GPU does not have native support for FP4 computation ... Weight-only FP4 "
+            "compression will be used leveraging the Marlin kernel' (marlin_utils_fp4.py), "
+            "which two tuning cases label quant.unsupported expected (the corpus convention: "
+            "the native format is unavailable on this GPU)"
+        ),
+    }
+)
+
 # gather s44 (2026-12-07)
 XFAIL.update(
     {
@@ -375,7 +393,18 @@ def test_expected_and_unexpected_findings(case: Path) -> None:
 HEALTHY = [c for c in TUNED if "healthy" in c.name]
 
 
-@pytest.mark.parametrize("case", HEALTHY, ids=[_case_id(c) for c in HEALTHY])
+# healthy cases whose label conflicts with a convention the rules follow (a warning it calls
+# unexpected)
+HEALTHY_XFAIL: dict[str, str] = {
+    "vllm/healthy-benchmark-log-v0.10.1.1-gpt-oss-120b-tp4-ray-4-pods-across-nodes-a100-mxfp4-marlin-shards-81s-per-it-weights-1216s-ansi-ray-dedup-uvicorn-startup-complete": (  # noqa: E501
+        "new case (gather s45): the Marlin weight-only FP4 warning (quant.unsupported, a "
+        "warning by the corpus convention) on a working A100 deployment the label calls "
+        "healthy"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", _params(HEALTHY, HEALTHY_XFAIL))
 def test_healthy_startups_report_nothing_at_warning_or_above(case: Path) -> None:
     assert not loud_findings(case)
 

@@ -359,6 +359,35 @@ def test_a_log_cut_after_a_step_ended_is_not_a_stall() -> None:
     assert "not proven stalled" in f.message and "later timestamp" in f.message
 
 
+def test_the_interpreters_exit_notice_ends_the_run_not_the_excerpt() -> None:
+    """CPython's resource tracker warns of leaked objects only once the processes exited:
+    a log ending on it before `listening`, with no error, is a run that shut down
+    (startup.exited), not a window cut short."""
+    ranks = (timeline(0, "weights_load", end_s=55, ended=False),)
+    bar = rec(
+        120,
+        "Loading safetensors checkpoint shards:  50% Completed | 4/8 [00:20<00:20, 5.0s/it]",
+        tp=0,
+        s=55,
+    )
+    notice = rec(
+        120,
+        "UserWarning: resource_tracker: There appear to be 2 leaked shared_memory objects to "
+        "clean up at shutdown",
+        tp=0,
+        logger="resource_tracker.py",
+        cont=("  warnings.warn('resource_tracker: There appear to be %d '",),
+    )
+    out = apply_rules(analysis(ranks=ranks, log_end=T0 + dt.timedelta(seconds=55)), [bar, notice])
+    (f,) = [f for f in out.findings if f.id == "startup.exited"]
+    assert f.severity == "info" and "shut down before the server listened" in f.message
+    assert "reached weights_load" in f.message and [e.line for e in f.evidence] == [120]
+    assert "startup.cut_excerpt" not in ids(out) and "startup.stalled" not in ids(out)
+    # the same bar with nothing after it: a cut excerpt, as before
+    out = apply_rules(analysis(ranks=ranks, log_end=T0 + dt.timedelta(seconds=55)), [bar])
+    assert "startup.cut_excerpt" in ids(out) and "startup.exited" not in ids(out)
+
+
 @pytest.mark.parametrize(
     ("lines", "why"),
     [
@@ -588,6 +617,27 @@ def test_shard_pace_is_the_bars_elapsed_time_over_its_count() -> None:
     (f,) = [f for f in apply_rules(analysis(), slow).findings if f.id == "weights.slow_load"]
     assert "30.0 s per shard" in f.message and "9 of 64 in 4 min 30 s" in f.message
     assert [e.line for e in f.evidence] == [3, 4]
+
+
+def test_a_stretch_of_slow_shards_is_slow_though_the_bar_ends_fast() -> None:
+    """Several shards in a row at the limit or more, read from consecutive updates, make a
+    slow load though the bar's overall pace ends under the limit (later shards fast); one
+    slow step before a burst (a many-threaded loader's first wave) does not."""
+    steps = [(0, 0), (1, 3), (2, 6), (3, 40), (4, 80), (5, 115), (6, 150), (7, 152),
+             (20, 170), (40, 190)]
+    bar = "Multi-thread loading shards:  {p}% Completed | {d}/40 [{m:02d}:{s:02d}<00:10, 1.0s/it]"
+    line = "".join(bar.format(p=d * 100 // 40, d=d, m=t // 60, s=t % 60) for d, t in steps)
+    (f,) = [
+        f for f in apply_rules(analysis(), [rec(42, line)]).findings if f.id == "weights.slow_load"
+    ]
+    assert "shards 3 to 6 of 40" in f.message and "36.0 s per shard" in f.message
+    assert "4.8 s per shard" in f.message and [e.line for e in f.evidence] == [42]
+    # three slow shards in a row are no stretch (min_slow_run 4); one slow wave is none
+    short = [(0, 0), (1, 3), (2, 40), (3, 80), (4, 115), (40, 190)]
+    wave = [(0, 0), (4, 23), (5, 149), (30, 152), (40, 160)]
+    for pts in (short, wave):
+        text = "".join(bar.format(p=d * 100 // 40, d=d, m=t // 60, s=t % 60) for d, t in pts)
+        assert "weights.slow_load" not in ids(apply_rules(analysis(), [rec(42, text)])), pts
 
 
 # ---------------------------------------------------------------------------

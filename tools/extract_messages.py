@@ -128,6 +128,17 @@ PLUGINS = {
     "tpu_inference": ("vllm", "tpu-inference"),
     "vllm_spyre": ("vllm", "vllm-spyre"),
     "vllm_rbln": ("vllm", "vllm-rbln"),
+    "vllm_omni": ("vllm", "vllm-omni"),
+    "vllm_kunlun": ("vllm", "vllm-kunlun"),
+    # libraries and serving stacks around the engines, with log formats of their own that
+    # name the logger's file or module (LMCache '... (cache_engine.py:76:lmcache.v1...)',
+    # NIXL '... NIXL INFO _api.py:281 ...', Dynamo's tracing 'INFO dynamo.vllm.main: ...'):
+    # column vllm, the non-voting path (an entry from outside vllm/'s engine folders is
+    # framework any); kt-kernel's lines print through SGLang's root logging format
+    "lmcache": ("vllm", "lmcache"),
+    "nixl_cu12": ("vllm", "nixl-cu12"),
+    "dynamo": ("vllm", "ai-dynamo"),
+    "kt_kernel": ("sglang", "kt-kernel"),
 }
 SKIP_PARTS = ("/tests/", "/test/", "/benchmarks/", "/examples/")
 

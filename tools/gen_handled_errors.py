@@ -39,6 +39,9 @@ NOT_A_REQUEST = frozenset(
         "handle_connection", "_accept", "metrics_handler", "start_profile_handler",
         "stop_profile_handler", "_watch_ca", "_watch_cert_key", "pause_generation",
         "resume_generation", "is_paused", "abort_requests",
+        # vLLM-Omni: the engine-death handler (as engine_error_handler), the API-server
+        # launcher's clean-up, the offline Omni.generate (it closes and re-raises)
+        "omni_engine_error_handler", "_start_api_server_process_manager", "generate",
     }
 )
 

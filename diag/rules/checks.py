@@ -833,10 +833,54 @@ def _check_stalled(ctx: CheckContext) -> CheckOutcome | None:
     return CheckOutcome(message=message, hits=facts.reason_hits + facts.hits)
 
 
+# CPython's multiprocessing resource tracker (Lib/multiprocessing/resource_tracker.py, 3.8+)
+# warns at shutdown, once the processes that registered resources with it have exited,
+# "resource_tracker: There appear to be %d leaked %s objects to clean up at shutdown"
+_EXIT_NOTICE = regex.compile(
+    r"resource_tracker: There appear to be \d+ leaked \w+ objects to clean up at shutdown"
+)
+
+
+def _exit_notice(records: Sequence[Record]) -> Record | None:
+    """The interpreter's exit-time notice that ends the input (the first of the notices
+    its last records are), or None: the run ended there, the excerpt was not cut."""
+    tail = _tail_of(records)
+    found: Record | None = None
+    for r in reversed(tail[-8:]):
+        if not _EXIT_NOTICE.search(r.message[:_SCAN_CAP]):
+            break
+        found = r
+    return found
+
+
+def _check_exited(ctx: CheckContext) -> CheckOutcome | None:
+    """The log ends before `listening` with the interpreter's exit notice and no error:
+    the process shut down, stopped from outside."""
+    notice = _exit_notice(ctx.records)
+    if notice is None:
+        return None
+    facts = stall_facts(ctx.analysis, ctx.records, ctx.fired, ctx.param("min_gap_s", 60.0))
+    if facts is None:
+        return None
+    when = f" (last time stamp {_hms(facts.last_ts)})" if facts.last_ts else ""
+    return CheckOutcome(
+        message=(
+            f"the log ends with Python's exit-time notice ('{notice.message[:160]}') after "
+            f"{_ranks_phrase(facts)}{when}: the process shut down before the server "
+            "listened, and the log shows no error that stopped it"
+        ),
+        hits=(Hit.of(notice),),
+        ranks=tuple(t.rank.label for t in ctx.analysis.ranks),
+    )
+
+
 def _check_cut_excerpt(ctx: CheckContext) -> CheckOutcome | None:
-    """The log ends before `listening` but nothing shows a stop: say where it ends."""
+    """The log ends before `listening` but nothing shows a stop: say where it ends (not
+    where the interpreter's exit notice ends it: startup.exited)."""
     facts = stall_facts(ctx.analysis, ctx.records, ctx.fired, ctx.param("min_gap_s", 60.0))
     if facts is None or facts.reason is not None:
+        return None
+    if _exit_notice(ctx.records) is not None:
         return None
     when = f" at {_hms(facts.last_ts)}" if facts.last_ts else ""
     after = facts.ends_after or "its last line"
@@ -1266,6 +1310,45 @@ def _pace(p: Progress) -> float | None:
     return p.s_per_it
 
 
+def _slow_stretch(
+    shards: Sequence[Progress], max_rate: float, min_run: int
+) -> tuple[Progress, Progress] | None:
+    """The longest run of at least ``min_run`` shards that each took ``max_rate`` seconds
+    or more, read from one bar's consecutive updates (the step from one update to the next:
+    its elapsed time over the shards it added), as (the update it starts from, the update
+    it ends on); None when no bar has one.
+
+    A bar can be slow over a long stretch and still end at a pace under the limit (reads
+    that sped up later, a page cache warmed by an earlier attempt). A loader of many threads
+    whose first wave of shards finishes together after one long read shows one slow step
+    and then a burst: a run of one, which this never counts; consecutive slow steps are the
+    loader's throughput staying low."""
+    best: tuple[int, Progress, Progress] | None = None
+    bars: dict[tuple[object, ...], list[Progress]] = {}
+    for p in shards:
+        if p.elapsed_s is not None:
+            bars.setdefault(_bar_key(p), []).append(p)
+    for updates in bars.values():
+        start: Progress | None = None
+        prev: Progress | None = None
+        for p in updates:
+            if prev is None or p.done < prev.done or (p.elapsed_s or 0.0) < (prev.elapsed_s or 0.0):
+                start, prev = None, p  # the first update, or the bar drawn again from the start
+                continue
+            if p.done == prev.done:
+                continue  # a redraw: the step goes on from the first update at this count
+            rate = ((p.elapsed_s or 0.0) - (prev.elapsed_s or 0.0)) / (p.done - prev.done)
+            if rate >= max_rate:
+                start = start or prev
+                run = p.done - start.done
+                if run >= min_run and (best is None or run > best[0]):
+                    best = (run, start, p)
+            else:
+                start = None
+            prev = p
+    return None if best is None else (best[1], best[2])
+
+
 def _check_slow_load(ctx: CheckContext) -> CheckOutcome | None:
     max_rate = ctx.param("max_s_per_shard", 15.0)
     max_total = ctx.param("max_load_s", 600.0)
@@ -1311,6 +1394,22 @@ def _check_slow_load(ctx: CheckContext) -> CheckOutcome | None:
         return CheckOutcome(
             message=f"weight loading took {fmt_duration(secs)} (limit {fmt_duration(max_total)})",
             hits=tuple(Hit.of(r) for _, r in long_loads),
+        )
+    stretch = _slow_stretch(shards, max_rate, int(ctx.param("min_slow_run", 4)))
+    if stretch is not None:
+        a, b = stretch
+        secs = (b.elapsed_s or 0.0) - (a.elapsed_s or 0.0)
+        overall = _pace(max(
+            (p for p in shards if _bar_key(p) == _bar_key(b)), key=lambda p: (p.done, p.line)
+        )) or 0.0
+        return CheckOutcome(
+            message=(
+                f"checkpoint shards {a.done + 1} to {b.done} of {b.total} loaded at "
+                f"{secs / (b.done - a.done):.1f} s per shard, each {max_rate:g} s or more "
+                f"({fmt_duration(secs)} for {b.done - a.done} shards); the bar's pace over "
+                f"its whole length is {overall:.1f} s per shard"
+            ),
+            hits=(Hit.of(a.rec),) + ((Hit.of(b.rec),) if b.line != a.line else ()),
         )
     return None
 
@@ -2062,5 +2161,6 @@ CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
     "dist_init_hang": _check_dist_init_hang,
     "stalled": _check_stalled,
     "cut_excerpt": _check_cut_excerpt,
+    "exited": _check_exited,
     "no_listen_port": _check_no_listen_port,
 }
