@@ -279,10 +279,11 @@ _SECRET_WORD_RE = re.compile(_SECRET_WORD)
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 # A field at a known position: quote, name, operator, value. Fields read
 # name=VALUE, name: VALUE, 'name': 'VALUE', "name": "VALUE", name='VALUE', and lists
-# 'api_key': ['a', 'b'] (vLLM's non-default args); see Redactor._fields.
+# 'api_key': ['a', 'b'] (vLLM's non-default args); see Redactor._fields. An ``==``
+# (a comparison in a traceback's source line) is no field.
 _FIELD_AT = re.compile(
     r"(?P<q>['\"]?)(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)"
-    r"(?P<op>\s*=\s*|\s*:(?:\s+|(?=['\"\[(])))"
+    r"(?P<op>\s*=(?!=)\s*|\s*:(?:\s+|(?=['\"\[(])))"
     r"(?P<val>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\""
     r"|\[(?:[^\[\]'\"\n]|'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\")*\]"
     r"|\((?:[^()'\"\n]|'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\")*\)"

@@ -95,17 +95,32 @@ def test_ordinary_lines_untouched(text: str) -> None:
     assert r.total == 0
 
 
+# Credentials of the frameworks' own documentation that real logs pass on the command
+# line: masked like any other (diag cannot know a key is public), the only change
+# redaction may make to the corpus. vLLM's OpenAI-compatible server docs
+# (docs/serving/openai_compatible_server.md) start the server with --api-key token-abc123.
+PUBLIC_EXAMPLE_KEYS = ("token-abc123",)
+
+
 def test_real_corpus_untouched() -> None:
-    """The real-log corpus holds no secrets: redaction must not change one byte of it."""
+    """The real-log corpus holds no secrets: redaction must not change one byte of it,
+    except a documented example key (PUBLIC_EXAMPLE_KEYS) in a credential field."""
     files = sorted(p for p in (ROOT / "fixtures" / "real").rglob("*") if p.is_file()
                    and p.suffix != ".toml")
     assert len(files) > 40
     r = Redactor()
+    examples = 0
     for path in files:
         text = path.read_text(encoding="utf-8", errors="surrogateescape")
         for line in text.splitlines():
-            assert r.text(line) == line, (path.name, line)
-    assert r.total == 0
+            out = r.text(line)
+            if out != line:
+                expected = line
+                for key in PUBLIC_EXAMPLE_KEYS:
+                    examples += line.count(key)
+                    expected = expected.replace(key, "<redacted:field>")
+                assert out == expected, (path.name, line)
+    assert r.total == examples
 
 
 def test_server_args_still_parse() -> None:
@@ -356,6 +371,16 @@ def test_lookup_keys_are_not_secrets() -> None:
         assert r.text(line) == line
     assert "s3cr3tvalue99" not in r.text("api_key: s3cr3tvalue99")
     assert "s3cr3tvalue99" not in r.text("cache_api_key=s3cr3tvalue99")
+
+
+def test_a_comparison_is_no_field() -> None:
+    # a traceback's source line compares a token-named variable: '==' is no assignment
+    r = Redactor()
+    for line in ["    if _idx_token == 0:", "        assert api_key == expected_key",
+                 "if token!=None and secret_len >= 3:"]:
+        assert r.text(line) == line
+    assert "s3cr3tvalue99" not in r.text("api_key = s3cr3tvalue99 if x == 0 else y")
+    assert "s3cr3tvalue99" not in r.text("token=s3cr3tvalue99")
 
 
 def test_a_number_in_a_secret_field_is_masked_unless_the_name_counts_tokens() -> None:
