@@ -765,6 +765,34 @@ KNOWN_PHASE_DISAGREEMENTS: dict[str, str] = {
             "vllm_omni/entrypoints/openai/api_server.py omni_init_app_state",
         )
     },
+    # SGLang Diffusion (merged 2026-12-07): its registry.py files, rendered in vLLM's line
+    # format by this test ('[registry.py:N]'), which vllm.model_registry's logger-location
+    # pattern reads; SGLang Diffusion's own format ('[MM-DD HH:MM:SS] message') names no file
+    **{
+        f"vllm.model_registry sglang/multimodal_gen/{where}": (
+            "this test renders every row in vLLM's line format; vllm.model_registry reads "
+            "any '[registry.py:N]' line as vLLM's model registry, and SGLang Diffusion's "
+            "format names no file (as srt's mem_cache/registry.py)"
+        )
+        for where in (
+            "configs/pipelines/registry.py get_pipeline_config_cls_from_name",
+            "configs/sample/registry.py get_sampling_param_cls_for_name",
+            "registry.py _discover_and_register_configs",
+            "registry.py _discover_and_register_pipelines",
+            "registry.py _get_config_info",
+            "registry.py get_model_info",
+            "registry.py register_configs",
+            "registry.py register_pipeline",
+            "runtime/models/registry.py _discover_and_register_models",
+            "runtime/models/registry.py _try_load_model_cls",
+        )
+    },
+    "sglang.diffusion_model_index sglang/multimodal_gen/runtime/utils/hf_diffusers_utils.py "
+    "maybe_download_model_index": (
+        "the hand-written entry reads 'Downloaded model_index.json for X, pipeline: Y' as the "
+        "model's config read (model_config); the map files the registry's pipeline-config "
+        "look-up, which calls it from ServerArgs, under launch, the earlier phase"
+    ),
     "any.weights_traceback sglang/srt/model_loader/loader.py load_weights_proxy": (
         "a traceback-frame entry ('in load_weights') also matches the words of this run-time "
         "reload notice; frames are what it is for"

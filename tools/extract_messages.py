@@ -102,7 +102,22 @@ SELECT = {
         "vllm/utils/",
         "vllm/tokenizers/",
     ),
-    "sglang": ("sglang/srt/",),
+    "sglang": (
+        "sglang/srt/",
+        # SGLang Diffusion (`sglang generate` / `sglang serve` of an image or video model,
+        # 0.5.5+): its runtime, the pipeline / model / sampling configs a run builds, its
+        # registry and envs, and the web UI `serve --webui` starts; not its ComfyUI plugin
+        # and realtime UI (other processes' code), benchmarks/, tools/ (offline checkpoint
+        # scripts), csrc/ (a kernel package's setup and tests), third_party/ (a vendored
+        # pynvml) or its test/ tree (SKIP_PARTS)
+        "sglang/multimodal_gen/runtime/",
+        "sglang/multimodal_gen/configs/",
+        "sglang/multimodal_gen/apps/webui/",
+        "sglang/multimodal_gen/registry.py",
+        "sglang/multimodal_gen/envs.py",
+        "sglang/multimodal_gen/utils.py",
+        "sglang/multimodal_gen/__init__.py",
+    ),
     "torch": ("torch/distributed/",),
 }
 # vLLM's platform plugins: package -> (framework column, release label in the versions column:
