@@ -465,8 +465,10 @@ class _Run:
 
         scan, lines = pf.scan, pf.lines
         assert isinstance(scan, SourceScan)
-        lines = pf.lines = scan.traceback_body(chunk, lines)
+        body = scan.traceback_body(chunk, lines)
         kept, dropped = self.cap.split(self.settled_lines, chunk, lines, lines.candidates)
+        if body:  # (no candidates: kept, as the full parse keeps such a line)
+            kept = sorted({*kept, *body})
         keep: dict[int, str] = {}
         if kept:
             starts, ends = lines.bounds(self._np.asarray(kept, dtype=self._np.int64))

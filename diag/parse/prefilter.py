@@ -752,24 +752,21 @@ class SourceScan:
         self._keyscan: _KeyScan | bool | None = None  # False: no Hyperscan
         self.tb_open: bytes | None = None  # a prefixed traceback's prefix, open at a chunk end
 
-    def traceback_body(self, chunk: bytes | bytearray, lines: Lines) -> Lines:
-        """``lines`` with the body of each traceback under a process prefix added to its
-        candidates (:func:`_prefixed_traceback_lines`), also of one the chunk before ended
-        inside (in chunk order: the in-order stage calls this)."""
+    def traceback_body(self, chunk: bytes | bytearray, lines: Lines) -> list[int]:
+        """The lines of ``chunk`` that continue a traceback under a process prefix and are
+        no candidates (:func:`_prefixed_traceback_lines`), also of one the chunk before
+        ended inside (in chunk order: the in-order stage calls this). They are parsed
+        as the full parse parses a line that is no candidate: never under the repeat cap."""
         if self.tb_open is None and _TB_START not in chunk:
-            return lines
+            return []
         body, self.tb_open = _prefixed_traceback_lines(chunk, lines.nl, self.tb_open)
         if not body:
-            return lines
-        import dataclasses
-
+            return []
         import numpy as np
 
-        cands = np.union1d(lines.candidates, np.asarray(body, dtype=np.int64))
-        if len(cands) == len(lines.candidates):
-            return lines
-        return dataclasses.replace(lines, candidates=cands, cand_starts=None, cand_ends=None,
-                                   cand_kinds=None)
+        extra = np.setdiff1d(np.asarray(body, dtype=np.int64), lines.candidates,
+                             assume_unique=False)
+        return extra.tolist()  # type: ignore[no-any-return]
 
     def timeline_lines(
         self, chunk: bytes | bytearray, lines: Lines, candidate_text: Iterable[str],
