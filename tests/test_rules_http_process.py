@@ -55,3 +55,17 @@ def test_vllms_startup_sigterm_handler_is_a_kill_and_ends_the_run() -> None:
 def test_a_bare_keyboardinterrupt_is_no_kill() -> None:
     text = _HEAD + _traceback("APIServer pid=77", "KeyboardInterrupt")
     assert not {"process.killed", "python.exception"} & _ids(text)
+
+
+def test_another_processes_ignored_exception_does_not_make_this_traceback_handled() -> None:
+    # an engine process's unraisable notice ('Exception ignored in: ...', then its own
+    # traceback), then the API server's traceback: the server's is not the handled one
+    text = (
+        _HEAD
+        + "(EngineCore pid=88) Exception ignored in: <function ExecutorBase.__del__ at 0x7f00>\n"
+        + _traceback("EngineCore pid=88", "AttributeError: 'X' object has no attribute 'y'")
+        + _traceback("APIServer pid=77", "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}")
+    )
+    a = analyze_text(text, "server.log", year=2026)
+    (f,) = [f for f in a.findings if f.id == "python.exception"]
+    assert any("Engine core initialization failed" in e.text for e in f.evidence)
