@@ -312,6 +312,40 @@ def _requests_after_engine_death(events: list[Event], records: Sequence[Record])
     return out
 
 
+# SGLang's server warm-up (srt/entrypoints/http_server.py _execute_server_warmup, srt/server.py
+# _wait_and_warmup in 0.2.15-0.3.6): once the HTTP server is up it sends one request of its
+# own and, when that fails, logs "Initialization failed. warmup error: <traceback>" and kills
+# its process tree before any client is let in.
+_WARMUP_FAILED = re.compile(r"Initialization failed\. warmup error")
+_ACCESS_PATTERNS = frozenset({"any.http_request", "any.http_post", "any.http_post_combined"})
+
+
+def _failed_warmup_request(events: list[Event], records: Sequence[Record]) -> list[Event]:
+    """The request the HTTP layer logged just before SGLang's failed warm-up is the
+    warm-up's own (its access line answered 5xx, the handler traceback of the HTTP
+    process): it proves the warm-up ran, not that the server served. The events right
+    before the warm-up error, back to the first that is neither, become ``warmup``; an
+    engine line between (a prefill batch, a rank's traceback) stops the walk."""
+    failed: dict[str, int] = {}
+    for r in records:
+        if r.source not in failed and _WARMUP_FAILED.search(r.text[:4000]):
+            failed[r.source] = r.line
+    if not failed:
+        return events
+    out = list(events)
+    for source, at in failed.items():
+        idx = [i for i, e in enumerate(out) if e.source == source and e.line < at]
+        for i in reversed(idx):
+            e = out[i]
+            if e.phase != "serving" or e.rank is not None:
+                break
+            if not ((e.pattern in _ACCESS_PATTERNS and _HTTP_5XX.search(e.message))
+                    or e.pattern.startswith("frames.")):
+                break
+            out[i] = replace(e, phase="warmup", fields={**e.fields, "request": "warm-up"})
+    return out
+
+
 def _finish(
     sources: Sequence[Source],
     col: Collected,
@@ -375,6 +409,7 @@ def _events_on(
         events = sorted(
             events + frames + raised, key=lambda e: (order.get(e.source, 0), e.line)
         )
+    events = _failed_warmup_request(events, records)
     notes = list(col.notes)
     # several nodes: each node's clock put on one reference clock (diag.clocks)
     clock = align_events(events, folders=several_folders([r.source for r in events]),

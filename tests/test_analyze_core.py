@@ -344,3 +344,46 @@ def test_a_process_group_watchdogs_failure_proves_dist_init() -> None:
     a = analyze_text("Logs dump:\n\n" + line, "server.log", year=None)
     assert a.last_phase == "dist_init"
     assert "cuda.error" in {f.id for f in a.findings}
+
+
+_WARMUP_UP = """\
+[2026-03-01 10:00:00 TP0] Capture cuda graph end. Time elapsed: 3.10 s
+[2026-03-01 10:00:02] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)
+[2026-03-01 10:00:03] INFO:     127.0.0.1:40000 - "GET /get_model_info HTTP/1.1" 200 OK
+"""
+_WARMUP_HANDLER = """\
+[2026-03-01 10:00:03] Error in request: boom
+Traceback (most recent call last):
+  File "/x/sglang/srt/entrypoints/openai/serving_base.py", line 107, in handle_request
+    return await self._handle_non_streaming_request(
+ValueError: boom
+"""
+_WARMUP_POST = '[2026-03-01 10:00:03] INFO:     127.0.0.1:40002 - "POST /generate HTTP/1.1" 500 Internal Server Error\n'
+_WARMUP_FAIL = """\
+[2026-03-01 10:00:03] Initialization failed. warmup error: Traceback (most recent call last):
+  File "/x/sglang/srt/entrypoints/http_server.py", line 1100, in _execute_server_warmup
+    assert res.status_code == 200, f"{res}"
+AssertionError: <Response [500]>
+"""
+
+
+@pytest.mark.parametrize(
+    ("middle", "phase"),
+    [
+        # SGLang's own warm-up request failed: its 5xx access line and the handler's
+        # traceback are the warm-up's, not a client's: the server listened, never served
+        (_WARMUP_HANDLER + _WARMUP_POST, "listening"),
+        (_WARMUP_POST, "listening"),
+        # the engine ran a batch of it: serving, as before
+        ("[2026-03-01 10:00:03 TP0] Prefill batch, #new-seq: 1, #new-token: 6, #cached-token: 0\n"
+         + _WARMUP_POST, "serving"),
+    ],
+)
+def test_a_failed_warmups_own_request_is_no_serving(middle: str, phase: str) -> None:
+    a = analyze_text(_WARMUP_UP + middle + _WARMUP_FAIL, "server.log")
+    assert a.last_phase == phase
+
+
+def test_a_5xx_request_without_a_warmup_failure_still_serves() -> None:
+    a = analyze_text(_WARMUP_UP + _WARMUP_POST, "server.log")
+    assert a.last_phase == "serving"

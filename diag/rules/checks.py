@@ -1044,6 +1044,17 @@ def _check_no_listen_port(ctx: CheckContext) -> CheckOutcome | None:
             ),
             hits=ctx.hits,
         )
+    died_hit = _http_process_died(ctx)
+    if died_hit is not None:
+        return CheckOutcome(
+            message=(
+                "the API server process, which opens the HTTP port, ended the log with its "
+                f"own traceback ({died_hit.text[:200]}) before any listening line (last "
+                f"phase {ctx.analysis.last_phase or 'unknown'}): the port was never opened"
+            ),
+            hits=(died_hit,),
+            ranks=tuple(t.rank.label for t in ctx.analysis.ranks),
+        )
     if "startup.stalled" not in ctx.fired:
         return None
     facts = stall_facts(ctx.analysis, ctx.records, {})
@@ -1056,6 +1067,31 @@ def _check_no_listen_port(ctx: CheckContext) -> CheckOutcome | None:
         # the port is the whole server's: every rank, not the one whose line is evidence
         ranks=tuple(t.rank.label for t in ctx.analysis.ranks),
     )
+
+
+# vLLM's API server process: the "(APIServer pid=N)" prefix vLLM puts on its lines
+# (vllm/utils decorate_logs("APIServer"), entrypoints/openai/api_server.py and cli/serve.py,
+# 0.10-0.34); it is the process that binds and serves the HTTP port
+_HTTP_PROCESSES = frozenset({"APIServer"})
+
+
+def _http_process_died(ctx: CheckContext) -> Hit | None:
+    """The input ends with a traceback of the HTTP server's own process, its exception line
+    last, before any phase reached listening: that process is gone, so the port never
+    opened (not a cut excerpt of a worker's failure: the server itself ended the log)."""
+    if ctx.analysis.last_phase in ("listening", "serving"):
+        return None
+    tail = _tail_of(ctx.records)
+    if not tail or tail[-1].process not in _HTTP_PROCESSES:
+        return None
+    last = tail[-1]
+    ends = [e for e in _traceback_ends(tail[-1:]) if e[1] is last]
+    if not ends:
+        return None
+    _, rec, i, text, _ = ends[-1]
+    if i != len(rec.continuation) or not is_exception_line(text):
+        return None
+    return Hit(rec.source, rec.line + i, text, rec.rank, rec.ts, {}, rec.level)
 
 
 # the innermost frame of a process that was waiting, not failing (a dump on Ctrl-C)

@@ -217,7 +217,7 @@ def handled_traceback(records: Sequence[Record], at: int) -> bool:
     printed it as unraisable ("Exception ignored in: ...") and went on. The head is the
     record the line belongs to, or the last record before it that is no traceback line (a
     traceback whose lines lost their indentation, or that a container stamp made records
-    of their own)."""
+    of their own); the walk stops at a line of another process (a process prefix's pid)."""
     handled = _handled_messages()
 
     def is_handled(message: str) -> bool:
@@ -233,6 +233,8 @@ def handled_traceback(records: Sequence[Record], at: int) -> bool:
         r = records[j]
         if r.source != rec.source:
             return False
+        if rec.pid is not None and r.pid is not None and r.pid != rec.pid:
+            return False  # another process's lines head no traceback of this one
         if not _traceback_material(r.message):
             return is_handled(r.message)
     return False

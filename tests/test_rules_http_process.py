@@ -1,0 +1,71 @@
+"""startup.no_listen_port when vLLM's API server process ends the log with its own
+traceback before listening; vLLM's start-up SIGTERM handler (KeyboardInterrupt("terminated"))."""
+
+# ruff: noqa: E501  (real log lines are long)
+from __future__ import annotations
+
+import pytest
+
+from diag.analyze import analyze_text
+
+_HEAD = """\
+(APIServer pid=77) INFO 03-01 10:00:00 [utils.py:240] non-default args: {'model': 'm', 'tensor_parallel_size': 2}
+(APIServer pid=77) INFO 03-01 10:00:02 [model.py:568] Resolved architecture: LlamaForCausalLM
+"""
+_ENGINE_READY = "(EngineCore pid=88) INFO 03-01 10:03:00 [core.py:250] init engine (profile, create kv cache, warmup model) took 170.10 seconds\n"
+
+
+def _traceback(proc: str, last: str) -> str:
+    return (
+        f"({proc}) Traceback (most recent call last):\n"
+        f'({proc})   File "/v/lib/python3.12/site-packages/vllm/entrypoints/openai/api_server.py", line 900, in init_app_state\n'
+        f"({proc})     state.serving = Serving(engine)\n"
+        f"({proc}) {last}\n"
+    )
+
+
+def _ids(text: str) -> set[str]:
+    return {f.id for f in analyze_text(text, "server.log", year=2026).findings}
+
+
+@pytest.mark.parametrize(
+    ("text", "port"),
+    [
+        # the HTTP server's own process died and its traceback ends the log: no port
+        (_HEAD + _ENGINE_READY + _traceback("APIServer pid=77", "ValueError: bad vocab file"), True),
+        # an engine process's traceback ending the excerpt says nothing of the port
+        (_HEAD + _traceback("EngineCore pid=88", "ValueError: bad vocab file"), False),
+        # the API server died after it listened: the port was open
+        (_HEAD + _ENGINE_READY
+         + "(APIServer pid=77) INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)\n"
+         + _traceback("APIServer pid=77", "ValueError: bad vocab file"), False),
+        # the traceback goes on past the excerpt (no exception line): not proven
+        (_HEAD + "".join(_traceback("APIServer pid=77", "").splitlines(keepends=True)[:-1]), False),
+    ],
+)
+def test_the_api_servers_own_traceback_ending_the_log_means_no_port(text: str, port: bool) -> None:
+    assert ("startup.no_listen_port" in _ids(text)) is port
+
+
+def test_vllms_startup_sigterm_handler_is_a_kill_and_ends_the_run() -> None:
+    text = _HEAD + _traceback("APIServer pid=77", "KeyboardInterrupt: terminated")
+    assert {"process.killed", "python.exception", "startup.no_listen_port"} <= _ids(text)
+
+
+def test_a_bare_keyboardinterrupt_is_no_kill() -> None:
+    text = _HEAD + _traceback("APIServer pid=77", "KeyboardInterrupt")
+    assert not {"process.killed", "python.exception"} & _ids(text)
+
+
+def test_another_processes_ignored_exception_does_not_make_this_traceback_handled() -> None:
+    # an engine process's unraisable notice ('Exception ignored in: ...', then its own
+    # traceback), then the API server's traceback: the server's is not the handled one
+    text = (
+        _HEAD
+        + "(EngineCore pid=88) Exception ignored in: <function ExecutorBase.__del__ at 0x7f00>\n"
+        + _traceback("EngineCore pid=88", "AttributeError: 'X' object has no attribute 'y'")
+        + _traceback("APIServer pid=77", "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}")
+    )
+    a = analyze_text(text, "server.log", year=2026)
+    (f,) = [f for f in a.findings if f.id == "python.exception"]
+    assert any("Engine core initialization failed" in e.text for e in f.evidence)
