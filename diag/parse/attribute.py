@@ -146,6 +146,9 @@ def config_of(drafts: Sequence[Draft]) -> tuple[dict[str, object], str | None]:
     merged: dict[str, object] = {}
     version: str | None = None
     raw_all: dict[str, object] = {}
+    # (speed) an args line's parse, per text: every rank (every launch of a log pasted
+    # twice) prints the same line, and its parse (ast, literal_eval) is only read here
+    parsed: dict[str, tuple[dict[str, object], str | None]] = {}
     for i, d in enumerate(drafts):
         msg = d.p.message
         if not detect_config_line(msg):
@@ -153,7 +156,10 @@ def config_of(drafts: Sequence[Draft]) -> tuple[dict[str, object], str | None]:
         text = msg
         if d.continuation:
             text = msg + " " + " ".join(c.strip() for c in d.continuation)
-        raw, v = parse_config_message(text)
+        got = parsed.get(text)
+        if got is None:
+            got = parsed[text] = parse_config_message(text)
+        raw, v = got
         if not raw and "LLM engine" not in msg:
             # a paste that hard-wrapped the args line: join the plain lines after it
             wrapped = [text]
@@ -161,7 +167,11 @@ def config_of(drafts: Sequence[Draft]) -> tuple[dict[str, object], str | None]:
                 if nxt.p.grammar != "plain" or nxt.line - d.line > 400:
                     break
                 wrapped.append(nxt.raw)
-            raw, v = parse_config_message("".join(wrapped))
+            joined = "".join(wrapped)
+            got = parsed.get(joined)
+            if got is None:
+                got = parsed[joined] = parse_config_message(joined)
+            raw, v = got
         if v and not version:
             version = v
         for k, val in raw.items():
