@@ -111,6 +111,9 @@ def detect_framework(drafts: Sequence[Draft]) -> str:
     count for vLLM, a little (SGLang logs carry some from the vLLM code it imports)."""
     cat = _catalogue()
     sg = vl = 0
+    # (speed) a message's own votes (its words, the catalogue's entries), per message:
+    # every rank logs the same messages
+    votes: dict[str, tuple[int, int]] = {}
     for d in drafts:
         g = d.p.grammar
         msg = d.p.message
@@ -122,16 +125,11 @@ def detect_framework(drafts: Sequence[Draft]) -> str:
             ("VllmWorker", "Worker", "EngineCore", "APIServer", "RayWorker")
         ):
             vl += 3
-        low = msg[:400].lower()
-        if "sglang" in low or "server_args=" in low or "sgl_kernel" in low:
-            sg += 2
-        if "vllm" in low or "llm engine" in low or "enginecore" in low:
-            vl += 1
-        fw = cat.framework_of(msg)
-        if fw == "sglang":
-            sg += 2
-        elif fw is not None:
-            vl += 2
+        vote = votes.get(msg)
+        if vote is None:
+            vote = votes[msg] = _message_votes(cat, msg)
+        sg += vote[0]
+        vl += vote[1]
         for c in d.continuation[:50]:
             if "/sglang/" in c:
                 sg += 1
@@ -140,6 +138,23 @@ def detect_framework(drafts: Sequence[Draft]) -> str:
     if sg == 0 and vl == 0:
         return "unknown"
     return "sglang" if sg >= vl else "vllm"
+
+
+def _message_votes(cat: Catalogue, msg: str) -> tuple[int, int]:
+    """A message's votes for (SGLang, vLLM): the names it holds, and the framework of the
+    first framework-specific catalogue entry that matches it."""
+    sg = vl = 0
+    low = msg[:400].lower()
+    if "sglang" in low or "server_args=" in low or "sgl_kernel" in low:
+        sg += 2
+    if "vllm" in low or "llm engine" in low or "enginecore" in low:
+        vl += 1
+    fw = cat.framework_of(msg)
+    if fw == "sglang":
+        sg += 2
+    elif fw is not None:
+        vl += 2
+    return sg, vl
 
 
 def config_of(drafts: Sequence[Draft]) -> tuple[dict[str, object], str | None]:
