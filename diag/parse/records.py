@@ -44,7 +44,7 @@ MAX_PHYSICAL = 1 << 20  # characters of a physical line looked at (before '\r' s
 # (speed) a Parsed's fields in order (a fresh one is Parsed(*fields)), and how many texts'
 # parses a source remembers (SourceParser._pieces) before it forgets them all
 _PARSED_FIELDS = operator.attrgetter(*(f.name for f in fields(Parsed)))
-_MEMO_MAX = 1 << 16
+_MEMO_MAX = 1 << 14
 _MEMO_TEXT = 4096  # characters of the longest text remembered
 
 
@@ -202,27 +202,29 @@ class SourceParser:
             return
         pieces = self._memo.get(text)
         if pieces is None:
-            pieces = self._pieces(text)
+            for piece, p in self._pieces(text):
+                self._piece(lineno, piece, p, gutter)
+            return
         for piece, values in pieces:
             self._piece(lineno, piece, Parsed(*values), gutter)
 
-    def _pieces(self, text: str) -> tuple[tuple[str, tuple[Any, ...]], ...]:
-        """(speed) The logical pieces of a line's text and each one's parse (its fields,
-        :data:`_PARSED_FIELDS`), remembered per text: both depend on the text alone, and a
-        line recurs (every rank logs the same message; a log pasted twice). Each piece
-        gets a fresh :class:`Parsed` (the builder and the year pass change it)."""
+    def _pieces(self, text: str) -> list[tuple[str, Parsed]]:
+        """(speed) The logical pieces of a line's text and each one's parse, remembered
+        per text (the parse as its fields, :data:`_PARSED_FIELDS`, taken before the
+        builder and the year pass change it: a later line of the same text gets a fresh
+        :class:`Parsed` of them): both depend on the text alone, and a line recurs (every
+        rank logs the same message; a log pasted twice)."""
         out = []
         for piece in split_physical(text):
             if piece:
                 if len(piece) > MAX_MESSAGE:
                     piece = piece[:MAX_MESSAGE] + f" …[{len(piece) - MAX_MESSAGE} chars cut]"
-                out.append((piece, _PARSED_FIELDS(parse_line(piece))))
-        pieces = tuple(out)
+                out.append((piece, parse_line(piece)))
         if len(text) <= _MEMO_TEXT:  # (a longer one is a dump, not a recurring message)
             if len(self._memo) >= _MEMO_MAX:
                 self._memo.clear()
-            self._memo[text] = pieces
-        return pieces
+            self._memo[text] = tuple((piece, _PARSED_FIELDS(p)) for piece, p in out)
+        return out
 
     def _feed_wrapped(self, lineno: int, text: str, force: bool, wrap: tuple[int, bool]) -> None:
         """A hard-wrapped source: a line the wrap broke is joined with the lines after it
