@@ -427,12 +427,6 @@ class _Stack:
     method: bool = False
 
 
-def _lines(rec: Record) -> Iterator[tuple[int, str]]:
-    yield rec.line, rec.message
-    for i, c in enumerate(rec.continuation, start=1):
-        yield rec.line + i, c
-
-
 # (an assignment's targets may be a tuple: `model_class, _ = get_model_architecture(...)`)
 _TARGETS = r"(?:[\w.\[\]()]+(?:\s*,\s*[\w.\[\]()]+)*\s*=\s*)?"
 # (or follow a statement's keyword: `return self.model_runner.load_model()`, `with
@@ -477,12 +471,15 @@ def _stacks(records: Sequence[Record]) -> Iterator[_Stack]:
     method: dict[tuple[str, RankId | None, int | None], tuple[int, str]] = {}
     for rec in records:
         key = (rec.source, rec.rank, rec.pid)
-        for line, text in _lines(rec):
+        # the record's lines, numbered from its own (a tuple: cheaper than a generator)
+        texts = (rec.message, *rec.continuation) if rec.continuation else (rec.message,)
+        for line, text in enumerate(texts, rec.line):
             if "File \"" not in text and "File: \"" not in text:
                 if "method" in text and (mm := _METHOD.search(text)) is not None:
                     method[key] = (line, mm.group(1))
                     continue
-                if _TB_START.search(text):
+                # (speed: both of _TB_START's forms hold the literal)
+                if "most recent call" in text and _TB_START.search(text):
                     st = open_.pop(key, None)
                     if st is not None and st.frames:
                         yield st

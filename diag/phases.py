@@ -73,7 +73,7 @@ class _Memo:
     is scanned and its message-scoped entries searched once, by the framework vote and
     the phase match alike."""
 
-    __slots__ = ("gated", "literals", "message", "vote")
+    __slots__ = ("fields", "gated", "literals", "message", "text", "vote")
 
     def __init__(self) -> None:
         self.literals: LiteralSet | None = None
@@ -83,6 +83,11 @@ class _Memo:
         self.message: dict[tuple[str, str | None], tuple[PhaseEntry, re.Match[str]] | None] = {}
         # message -> the framework of the first framework-specific entry that matches
         self.vote: dict[str, str | None] = {}
+        # (text, raw line) -> the first text-scoped entry that matches, its match (a
+        # record's text and raw line recur where a log was pasted twice, or concatenated)
+        self.text: dict[tuple[str, str], tuple[PhaseEntry, re.Match[str]] | None] = {}
+        # a remembered match -> its event fields (each event gets a copy)
+        self.fields: dict[re.Match[str], dict[str, str | float]] = {}
 
     def literal_set(self, cat: Catalogue) -> LiteralSet:
         if self.literals is None:
@@ -381,17 +386,33 @@ def match_record(cat: Catalogue, record: Record) -> Event | None:
     msg = record.message
     found = _message_match(cat, msg, record.logger_file)
     if found is not None:
-        return _event(record, *found)
+        return _event(record, *found, cat.memo)
     if cat.any_text_pattern is not None:
         text, raw = record.text, record.raw or msg
-        hay_all = text if raw in text else text + "\n" + raw
-        for e in cat.gated(hay_all, message=False):
-            hay = text if e.where == "text" else raw
-            if not e.could_match(hay):
-                continue
-            m = e.regex.search(hay)
-            if m:
-                return _event(record, e, m)
+        table = cat.memo.text
+        key = (text, raw)
+        found = table.get(key, _UNSEEN)  # type: ignore[arg-type]
+        if found is _UNSEEN:
+            found = _match_text(cat, text, raw)
+            if len(table) >= _MEMO_MAX:
+                table.clear()
+            table[key] = found
+        if found is not None:
+            return _event(record, *found, cat.memo)
+    return None
+
+
+def _match_text(cat: Catalogue, text: str, raw: str) -> tuple[PhaseEntry, re.Match[str]] | None:
+    """The first text-scoped entry that matches a record's text (or, for an entry about
+    the raw line, its raw line), and its match."""
+    hay_all = text if raw in text else text + "\n" + raw
+    for e in cat.gated(hay_all, message=False):
+        hay = text if e.where == "text" else raw
+        if not e.could_match(hay):
+            continue
+        m = e.regex.search(hay)
+        if m:
+            return e, m
     return None
 
 
@@ -432,7 +453,20 @@ def _match_message(
     return None
 
 
-def _event(record: Record, e: PhaseEntry, m: re.Match[str]) -> Event:
+def _event(record: Record, e: PhaseEntry, m: re.Match[str], memo: _Memo | None = None) -> Event:
+    """The event of ``record`` matched by ``e`` (``m``); ``memo``: where the match is
+    remembered (its fields are then worked out once, each event getting a copy)."""
+    if memo is not None:
+        table = memo.fields
+        fields = table.get(m)
+        if fields is None:
+            fields = _fields(m)
+            if len(table) >= _MEMO_MAX:
+                table.clear()
+            table[m] = fields
+        fields = dict(fields)
+    else:
+        fields = _fields(m)
     return Event(
         source=record.source,
         line=record.line,
@@ -442,6 +476,6 @@ def _event(record: Record, e: PhaseEntry, m: re.Match[str]) -> Event:
         kind=e.kind,
         pattern=e.id,
         message=record.message[:500],
-        fields=_fields(m),
+        fields=fields,
     )
 

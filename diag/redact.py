@@ -354,6 +354,9 @@ def _is_mask(value: str) -> bool:
     return MASK_PREFIX in value
 
 
+_CLEAN_MAX = 1 << 16  # clean texts a redactor remembers (then all forgotten at once)
+
+
 class Redactor:
     """Masks secrets (and, optionally, hosts) in everything handed to it.
 
@@ -371,6 +374,7 @@ class Redactor:
         self._pem_hint_open = False
         self._wrap_open = False  # (stream mode) the last line ended in a cut token
         self._wrap_hint_open = False
+        self._clean: set[str] = set()  # texts that come out unchanged (see ``text``)
         if redact_hosts:
             try:
                 local = socket.gethostname()
@@ -555,6 +559,23 @@ class Redactor:
         learning hosts from it (the caller has pre-scanned it with ``learn_hosts``).
         ``stream=True``: the text is the next line of one log (see ``end_stream``), so a
         private key block spread over lines is masked line by line."""
+        if stream or self.redact_hosts:
+            return self._text(text, learn=learn, stream=stream)
+        # (speed) without hosts or a stream the result depends on the text alone: a text
+        # that came out unchanged, with nothing counted, is remembered as clean (a report
+        # repeats its keys, its sources, its messages)
+        clean = self._clean
+        if text in clean:
+            return text
+        before = sum(self._counts.values())
+        out = self._text(text, learn=learn, stream=False)
+        if out == text and sum(self._counts.values()) == before:
+            if len(clean) >= _CLEAN_MAX:
+                clean.clear()
+            clean.add(text)
+        return out
+
+    def _text(self, text: str, *, learn: bool, stream: bool) -> str:
         if stream and self._pem_open:
             if "-----END" in text and _PEM_BEGIN in text:
                 self._pem_open = False

@@ -111,6 +111,9 @@ def detect_framework(drafts: Sequence[Draft]) -> str:
     count for vLLM, a little (SGLang logs carry some from the vLLM code it imports)."""
     cat = _catalogue()
     sg = vl = 0
+    # (speed) a message's own votes (its words, the catalogue's entries), per message:
+    # every rank logs the same messages
+    votes: dict[str, tuple[int, int]] = {}
     for d in drafts:
         g = d.p.grammar
         msg = d.p.message
@@ -122,16 +125,11 @@ def detect_framework(drafts: Sequence[Draft]) -> str:
             ("VllmWorker", "Worker", "EngineCore", "APIServer", "RayWorker")
         ):
             vl += 3
-        low = msg[:400].lower()
-        if "sglang" in low or "server_args=" in low or "sgl_kernel" in low:
-            sg += 2
-        if "vllm" in low or "llm engine" in low or "enginecore" in low:
-            vl += 1
-        fw = cat.framework_of(msg)
-        if fw == "sglang":
-            sg += 2
-        elif fw is not None:
-            vl += 2
+        vote = votes.get(msg)
+        if vote is None:
+            vote = votes[msg] = _message_votes(cat, msg)
+        sg += vote[0]
+        vl += vote[1]
         for c in d.continuation[:50]:
             if "/sglang/" in c:
                 sg += 1
@@ -142,10 +140,30 @@ def detect_framework(drafts: Sequence[Draft]) -> str:
     return "sglang" if sg >= vl else "vllm"
 
 
+def _message_votes(cat: Catalogue, msg: str) -> tuple[int, int]:
+    """A message's votes for (SGLang, vLLM): the names it holds, and the framework of the
+    first framework-specific catalogue entry that matches it."""
+    sg = vl = 0
+    low = msg[:400].lower()
+    if "sglang" in low or "server_args=" in low or "sgl_kernel" in low:
+        sg += 2
+    if "vllm" in low or "llm engine" in low or "enginecore" in low:
+        vl += 1
+    fw = cat.framework_of(msg)
+    if fw == "sglang":
+        sg += 2
+    elif fw is not None:
+        vl += 2
+    return sg, vl
+
+
 def config_of(drafts: Sequence[Draft]) -> tuple[dict[str, object], str | None]:
     merged: dict[str, object] = {}
     version: str | None = None
     raw_all: dict[str, object] = {}
+    # (speed) an args line's parse, per text: every rank (every launch of a log pasted
+    # twice) prints the same line, and its parse (ast, literal_eval) is only read here
+    parsed: dict[str, tuple[dict[str, object], str | None]] = {}
     for i, d in enumerate(drafts):
         msg = d.p.message
         if not detect_config_line(msg):
@@ -153,7 +171,10 @@ def config_of(drafts: Sequence[Draft]) -> tuple[dict[str, object], str | None]:
         text = msg
         if d.continuation:
             text = msg + " " + " ".join(c.strip() for c in d.continuation)
-        raw, v = parse_config_message(text)
+        got = parsed.get(text)
+        if got is None:
+            got = parsed[text] = parse_config_message(text)
+        raw, v = got
         if not raw and "LLM engine" not in msg:
             # a paste that hard-wrapped the args line: join the plain lines after it
             wrapped = [text]
@@ -161,7 +182,11 @@ def config_of(drafts: Sequence[Draft]) -> tuple[dict[str, object], str | None]:
                 if nxt.p.grammar != "plain" or nxt.line - d.line > 400:
                     break
                 wrapped.append(nxt.raw)
-            raw, v = parse_config_message("".join(wrapped))
+            joined = "".join(wrapped)
+            got = parsed.get(joined)
+            if got is None:
+                got = parsed[joined] = parse_config_message(joined)
+            raw, v = got
         if v and not version:
             version = v
         for k, val in raw.items():

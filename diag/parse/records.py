@@ -9,9 +9,11 @@ rank attribution and year are settled once the whole input is known, then frozen
 from __future__ import annotations
 
 import datetime as dt
+import operator
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from diag.model import RankId, Record
 from diag.parse.coords import Coords, rank_from_path
@@ -39,6 +41,11 @@ _DIGITS = re.compile(r"[0-9]+")
 _FRAME_WHOLE = re.compile(r'\s*File "[^"\n]+", line \d+, in [\w<>.]+\s*')
 _FRAME_REST = re.compile(r"\S+(?: \S+){0,4}")  # (the rest: a few words, no more)
 MAX_PHYSICAL = 1 << 20  # characters of a physical line looked at (before '\r' splitting)
+# (speed) a Parsed's fields in order (a fresh one is Parsed(*fields)), and how many texts'
+# parses a source remembers (SourceParser._pieces) before it forgets them all
+_PARSED_FIELDS = operator.attrgetter(*(f.name for f in fields(Parsed)))
+_MEMO_MAX = 1 << 14
+_MEMO_TEXT = 4096  # characters of the longest text remembered
 
 
 @dataclass(slots=True)
@@ -88,6 +95,8 @@ class SourceParser:
         # a hard-wrapped line being joined back: [first line, last line, text, gutter, force]
         self._pend: tuple[int, int, str, Coords | None, bool] | None = None
         self._pend_width = 0  # the width of the pending line's last physical piece
+        # (speed) text -> its pieces and their parses (:meth:`_pieces`)
+        self._memo: dict[str, tuple[tuple[str, tuple[Any, ...]], ...]] = {}
 
     # counters read after feeding: the held lines count too
     @property
@@ -191,9 +200,31 @@ class SourceParser:
     def _feed_text(self, lineno: int, text: str, gutter: Coords | None, force: bool) -> None:
         if len(self._drafts) >= REPEAT_CAP_AFTER and not force and self._capped(text):
             return
+        pieces = self._memo.get(text)
+        if pieces is None:
+            for piece, p in self._pieces(text):
+                self._piece(lineno, piece, p, gutter)
+            return
+        for piece, values in pieces:
+            self._piece(lineno, piece, Parsed(*values), gutter)
+
+    def _pieces(self, text: str) -> list[tuple[str, Parsed]]:
+        """(speed) The logical pieces of a line's text and each one's parse, remembered
+        per text (the parse as its fields, :data:`_PARSED_FIELDS`, taken before the
+        builder and the year pass change it: a later line of the same text gets a fresh
+        :class:`Parsed` of them): both depend on the text alone, and a line recurs (every
+        rank logs the same message; a log pasted twice)."""
+        out = []
         for piece in split_physical(text):
             if piece:
-                self._piece(lineno, piece, gutter)
+                if len(piece) > MAX_MESSAGE:
+                    piece = piece[:MAX_MESSAGE] + f" …[{len(piece) - MAX_MESSAGE} chars cut]"
+                out.append((piece, parse_line(piece)))
+        if len(text) <= _MEMO_TEXT:  # (a longer one is a dump, not a recurring message)
+            if len(self._memo) >= _MEMO_MAX:
+                self._memo.clear()
+            self._memo[text] = tuple((piece, _PARSED_FIELDS(p)) for piece, p in out)
+        return out
 
     def _feed_wrapped(self, lineno: int, text: str, force: bool, wrap: tuple[int, bool]) -> None:
         """A hard-wrapped source: a line the wrap broke is joined with the lines after it
@@ -263,10 +294,8 @@ class SourceParser:
         for lineno, text in lines:
             self.feed(lineno, text)
 
-    def _piece(self, lineno: int, text: str, gutter: Coords | None = None) -> None:
-        if len(text) > MAX_MESSAGE:
-            text = text[:MAX_MESSAGE] + f" …[{len(text) - MAX_MESSAGE} chars cut]"
-        p = parse_line(text)
+    def _piece(self, lineno: int, text: str, p: Parsed, gutter: Coords | None = None) -> None:
+        """One logical piece of a line (cut to :data:`MAX_MESSAGE`) and its parse."""
         if p.unwrapped:
             counts = self.unwrapper.counts
             for k in p.unwrapped:

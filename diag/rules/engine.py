@@ -16,7 +16,7 @@ import datetime as dt
 import functools
 import itertools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -290,15 +290,19 @@ def _scan(
         for n in rule.needles:
             by_needle.setdefault(n, []).append(pos)
     finder = _NeedleFinder(tuple(by_needle))
-    found = finder.found([rec.text for rec in records])
+    texts = [rec.text for rec in records]
+    found = finder.found(texts)
     # (speed) (match spec, line) -> its match: a line recurs (every rank logs the same
     # message; a repeated warning), and is searched once per rule (a line's search that
     # timed out is not remembered)
     searched: dict[tuple[int, str], Any] = {}
     for at, rec in enumerate(records):
-        text = rec.text
+        text = texts[at]
         present: Sequence[str]
-        if found is not None and len(text) <= _MAX_LINE:
+        # (speed) whether ``present`` holds every needle of each of the record's lines:
+        # the lines are then tested for those needles only (see ``per_rule`` below)
+        exact = found is not None and len(text) <= _MAX_LINE
+        if found is not None and exact:
             present = found[at]
         else:
             if len(text) > _MAX_LINE:  # a multi-MB "line" is a data dump, not a message
@@ -315,7 +319,12 @@ def _scan(
         lines: list[str] = []
         lows: list[str] = []
         code: list[bool | None] = []
-        for rule in (active[pos] for pos in wanted):
+        # (speed) a record of several lines: per rule (its position), the lines that hold
+        # one of its needles, ascending (each line tested once for the record's needles,
+        # not once per rule for each of the rule's needles)
+        per_rule: dict[int, list[int]] | None = None
+        for pos in wanted:
+            rule = active[pos]
             spec = rule.match
             assert spec is not None
             if spec.levels and level not in spec.levels:
@@ -352,8 +361,24 @@ def _scan(
                 lines = [part[:_MAX_LINE] for part in (rec.message, *rec.continuation)]
                 lows = [line.lower() for line in lines]
                 code = [None] * len(lines)
-            for i, line in enumerate(lines):
-                if len(lines) > 1 and not any(n in lows[i] for n in rule.needles):
+                if exact and len(lines) > 1:
+                    per_rule = {}
+                    for i, low in enumerate(lows):
+                        for n in present:
+                            if n in low:
+                                for q in by_needle[n]:
+                                    got = per_rule.setdefault(q, [])
+                                    if not got or got[-1] != i:
+                                        got.append(i)
+            if per_rule is not None:
+                at_lines: Iterable[int] = per_rule.get(pos, ())
+            else:
+                at_lines = range(len(lines))
+            for i in at_lines:
+                line = lines[i]
+                if per_rule is None and len(lines) > 1 and not any(
+                    n in lows[i] for n in rule.needles
+                ):
                     continue
                 is_code = code[i]
                 if is_code is None:
