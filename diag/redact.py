@@ -101,7 +101,10 @@ def is_secret_name(name: str) -> bool:
 # max_prefill_tokens, context_len_tokens), never a credential
 _COUNT_WORDS = frozenset(
     {"num", "max", "min", "total", "count", "len", "size", "per", "new", "prefill", "decode",
-     "input", "output", "cached", "context", "batch", "chunk"}
+     "input", "output", "cached", "context", "batch", "chunk",
+     # SGLang's DSV4 memory calculation (0.5.14+): 'full_token=9637888', the full-attention
+     # pool's token count beside its sliding-window one
+     "full", "swa"}
 )
 
 
@@ -117,6 +120,18 @@ def _token_count_name(name: str) -> bool:
     word says count or size."""
     words = _token_only_words(name)
     return words is not None and bool(words & _COUNT_WORDS)
+
+
+# a key path: lower-case segments under slashes, one a word ("mooncake-store/mooncake/
+# master_view"); a credential has capitals, digits or no slash
+_IDENT = re.compile(r"[a-z]+(?:_[a-z0-9]+)+")  # a snake_case name: a key's, never a secret
+_KEY_PATH = re.compile(r"(?=[^/]*[a-z]{3})[a-z0-9_.-]+(?:/[a-z0-9_.-]+)+/?")
+
+
+def _key_only(name: str) -> bool:
+    """Whether the name's only secret word is key(s) (a lookup key, a store's key path)."""
+    words = {w.lower() for w in _WORD_SPLIT.split(name) if w}
+    return bool(words & _SECRET_WORDS) and (words & _SECRET_WORDS) <= {"key", "keys"}
 
 
 # a word of prose (no digit, no capital, no symbol, short): never a credential's shape
@@ -305,7 +320,9 @@ _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?[%A-Za-z]{0,3}\.?")  # (a count ending 
 _FRACTION = re.compile(r"[-+]?\d{1,6}\.\d{1,6}")
 _INT = re.compile(r"-?\d{1,9}")
 _SPECIAL_TOKEN = re.compile(r"<\|?[\w.\-]{1,40}\|?>")
-_NOT_SECRET_VALUES = frozenset({"", "None", "none", "null", "True", "False", "true", "false"})
+_NOT_SECRET_VALUES = frozenset(
+    {"", "None", "none", "null", "True", "False", "true", "false", "{}", "[]", "()"}
+)
 
 # Hosts and addresses (only with redact_hosts).
 _IPV4 = re.compile(
@@ -498,6 +515,10 @@ class Redactor:
             return match.group(0)
         if value.startswith("-") and match.group("sep") != "=":
             return match.group(0)  # the next flag, not a value
+        if value.lstrip("[") == match.group("name")[2:].upper().replace("-", "_"):
+            # argparse's usage: the flag's metavar ("--api-key API_KEY", an optional value's
+            # "--hf-token [HF_TOKEN]")
+            return match.group(0)
         return match.group("name") + match.group("sep") + self._hit("flag")
 
     def _field_sub(self, match: re.Match[str]) -> str:
@@ -550,6 +571,16 @@ class Redactor:
             return match.group(0)
         if not quote and "(" in inner:
             return match.group(0)  # code in a traceback (next_token_ids = batch.sample(...))
+        if not quote and inner.startswith("{"):
+            return match.group(0)  # a dict opens: its own fields are read one by one
+        if inner == name and not quote:
+            return match.group(0)  # code passing a variable on (auth=auth)
+        if _IDENT.fullmatch(inner) and _key_only(name):
+            return match.group(0)  # a key's name (vLLM's MultiModalFieldElem key='pixel_values')
+        if not quote and _KEY_PATH.fullmatch(inner) and _key_only(name):
+            # a store's key path (Mooncake's "Master view key: mooncake-store/mooncake/
+            # master_view", an etcd or S3 prefix): lower-case words under slashes
+            return match.group(0)
         kind = "env" if _ENV_NAME.match(name) and "=" in match.group("op") else "field"
         q = match.group("q")
         return f"{q}{name}{q}{match.group('op')}{quote}{self._hit(kind)}{quote}"

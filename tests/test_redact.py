@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,6 +76,16 @@ NEGATIVE = [
     "server_args=ServerArgs(tbo_token_distribution_threshold=0.48, hf_token=None)",
     # a vocabulary's special token and its id (SGLang's DFLASH draft runner, 0.5.16)
     "DFLASH draft runner ready. mask_token=<|MASK|>, mask_token_id=12, pad_token=<pad>",
+    # SGLang's DSV4 memory pool: token counts of the full-attention and SWA pools
+    "DSV4 memory calculation: bytes_per_full_token=7705.45, full_token=9637888, swa_token=1024",
+    # Mooncake's master: a store's key path, not a credential
+    "I0209 14:38:38.388864 24482 ha_helper.cpp:20] Master view key: mooncake-store/mooncake/x",
+    # argparse's usage text: a flag's metavar is no value
+    "                     [--allowed-headers ALLOWED_HEADERS] [--api-key API_KEY]",
+    "                     [--hf-token [HF_TOKEN]] [--hf-overrides HF_OVERRIDES]",
+    "MultiModalFieldElem(modality='image', key='pixel_values', data=tensor([[1.9297]]))",
+    "    return self.send(request, auth=auth, follow_redirects=follow_redirects)",
+    "scheduled_new_reqs=[], all_token_ids_lens={}, new_token_ids_lens=[]",
 ]
 
 
@@ -99,7 +110,7 @@ def test_ordinary_lines_untouched(text: str) -> None:
 # line: masked like any other (diag cannot know a key is public), the only change
 # redaction may make to the corpus. vLLM's OpenAI-compatible server docs
 # (docs/serving/openai_compatible_server.md) start the server with --api-key token-abc123.
-PUBLIC_EXAMPLE_KEYS = ("token-abc123",)
+PUBLIC_EXAMPLE_KEYS = ("token-abc123", "token-abc")  # (and a reporter's shortening of it)
 
 
 def test_real_corpus_untouched() -> None:
@@ -115,11 +126,10 @@ def test_real_corpus_untouched() -> None:
         for line in text.splitlines():
             out = r.text(line)
             if out != line:
-                expected = line
-                for key in PUBLIC_EXAMPLE_KEYS:
-                    examples += line.count(key)
-                    expected = expected.replace(key, "<redacted:field>")
-                assert out == expected, (path.name, line)
+                found = re.findall("|".join(map(re.escape, PUBLIC_EXAMPLE_KEYS)), line)
+                examples += len(found)
+                assert found, (path.name, line)
+                assert "<redacted:" in out and not any(k in out for k in found), (path.name, line)
     assert r.total == examples
 
 
