@@ -86,8 +86,7 @@ def is_secret_name(name: str) -> bool:
     secret: one of its words is a secret word."""
     if _ENV_NAME.match(name) and is_secret_env_name(name):
         return True
-    words = {w.lower() for w in _WORD_SPLIT.split(name) if w}
-    secret = words & _SECRET_WORDS
+    words, secret = _name_words(name)
     if (
         secret <= {"key", "keys"}
         and not words.isdisjoint(_PLAIN_KEY_WORDS)
@@ -95,6 +94,12 @@ def is_secret_name(name: str) -> bool:
     ):
         return False  # torch's 'dispatch key: XPU', a cache or sort key: names, not secrets
     return bool(secret)
+
+
+def _name_words(name: str) -> tuple[set[str], set[str]]:
+    """A name's words, lower case (``adminApiKey``: admin, api, key), and its secret words."""
+    words = {w.lower() for w in _WORD_SPLIT.split(name) if w}
+    return words, words & _SECRET_WORDS
 
 
 # words that make a "token" field a number of tokens (max_total_num_token, num_tokens,
@@ -108,30 +113,10 @@ _COUNT_WORDS = frozenset(
 )
 
 
-def _token_only_words(name: str) -> set[str] | None:
-    """The name's words when its only secret word is token(s) (a tokenizer's field or
-    function, a count of tokens), else None."""
-    words = {w.lower() for w in _WORD_SPLIT.split(name) if w}
-    return words if (words & _SECRET_WORDS) <= {"token", "tokens"} else None
-
-
-def _token_count_name(name: str) -> bool:
-    """A field named for a count of tokens: its only secret word is token(s) and another
-    word says count or size."""
-    words = _token_only_words(name)
-    return words is not None and bool(words & _COUNT_WORDS)
-
-
 # a key path: lower-case segments under slashes, one a word ("mooncake-store/mooncake/
 # master_view"); a credential has capitals, digits or no slash
 _IDENT = re.compile(r"[a-z]+(?:_[a-z0-9]+)+")  # a snake_case name: a key's, never a secret
 _KEY_PATH = re.compile(r"(?=[^/]*[a-z]{3})[a-z0-9_.-]+(?:/[a-z0-9_.-]+)+/?")
-
-
-def _key_only(name: str) -> bool:
-    """Whether the name's only secret word is key(s) (a lookup key, a store's key path)."""
-    words = {w.lower() for w in _WORD_SPLIT.split(name) if w}
-    return bool(words & _SECRET_WORDS) and (words & _SECRET_WORDS) <= {"key", "keys"}
 
 
 # a word of prose (no digit, no capital, no symbol, short): never a credential's shape
@@ -323,6 +308,48 @@ _SPECIAL_TOKEN = re.compile(r"<\|?[\w.\-]{1,40}\|?>")
 _NOT_SECRET_VALUES = frozenset(
     {"", "None", "none", "null", "True", "False", "true", "false", "{}", "[]", "()"}
 )
+
+
+def _plain_value(name: str, inner: str, *, quoted: bool, colon: bool) -> bool:
+    """Whether the value of a field with a secret name (``inner``: its quotes off) has no
+    secret's shape and stays; ``colon``: the field reads ``name: value``. Each form has a
+    line in tests/test_redact.py's NEGATIVE."""
+    if inner in _NOT_SECRET_VALUES or inner.startswith("$"):
+        return True  # None, a bool, an empty container; a shell variable
+    words, secret = _name_words(name)
+    key_only = bool(secret) and secret <= {"key", "keys"}  # a lookup key, a store's key
+    if key_only and _IDENT.fullmatch(inner):
+        return True  # a key's name (vLLM's MultiModalFieldElem key='pixel_values')
+    if quoted:
+        return False
+    # the only secret word is token(s): a tokenizer's field or function, a count of tokens
+    tokens = secret <= {"token", "tokens"}
+    if _NUMBER.fullmatch(inner) and (colon or (tokens and not words.isdisjoint(_COUNT_WORDS))):
+        # a count in a log line ("#new-token: 6"), or in a field named for a count of
+        # tokens (SGLang 0.1's "max_total_num_token=52656"): never a secret
+        return True
+    if tokens and (
+        # a fraction in a field about tokens (SGLang 0.5.16's
+        # "tbo_token_distribution_threshold=0.48"): a ratio
+        _FRACTION.fullmatch(inner)
+        # a vocabulary's token: its id ("mask_token_id=12") or a special token's text
+        # ("mask_token=<|MASK|>", "pad_token=<pad>")
+        or (_INT.fullmatch(inner) and not words.isdisjoint({"id", "ids", "index"}))
+        or _SPECIAL_TOKEN.fullmatch(inner)
+        # a function's message after its name ("_fix_v5_add_bos_eos_token: skipping
+        # /path"): a lower-case word of prose, no token's shape
+        or (colon and _PROSE_WORD.fullmatch(inner))
+    ):
+        return True
+    return (
+        "(" in inner  # code in a traceback (next_token_ids = batch.sample(...))
+        or inner.startswith("{")  # a dict opens: its own fields are read one by one
+        or inner == name  # code passing a variable on (auth=auth)
+        # a store's key path (Mooncake's "Master view key: mooncake-store/mooncake/
+        # master_view", an etcd or S3 prefix): lower-case words under slashes
+        or (key_only and _KEY_PATH.fullmatch(inner) is not None)
+    )
+
 
 # Hosts and addresses (only with redact_hosts).
 _IPV4 = re.compile(
@@ -545,41 +572,7 @@ class Redactor:
             return f"{q}{name}{q}{match.group('op')}{value[0]}{masked}{value[-1]}"
         quote = value[0] if value[:1] in ("'", '"') else ""
         inner = value[1:-1] if quote else value
-        if inner in _NOT_SECRET_VALUES or inner.startswith("$"):
-            return match.group(0)
-        if not quote and ":" in match.group("op") and _NUMBER.fullmatch(inner):
-            return match.group(0)  # a count in a log line ("#new-token: 6"), not a secret
-        if not quote and _NUMBER.fullmatch(inner) and _token_count_name(name):
-            return match.group(0)  # SGLang 0.1's "max_total_num_token=52656": a count
-        words = _token_only_words(name)
-        if words is not None and not quote and (
-            # a fraction in a field about tokens (SGLang 0.5.16's
-            # "tbo_token_distribution_threshold=0.48"): a ratio
-            _FRACTION.fullmatch(inner)
-            # a vocabulary's token: its id ("mask_token_id=12") or a special token's text
-            # ("mask_token=<|MASK|>", "pad_token=<pad>")
-            or (_INT.fullmatch(inner) and not words.isdisjoint({"id", "ids", "index"}))
-            or _SPECIAL_TOKEN.fullmatch(inner)
-        ):
-            return match.group(0)  # never a credential
-        if (
-            not quote and ":" in match.group("op") and _PROSE_WORD.fullmatch(inner)
-            and words is not None
-        ):
-            # a function's message after its name ("_fix_v5_add_bos_eos_token: skipping
-            # /path"): a lower-case word of prose, no token's shape
-            return match.group(0)
-        if not quote and "(" in inner:
-            return match.group(0)  # code in a traceback (next_token_ids = batch.sample(...))
-        if not quote and inner.startswith("{"):
-            return match.group(0)  # a dict opens: its own fields are read one by one
-        if inner == name and not quote:
-            return match.group(0)  # code passing a variable on (auth=auth)
-        if _IDENT.fullmatch(inner) and _key_only(name):
-            return match.group(0)  # a key's name (vLLM's MultiModalFieldElem key='pixel_values')
-        if not quote and _KEY_PATH.fullmatch(inner) and _key_only(name):
-            # a store's key path (Mooncake's "Master view key: mooncake-store/mooncake/
-            # master_view", an etcd or S3 prefix): lower-case words under slashes
+        if _plain_value(name, inner, quoted=bool(quote), colon=":" in match.group("op")):
             return match.group(0)
         kind = "env" if _ENV_NAME.match(name) and "=" in match.group("op") else "field"
         q = match.group("q")

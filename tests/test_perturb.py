@@ -8,25 +8,12 @@ Each perturbation has a floor: the share of tuning logs that must keep the clean
 
 from __future__ import annotations
 
-import importlib.util
 from functools import lru_cache
-from pathlib import Path
-from types import ModuleType
 
 import pytest
+from corpus_split_loader import load_tool
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("perturb", ROOT / "tools" / "perturb.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-P = _load()
+P = load_tool("perturb")
 
 # share of tuning logs with the clean answer, per perturbation, one case below the measure
 # (170 logs x 29, 2026-12-02 02:20 UTC: 4900/4930 in all; 4568 with the analyser of the
@@ -99,17 +86,12 @@ FLOORS: dict[str, float] = {
 
 @lru_cache(maxsize=1)
 def _logs() -> tuple[tuple[str, str], ...]:
-    out = []
-    for log in P.tuning_logs():
-        case = f"{log.parent.parent.name}/{log.parent.name}"
-        out.append((case, log.read_bytes().decode("utf-8", errors="surrogateescape")))
-    return tuple(out)
+    return tuple(P.SUITE.cases())
 
 
 @lru_cache(maxsize=512)
 def _clean(case: str) -> object:
-    text = dict(_logs())[case]
-    return P.signature(text)
+    return P.signature(dict(_logs())[case])
 
 
 def test_every_perturbation_has_a_floor() -> None:
@@ -120,15 +102,8 @@ def test_every_perturbation_has_a_floor() -> None:
 def test_perturbed_tuning_logs_keep_the_clean_answer(name: str) -> None:
     logs = _logs()
     assert len(logs) >= 100
-    changed = 0
-    misses: list[str] = []
-    for case, text in logs:
-        bent = P.perturb(name, text, case)
-        diffs = P.compare(_clean(case), P.signature(bent), P.IGNORED.get(name, frozenset()))
-        if diffs:
-            changed += 1
-            misses.append(f"{case}: {'; '.join(diffs)}")
-    same = len(logs) - changed
+    misses = P.SUITE.misses(name, logs, _clean)
+    same = len(logs) - len(misses)
     assert same >= FLOORS[name] * len(logs), (
         f"{name}: {same}/{len(logs)} keep the clean answer\n" + "\n".join(misses)
     )

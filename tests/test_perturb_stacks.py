@@ -14,31 +14,12 @@ Run time: 23 s of CPU (58 s wall on the shared two-core machine, 2026-12-07; 39 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from functools import lru_cache
-from pathlib import Path
-from types import ModuleType
 
 import pytest
+from corpus_split_loader import load_tool
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _load() -> ModuleType:
-    tools = str(ROOT / "tools")
-    if tools not in sys.path:
-        sys.path.insert(0, tools)
-    spec = importlib.util.spec_from_file_location(
-        "perturb_stacks", ROOT / "tools" / "perturb_stacks.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-P = _load()
+P = load_tool("perturb_stacks")
 
 # share of tuning dumps with the clean answer, per family, one dump below the measure.
 # 2026-12-07, 118 tuning dumps x 39 families: 4,483/4,602 with the analyser of the
@@ -97,10 +78,7 @@ FLOORS: dict[str, float] = {
 
 @lru_cache(maxsize=1)
 def _dumps() -> tuple[tuple[str, str], ...]:
-    return tuple(
-        (d.parent.name, d.read_bytes().decode("utf-8", errors="surrogateescape"))
-        for d in P.tuning_dumps()
-    )
+    return tuple(P.SUITE.cases())
 
 
 @lru_cache(maxsize=256)
@@ -118,12 +96,7 @@ def test_every_family_has_a_floor_and_the_skipped_say_why() -> None:
 def test_perturbed_tuning_dumps_keep_the_clean_answer(name: str) -> None:
     dumps = _dumps()
     assert len(dumps) >= 100
-    misses = []
-    for case, text in dumps:
-        diffs = P.compare(_clean(case), P.signature(P.perturb(name, text, case)),
-                          name in P.IGNORE_RANKS)
-        if diffs:
-            misses.append(f"{case}: {'; '.join(diffs)}")
+    misses = P.SUITE.misses(name, dumps, _clean)
     same = len(dumps) - len(misses)
     assert same >= FLOORS[name] * len(dumps), (
         f"{name}: {same}/{len(dumps)} keep the clean answer\n" + "\n".join(misses)

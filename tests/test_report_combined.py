@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_cli_analyze import run
 
-from diag import cli
 from diag.analyze import analyze
 from diag.bundle.write import write_bundle
 from diag.model import Snapshot
@@ -32,17 +31,6 @@ LOG = CAPTURE / "server.log"
 
 def _snapshot() -> Snapshot:
     return snapshot_from_dict(json.loads((CAPTURE / "snapshot-json.json").read_text()))
-
-
-def run(args: list[str], capsys: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["diag", *args])
-    code: Any = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return int(code or 0), out, err
 
 
 @pytest.fixture(scope="module")

@@ -8,29 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_rules_engine import GOOD_RULE as RULE
 from typer.testing import CliRunner
 
 from diag.cli import app
 
 runner = CliRunner()
-
-RULE = """\
-id: custom.disk_full
-title: Disk full
-severity: warning
-role: root
-frameworks: [any]
-summary: The disk filled up.
-why: Nothing can be written.
-remedy: Free space (`df -h`).
-references: [https://example.org/disk]
-needles: ["no space left"]
-match:
-  patterns: ['No space left on device']
-examples:
-  match: ['OSError: [Errno 28] No space left on device']
-  no_match: ['all good']
-"""
 
 
 def test_list_json_is_a_list_of_rule_objects() -> None:

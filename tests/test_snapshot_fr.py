@@ -10,16 +10,15 @@ collective (type or size), also rank 0, and read the dumps the ranks' recorders 
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import pytest
-from live.harness import MiniServer, gate_reason, mini_server, stopped_pids
+from live.harness import mini_server, require_live, snapshot_of
 
 from diag.collect.collective import describe_entry, match_fr, summarise_fr
 from diag.collect.snapshot import SnapshotOptions, take_snapshot
-from diag.model import Snapshot, Unavailable
+from diag.model import Unavailable
 
 
 def entry(seq: int, op: str = "all_reduce", sizes: list[list[int]] | None = None,
@@ -124,20 +123,6 @@ def test_a_window_that_rotated_away_is_not_a_mismatch() -> None:
 # ------------------------------------------------------------------------------ live
 
 
-def _gate() -> None:
-    reason = gate_reason()
-    if reason is not None:
-        if os.environ.get("DIAG_REQUIRE_LIVE"):
-            pytest.fail(f"live tests cannot run: {reason}")
-        pytest.skip(f"live tests cannot run: {reason}")
-
-
-def _snap(server: MiniServer) -> Snapshot:
-    snap = take_snapshot(SnapshotOptions(pid=server.pid, timeout_s=30.0, samples=1))
-    assert stopped_pids(server.seen | {p.pid for p in snap.processes}) == []
-    return snap
-
-
 @pytest.mark.live
 @pytest.mark.parametrize(
     ("kind", "odd", "issued", "frame"),
@@ -150,13 +135,13 @@ def _snap(server: MiniServer) -> Snapshot:
 def test_snapshot_names_the_rank_that_issued_another_collective(
     kind: str, odd: int, issued: str, frame: str
 ) -> None:
-    _gate()
+    require_live()
     extra = ("--odd-rank", str(odd), "--odd-kind", kind)
     with mini_server(framework="sglang", tp=3, mode="fr_mismatch", extra=extra) as srv:
         srv.wait_ready(["rank0", "rank1", "rank2", "launcher"])
         deadline = time.monotonic() + 30
         while True:
-            snap = _snap(srv)
+            snap = snapshot_of(srv, samples=1)
             found = {f.id: f for f in snap.findings}
             if "nccl.collective_mismatch" in found or time.monotonic() > deadline:
                 break
@@ -229,7 +214,7 @@ def _nccl_gpus() -> int:
 def test_nccl_flight_recorder_through_its_debug_pipe(odd: int) -> None:
     """The same hang on NCCL: the ranks' recorders dump when diag writes to their debug
     pipes (``--fr-dump``), and the rank that issued all_gather is named, also rank 0."""
-    _gate()
+    require_live()
     tp = min(4, _nccl_gpus())
     extra = ("--backend", "nccl", "--odd-rank", str(odd), "--odd-kind", "type")
     with mini_server(framework="sglang", tp=tp, mode="fr_mismatch", extra=extra) as srv:

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 import jsonschema
 import pytest
-from live.harness import MiniServer, gate_reason, mini_server, stopped_pids
+from live.harness import mini_server, require_live, snapshot_of, stopped_pids
 from rich.console import Console
 
 from diag.collect.snapshot import SnapshotOptions, take_snapshot
@@ -32,20 +32,7 @@ pytestmark = pytest.mark.live
 
 @pytest.fixture(scope="module", autouse=True)
 def _live_gate() -> None:
-    reason = gate_reason()
-    if reason is not None:
-        if os.environ.get("DIAG_REQUIRE_LIVE"):
-            pytest.fail(f"live tests cannot run: {reason}")
-        pytest.skip(f"live tests cannot run: {reason}")
-
-
-def _snap(server: MiniServer, **kw: object) -> Snapshot:
-    kw.setdefault("timeout_s", 30.0)
-    opts = SnapshotOptions(pid=server.pid, **kw)  # type: ignore[arg-type]
-    snap = take_snapshot(opts)
-    left = stopped_pids(server.seen | {p.pid for p in snap.processes})
-    assert left == [], f"processes left stopped: {left}"
-    return snap
+    require_live()
 
 
 def _ranks(snap: Snapshot, role: str = "scheduler") -> dict[int, ProcessInfo]:
@@ -83,7 +70,7 @@ def test_collective_one_rank_never_joins() -> None:
     with mini_server(framework="sglang", tp=3, mode="collective") as srv:
         srv.wait_ready(["rank0", "rank1", "rank2", "launcher", "detokenizer"])
         time.sleep(0.5)  # let the ranks enter the collective
-        snap = _snap(srv)
+        snap = snapshot_of(srv)
         roles = sorted(p.role for p in snap.processes)
         assert roles == ["detokenizer", "launcher", "scheduler", "scheduler", "scheduler"]
         ranks = _ranks(snap)
@@ -138,7 +125,7 @@ def test_store_wait_all_ranks_vllm() -> None:
     with mini_server(framework="vllm", tp=2, mode="store") as srv:
         srv.wait_ready(["rank0", "rank1", "launcher", "engine"])
         time.sleep(0.5)
-        snap = _snap(srv, samples=1)
+        snap = snapshot_of(srv, samples=1)
         roles = sorted(p.role for p in snap.processes)
         assert roles == ["engine_core", "launcher", "worker", "worker"]
         (engine,) = [p for p in snap.processes if p.role == "engine_core"]
@@ -157,8 +144,8 @@ def test_store_wait_all_ranks_vllm() -> None:
         assert not _expected_ids(["snapshot_rank_outlier"]) & _finding_ids(snap)
         # a deadline too short for --native of a torch process (0.2 s and more even on
         # fast CPUs): py-spy is killed, never the target, nothing is left stopped
-        # (checked by _snap), and the snapshot says it is partial
-        short = _snap(srv, samples=1, timeout_s=0.15, native_all=True)
+        # (checked by snapshot_of), and the snapshot says it is partial
+        short = snapshot_of(srv, samples=1, timeout_s=0.15, native_all=True)
         assert short.partial, [p.dump_attempts for p in short.processes]
         assert any(a["outcome"] == "timeout" for p in short.processes for a in p.dump_attempts)
 
@@ -167,7 +154,7 @@ def test_compile_lock_one_rank_others_in_collective() -> None:
     with mini_server(framework="sglang", tp=3, mode="compile") as srv:
         srv.wait_ready(["rank0", "rank1", "rank2", "launcher"])
         time.sleep(0.8)
-        snap = _snap(srv)
+        snap = snapshot_of(srv)
         ranks = _ranks(snap)
         assert _site(ranks[0]) == "stack.nccl_collective"
         assert _site(ranks[1]) == "stack.nccl_collective"
@@ -193,7 +180,7 @@ def test_ipc_wait_between_processes_vllm() -> None:
     with mini_server(framework="vllm", tp=2, mode="ipc") as srv:
         srv.wait_ready(["rank0", "rank1", "launcher", "engine"])
         time.sleep(0.5)
-        snap = _snap(srv, samples=1)
+        snap = snapshot_of(srv, samples=1)
         ranks = _ranks(snap, "worker")
         assert sorted(ranks) == [0, 1]
         assert all(_site(p) == "stack.ipc_wait" for p in ranks.values())
@@ -208,7 +195,7 @@ def test_healthy_server_listens() -> None:
     with mini_server(framework="sglang", tp=2, mode="healthy") as srv:
         srv.wait_ready(["rank0", "rank1", "launcher"])
         time.sleep(0.3)
-        snap = _snap(srv, samples=2)
+        snap = snapshot_of(srv, samples=2)
         (server,) = snap.servers
         assert server["port_listening"] is True
         assert server["listening_pid"] == srv.pid

@@ -8,11 +8,11 @@ import os
 import time
 
 import pytest
-from live.harness import MiniServer, gate_reason, mini_server, stopped_pids
+from live.harness import mini_server, require_live, snapshot_of
 
 from diag.collect.peers import lock_waits, parse_locks
 from diag.collect.snapshot import SnapshotOptions, take_snapshot
-from diag.model import Snapshot, Unavailable
+from diag.model import Unavailable
 
 LOCKS = """\
 1: FLOCK  ADVISORY  WRITE 4242 fd:01:131090 0 EOF
@@ -54,28 +54,14 @@ def test_lock_waits_on_a_fake_proc_root(tmp_path: object) -> None:
     assert "compile_worker" in str(found["text"])
 
 
-def _gate() -> None:
-    reason = gate_reason()
-    if reason is not None:
-        if os.environ.get("DIAG_REQUIRE_LIVE"):
-            pytest.fail(f"live tests cannot run: {reason}")
-        pytest.skip(f"live tests cannot run: {reason}")
-
-
-def _snap(server: MiniServer) -> Snapshot:
-    snap = take_snapshot(SnapshotOptions(pid=server.pid, timeout_s=30.0, samples=1))
-    assert stopped_pids(server.seen | {p.pid for p in snap.processes}) == []
-    return snap
-
-
 @pytest.mark.live
 def test_lock_holder_is_named() -> None:
-    _gate()
+    require_live()
     with mini_server(framework="sglang", tp=2, mode="compile") as srv:
         srv.wait_ready(["rank0", "rank1", "launcher"])
         deadline = time.monotonic() + 30
         while True:
-            snap = _snap(srv)
+            snap = snapshot_of(srv, samples=1)
             locks = [e for e in snap.collective_evidence if e.get("kind") == "file_lock"]
             if locks or time.monotonic() > deadline:
                 break
@@ -91,12 +77,12 @@ def test_lock_holder_is_named() -> None:
 
 @pytest.mark.live
 def test_rank_that_never_joined_the_store_is_named() -> None:
-    _gate()
+    require_live()
     with mini_server(framework="sglang", tp=3, mode="store_missing") as srv:
         srv.wait_ready(["rank0", "rank1", "rank2", "launcher"])
         deadline = time.monotonic() + 40
         while True:
-            snap = _snap(srv)
+            snap = snapshot_of(srv, samples=1)
             stores = [e for e in snap.collective_evidence
                       if e.get("kind") == "store_connections" and e.get("not_connected")]
             if stores or time.monotonic() > deadline:
@@ -124,7 +110,7 @@ def test_rank_that_never_joined_the_store_is_named() -> None:
 def test_store_key_census_is_read_only_on_real_gloo_ranks() -> None:
     """Opt-in census of the store the ranks wait on: the keys come back, and reading them
     adds none (the count is the same in a second census, and the ranks still wait)."""
-    _gate()
+    require_live()
     from diag.collect.peers import store_key_census
 
     with mini_server(framework="sglang", tp=3, mode="store_missing") as srv:
@@ -146,7 +132,7 @@ def test_store_key_census_is_read_only_on_real_gloo_ranks() -> None:
         assert not isinstance(again, Unavailable)
         assert again["num_keys"] == census["num_keys"] and again["keys"] == census["keys"]
         # the ranks still wait where they waited (nothing set the key they wait for)
-        after = _snap(srv)
+        after = snapshot_of(srv, samples=1)
         stores = [e for e in after.collective_evidence if e.get("kind") == "store_connections"]
         assert [s["not_connected"] for s in stores] == [["TP2"]]
 
@@ -156,12 +142,12 @@ def test_the_other_end_of_a_socket_a_rank_reads_is_named() -> None:
     """vLLM-like IPC: each worker blocks in read() on a unix socket to the engine core
     (sock_diag gives the peer socket, its holder is the engine core), and the engine core
     in read() on its connection to one of the workers."""
-    _gate()
+    require_live()
     with mini_server(framework="vllm", tp=2, mode="ipc") as srv:
         srv.wait_ready(["rank0", "rank1", "engine", "launcher"])
         deadline = time.monotonic() + 30
         while True:
-            snap = _snap(srv)
+            snap = snapshot_of(srv, samples=1)
             found = [e for e in snap.collective_evidence if e.get("kind") == "socket_peer"]
             if len(found) >= 3 or time.monotonic() > deadline:
                 break

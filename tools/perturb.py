@@ -17,22 +17,28 @@ Prints one line per perturbation (same/total) and, with -v, each case that chang
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import random
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Generic, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 
 __all__ = [
     "IGNORED",
     "PERTURBATIONS",
+    "SUITE",
     "Signature",
+    "Suite",
     "compare",
     "perturb",
+    "read_case",
     "signature",
+    "tuning_files",
     "tuning_logs",
 ]
 
@@ -40,18 +46,30 @@ RankKeys = frozenset[tuple[object, ...]]
 Signature = tuple[str | None, frozenset[str], RankKeys, RankKeys]
 
 
-def tuning_logs(corpus: Path | None = None) -> list[Path]:
-    """The log files of the tuning part (the split decides from case.toml alone)."""
+def read_case(path: Path) -> str:
+    """A case's log or dump as the analyser reads it (undecodable bytes kept)."""
+    return path.read_bytes().decode("utf-8", errors="surrogateescape")
+
+
+def tuning_files(kinds: Sequence[str], filename: str, corpus: Path | None = None) -> list[Path]:
+    """``filename`` of every tuning case of ``kinds``: under ``corpus`` (a folder of tuning
+    cases), else in the tuning part of fixtures/real (the split decides from case.toml
+    alone: a held-out case is never read)."""
     if corpus is not None:
-        return sorted(p for p in corpus.glob("*/*/log.txt") if p.parent.parent.name != "stacks")
+        return sorted(p for p in corpus.glob(f"*/*/{filename}") if p.parent.parent.name in kinds)
     here = str(Path(__file__).resolve().parent)  # tools/, where corpus_split.py is
     if here not in sys.path:
         sys.path.insert(0, here)
     import corpus_split as split
     return [
-        d / "log.txt" for d in split.case_dirs(split.REAL)
-        if d.parent.name in ("sglang", "vllm") and split.part_of(d) == "tuning"
+        d / filename for d in split.case_dirs(split.REAL)
+        if d.parent.name in kinds and split.part_of(d) == "tuning"
     ]
+
+
+def tuning_logs(corpus: Path | None = None) -> list[Path]:
+    """The log files of the tuning part."""
+    return tuning_files(("sglang", "vllm"), "log.txt", corpus)
 
 
 # ---------------------------------------------------------------------------------------
@@ -440,10 +458,6 @@ _TIME_FINDINGS = frozenset({
 IGNORED: dict[str, frozenset[str]] = {"bare-messages": _TIME_FINDINGS}
 
 
-def perturb(name: str, text: str, seed: str) -> str:
-    return PERTURBATIONS[name](text, random.Random(f"{name}:{seed}"))
-
-
 def _rank_key(r: object) -> tuple[object, ...]:
     return tuple(getattr(r, k, None) for k in ("node", "dp", "pp", "tp"))
 
@@ -481,45 +495,103 @@ def compare(clean: Signature, got: Signature, ignored: frozenset[str] = frozense
     return diffs
 
 
-def run(logs: Iterable[Path], names: Iterable[str]) -> dict[str, list[tuple[str, list[str]]]]:
-    """perturbation -> [(case, diffs)] for every case (diffs empty when the same)."""
-    names = list(names)
-    out: dict[str, list[tuple[str, list[str]]]] = {n: [] for n in names}
-    for log in logs:
-        case = f"{log.parent.parent.name}/{log.parent.name}"
-        text = log.read_bytes().decode("utf-8", errors="surrogateescape")
-        clean = signature(text)
+S = TypeVar("S")
+
+
+@dataclasses.dataclass(frozen=True)
+class Suite(Generic[S]):
+    """One perturbation test, shared by this tool and tools/perturb_stacks.py (and their
+    tests): the families, the answer compared (``signature`` of a text), what differs
+    (``compare(clean, got, family)``, empty when the same), the files of the tuning cases and
+    a case's id (which seeds its perturbations)."""
+
+    families: Mapping[str, Perturb]
+    signature: Callable[[str], S]
+    compare: Callable[[S, S, str], list[str]]
+    files: Callable[[Path | None], list[Path]]
+    case_id: Callable[[Path], str]
+    noun: str  # what the cases are ("logs")
+    # (label, kept, phrase): a second, looser figure of each family (the set of wait sites)
+    loose: tuple[str, Callable[[list[str]], bool], str] | None = None
+
+    def perturb(self, name: str, text: str, seed: str) -> str:
+        return self.families[name](text, random.Random(f"{name}:{seed}"))
+
+    def cases(self, corpus: Path | None = None) -> list[tuple[str, str]]:
+        """(case id, text) of every tuning case."""
+        return [(self.case_id(f), read_case(f)) for f in self.files(corpus)]
+
+    def diffs(self, name: str, case: str, text: str, clean: S) -> list[str]:
+        """What family ``name`` changes in the answer on ``text`` (clean answer ``clean``)."""
+        return self.compare(clean, self.signature(self.perturb(name, text, case)), name)
+
+    def misses(
+        self, name: str, cases: Iterable[tuple[str, str]], clean: Callable[[str], S]
+    ) -> list[str]:
+        """``case: diffs`` of each case whose answer family ``name`` changes (``clean``: a
+        case id's clean answer)."""
+        out = []
+        for case, text in cases:
+            diffs = self.diffs(name, case, text, clean(case))
+            if diffs:
+                out.append(f"{case}: {'; '.join(diffs)}")
+        return out
+
+    def run(
+        self, cases: Iterable[tuple[str, str]], names: Iterable[str]
+    ) -> dict[str, list[tuple[str, list[str]]]]:
+        """family -> [(case, diffs)] for every case (diffs empty when the same)."""
+        names = list(names)
+        out: dict[str, list[tuple[str, list[str]]]] = {n: [] for n in names}
+        for case, text in cases:
+            clean = self.signature(text)
+            for n in names:
+                out[n].append((case, self.diffs(n, case, text, clean)))
+        return out
+
+    def main(self, argv: list[str], doc: str) -> int:
+        """The command line of a perturbation tool: ``[--corpus DIR] [-v] [-k NAME,...]``."""
+        import argparse
+
+        ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+        ap.add_argument("--corpus", type=Path)
+        ap.add_argument("-v", action="store_true")
+        ap.add_argument("-k", default="", help="comma-separated family names")
+        a = ap.parse_args(argv)
+        names = [n for n in a.k.split(",") if n] or list(self.families)
+        res = self.run(self.cases(a.corpus), names)
+        total_same = total_loose = total = 0
         for n in names:
-            got = signature(perturb(n, text, case))
-            out[n].append((case, compare(clean, got, IGNORED.get(n, frozenset()))))
-    return out
+            rows = res[n]
+            same = sum(1 for _, d in rows if not d)
+            total_same += same
+            total += len(rows)
+            line = f"{n:18} {same:4}/{len(rows)}"
+            if self.loose is not None:
+                loose = sum(1 for _, d in rows if self.loose[1](d))
+                total_loose += loose
+                line += f"  {self.loose[0]} {loose:4}/{len(rows)}"
+            print(line)
+            if a.v:
+                for case, d in rows:
+                    if d:
+                        print(f"    {case}: {'; '.join(d)}")
+        tail = f" ({total_loose}/{total} {self.loose[2]})" if self.loose is not None else ""
+        print(f"all {total_same}/{total} perturbed {self.noun} give the clean answer{tail}")
+        return 0 if total_same == total else 1
 
 
-def main(argv: list[str]) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--corpus", type=Path)
-    ap.add_argument("-v", action="store_true")
-    ap.add_argument("-k", default="", help="comma-separated perturbation names")
-    a = ap.parse_args(argv)
-    names = [n for n in a.k.split(",") if n] or list(PERTURBATIONS)
-    res = run(tuning_logs(a.corpus), names)
-    total_same = total = 0
-    for n in names:
-        rows = res[n]
-        same = sum(1 for _, d in rows if not d)
-        total_same += same
-        total += len(rows)
-        print(f"{n:18} {same:4}/{len(rows)}")
-        if a.v:
-            for case, d in rows:
-                if d:
-                    print(f"    {case}: {'; '.join(d)}")
-    print(f"all {total_same}/{total} perturbed logs give the clean answer")
-    return 0 if total_same == total else 1
+SUITE: Suite[Signature] = Suite(
+    families=PERTURBATIONS,
+    signature=signature,
+    compare=lambda clean, got, name: compare(clean, got, IGNORED.get(name, frozenset())),
+    files=tuning_logs,
+    case_id=lambda log: f"{log.parent.parent.name}/{log.parent.name}",
+    noun="logs",
+)
+perturb = SUITE.perturb
 
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(SUITE.main(sys.argv[1:], __doc__ or ""))

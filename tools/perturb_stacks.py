@@ -25,7 +25,6 @@ import random
 import re
 import sys
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -40,6 +39,7 @@ __all__ = [
     "IGNORE_RANKS",
     "PERTURBATIONS",
     "SKIPPED",
+    "SUITE",
     "DumpSignature",
     "compare",
     "perturb",
@@ -52,15 +52,8 @@ DumpSignature = tuple[str | None, tuple[tuple[str, str], ...]]
 
 
 def tuning_dumps(corpus: Path | None = None) -> list[Path]:
-    """The dump files of the tuning part (the split decides from case.toml alone)."""
-    if corpus is not None:
-        return sorted(corpus.glob("stacks/*/dump.txt"))
-    import corpus_split as split
-
-    return [
-        d / "dump.txt" for d in split.case_dirs(split.REAL)
-        if d.parent.name == "stacks" and split.part_of(d) == "tuning"
-    ]
+    """The dump files of the tuning part."""
+    return _logs.tuning_files(("stacks",), "dump.txt", corpus)
 
 
 # ---------------------------------------------------------------------------------------
@@ -156,10 +149,6 @@ PERTURBATIONS: dict[str, _logs.Perturb] = {
 IGNORE_RANKS = frozenset({"bare-messages"})
 
 
-def perturb(name: str, text: str, seed: str) -> str:
-    return PERTURBATIONS[name](text, random.Random(f"{name}:{seed}"))
-
-
 def signature(text: str, name: str = "dump.txt") -> DumpSignature:
     """(refusal, sorted multiset of (rank label, wait site)) of ``diag analyze``'s stack
     processes of ``text``."""
@@ -206,48 +195,18 @@ def sites_kept(diffs: list[str]) -> bool:
     return not diffs or not diffs[0].startswith("sites")
 
 
-def run(dumps: Iterable[Path], names: Iterable[str]) -> dict[str, list[tuple[str, list[str]]]]:
-    """family -> [(case, diffs)] for every dump (diffs empty when the same)."""
-    names = list(names)
-    out: dict[str, list[tuple[str, list[str]]]] = {n: [] for n in names}
-    for dump in dumps:
-        case = dump.parent.name
-        text = dump.read_bytes().decode("utf-8", errors="surrogateescape")
-        clean = signature(text)
-        for n in names:
-            got = signature(perturb(n, text, case))
-            out[n].append((case, compare(clean, got, n in IGNORE_RANKS)))
-    return out
-
-
-def main(argv: list[str]) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--corpus", type=Path)
-    ap.add_argument("-v", action="store_true")
-    ap.add_argument("-k", default="", help="comma-separated family names")
-    a = ap.parse_args(argv)
-    names = [n for n in a.k.split(",") if n] or list(PERTURBATIONS)
-    res = run(tuning_dumps(a.corpus), names)
-    total_same = total_sites = total = 0
-    for n in names:
-        rows = res[n]
-        same = sum(1 for _, d in rows if not d)
-        sites = sum(1 for _, d in rows if sites_kept(d))
-        total_same += same
-        total_sites += sites
-        total += len(rows)
-        print(f"{n:18} {same:4}/{len(rows)}  sites {sites:4}/{len(rows)}")
-        if a.v:
-            for case, d in rows:
-                if d:
-                    print(f"    {case}: {'; '.join(d)}")
-    print(f"all {total_same}/{total} perturbed dumps give the clean answer "
-          f"({total_sites}/{total} the clean set of wait sites)")
-    return 0 if total_same == total else 1
+SUITE: _logs.Suite[DumpSignature] = _logs.Suite(
+    families=PERTURBATIONS,
+    signature=signature,
+    compare=lambda clean, got, name: compare(clean, got, name in IGNORE_RANKS),
+    files=tuning_dumps,
+    case_id=lambda dump: dump.parent.name,
+    noun="dumps",
+    loose=("sites", sites_kept, "the clean set of wait sites"),
+)
+perturb = SUITE.perturb
 
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(SUITE.main(sys.argv[1:], __doc__ or ""))

@@ -18,15 +18,36 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
+import pytest
 
-__all__ = ["MiniServer", "free_port", "gate_reason", "mini_server", "stopped_pids"]
+from diag.collect.snapshot import SnapshotOptions, take_snapshot
+from diag.model import Snapshot
+
+__all__ = [
+    "SLEEPER",
+    "MiniServer",
+    "free_port",
+    "gate_reason",
+    "mini_server",
+    "ready_child",
+    "require_live",
+    "snapshot_of",
+    "stopped_pids",
+]
 
 MINI = Path(__file__).with_name("mini_server.py")
+# a child's program for ready_child: says it runs, then sleeps
+SLEEPER = """
+import sys, time
+sys.stdout.write("ready\\n"); sys.stdout.flush()
+time.sleep(120)
+"""
 
 
 def free_port() -> int:
@@ -154,6 +175,21 @@ def mini_server(
         shutil.rmtree(ready_dir, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def ready_child(argv: Sequence[str], **popen: Any) -> Iterator[subprocess.Popen[bytes]]:
+    """A child that prints ``ready`` on its stdout once it runs (``popen``: more Popen
+    arguments): yielded then, and killed and reaped whatever happened in the test."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, **popen)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
 def gate_reason() -> str | None:
     """Why live tests cannot run here (with the fix), or None."""
     try:
@@ -187,3 +223,22 @@ def gate_reason() -> str | None:
             f"or `sysctl kernel.yama.ptrace_scope=0`. py-spy said: {res.stderr.strip()[:200]}"
         )
     return None
+
+
+def require_live() -> None:
+    """Skip the test where live tests cannot run (fail instead with DIAG_REQUIRE_LIVE)."""
+    reason = gate_reason()
+    if reason is not None:
+        if os.environ.get("DIAG_REQUIRE_LIVE"):
+            pytest.fail(f"live tests cannot run: {reason}")
+        pytest.skip(f"live tests cannot run: {reason}")
+
+
+def snapshot_of(server: MiniServer, **kw: object) -> Snapshot:
+    """``diag snapshot`` of the server (``kw``: SnapshotOptions), which leaves no process
+    stopped."""
+    kw.setdefault("timeout_s", 30.0)
+    snap = take_snapshot(SnapshotOptions(pid=server.pid, **kw))  # type: ignore[arg-type]
+    left = stopped_pids(server.seen | {p.pid for p in snap.processes})
+    assert left == [], f"processes left stopped: {left}"
+    return snap
