@@ -462,11 +462,6 @@ TUNING_XFAIL: dict[str, str] = {
         "new case (gather s37): serving from SGLang Diffusion's 'Peak GPU memory' line after "
         "a generation, a runtime whose markers no catalogue entry names"
     ),
-    "sglang/jul-2026-v0.5.14-dsv4-flash-fp8-eagle-hicache-write-through-full-swa-pool-snapshot-available-256-evictable-high-tp0-scheduler-watchdog-timeout-soft-false-indented-three-lines": (  # noqa: E501
-        "new case (gather s37): serving from the scheduler's watchdog line, which the "
-        "reporter trimmed to '[TP0] Scheduler watchdog timeout ...' (no time stamp: no "
-        "SGLang record for the catalogue's serving mark to match)"
-    ),
     "sglang/pr-apr-2026-hi-mamba-radix-cache-write-through-heavy-load-headless-evict-device-leaf-evict-regular-assertion-non-leaf-node-id-1178": (  # noqa: E501
         "new case (gather s37): serving from the thread (heavy load); the visible frames are "
         "the radix cache's eviction, which runs in warm-up and serving alike"
