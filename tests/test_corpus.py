@@ -484,12 +484,6 @@ TUNING_XFAIL: dict[str, str] = {
         "exception-cut (the same lines) and the corpus convention for event-loop tracebacks "
         "label it serving, as diag reads it"
     ),
-    "vllm/ascend-310p-aug-2026-qwen35-9b-crash-after-about-ten-image-requests-mpclient-engine-core-exited-unexpectedly-shutdown-lines-unfenced": (  # noqa: E501
-        "new case (gather s42): serving from the reporter's account; the window (a worker's "
-        "'Parent process exited' and MPClient's [shutdown] lines) shows no phase marker, "
-        "and LABELS.md's last_phase is what the visible text proves (process.killed, from "
-        "'engine core exited unexpectedly', is found)"
-    ),
     "vllm/sep-2024-v0.5.5-minicpm-v-2.6-gguf-q5-qwen2-load-weights-vocab-embedding-assertionerror-rpcserver-died-before-readiness-probe": (  # noqa: E501
         "new case (gather s42): process.killed unexpected for 'RPCServer process died before "
         "responding to readiness probe' (vLLM 0.5.5 api_server.py: the engine's process "

@@ -95,6 +95,12 @@ MESSAGES = [
     ("[req_id=cmpl-77] Retrieved 0 out of 64 required tokens (from 90 total tokens). size: 0.0000 gb", "serving", "any.lmcache_request"),
     ("Receive: obj=GenerateReqInput(text='The capital city of France is', input_ids=None)", "serving", "sglang.request_log"),
     ("Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)", "serving", "sglang.watchdog"),
+    # vLLM's engine-core monitor, started once every engine core reported ready
+    ("[shutdown] MPClient: engine core exited unexpectedly; starting cleanup", "serving", "vllm.engine_core_monitor_died"),
+    ("Engine core proc EngineCore_DP1 died unexpectedly, shutting down client.", "serving", "vllm.engine_core_monitor_died"),
+    # the executors' worker monitors, started once every worker loaded its model
+    ("Worker proc VllmWorker-2 died unexpectedly, shutting down executor.", "weights_load", "vllm.v1_worker_monitor_died"),
+    ("RayWorkerProc rank=5 died unexpectedly, shutting down executor.", "weights_load", "vllm.v1_worker_monitor_died"),
 ]
 
 
