@@ -450,21 +450,11 @@ TUNING_XFAIL: dict[str, str] = {
         "new case (gather s36): a traceback an import hook caught, the run going on; diag "
         "reads its exception line as python.exception"
     ),
-    "vllm/pr-may-2026-dynamo-venv-nixl-decode-worker-tp0-ep0-block-size-ratio-from-engine-id-keyerror-after-prefill-crash-then-worker-busy-loop-traceback-cut": (  # noqa: E501
-        "new case (gather s36): serving from the NIXL connector's per-request lookup "
-        "(kv_connector/utils.py block_size_ratio_from_engine_id), which no phase rule names "
-        "(the frame catalogue's call graph reaches the connector from start-up and serving "
-        "alike); diag reads worker_busy_loop's lower bound, weights_load"
-    ),
     # gather s37 (2026-12-06), scored before any change made for it: 7/12 tuning logs, 0/3
     # tuning dumps
     "sglang/healthy-pr-dec-2025-sglang-diffusion-qwen-image-edit-2511-mmdd-prefix-vae-load-avail-mem-module-memory-dict-author-placeholder-lines-peak-gpu-memory-after-generation": (  # noqa: E501
         "new case (gather s37): serving from SGLang Diffusion's 'Peak GPU memory' line after "
         "a generation, a runtime whose markers no catalogue entry names"
-    ),
-    "sglang/pr-apr-2026-hi-mamba-radix-cache-write-through-heavy-load-headless-evict-device-leaf-evict-regular-assertion-non-leaf-node-id-1178": (  # noqa: E501
-        "new case (gather s37): serving from the thread (heavy load); the visible frames are "
-        "the radix cache's eviction, which runs in warm-up and serving alike"
     ),
     "vllm/tenstorrent-apr-2026-tt-inference-server-qwen35-27b-gdn-prefill-loguru-lines-then-enginecore-failed-to-start-initialize-kv-caches-cut": (  # noqa: E501
         "new case (gather s37): kv_cache from the thread's other chunk; the window's "
