@@ -331,11 +331,6 @@ TUNING_XFAIL: dict[str, str] = {
         "chooses the backend in the ModelRunner constructor, before dist init); the corpus's "
         "other V0 selector cases (s8-s24) are labelled weights_load, as diag reads it"
     ),
-    "vllm/vllm-omni-apr-2026-qwen3-omni-async-chunk-aborted-curl-speech-request-apiserver-final-output-loop-orchestrator-thread-crashed-interleaved-thread-traceback-cut": (  # noqa: E501
-        "new case (gather s27): serving from a chat request id (req=chatcmpl-...) in a "
-        "vllm-omni orchestrator error; no catalogue entry reads request ids (one would make "
-        "every request-log line a candidate), and the frames are vllm-omni's own"
-    ),
     "vllm/vllm-omni-pr-mar-2026-two-engine-cores-executor-failed-then-second-enginecore-process-traceback-run-busy-loop-handle-client-request-home-venv-placeholders-cut": (  # noqa: E501
         "new case (gather s27): labelled warmup for an engine core's busy loop answering a "
         "client utility call (_handle_client_request); the corpus's intel-arc case labels "
@@ -391,10 +386,6 @@ TUNING_XFAIL: dict[str, str] = {
     "vllm/strix-halo-toolbox-apr-2026-vllm-rocm-gfx1151-aiter-import-world-size-1-dp-pcp-tp-rank-assigned-then-silent-cpu-core-pegged-hang": (  # noqa: E501
         "new case (gather s30): stalled by the thread; the window ends after the rank "
         "assignment that ends distributed set-up, a cut excerpt by LABELS.md's convention"
-    ),
-    "vllm/vllm-omni-june-2026-npu-qwen3-omni-first-chat-request-enginedeaderror-500-then-uvicorn-shutdown-finished-server-process-cut": (  # noqa: E501
-        "new case (gather s30): serving from a chat request's 500 after EngineDeadError; diag "
-        "reads a 5xx logged once the engine died as a request it refused, not one it served"
     ),
     "sglang/healthy-pd-prefill-apr-2026-custom-bracket-log-format-warmup-status-200-after-160s-fired-up-cut": (  # noqa: E501
         "new case (gather s31): listening by the labeller (the Prefill batch and POST are the "

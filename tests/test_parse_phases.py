@@ -101,6 +101,9 @@ MESSAGES = [
     # the executors' worker monitors, started once every worker loaded its model
     ("Worker proc VllmWorker-2 died unexpectedly, shutting down executor.", "weights_load", "vllm.v1_worker_monitor_died"),
     ("RayWorkerProc rank=5 died unexpectedly, shutting down executor.", "weights_load", "vllm.v1_worker_monitor_died"),
+    # vLLM-Omni's AsyncOmni.generate and its per-request output loop
+    ("[AsyncOmni] Request chatcmpl-77a1 failed (input error): stage 1 gave no output", "serving", "vllm.omni_request"),
+    ("[AsyncOmni] Orchestrator error for req=chatcmpl-77a1 stage-1: worker crashed", "serving", "vllm.omni_request"),
 ]
 
 
