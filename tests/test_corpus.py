@@ -418,9 +418,8 @@ TUNING_XFAIL: dict[str, str] = {
         "event loop's decode batch, which diag and most labels read as serving"
     ),
     "sglang/pr-apr-2025-v0.4.5-internvl3-support-remote-code-config-prints-then-ignore-import-error-multimodal-processors-torchao-int4weightonlyconfig-cut": (  # noqa: E501
-        "new case (gather s35): model_config from remote config prints and ignored "
-        "processor imports, none a step's marker; env.version_mismatch from 'Ignore import "
-        "error' lines (seven tuning cases label it unexpected)"
+        "new case (gather s35): env.version_mismatch from 'Ignore import error' lines (seven "
+        "tuning cases label it unexpected); model_config is read (sglang.mm_processor_import)"
     ),
     "sglang/rocm-amd-ci-aug-2026-gfx1250-pr-engine-startup-timings-summary-then-scheduler-run-event-loop-triton-load-watch-runtime-knobs-attributeerror": (  # noqa: E501
         "new case (gather s35): cuda_graph for a failure at the top of run_event_loop, "

@@ -101,6 +101,8 @@ MESSAGES = [
     # the executors' worker monitors, started once every worker loaded its model
     ("Worker proc VllmWorker-2 died unexpectedly, shutting down executor.", "weights_load", "vllm.v1_worker_monitor_died"),
     ("RayWorkerProc rank=5 died unexpectedly, shutting down executor.", "weights_load", "vllm.v1_worker_monitor_died"),
+    # SGLang's multimodal processor registry, imported once the config says multimodal
+    ("Ignore import error when loading sglang.srt.multimodal.processors.janus_pro: No module named 'x'", "model_config", "sglang.mm_processor_import"),
     # vLLM-Omni's AsyncOmni.generate and its per-request output loop
     ("[AsyncOmni] Request chatcmpl-77a1 failed (input error): stage 1 gave no output", "serving", "vllm.omni_request"),
     ("[AsyncOmni] Orchestrator error for req=chatcmpl-77a1 stage-1: worker crashed", "serving", "vllm.omni_request"),
