@@ -185,6 +185,14 @@ _REQUEST_FUNCS = frozenset(
         "v1_completions",
     }
 )
+# vLLM's KV connectors' per-request calls (frame_phase)
+_KV_REQUEST_FUNCS = frozenset(
+    {
+        "get_num_new_matched_tokens", "update_state_after_alloc", "request_finished",
+        "_nixl_handshake", "_background_nixl_handshake", "add_remote_agent",
+        "_read_blocks_for_req", "_read_blocks",
+    }
+)
 # the step names above with their phase (a cut callee name is looked up by its prefix)
 _NAMED_STEPS: tuple[tuple[frozenset[str], str], ...] = (
     (_DIST_FUNCS, "dist_init"),
@@ -404,6 +412,36 @@ def frame_phase(path: str, func: str) -> str | None:
         # a captured graph replayed for a batch (sglang/srt/model_executor/
         # cuda_graph_runner.py CudaGraphRunner.replay 0.3-0.5.23, the NPU and draft
         # runners' replay / _replay_update): a forward of requests, after capture
+        return "serving"
+    if p.endswith("/vllm/entrypoints/llm.py") and name in (
+        "_run_engine", "_validate_and_add_requests", "_add_request", "_add_guided_params",
+    ):
+        # the offline LLM's requests (vllm/entrypoints/llm.py 0.2-0.34: generate / chat /
+        # encode add their prompts, then _run_engine steps the engine until they finish):
+        # LLM.__init__ built the engine before; the prompts are its requests being served
+        return "serving"
+    if "/kv_transfer/" in p and _VLLM_PKG.search(p) and (
+        name in _KV_REQUEST_FUNCS or name.endswith("_from_engine_id")
+    ):
+        # vLLM's KV connectors at a request: the scheduler side's calls for a request
+        # (KVConnectorBase_V1 get_num_new_matched_tokens / update_state_after_alloc /
+        # request_finished, kv_connector/v1/base.py 0.9-0.34, called from the scheduler's
+        # schedule / _free_request), and the NIXL worker's transfers from the remote engine
+        # a request names (nixl_connector.py _nixl_handshake / add_remote_agent /
+        # _read_blocks_for_req / _read_blocks, 0.9-0.34; kv_connector/utils.py TpKVTopology's
+        # *_from_engine_id look-ups of that engine's handshake data): requests were served
+        return "serving"
+    if "/sglang/srt/mem_cache/" in p and (
+        name in ("evict", "evict_from_tree_cache") or name.startswith("_evict_")
+    ):
+        # SGLang's prefix caches evicting their nodes (mem_cache/radix_cache.py, hiradix_
+        # cache.py, swa_/mamba_/hi_mamba_radix_cache.py ... evict and their _evict_* steps,
+        # 0.2-0.5.23): called only to free slots for a batch's tokens (common.py /
+        # allocation.py evict_from_tree_cache under alloc_token_slots and the extend /
+        # decode allocations of ScheduleBatch, 0.4-0.5.23; the PD decode side's
+        # pre-allocation and a retracted request's resume): the scheduler was running
+        # requests. (The source-derived catalogue keeps no row for RadixCache.evict: its
+        # name-level call graph reaches the method from start-up code as well)
         return "serving"
     # no rule names it: the step the sources' call graph says alone reaches it
     # (diag/data/frame_phases.tsv, tools/frame_catalogue.py)

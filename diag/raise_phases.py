@@ -64,12 +64,17 @@ def phase_of_exception(text: str, framework: str | None) -> tuple[str, str] | No
     rows = _table().get(msg[:_HEAD])
     if not rows:
         return None
+    other: tuple[str, str] | None = None
     for fw, phase, exc, pattern, where in rows:
-        if framework in ("sglang", "vllm") and fw != framework:
-            continue
         if exc == m.group("exc") and _compiled(pattern).match(msg):
-            return phase, where
-    return None
+            if framework not in ("sglang", "vllm") or fw == framework:
+                return phase, where
+            # the other framework's raise: SGLang runs vLLM's code (its layers and
+            # distributed helpers before 0.4, custom ops since), and a short paste's
+            # framework is a guess from a few lines; its row counts where the framework's
+            # own rows have none
+            other = other or (phase, where)
+    return other
 
 
 def raise_events(records: Sequence[Record], framework: str | None) -> list[Event]:

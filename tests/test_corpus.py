@@ -331,11 +331,6 @@ TUNING_XFAIL: dict[str, str] = {
         "chooses the backend in the ModelRunner constructor, before dist init); the corpus's "
         "other V0 selector cases (s8-s24) are labelled weights_load, as diag reads it"
     ),
-    "vllm/vllm-omni-apr-2026-qwen3-omni-async-chunk-aborted-curl-speech-request-apiserver-final-output-loop-orchestrator-thread-crashed-interleaved-thread-traceback-cut": (  # noqa: E501
-        "new case (gather s27): serving from a chat request id (req=chatcmpl-...) in a "
-        "vllm-omni orchestrator error; no catalogue entry reads request ids (one would make "
-        "every request-log line a candidate), and the frames are vllm-omni's own"
-    ),
     "vllm/vllm-omni-pr-mar-2026-two-engine-cores-executor-failed-then-second-enginecore-process-traceback-run-busy-loop-handle-client-request-home-venv-placeholders-cut": (  # noqa: E501
         "new case (gather s27): labelled warmup for an engine core's busy loop answering a "
         "client utility call (_handle_client_request); the corpus's intel-arc case labels "
@@ -392,10 +387,6 @@ TUNING_XFAIL: dict[str, str] = {
         "new case (gather s30): stalled by the thread; the window ends after the rank "
         "assignment that ends distributed set-up, a cut excerpt by LABELS.md's convention"
     ),
-    "vllm/vllm-omni-june-2026-npu-qwen3-omni-first-chat-request-enginedeaderror-500-then-uvicorn-shutdown-finished-server-process-cut": (  # noqa: E501
-        "new case (gather s30): serving from a chat request's 500 after EngineDeadError; diag "
-        "reads a 5xx logged once the engine died as a request it refused, not one it served"
-    ),
     "sglang/healthy-pd-prefill-apr-2026-custom-bracket-log-format-warmup-status-200-after-160s-fired-up-cut": (  # noqa: E501
         "new case (gather s31): listening by the labeller (the Prefill batch and POST are the "
         "warm-up's own); LABELS.md lists 'Prefill batch' as a serving marker, as the s16 case "
@@ -427,9 +418,8 @@ TUNING_XFAIL: dict[str, str] = {
         "event loop's decode batch, which diag and most labels read as serving"
     ),
     "sglang/pr-apr-2025-v0.4.5-internvl3-support-remote-code-config-prints-then-ignore-import-error-multimodal-processors-torchao-int4weightonlyconfig-cut": (  # noqa: E501
-        "new case (gather s35): model_config from remote config prints and ignored "
-        "processor imports, none a step's marker; env.version_mismatch from 'Ignore import "
-        "error' lines (seven tuning cases label it unexpected)"
+        "new case (gather s35): env.version_mismatch from 'Ignore import error' lines (seven "
+        "tuning cases label it unexpected); model_config is read (sglang.mm_processor_import)"
     ),
     "sglang/rocm-amd-ci-aug-2026-gfx1250-pr-engine-startup-timings-summary-then-scheduler-run-event-loop-triton-load-watch-runtime-knobs-attributeerror": (  # noqa: E501
         "new case (gather s35): cuda_graph for a failure at the top of run_event_loop, "
@@ -450,26 +440,11 @@ TUNING_XFAIL: dict[str, str] = {
         "new case (gather s36): a traceback an import hook caught, the run going on; diag "
         "reads its exception line as python.exception"
     ),
-    "vllm/pr-may-2026-dynamo-venv-nixl-decode-worker-tp0-ep0-block-size-ratio-from-engine-id-keyerror-after-prefill-crash-then-worker-busy-loop-traceback-cut": (  # noqa: E501
-        "new case (gather s36): serving from the NIXL connector's per-request lookup "
-        "(kv_connector/utils.py block_size_ratio_from_engine_id), which no phase rule names "
-        "(the frame catalogue's call graph reaches the connector from start-up and serving "
-        "alike); diag reads worker_busy_loop's lower bound, weights_load"
-    ),
     # gather s37 (2026-12-06), scored before any change made for it: 7/12 tuning logs, 0/3
     # tuning dumps
     "sglang/healthy-pr-dec-2025-sglang-diffusion-qwen-image-edit-2511-mmdd-prefix-vae-load-avail-mem-module-memory-dict-author-placeholder-lines-peak-gpu-memory-after-generation": (  # noqa: E501
         "new case (gather s37): serving from SGLang Diffusion's 'Peak GPU memory' line after "
         "a generation, a runtime whose markers no catalogue entry names"
-    ),
-    "sglang/jul-2026-v0.5.14-dsv4-flash-fp8-eagle-hicache-write-through-full-swa-pool-snapshot-available-256-evictable-high-tp0-scheduler-watchdog-timeout-soft-false-indented-three-lines": (  # noqa: E501
-        "new case (gather s37): serving from the scheduler's watchdog line, which the "
-        "reporter trimmed to '[TP0] Scheduler watchdog timeout ...' (no time stamp: no "
-        "SGLang record for the catalogue's serving mark to match)"
-    ),
-    "sglang/pr-apr-2026-hi-mamba-radix-cache-write-through-heavy-load-headless-evict-device-leaf-evict-regular-assertion-non-leaf-node-id-1178": (  # noqa: E501
-        "new case (gather s37): serving from the thread (heavy load); the visible frames are "
-        "the radix cache's eviction, which runs in warm-up and serving alike"
     ),
     "vllm/tenstorrent-apr-2026-tt-inference-server-qwen35-27b-gdn-prefill-loguru-lines-then-enginecore-failed-to-start-initialize-kv-caches-cut": (  # noqa: E501
         "new case (gather s37): kv_cache from the thread's other chunk; the window's "
@@ -488,12 +463,6 @@ TUNING_XFAIL: dict[str, str] = {
         "sglang/qwen35-35b-a3b-awq-marlin-tp8-listening-model-info-then-tp3-event-loop-"
         "exception-cut (the same lines) and the corpus convention for event-loop tracebacks "
         "label it serving, as diag reads it"
-    ),
-    "vllm/ascend-310p-aug-2026-qwen35-9b-crash-after-about-ten-image-requests-mpclient-engine-core-exited-unexpectedly-shutdown-lines-unfenced": (  # noqa: E501
-        "new case (gather s42): serving from the reporter's account; the window (a worker's "
-        "'Parent process exited' and MPClient's [shutdown] lines) shows no phase marker, "
-        "and LABELS.md's last_phase is what the visible text proves (process.killed, from "
-        "'engine core exited unexpectedly', is found)"
     ),
     "vllm/sep-2024-v0.5.5-minicpm-v-2.6-gguf-q5-qwen2-load-weights-vocab-embedding-assertionerror-rpcserver-died-before-readiness-probe": (  # noqa: E501
         "new case (gather s42): process.killed unexpected for 'RPCServer process died before "

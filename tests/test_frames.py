@@ -496,3 +496,50 @@ def test_a_sleep_mode_call_answered_by_the_busy_loop_is_no_request_served() -> N
         ]
     )
     assert [e.phase for e in frame_events([rpc])] == ["serving"]
+
+
+def test_a_prefix_caches_eviction_is_a_batch_being_served() -> None:
+    """SGLang's radix caches evict nodes only to free slots for a batch's tokens
+    (mem_cache/common.py evict_from_tree_cache under alloc_token_slots): a traceback pasted
+    from its eviction frames on, with no header, reached serving."""
+    assert frame_phase("/x/sglang/srt/mem_cache/radix_cache.py", "RadixCache.evict") == "serving"
+    assert frame_phase("/x/sglang/srt/mem_cache/swa_radix_cache.py", "_evict_leaf") == "serving"
+    assert frame_phase("/x/other/mem_cache/radix_cache.py", "evict") is None
+    cache = "/w/sglang/python/sglang/srt/mem_cache/mamba_radix_cache.py"
+    cont = (
+        f'  File "{cache}", line 90, in evict',
+        "    self._evict_leaf(x)",
+        f'  File "{cache}", line 70, in _evict_leaf',
+        "    assert x.lock_ref == 0",
+        "AssertionError",
+    )
+    rec = Record("log", 1, "    tree_cache.evict(params)", continuation=cont)
+    assert [e.phase for e in frame_events([rec])] == ["serving"]
+
+
+def test_a_kv_connectors_request_calls_are_serving_past_the_rpc_lower_bound() -> None:
+    """vLLM's NIXL worker reading a request's blocks from the remote engine it names, and
+    its topology look-ups of that engine (kv_connector/utils.py *_from_engine_id)."""
+    utils = "/x/vllm/distributed/kv_transfer/kv_connector/utils.py"
+    assert frame_phase(utils, "TpKVTopology.tp_ratio_from_engine_id") == "serving"
+    nixl = "/x/vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py"
+    assert frame_phase(nixl, "_read_blocks_for_req") == "serving"
+    assert frame_phase(nixl, "register_kv_caches") == "kv_cache"
+    rpc = _tb(
+        [
+            ("/x/vllm/v1/executor/multiproc_executor.py", "worker_busy_loop"),
+            ("/x/vllm/v1/worker/gpu_worker.py", "execute_model"),
+            (nixl, "start_load_kv"),
+            (utils, "block_size_ratio_from_engine_id"),
+        ]
+    )
+    assert [e.phase for e in frame_events([rpc])] == ["serving"]
+
+
+def test_the_offline_llms_engine_loop_is_its_prompts_served() -> None:
+    """LLM.generate adds its prompts, then _run_engine steps the engine built by
+    LLM.__init__ until they finish (vllm/entrypoints/llm.py)."""
+    llm = "/x/site-packages/vllm/entrypoints/llm.py"
+    assert frame_phase(llm, "LLM._run_engine") == "serving"
+    assert frame_phase(llm, "_validate_and_add_requests") == "serving"
+    assert frame_phase("/x/other/llm.py", "_run_engine") is None

@@ -162,6 +162,15 @@ CASES = [
     ("Fatal Python error: Aborted", "faulthandler", None, None, "Fatal Python error", {}),
     ("Traceback (most recent call last):", "traceback", None, None, "Traceback", {}),
     ("Killed", "plain", None, None, "Killed", {}),
+    # SGLang's prefix trimmed by the reporter to its rank tags (no time stamp)
+    ("[TP2] Scheduler watchdog timeout (self.watchdog_timeout=120, self.soft=False)", "sglang",
+     "TP2", None, "Scheduler watchdog timeout", {"ts": None}),
+    ("[DP1 TP5 EP5] Decode batch, #running-req: 3", "sglang", "DP1 TP5 EP5", None, "Decode batch",
+     {}),
+    # ... but not a bracketed word or a tag with no rank in it
+    ("[INFO] server started", "plain", None, None, "[INFO] server", {}),
+    ("[GPU3] memory 80 GB", "plain", None, None, "[GPU3] memory", {}),
+    ("[TP1]no space", "plain", None, None, "[TP1]no space", {}),
 ]
 
 

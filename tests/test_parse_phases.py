@@ -95,6 +95,17 @@ MESSAGES = [
     ("[req_id=cmpl-77] Retrieved 0 out of 64 required tokens (from 90 total tokens). size: 0.0000 gb", "serving", "any.lmcache_request"),
     ("Receive: obj=GenerateReqInput(text='The capital city of France is', input_ids=None)", "serving", "sglang.request_log"),
     ("Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)", "serving", "sglang.watchdog"),
+    # vLLM's engine-core monitor, started once every engine core reported ready
+    ("[shutdown] MPClient: engine core exited unexpectedly; starting cleanup", "serving", "vllm.engine_core_monitor_died"),
+    ("Engine core proc EngineCore_DP1 died unexpectedly, shutting down client.", "serving", "vllm.engine_core_monitor_died"),
+    # the executors' worker monitors, started once every worker loaded its model
+    ("Worker proc VllmWorker-2 died unexpectedly, shutting down executor.", "weights_load", "vllm.v1_worker_monitor_died"),
+    ("RayWorkerProc rank=5 died unexpectedly, shutting down executor.", "weights_load", "vllm.v1_worker_monitor_died"),
+    # SGLang's multimodal processor registry, imported once the config says multimodal
+    ("Ignore import error when loading sglang.srt.multimodal.processors.janus_pro: No module named 'x'", "model_config", "sglang.mm_processor_import"),
+    # vLLM-Omni's AsyncOmni.generate and its per-request output loop
+    ("[AsyncOmni] Request chatcmpl-77a1 failed (input error): stage 1 gave no output", "serving", "vllm.omni_request"),
+    ("[AsyncOmni] Orchestrator error for req=chatcmpl-77a1 stage-1: worker crashed", "serving", "vllm.omni_request"),
 ]
 
 

@@ -24,9 +24,13 @@ ROOT = Path(__file__).resolve().parents[1]
          "not supported]}.", "vllm", "weights_load"),
         ("ValueError: No valid attention backend found for cuda with x. Reasons: y.", None,
          "weights_load"),
-        # the framework decides whose table is read
+        # the framework's own rows first; the other's where its own have none (SGLang runs
+        # vLLM code, and a short paste's framework is a guess)
         ("ValueError: No valid attention backend found for cuda with x. Reasons: y.", "sglang",
-         None),
+         "weights_load"),
+        # raised by both, at different steps: the framework's own row decides
+        ("ValueError: AWQMoEMethod only supports 4bit now.", "sglang", "weights_load"),
+        ("ValueError: AWQMoEMethod only supports 4bit now.", "vllm", "model_config"),
         # another class than the one raised: not that raise
         ("RuntimeError: No valid attention backend found for cuda with x. Reasons: y.", "vllm",
          None),

@@ -115,6 +115,11 @@ _SGLANG = re.compile(
     r"(?P<tags>" + TAGS_RE_SRC + r")?\] ?(?P<msg>.*)$",
     re.S | re.A,
 )
+# SGLang's prefix cut by the reporter to its rank tags ("[TP0] msg", "[DP0 TP3 EP3] msg":
+# the time stamp trimmed away, the tags of srt/utils.py configure_logger's
+# "[%(asctime)s{prefix}] " kept): read as SGLang's, with the rank and no time
+_SGLANG_TAGS_ONLY = re.compile(r"^\[(?P<tags>[A-Z][A-Z0-9_ ]{1,80})\] (?P<msg>\S.*)$", re.S | re.A)
+_TAGS_ALL = re.compile(TAGS_RE_SRC, re.A)
 _SGLANG_LEVEL_FILE = re.compile(
     _LVL + r" (?P<file>[\w./\-]+\.py):(?P<line>\d{1,9}): ?(?P<msg>.*)$", re.S | re.A
 )
@@ -379,6 +384,14 @@ def parse_line(raw: str) -> Parsed:
                 lm = _LEVEL_COLON.match(msg)
                 if lm is not None:
                     p.message = msg[lm.end() :]
+            return p
+    if first == "[" and (mt := _SGLANG_TAGS_ONLY.match(line)) is not None:
+        tags = " " + mt.group("tags")
+        if _TAGS_ALL.fullmatch(tags) and (rank := tags_rank(tags)) is not None:
+            p.grammar = "sglang"
+            p.rank = rank
+            p.rank_reason = "tag"
+            p.message = mt.group("msg")
             return p
     if first in "DIWECF":
         m = _VLLM.match(line)
