@@ -29,6 +29,15 @@ EXCEPTION_CLASS = r"[A-Za-z_]\w*(?:Error|Exception)"
 # an exception line: a class, module-qualified or not, and its message
 _EXC = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?P<exc>" + EXCEPTION_CLASS + r"): (?P<msg>\S.*)$", re.S)
 _Row = tuple[str, str, str, str, str]  # framework, phase, class, pattern, where
+# pydantic v2's ValidationError lists a ValueError (or assert) raised inside a validator as
+# "  Value error, <message> [type=value_error, input_value=..., input_type=...]" under its
+# "1 validation error for ModelConfig" line (vLLM's pydantic config dataclasses, 0.10+): the
+# message the validator's function raised, read as that ValueError
+_PYDANTIC = re.compile(
+    r"^\s*(?P<kind>Value error|Assertion failed), (?P<msg>\S.*?)"
+    r"(?: \[type=\w+(?:,.*)?\])?\s*$",
+    re.S,
+)
 
 
 @lru_cache(maxsize=1)
@@ -78,6 +87,12 @@ def raise_events(records: Sequence[Record], framework: str | None) -> list[Event
     out: list[Event] = []
     for r in records:
         for i, text in enumerate((r.message, *r.continuation)):
+            pyd = None
+            if "Value error, " in text or "Assertion failed, " in text:
+                pyd = _PYDANTIC.match(text)
+            if pyd is not None:
+                exc = "ValueError" if pyd.group("kind") == "Value error" else "AssertionError"
+                text = f"{exc}: {pyd.group('msg')}"
             if ": " not in text or not ("Error" in text or "Exception" in text):
                 continue
             found = phase_of_exception(text[:2000], framework)
