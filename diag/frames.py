@@ -492,7 +492,9 @@ def _stacks(records: Sequence[Record]) -> Iterator[_Stack]:
                     st = open_.pop(key, None)
                     if st is not None and st.frames:
                         yield st
-                    if 0 <= line - ignored.get(key, -9) <= 1:
+                    # (the header follows the notice; a notice a paste wrapped and the
+                    # reader re-joined keeps its first line's number)
+                    if 0 <= line - ignored.get(key, -9) <= 4:
                         unraisable.add(key)
                     else:
                         unraisable.discard(key)
