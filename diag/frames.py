@@ -499,6 +499,7 @@ _TB_START = re.compile(r"Traceback \(most recent call last\)|\(most recent call 
 # deadlock in distributed execution."): the method is the traceback's outermost step
 # (V0's determine_num_available_blocks runs execute_model for its profile run)
 _METHOD = re.compile(r"(?:while processing method|Error executing method) '?(\w+)'?[.:]")
+_UNRAISABLE = re.compile(r"^Exception ignored (?:in\b|on calling\b|while\b)")
 
 
 def _stacks(records: Sequence[Record]) -> Iterator[_Stack]:
@@ -507,6 +508,12 @@ def _stacks(records: Sequence[Record]) -> Iterator[_Stack]:
     open_: dict[tuple[str, RankId | None, int | None], _Stack] = {}
     # the executor's "while processing method M" line last seen per stream: (line, M)
     method: dict[tuple[str, RankId | None, int | None], tuple[int, str]] = {}
+    # CPython's unraisable hook (Python/errors.c PyErr_WriteUnraisable: "Exception ignored in
+    # atexit callback: <function ...>", "Exception ignored in: <obj>") prints the traceback of
+    # code run at exit or by the garbage collector, not a start-up step: the streams whose
+    # current traceback it announced (the line that announced it, per stream)
+    ignored: dict[tuple[str, RankId | None, int | None], int] = {}
+    unraisable: set[tuple[str, RankId | None, int | None]] = set()
     for rec in records:
         key = (rec.source, rec.rank, rec.pid)
         # the record's lines, numbered from its own (a tuple: cheaper than a generator)
@@ -516,11 +523,19 @@ def _stacks(records: Sequence[Record]) -> Iterator[_Stack]:
                 if "method" in text and (mm := _METHOD.search(text)) is not None:
                     method[key] = (line, mm.group(1))
                     continue
+                if "Exception ignored" in text and _UNRAISABLE.match(text.strip()):
+                    ignored[key] = line
                 # (speed: both of _TB_START's forms hold the literal)
                 if "most recent call" in text and _TB_START.search(text):
                     st = open_.pop(key, None)
                     if st is not None and st.frames:
                         yield st
+                    # (the header follows the notice; a notice a paste wrapped and the
+                    # reader re-joined keeps its first line's number)
+                    if 0 <= line - ignored.get(key, -9) <= 4:
+                        unraisable.add(key)
+                    else:
+                        unraisable.discard(key)
                     continue
                 st = open_.get(key)
                 if st is not None and st.frames and 0 < line - st.frames[-1][0] <= 2:
@@ -530,7 +545,7 @@ def _stacks(records: Sequence[Record]) -> Iterator[_Stack]:
                     st.codes.append((len(st.frames) - 1, line, text))
                 continue
             m = FRAME.search(text)
-            if m is None:
+            if m is None or key in unraisable:
                 continue
             st = open_.get(key)
             if st is None:

@@ -29,6 +29,16 @@ EXCEPTION_CLASS = r"[A-Za-z_]\w*(?:Error|Exception)"
 # an exception line: a class, module-qualified or not, and its message
 _EXC = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?P<exc>" + EXCEPTION_CLASS + r"): (?P<msg>\S.*)$", re.S)
 _Row = tuple[str, str, str, str, str]  # framework, phase, class, pattern, where
+# pydantic v2's ValidationError lists a ValueError (or assert) raised inside a validator as
+# "  Value error, <message> [type=value_error, input_value=..., input_type=...]" under its
+# "1 validation error for ModelConfig" line (vLLM's pydantic config dataclasses, 0.10+): the
+# message the validator's function raised, read as that ValueError (also where a paste's
+# unwrapping glued it to the header line)
+_PYDANTIC = re.compile(
+    r"(?:^|\s)(?P<kind>Value error|Assertion failed), (?P<msg>\S.*?)"
+    r"(?: \[type=\w+(?:,.*)?\])?\s*$",
+    re.S,
+)
 
 
 @lru_cache(maxsize=1)
@@ -82,7 +92,21 @@ def raise_events(records: Sequence[Record], framework: str | None) -> list[Event
     raises (a notice of the phase it proves)."""
     out: list[Event] = []
     for r in records:
-        for i, text in enumerate((r.message, *r.continuation)):
+        lines = (r.message, *r.continuation)
+        for i, text in enumerate(lines):
+            pyd = None
+            if "Value error, " in text or "Assertion failed, " in text:
+                if "[type=" not in text:
+                    # a paste that broke the line at a fixed width: its pieces follow
+                    # until the error type that ends it
+                    for j in range(i + 1, min(i + 6, len(lines))):
+                        text += lines[j]
+                        if "[type=" in lines[j]:
+                            break
+                pyd = _PYDANTIC.search(text)
+            if pyd is not None:
+                exc = "ValueError" if pyd.group("kind") == "Value error" else "AssertionError"
+                text = f"{exc}: {pyd.group('msg')}"
             if ": " not in text or not ("Error" in text or "Exception" in text):
                 continue
             found = phase_of_exception(text[:2000], framework)

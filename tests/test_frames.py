@@ -225,6 +225,30 @@ def test_faulthandler_dumps_read_innermost_first() -> None:
     assert [e.phase for e in frame_events([rec])] == ["cuda_graph"]
 
 
+def test_an_unraisable_tracebacks_frames_mark_no_phase() -> None:
+    """CPython's "Exception ignored in atexit callback" traceback is code run at exit: its
+    frames (an inductor exit hook) prove no start-up step; the next traceback counts."""
+    rec = Record(
+        "log",
+        1,
+        "Exception ignored in atexit callback: <function cleanup_cache at 0x7f00>",
+        continuation=(
+            "Traceback (most recent call last):",
+            '  File "/x/torch/_inductor/codegen/cuda/cutlass_utils.py", line 9, in cleanup_cache',
+            "    if not os.path.exists(mod.CACHE):",
+            "AttributeError: module 'mod' has no attribute 'CACHE'",
+        ),
+    )
+    assert frame_events([rec]) == []
+    later = Record(
+        "log",
+        6,
+        "Traceback (most recent call last):",
+        continuation=('  File "/x/torch/cuda/graphs.py", line 80, in capture_end',),
+    )
+    assert [e.phase for e in frame_events([rec, later])] == ["cuda_graph"]
+
+
 def _ev(line: int, phase: str) -> Event:
     return Event("log", line, T0 + dt.timedelta(seconds=line), None, phase, "mark", "x", "")
 

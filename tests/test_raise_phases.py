@@ -59,6 +59,32 @@ def test_a_traceback_that_ends_in_a_known_raise_reached_its_phase() -> None:
     assert ev.line == 1 and ev.pattern == "raises.get_attn_backend_cls"
 
 
+def test_a_validators_value_error_under_pydantics_validation_error_names_its_phase() -> None:
+    """pydantic v2 lists a ValueError a validator raised as "Value error, <message> [type=
+    value_error, ...]": read as that ValueError (vLLM's registry raise: model_config)."""
+    text = (
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig\n"
+        "  Value error, Model architectures ['FooForCausalLM'] failed to be inspected. Please "
+        "check the logs for more details. [type=value_error, input_value=ArgsKwargs((), "
+        "{'model': 'x'}), input_type=ArgsKwargs]\n"
+        "    For further information visit https://errors.pydantic.dev/2.11/v/value_error\n"
+    )
+    a = analyze_text(text)
+    assert a.last_phase == "model_config"
+    (ev,) = [e for e in a.events if e.pattern.startswith("raises.")]
+    assert ev.line == 2 and ev.pattern == "raises._raise_for_unsupported"
+
+
+def test_a_value_error_glued_to_the_validation_error_line_still_counts() -> None:
+    """A paste's re-joined wrap glues the "Value error, ..." line to its header line."""
+    text = (
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig  "
+        "Value error, Model architectures ['FooForCausalLM'] failed to be inspected. Please "
+        "check the logs for more details. [type=value_error, input_value=x, input_type=y]\n"
+    )
+    assert analyze_text(text).last_phase == "model_config"
+
+
 def test_the_table_is_up_to_date() -> None:
     """diag/data/raise_phases.tsv is what tools/gen_raise_phases.py writes from the message
     table and the phase map now."""
