@@ -239,3 +239,26 @@ def test_frames_that_lost_their_indentation_still_attach() -> None:
     assert recs[-1].message.startswith("safetensors_rust.SafetensorError") or tb.continuation[
         -1
     ].startswith("safetensors_rust.SafetensorError")
+
+
+def test_the_parse_memo_pausing_on_texts_that_do_not_recur_changes_no_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """(speed) A memo that seldom serves (a stamp on every line) stops remembering for a
+    while, then looks again: the records are those of a parse that remembers nothing."""
+    import diag.parse.records as records
+
+    lines = [f"[2025-03-29 18:18:{i % 60:02d} TP{i % 4}] WARNING x.py:{i}: request {i:x} cut"
+             for i in range(300)]
+    lines += ["[2025-03-29 18:19:00 TP0] Load weight end. type=X, mem usage=1.2 GB"] * 100
+    lines += SGLANG_TRACEBACK.split("\n") * 3
+    text = "\n".join(lines)
+    monkeypatch.setattr(records, "_MEMO_PROBE", 16)
+    monkeypatch.setattr(records, "_MEMO_PAUSE", 64)
+    sp = SourceParser("x.log")
+    for i, line in enumerate(lines[:300], start=1):
+        sp.feed(i, line)
+    assert 16 <= len(sp._memo) < 100  # it paused on the warnings, and looked again
+    remembered = _records(text)
+    monkeypatch.setattr(records, "_MEMO_TEXT", -1)  # nothing remembered
+    assert _records(text) == remembered

@@ -351,9 +351,9 @@ class _Run:
 
         if self._matcher is None:
             lits = self.literals() if callable(self.literals) else self.literals
-            from diag.parse.prefilter import BULK_KINDS
+            from diag.parse.prefilter import BULK_KINDS, TRACEBACK_LABEL
 
-            labels = tuple(dict.fromkeys((*serving_labels(), *BULK_KINDS)))
+            labels = tuple(dict.fromkeys((*serving_labels(), *BULK_KINDS, TRACEBACK_LABEL)))
             self._matcher = Matcher(lits, labels, present_labels)
             self.col.engine = self._matcher.engine
         return self._matcher

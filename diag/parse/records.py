@@ -46,6 +46,13 @@ MAX_PHYSICAL = 1 << 20  # characters of a physical line looked at (before '\r' s
 _PARSED_FIELDS = operator.attrgetter(*(f.name for f in fields(Parsed)))
 _MEMO_MAX = 1 << 14
 _MEMO_TEXT = 4096  # characters of the longest text remembered
+# (speed) a log whose texts seldom recur (a time stamp, a request id on each line: the
+# warnings of a serving log) makes remembering them a cost: after each _MEMO_PROBE texts
+# remembered, a memo that served fewer than one in _MEMO_RARE of them remembers none of
+# the next _MEMO_PAUSE texts (then looks again); texts remembered are still looked up
+_MEMO_PROBE = 4096
+_MEMO_RARE = 16
+_MEMO_PAUSE = 8 * _MEMO_PROBE
 
 
 @dataclass(slots=True)
@@ -97,6 +104,9 @@ class SourceParser:
         self._pend_width = 0  # the width of the pending line's last physical piece
         # (speed) text -> its pieces and their parses (:meth:`_pieces`)
         self._memo: dict[str, tuple[tuple[str, tuple[Any, ...]], ...]] = {}
+        self._memo_hits = 0  # texts the memo served since its last probe
+        self._memo_stored = 0  # texts remembered since then
+        self._memo_pause = 0  # texts still to go unremembered
 
     # counters read after feeding: the held lines count too
     @property
@@ -205,6 +215,7 @@ class SourceParser:
             for piece, p in self._pieces(text):
                 self._piece(lineno, piece, p, gutter)
             return
+        self._memo_hits += 1
         for piece, values in pieces:
             self._piece(lineno, piece, Parsed(*values), gutter)
 
@@ -220,10 +231,22 @@ class SourceParser:
                 if len(piece) > MAX_MESSAGE:
                     piece = piece[:MAX_MESSAGE] + f" …[{len(piece) - MAX_MESSAGE} chars cut]"
                 out.append((piece, parse_line(piece)))
-        if len(text) <= _MEMO_TEXT:  # (a longer one is a dump, not a recurring message)
-            if len(self._memo) >= _MEMO_MAX:
-                self._memo.clear()
-            self._memo[text] = tuple((piece, _PARSED_FIELDS(p)) for piece, p in out)
+        if self._memo_pause:
+            self._memo_pause -= 1
+        elif len(text) <= _MEMO_TEXT:  # (a longer one is a dump, not a recurring message)
+            memo = self._memo
+            if len(memo) >= _MEMO_MAX:
+                memo.clear()
+            if len(out) == 1:
+                piece, p = out[0]
+                memo[text] = ((piece, _PARSED_FIELDS(p)),)
+            else:
+                memo[text] = tuple((piece, _PARSED_FIELDS(p)) for piece, p in out)
+            self._memo_stored += 1
+            if self._memo_stored >= _MEMO_PROBE:
+                if self._memo_hits * _MEMO_RARE < self._memo_stored:
+                    self._memo_pause = _MEMO_PAUSE
+                self._memo_hits = self._memo_stored = 0
         return out
 
     def _feed_wrapped(self, lineno: int, text: str, force: bool, wrap: tuple[int, bool]) -> None:
