@@ -168,15 +168,33 @@ def _analyze_sources(
         return _frame_list(_finish(sources, col, rules_dirs, clocks), col.drafts)
     # No line has a log's shape (time, level, rank, pid) and none is a known log word. A
     # paste can still hold a message the rules know (a library's error without its logger's
-    # prefix): it is refused only when the analysis finds nothing in it.
+    # prefix), or be the messages of a log without their prefix (a viewer's message column,
+    # `print` output): it is refused only when the analysis finds nothing in it and its
+    # lines are not messages of the sources (diag.parse.known_messages, read only here).
     analysis = _frame_list(_finish(sources, col, rules_dirs, clocks), col.drafts)
+    note = "no line has a log's shape (time, level, rank or pid): read as plain text"
     if not (analysis.findings or analysis.stack_processes
             or analysis.last_phase not in (None, "launch")):
-        raise InputError(
-            f"{', '.join(s.name for s in sources)}: not a log (no recognisable line)"
+        from diag.parse.known_messages import message_paste
+
+        paste = message_paste(_plain_lines(col.drafts))
+        if paste is None:
+            raise InputError(
+                f"{', '.join(s.name for s in sources)}: not a log (no recognisable line)"
+            )
+        note = (
+            "no line has a log's shape (time, level, rank or pid), but "
+            f"{paste[0]} of {paste[1]} are messages of the sources (without their logger's "
+            "prefix): read as a paste of log messages"
         )
-    note = "no line has a log's shape (time, level, rank or pid): read as plain text"
     return dataclasses.replace(analysis, notes=(*analysis.notes, note))
+
+
+def _plain_lines(drafts: Sequence[Draft]) -> Iterator[str]:
+    """The text's lines, in order (a record's message, then its continuation lines)."""
+    for d in drafts:
+        yield d.p.message
+        yield from d.continuation
 
 
 # the grammars of lines no logger wrote (a wrapper's stamp or prefix may still be on them)

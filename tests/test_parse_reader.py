@@ -288,6 +288,46 @@ def test_source_code_and_prose_are_not_logs(tmp_path: Path) -> None:
         analyze([p])
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        # vLLM's messages as a viewer's message column shows them (no time, level or
+        # logger file): vllm/config/compilation.py's custom_op_log_check debug lines
+        # (0.11.0-0.34.0; vllm/config.py's set_current_vllm_config in 0.6.6-0.10.2)
+        "enabled custom ops: Counter({'rms_norm': 1})\ndisabled custom ops: Counter()\n",
+        # SGLang's scheduler at debug level, printed by a wrapper without the
+        # '[time TP0]' prefix (srt/managers/scheduler.py handle_batch_generate_request,
+        # 0.5.1.post3-0.5.23; abort_request, 0.4.1.post7-0.5.23)
+        "Processing batch generate request with 4 requests\n"
+        "Abort queued request. req.rid=7f3e2b\n",
+        # one message is the whole paste
+        "Abort queued request. req.rid=7f3e2b\n",
+    ],
+)
+def test_a_paste_of_the_sources_messages_is_a_log(tmp_path: Path, text: str) -> None:
+    # no line has a log's shape and no catalogue entry or rule reads them, but they are
+    # messages of the sources (diag/data/message_heads.txt): a log, not refused
+    p = tmp_path / "paste.txt"
+    p.write_text(text)
+    a = analyze([p])
+    assert a.last_phase == "launch"
+    assert any("messages of the sources" in n for n in a.notes)
+
+
+def test_prose_that_quotes_one_message_is_not_a_log(tmp_path: Path) -> None:
+    # one line of five begins like a message of the sources: prose around a quote
+    p = tmp_path / "issue.txt"
+    p.write_text(
+        "We started the server as the docs say and it printed\n"
+        "enabled custom ops: Counter()\n"
+        "and then nothing happened for an hour or so\n"
+        "does anybody know why this happens\n"
+        "thanks in advance for any help\n"
+    )
+    with pytest.raises(InputError, match="not a log"):
+        analyze([p])
+
+
 def test_a_known_message_without_a_log_shape_is_read(tmp_path: Path) -> None:
     # No time, level, rank or pid on any line and no catalogued message: the text is still
     # analysed, because a rule knows the message; it is refused only when nothing is found

@@ -44,7 +44,14 @@ MIN_LITERAL = 14  # characters of literal text a pattern needs
 MIN_LEAD = 6  # ... and in its first piece (a pattern is anchored at the message start)
 MAX_HOLES = 2  # pieces after the second hole are cut (bounded backtracking)
 FRAMEWORKS = ("vllm", "sglang")
-GENERATED_LEVELS = ("info", "tqdm", "warning")
+# the levels whose messages become entries: an error line of a function that the map places
+# in a step proves that step was reached as surely as its info line (LABELS.md: a
+# traceback's frames show the step that failed); a handler that logs at any time is 'none'
+# in the map. Error-level messages get entries of their own (ERROR_LEVELS, id suffix
+# '.errors'), so that the entries of the advisory levels, and their framework votes, stay
+# what they were
+GENERATED_LEVELS = ("info", "tqdm", "warning", "error", "exception", "critical")
+ERROR_LEVELS = ("error", "exception", "critical")
 VOTING_VLLM = ("vllm/v1/", "vllm/engine/", "vllm/entrypoints/", "vllm/executor/", "vllm/worker/")
 
 
@@ -160,8 +167,8 @@ def generate(text: str) -> tuple[str, list[str]]:
             continue
         hp = hand_phase(cat, m)
         hand[i] = hp
-        # info lines, progress bars and warnings: an error line is the rules' to read (and
-        # a failing step has not reached what its phase's marker says)
+        # info lines, progress bars, warnings and errors (an error line is also the rules'
+        # to read: the phase it proves and the finding it gives are two things)
         if hp is not None or m.level not in GENERATED_LEVELS:
             continue
         ph = pmap.phase_of(m)
@@ -249,22 +256,28 @@ def generate(text: str) -> tuple[str, list[str]]:
             continue
         unbulked.append(c)
     kept = unbulked
-    groups: dict[tuple[str, str, str], list[Candidate]] = defaultdict(list)
+    groups: dict[tuple[str, str, str, bool], list[Candidate]] = defaultdict(list)
     for c in kept:
-        groups[(c.m.framework, c.m.file, c.phase)].append(c)
+        groups[(c.m.framework, c.m.file, c.phase, c.m.level in ERROR_LEVELS)].append(c)
+    for (fw, file, phase, err), cs in list(groups.items()):
+        if err:  # a message also logged at an advisory level there: that entry reads it
+            have = {c.body for c in groups.get((fw, file, phase, False), ())}
+            cs[:] = [c for c in cs if c.body not in have]
+            if not cs:
+                del groups[(fw, file, phase, err)]
     lines = [MARKER]
     foreign = {
         fw: [t for t, i in rows if table[i].framework in FRAMEWORKS and table[i].framework != fw]
         for fw in FRAMEWORKS
     }
-    for (fw, file, phase), cs in sorted(
-        groups.items(), key=lambda kv: (order[kv[0][2]], kv[0][0], kv[0][1])
+    for (fw, file, phase, err), cs in sorted(
+        groups.items(), key=lambda kv: (order[kv[0][2]], kv[0][0], kv[0][1], kv[0][3])
     ):
         bodies = sorted({c.body for c in cs})
         funcs = sorted({c.m.function for c in cs})
         vers = sorted({v for c in cs for v in c.m.versions}, key=version_key)
         stem = re.sub(r"^(?:sglang/srt/|sglang/|vllm/)", "", file)[: -len(".py")]
-        ident = f"src.{fw}.{stem.replace('/', '.')}.{phase}"
+        ident = f"src.{fw}.{stem.replace('/', '.')}.{phase}" + (".errors" if err else "")
         regex = "^(?:" + "|".join(bodies) + ")"
         # the framework an entry names votes for it (diag.parse.attribute.detect_framework):
         # only messages of a framework's own engine code, which the other never runs (SGLang
