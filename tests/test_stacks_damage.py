@@ -155,6 +155,13 @@ KNOWN_BROKEN: set[tuple[str, str]] = {
         (how, "local-inference-lab-vllm-pr-aug-2026-glm52-4node-gb10-tp4-dcp4-pyspy-column-aligned-short-paths-annotated-sched-yield-spin-worker-busy-loop-no-thread-header")  # noqa: E501
         for how in ("launcher prefix", "launcher stamp", "newlines lost, nothing left")
     ),
+    # s48: a pystack dump a reporter quoted line by line ('> ' before every line): a Ray
+    # prefix before the quote marker, or the marker escaped as '&gt;', leaves no line that
+    # starts with a frame once the damage's own layer is taken off
+    *(
+        (how, "vllm-091-v1-ray-tp8-pp2-dsr1-guided-json-hang-pystack-quoted-rayworkerw-compiled-dag-channel-read-get-objects-window")  # noqa: E501
+        for how in ("Ray prefix", "HTML entities")
+    ),
     # s19: VLLM_TRACE_FUNCTION logs are read one call per line ("Call to f in a.py:12 from
     # g in b.py:34" to the line's end); wrapped at 80 or flattened, no line is whole
     *(
