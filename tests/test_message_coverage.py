@@ -381,6 +381,11 @@ KNOWN_SOURCE_EXCEPTIONS: dict[str, str] = {
         "a response body the server returned (protocol.py's pydantic models, serialised), "
         "not a log message: the table has no row for it"
     ),
+    "sglang.mm_processor_import": (
+        "the module's name is the template's hole ('Ignore import error when loading {}: "
+        "{}', multimodal_processor.py import_processors 0.4.6-0.5.23): the entry names the "
+        "processor packages the hole holds, which the table's rendered sample cannot show"
+    ),
 }
 
 _HOLE = _mt.HOLE
@@ -718,6 +723,15 @@ KNOWN_PHASE_DISAGREEMENTS: dict[str, str] = {
         "the map files the monitor's message under a process ending (no phase); the entry "
         "marks what it proves: the monitor starts after WorkerProc.wait_for_ready, and a "
         "WorkerProc loads its model before READY (0.8.5-0.34.0), so weights_load was reached"
+    ),
+    "vllm.v1_worker_monitor_died vllm/v1/executor/ray_executor_v2.py monitor_workers": (
+        "as multiproc_executor.py's: RayExecutorV2 starts its worker monitor after "
+        "initialize_worker (0.20.0-0.34.0), so the worker had loaded its model"
+    ),
+    "vllm.engine_core_monitor_died vllm/v1/engine/core_client.py monitor_engine_cores": (
+        "the map files the message under a process ending (no phase); the entry marks what "
+        "it proves: MPClient starts monitor_engine_cores only after every engine core sent "
+        "its ready message (0.10.2-0.34.0), so the engine had served its start-up: serving"
     ),
     "any.custom_allreduce vllm/v1/executor/multiproc_executor.py _init_executor": (
         "'DP group leader' is logged by the executor as it sets up the DP group's "
