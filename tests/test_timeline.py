@@ -236,8 +236,13 @@ def test_the_generated_catalogue_is_loaded_as_notices() -> None:
     cat = load_catalogue()
     generated = [e for e in cat.entries if e.id.startswith("src.")]
     assert len(generated) > 100
-    assert {e.id for e in generated} == set(notice_patterns())
-    assert all(e.position for e in cat.entries if not e.id.startswith("src."))
+    # hand-written notices, each with its reason: SGLang's multimodal processor import
+    # warning is printed by the tokenizer manager (and the scheduler's copy) once per
+    # module, not by a rank passing a step
+    hand_notices = {"sglang.mm_processor_import"}
+    assert {e.id for e in generated} | hand_notices == set(notice_patterns())
+    assert all(e.position for e in cat.entries
+               if not e.id.startswith("src.") and e.id not in hand_notices)
     # the hand-written entries come first (the first entry that matches wins)
     first_generated = next(i for i, e in enumerate(cat.entries) if e.id.startswith("src."))
     assert all(e.id.startswith("src.") for e in cat.entries[first_generated:])
