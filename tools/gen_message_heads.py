@@ -22,7 +22,6 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
@@ -31,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gen_raise_phases import pieces  # noqa: E402
-from message_table import TABLE, Message, load_table  # noqa: E402
+from message_table import TABLE, Message, load_table, write_or_check  # noqa: E402
 
 from diag.parse.known_messages import HEAD, MIN_HEAD  # noqa: E402
 
@@ -89,19 +88,9 @@ def render(heads: list[str]) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 when the file is stale")
-    args = ap.parse_args()
     text = render(build())
-    if args.check:
-        current = OUT.read_text(encoding="utf-8") if OUT.exists() else ""
-        if current != text:
-            print(f"{OUT}: not up to date (run tools/gen_message_heads.py)", file=sys.stderr)
-            return 1
-        return 0
-    OUT.write_text(text, encoding="utf-8")
-    print(f"{OUT}: {text.count(chr(10)) - HEADER.count(chr(10))} heads", file=sys.stderr)
-    return 0
+    heads = text.count("\n") - HEADER.count("\n")
+    return write_or_check(OUT, text, "gen_message_heads.py", f"{heads} heads")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from collections import defaultdict
@@ -32,7 +31,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from message_table import HOLE, Message, load_map, load_table, samples, version_key  # noqa: E402
+from message_table import (  # noqa: E402
+    HOLE,
+    Message,
+    load_map,
+    load_table,
+    samples,
+    version_key,
+    write_or_check,
+)
 
 from diag.raise_phases import EXCEPTION_CLASS  # noqa: E402
 
@@ -157,19 +164,8 @@ def render(rows: list[tuple[str, ...]]) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 when the file is stale")
-    args = ap.parse_args()
     text = render(build())
-    if args.check:
-        current = OUT.read_text(encoding="utf-8") if OUT.exists() else ""
-        if current != text:
-            print(f"{OUT}: not up to date (run tools/gen_raise_phases.py)", file=sys.stderr)
-            return 1
-        return 0
-    OUT.write_text(text, encoding="utf-8")
-    print(f"{OUT}: {text.count(chr(10)) - 3} patterns", file=sys.stderr)
-    return 0
+    return write_or_check(OUT, text, "gen_raise_phases.py", f"{text.count(chr(10)) - 3} patterns")
 
 
 if __name__ == "__main__":

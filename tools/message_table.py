@@ -12,6 +12,7 @@ tests/test_message_coverage.py.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -223,3 +224,21 @@ def load_map(path: Path = MAP) -> PhaseMap:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping")
     return PhaseMap(data, tuple(PHASES))
+
+
+def write_or_check(out: Path, text: str, tool: str, what: str) -> int:
+    """A generator's last step: with ``--check`` (on the command line), 1 when ``out`` is
+    not ``text``; otherwise write it and say how many ``what`` it holds (its lines)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=f"rewrite (or --check) {out.name}")
+    ap.add_argument("--check", action="store_true", help="exit 1 when the file is stale")
+    if ap.parse_args().check:
+        current = out.read_text(encoding="utf-8") if out.exists() else ""
+        if current != text:
+            print(f"{out}: not up to date (run tools/{tool})", file=sys.stderr)
+            return 1
+        return 0
+    out.write_text(text, encoding="utf-8")
+    print(f"{out}: {what}", file=sys.stderr)
+    return 0
