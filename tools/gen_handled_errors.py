@@ -17,13 +17,15 @@ usage:
 
 from __future__ import annotations
 
-import argparse
 import csv
 import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+from message_table import write_or_check  # noqa: E402
+
 TABLE = ROOT / "fixtures" / "messages" / "messages.tsv"
 OUT = ROOT / "diag" / "data" / "handled_errors.tsv"
 
@@ -93,18 +95,9 @@ def render() -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true")
-    args = ap.parse_args(argv)
+def main() -> int:
     text = render()
-    if args.check:
-        same = OUT.is_file() and OUT.read_text(encoding="utf-8") == text
-        print("up to date" if same else f"{OUT} is out of date: run tools/gen_handled_errors.py")
-        return 0 if same else 1
-    OUT.write_text(text, encoding="utf-8")
-    print(f"{OUT}: {text.count(chr(10)) - 2} patterns")
-    return 0
+    return write_or_check(OUT, text, "gen_handled_errors.py", f"{text.count(chr(10)) - 2} patterns")
 
 
 if __name__ == "__main__":
