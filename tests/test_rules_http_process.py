@@ -69,3 +69,57 @@ def test_another_processes_ignored_exception_does_not_make_this_traceback_handle
     a = analyze_text(text, "server.log", year=2026)
     (f,) = [f for f in a.findings if f.id == "python.exception"]
     assert any("Engine core initialization failed" in e.text for e in f.evidence)
+
+
+_PLAIN_HEAD = """\
+INFO 07-01 10:00:00 [api_server.py:1500] vLLM API server version 0.10.0
+INFO 07-01 10:00:05 [config.py:1600] Using max model len 8192
+INFO 07-01 10:00:06 [api_server.py:268] Started engine process with PID 4242
+"""
+
+
+def _plain_traceback(entry: str, func: str, last: str) -> str:
+    """A traceback without a process prefix (vLLM before 0.10.2, SGLang): its outermost
+    frames name the process."""
+    return (
+        "Traceback (most recent call last):\n"
+        f'  File "/env/lib/python3.11/site-packages/{entry}", line 1856, in {func}\n'
+        "    uvloop.run(run_server(args))\n"
+        '  File "/env/lib/python3.11/asyncio/runners.py", line 118, in run\n'
+        "    return self._loop.run_until_complete(task)\n"
+        f"{last}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("entry", "func", "port"),
+    [
+        # `python -m vllm.entrypoints.openai.api_server`: the HTTP server's main thread
+        ("vllm/entrypoints/openai/api_server.py", "<module>", True),
+        # `vllm serve` (cli/serve.py cmd) and SGLang's launcher
+        ("vllm/entrypoints/cli/serve.py", "cmd", True),
+        ("sglang/launch_server.py", "<module>", True),
+        # a user's script or an engine module is no HTTP server's entry
+        ("myproj/run_eval.py", "<module>", False),
+        ("vllm/v1/engine/core.py", "run_engine_core", False),
+    ],
+)
+def test_a_prefixless_traceback_from_the_servers_entry_point_means_no_port(
+    entry: str, func: str, port: bool
+) -> None:
+    text = _PLAIN_HEAD + _plain_traceback(entry, func, "RuntimeError: Engine process failed to start")
+    assert ("startup.no_listen_port" in _ids(text)) is port
+
+
+def test_a_child_process_traceback_through_the_server_module_is_not_the_servers() -> None:
+    """A spawned child's traceback starts at multiprocessing's bootstrap even when it runs
+    a function of the server's module (vLLM 0.6's run_mp_engine)."""
+    text = _PLAIN_HEAD + (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3.11/multiprocessing/process.py", line 314, in _bootstrap\n'
+        "    self.run()\n"
+        '  File "/env/lib/python3.11/site-packages/vllm/entrypoints/openai/api_server.py", line 90, in run_server\n'
+        "    engine.run()\n"
+        "ValueError: bad vocab file\n"
+    )
+    assert "startup.no_listen_port" not in _ids(text)

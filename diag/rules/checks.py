@@ -1075,6 +1075,36 @@ def _check_no_listen_port(ctx: CheckContext) -> CheckOutcome | None:
 _HTTP_PROCESSES = frozenset({"APIServer"})
 
 
+# The entry modules of the process that opens the HTTP port: vLLM's OpenAI API server
+# (entrypoints/openai/api_server.py run_server/<module> 0.2-0.34; `vllm serve` through
+# entrypoints/cli/serve.py 0.7-0.34 and scripts.py serve 0.5-0.6) and SGLang's launcher
+# (launch_server.py <module>, srt/entrypoints/http_server.py launch_server 0.4-0.5.23,
+# srt/server.py launch_server 0.1-0.3). A main thread's traceback starts at the process's
+# entry point, so one whose frames go through these and none of a child process's
+# bootstrap is that process's own.
+_HTTP_ENTRY = regex.compile(
+    r"/vllm/entrypoints/openai/api_server\.py$|/vllm/entrypoints/cli/serve\.py$"
+    r"|/vllm/scripts\.py$|/sglang/launch_server\.py$"
+    r"|/sglang/srt/(?:entrypoints/http_server|server)\.py$"
+)
+_HTTP_ENTRY_FUNCS = frozenset(
+    {"<module>", "run_server", "run_server_worker", "main", "cmd", "serve", "launch_server"}
+)
+# frames that start a child process or a thread: its traceback is not the server's main
+_CHILD_ENTRY = regex.compile(
+    r"/multiprocessing/(?:process|spawn|popen_\w+)\.py$|/threading\.py$|/ray/_private/"
+)
+
+
+def _http_entry_traceback(frames: Sequence[tuple[Record, int, str, Any]]) -> bool:
+    """The frames of a traceback printed by the HTTP server's own main thread: one of its
+    entry functions is among them and no child process's or thread's bootstrap is."""
+    paths = [(f[3].group("path").replace("\\", "/"), f[3].group("func")) for f in frames]
+    if any(_CHILD_ENTRY.search(p) for p, _ in paths):
+        return False
+    return any(_HTTP_ENTRY.search(p) and fn in _HTTP_ENTRY_FUNCS for p, fn in paths)
+
+
 def _http_process_died(ctx: CheckContext) -> Hit | None:
     """The input ends with a traceback of the HTTP server's own process, its exception line
     last, before any phase reached listening: that process is gone, so the port never
@@ -1082,14 +1112,16 @@ def _http_process_died(ctx: CheckContext) -> Hit | None:
     if ctx.analysis.last_phase in ("listening", "serving"):
         return None
     tail = _tail_of(ctx.records)
-    if not tail or tail[-1].process not in _HTTP_PROCESSES:
+    if not tail:
         return None
     last = tail[-1]
     ends = [e for e in _traceback_ends(tail[-1:]) if e[1] is last]
     if not ends:
         return None
-    _, rec, i, text, _ = ends[-1]
+    _, rec, i, text, frames = ends[-1]
     if i != len(rec.continuation) or not is_exception_line(text):
+        return None
+    if last.process not in _HTTP_PROCESSES and not _http_entry_traceback(frames):
         return None
     return Hit(rec.source, rec.line + i, text, rec.rank, rec.ts, {}, rec.level)
 
