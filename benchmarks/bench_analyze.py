@@ -2,6 +2,7 @@
 
 usage: python benchmarks/bench_analyze.py [--size 1024] [--mixes clean,warn1,...]
                                           [--dir /tmp/diag-bench] [--update-readme]
+       python benchmarks/bench_analyze.py --against OTHER_CHECKOUT [--pairs 3] ...
 
 For every mix of benchmarks/mixes.py (generated once per size into --dir), with the page
 cache warm, runs and measures (wall, CPU user+sys, peak RSS, from wait4):
@@ -17,6 +18,13 @@ Markdown table (the load average beside each row: the box is shared) and the sta
 time of ``diag analyze --example --json``; ``--update-readme`` writes both into README.md
 between the ``bench:start`` / ``bench:end`` markers. Targets (issue 11): per GiB at most
 3 s wall, at most 2x the ``rg -F -f`` run, peak RSS at most 400 MB.
+
+``--against OTHER_CHECKOUT``: a paired comparison instead of the table, for a box shared
+with other work: per mix, ``--pairs`` rounds of ``diag analyze --json`` from this checkout
+(A), then from the other (B, e.g. a ``git worktree`` of the commit before a change), then
+``rg -c -i -F -f`` with each one's literals, all in the same minutes; prints each one's
+medians (CPU user+sys, wall, peak RSS) and the load. Each diag runs as ``python -P -m diag``
+with ``PYTHONPATH`` set to its checkout, its bytecode compiled first.
 """
 
 from __future__ import annotations
@@ -59,10 +67,11 @@ class Run:
     load: float
 
 
-def _run(argv: list[str], *, ok: tuple[int, ...] = (0, 1)) -> Run:
+def _run(argv: list[str], *, ok: tuple[int, ...] = (0, 1),
+         env: dict[str, str] | None = None) -> Run:
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     code = os.waitstatus_to_exitcode(status)
@@ -98,6 +107,70 @@ def _literal_file(folder: Path) -> Path:
     out = folder / "diag-literals.txt"
     out.write_text("\n".join(lit for lit in _literals(()) if "\n" not in lit) + "\n")
     return out
+
+
+def _tree_env(tree: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(tree)}
+
+
+def _tree_literal_file(folder: Path, tree: Path, tag: str) -> Path:
+    """:func:`_literal_file` of the diag in checkout ``tree`` (in a child process)."""
+    out = folder / f"diag-literals-{tag}.txt"
+    code = (
+        "import sys\n"
+        "from diag.analyze import _literals\n"
+        "lits = [x for x in _literals(()) if chr(10) not in x]\n"
+        "open(sys.argv[1], 'w').write(chr(10).join(lits) + chr(10))\n"
+    )
+    subprocess.run([sys.executable, "-P", "-c", code, str(out)], check=True,
+                   env=_tree_env(tree))
+    return out
+
+
+def _paired(a: argparse.Namespace, names: list[str], rg: str) -> int:
+    """A B A B: this checkout's diag and the one of ``--against``, with ``rg -F -f`` of
+    each one's literals, per mix; medians printed (see the module's docstring)."""
+    trees = {"A": ROOT, "B": a.against.resolve()}
+    for tree in trees.values():
+        if not (tree / "diag" / "__init__.py").exists():
+            raise SystemExit(f"{tree} is no diag checkout")
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "diag")],
+                       check=False, stdout=subprocess.DEVNULL)
+    lits = {k: _tree_literal_file(a.dir, t, k) for k, t in trees.items()}
+    print(f"A = {trees['A']}, B = {trees['B']}; {a.pairs} pairs per mix, {a.size} MiB; "
+          "medians: CPU s / wall s, peak RSS MB", file=sys.stderr)
+    print("| mix | load | A CPU / wall | B CPU / wall | A / B CPU | A RSS | B RSS "
+          "| rg A CPU / wall | rg B CPU / wall |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name in names:
+        path = _mix_path(a.dir, name, a.size)
+        if not path.exists():
+            print(f"generating {path} ...", file=sys.stderr)
+            write_mix(name, path, a.size << 20)
+        _warm(path)
+        files = _files(path)
+        gz = ["-z"] if name == "gz" else []
+        runs: dict[str, list[Run]] = {k: [] for k in ("A", "B", "rgA", "rgB")}
+        for _ in range(a.pairs):
+            for k, tree in trees.items():
+                runs[k].append(_run([sys.executable, "-P", "-m", "diag", "analyze", "--json",
+                                     str(path)], env=_tree_env(tree)))
+            for k in trees:
+                runs["rg" + k].append(_run([rg, "-c", "-i", "-F", *gz, "-f", str(lits[k]),
+                                            *files]))
+
+        def med(k: str, attr: str, runs: dict[str, list[Run]] = runs) -> float:
+            return float(statistics.median(getattr(r, attr) for r in runs[k]))
+
+        loads = [r.load for rs in runs.values() for r in rs]
+        print(f"| {name} | {min(loads):.1f}-{max(loads):.1f} "
+              f"| {med('A', 'cpu_s'):.2f} / {med('A', 'wall_s'):.2f} "
+              f"| {med('B', 'cpu_s'):.2f} / {med('B', 'wall_s'):.2f} "
+              f"| {med('A', 'cpu_s') / med('B', 'cpu_s'):.3f} "
+              f"| {max(r.rss_mb for r in runs['A']):.0f} | {max(r.rss_mb for r in runs['B']):.0f} "
+              f"| {med('rgA', 'cpu_s'):.2f} / {med('rgA', 'wall_s'):.2f} "
+              f"| {med('rgB', 'cpu_s'):.2f} / {med('rgB', 'wall_s'):.2f} |", flush=True)
+    return 0
 
 
 def _mix_path(folder: Path, name: str, size_mib: int) -> Path:
@@ -142,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", type=Path, default=Path("/tmp/diag-bench"))
     ap.add_argument("--update-readme", action="store_true")
     ap.add_argument("--drop", action="store_true", help="delete each mix after measuring it")
+    ap.add_argument("--against", type=Path,
+                    help="another diag checkout: paired runs, this one (A) and it (B)")
+    ap.add_argument("--pairs", type=int, default=3, help="rounds per mix with --against")
     a = ap.parse_args(argv)
     names = [n for n in a.mixes.split(",") if n]
     unknown = [n for n in names if n not in MIXES]
@@ -152,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     rg = shutil.which("rg")
     if rg is None:
         raise SystemExit("ripgrep (rg) is needed for the reference runs: apt-get install ripgrep")
+    if a.against is not None:
+        return _paired(a, names, rg)
     lits = _literal_file(a.dir)
     rows: list[str] = []
     for name in names:

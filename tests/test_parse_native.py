@@ -112,6 +112,57 @@ def test_candidates_equal_hyperscan_on_long_random_chunks() -> None:
         _assert_label_offsets(chunk, b.label_at)
 
 
+# literals past the scanner's 32 walked bytes (kind 3: the rest compared where the first
+# 32 occur), two with the same first 32, one whose first 32 are another literal's end
+LONG = ("the request queue is long; consider increasing --max-running-requests",
+        "the request queue is long; consider lowering the request rate",
+        "failed to load the model weights from the checkpoint",
+        "weights from the checkpoint shard 3",
+        "ncclsystemerror: system call (e.g. socket, malloc) or external library call failed")
+
+
+def _long_pieces(rng: random.Random) -> list[bytes]:
+    """A literal of LONG whole, cut short, or broken past its 32nd byte (another byte, a
+    newline, a CR), in mixed case, among the short pieces."""
+    out: list[bytes] = []
+    for _ in range(rng.randint(0, 40)):
+        lit = bytearray(rng.choice(LONG).encode())
+        for i in range(len(lit)):
+            if rng.random() < 0.1:
+                lit[i : i + 1] = lit[i : i + 1].upper()
+        roll = rng.random()
+        if roll < 0.4:
+            cut = rng.randint(1, len(lit) - 1)
+            lit[cut:cut + 1] = rng.choice([b"\n", b"\r", b"x", b"", b" "])
+        elif roll < 0.6:
+            lit = lit[: rng.randint(1, len(lit))]
+        out.append(bytes(lit))
+        out += _pieces(rng)[:8]
+    return out
+
+
+def test_long_literals_equal_hyperscan_on_random_chunks() -> None:
+    """Candidates past the 32 bytes the scanner walks: the same lines as Hyperscan with
+    the whole literals, with labels and line-before literals around them."""
+    lits = LITERALS + LONG
+    saved = list(native._LOADED)
+    native._LOADED[:] = [None]
+    try:
+        hs = Matcher(lits, LABELS)
+    finally:
+        native._LOADED[:] = saved
+    nat = Matcher(lits, LABELS)
+    assert nat.engine == "native"
+    rng = random.Random(23)
+    for _ in range(1500):
+        chunk = b"".join(_long_pieces(rng))
+        a, b = hs.lines(chunk), nat.lines(chunk)
+        assert a.candidates.tolist() == b.candidates.tolist(), chunk
+        assert a.present == b.present, chunk
+        assert b.label_at is not None
+        _assert_label_offsets(chunk, b.label_at)
+
+
 def test_candidates_equal_hyperscan_on_the_corpus() -> None:
     """Every real log with diag's own literal set (the one the analyser uses)."""
     from diag.analyze import _literals

@@ -29,7 +29,15 @@
 #define FLAG 0x80000000u
 #define MASK 0x7fffffffu
 
-enum { OUT_CAND = 1, OUT_PREV = 2, OUT_LIST = 4 };
+enum { OUT_CAND = 1, OUT_PREV = 2, OUT_LIST = 4, OUT_CHECK = 8 };
+
+/* A candidate literal of kind 3 goes into the automaton by its first DG_CUT bytes only;
+ * where those occur, the rest is compared (any ASCII case) before the line is a
+ * candidate. The same candidates as the whole literal walked (a line holds a literal
+ * where it holds its first bytes and its rest after them), with an automaton a fraction
+ * of the size: the phase catalogue's whole-message literals (median 47 bytes, some over
+ * 500) made most of its states. */
+#define DG_CUT 32
 
 typedef struct {
     int32_t n_states;
@@ -42,7 +50,9 @@ typedef struct {
     int32_t *dict;         /* per state: nearest state down its failure chain with own patterns */
     int32_t n_patterns;
     int32_t *plen;         /* per pattern: length */
-    int32_t *kind;         /* per pattern: 0 candidate, 1 candidate + line before, 2 listed */
+    int32_t *kind;         /* per pattern: 0 candidate, 1 candidate + line before, 2 listed,
+                            * 3 candidate checked past its first DG_CUT bytes (as given
+                            * longer than that; else 0) */
     int32_t *bit;          /* per pattern: its index among the kind-2 patterns */
     uint8_t **pat;         /* per pattern: its bytes as given (for the case-sensitive check) */
     int32_t nl_class;      /* class of '\n' */
@@ -119,7 +129,7 @@ static inline int32_t trie_step(int32_t *child, int32_t *sibling, int32_t *edge,
  * kind 1 pattern's first letter under both cases (lower first), else its first byte as
  * given; returns how many (0: not a tail pattern, kind 0 or empty) */
 static int tail_bytes(const uint8_t *p, int32_t len, int32_t kind, int caseless, uint8_t *fb) {
-    if (kind == 0 || len <= 0) return 0;
+    if (kind == 0 || kind == 3 || len <= 0) return 0;
     uint8_t lo = fold(p[0], caseless);
     if (kind == 1 && caseless && lo >= 'a' && lo <= 'z') {
         fb[0] = lo;
@@ -160,7 +170,7 @@ static void encode_row(dg_ac *ac, int32_t s, int32_t f, const int32_t *child,
     if (ac->cr_class >= 0) row[ac->cr_class] = FLAG;
 }
 
-/* patterns: n byte strings (data concatenated, lens[i] each); kinds[i]: 0/1/2 as above.
+/* patterns: n byte strings (data concatenated, lens[i] each); kinds[i]: 0-3 as above.
  * caseless: ASCII letters match either case (the check of kind 2 is case-sensitive in
  * any automaton: those are labels). special: classes of their own for '\n' and '\r'. */
 dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, int32_t n,
@@ -179,8 +189,9 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
     int64_t total = 1;
     const uint8_t *p = data;
     for (int32_t i = 0; i < n; i++) {
-        for (int32_t j = 0; j < lens[i]; j++) used[fold(p[j], caseless)] = 1;
-        total += lens[i];
+        int32_t walked = kinds[i] == 3 && lens[i] > DG_CUT ? DG_CUT : lens[i];
+        for (int32_t j = 0; j < walked; j++) used[fold(p[j], caseless)] = 1;
+        total += walked;
         p += lens[i];
     }
     int32_t k = 1;
@@ -223,14 +234,16 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
     p = data;
     for (int32_t i = 0; i < n; i++) {
         int32_t len = lens[i];
+        int32_t kind = kinds[i] == 3 && len <= DG_CUT ? 0 : kinds[i];
+        int32_t walked = kind == 3 ? DG_CUT : len;
         ac->plen[i] = len;
-        ac->kind[i] = kinds[i];
-        ac->bit[i] = kinds[i] == 2 ? listed++ : -1;
+        ac->kind[i] = kind;
+        ac->bit[i] = kind == 2 ? listed++ : -1;
         ac->pat[i] = malloc(len ? (size_t)len : 1);
         if (!ac->pat[i]) DG_BUILD_FAIL
         memcpy(ac->pat[i], p, (size_t)len);
         int32_t s = 0;
-        for (int32_t j = 0; j < len; j++) {
+        for (int32_t j = 0; j < walked; j++) {
             s = trie_step(child, sibling, edge, ac->depth, s, ac->cls[fold(p[j], caseless)],
                           &states);
         }
@@ -238,8 +251,9 @@ dg_ac *dg_build(const uint8_t *data, const int32_t *lens, const int32_t *kinds, 
         if (len == 0) continue;
         ac->next_own[i] = ac->own[s];
         ac->own[s] = i;
-        if (kinds[i] == 0) ac->out[s] |= OUT_CAND;
-        else if (kinds[i] == 1) ac->out[s] |= OUT_CAND | OUT_PREV;
+        if (kind == 0) ac->out[s] |= OUT_CAND;
+        else if (kind == 1) ac->out[s] |= OUT_CAND | OUT_PREV;
+        else if (kind == 3) ac->out[s] |= OUT_CHECK;
         else ac->out[s] |= OUT_LIST;
     }
     /* the tail: the kind 1 and 2 patterns by first byte (candidate automata only) */
@@ -492,6 +506,22 @@ static void tail_scan(const dg_ac *ac, const uint8_t *buf, int64_t size, int64_t
             tail_at(ac, buf, p, to, after, line, mask, n_lines, labels, pos);
 }
 
+/* whether kind 3 pattern pi, whose first DG_CUT bytes end the text at `start` +
+ * DG_CUT, goes on there to its end: its rest compared in any ASCII case, on the same
+ * line (a newline or a CR, where the walk goes back to the root, ends the match) */
+static inline int checked_rest(const dg_ac *ac, const uint8_t *buf, int64_t size,
+                               int64_t start, int32_t pi) {
+    int32_t len = ac->plen[pi];
+    if (start < 0 || start + len > size) return 0;
+    const uint8_t *p = ac->pat[pi], *at = buf + start;
+    for (int32_t j = DG_CUT; j < len; j++) {
+        uint8_t b = at[j];
+        if (b == '\n' || b == '\r' || fold(b, ac->caseless) != fold(p[j], ac->caseless))
+            return 0;
+    }
+    return 1;
+}
+
 static inline void hit(const dg_ac *ac, const uint8_t *buf, int64_t size, uint8_t *mask,
                        int64_t n_lines, lane_t *L, uint8_t b, uint64_t *labels,
                        label_pos_t *pos, const int64_t *nl, int64_t n_nl, int ssse3) {
@@ -521,30 +551,35 @@ static inline void hit(const dg_ac *ac, const uint8_t *buf, int64_t size, uint8_
     }
     int32_t st = state_of(ac, L->s);
     uint8_t o = ac->out[st];
-    if (o & (OUT_CAND | OUT_PREV)) {
-        DG_LINE_UP
-        if (line < n_lines) {
-            if (o & OUT_CAND) mask[line] = 1;
-            if ((o & OUT_PREV) && line > 0) mask[line - 1] = 1;
-        }
-    }
-#undef DG_LINE_UP
-    if (o & OUT_LIST) {
+    int cand = (o & OUT_CAND) != 0;
+    if (o & (OUT_LIST | OUT_CHECK)) {
         int32_t d = ac->own[st] < 0 ? ac->dict[st] : st;
         while (d >= 0) {
             for (int32_t pi = ac->own[d]; pi >= 0; pi = ac->next_own[pi]) {
                 int32_t len = ac->plen[pi];
-                if (ac->kind[pi] == 2 && ac->bit[pi] < 64 && i + 1 >= len &&
-                    memcmp(buf + i + 1 - len, ac->pat[pi], (size_t)len) == 0)
-                    label_hit(ac, pi, i + 1 - len, labels, pos);
+                if (ac->kind[pi] == 2) {
+                    if (ac->bit[pi] < 64 && i + 1 >= len &&
+                        memcmp(buf + i + 1 - len, ac->pat[pi], (size_t)len) == 0)
+                        label_hit(ac, pi, i + 1 - len, labels, pos);
+                } else if (ac->kind[pi] == 3 && !cand) {
+                    cand = checked_rest(ac, buf, size, i + 1 - DG_CUT, pi);
+                }
             }
             d = ac->dict[d];
         }
     }
+    if (cand || (o & OUT_PREV)) {
+        DG_LINE_UP
+        if (line < n_lines) {
+            if (cand) mask[line] = 1;
+            if ((o & OUT_PREV) && line > 0) mask[line - 1] = 1;
+        }
+    }
+#undef DG_LINE_UP
     /* a candidate line (with newline offsets): its rest is searched for the tail's
      * patterns, and the walk goes on from its newline (the caller's step moves past
      * L->i: the newline is walked, back to the root) */
-    if ((o & OUT_CAND) && line < n_lines && nl) {
+    if (cand && line < n_lines && nl) {
         int64_t to = line < n_nl ? nl[line] : size;
         if (ac->n_tail) {
             int64_t from = line > 0 ? nl[line - 1] + 1 : 0;

@@ -277,7 +277,9 @@ def _addr(chunk: bytes | bytearray) -> int:
 
 class Automaton:
     """One automaton of byte strings. ``kinds[i]``: 0 a candidate literal, 1 a candidate
-    whose line before is one too, 2 a label (reported by presence, matched with its case).
+    whose line before is one too, 2 a label (reported by presence, matched with its case),
+    3 a candidate literal walked by its first 32 bytes, its rest compared where they occur
+    (same candidates as 0, a smaller automaton for long literals).
     ``caseless``: ASCII letters of the input match either case."""
 
     def __init__(self, native: Native, patterns: Sequence[bytes], kinds: Sequence[int],

@@ -320,7 +320,12 @@ class Matcher:
         if nat is not None:
             pats = [lit.encode("utf-8", "surrogatepass") for lit in self.literals]
             pats += [lab.encode("utf-8", "surrogatepass") for lab in self.labels]
-            kinds = [1 if i in self._before else 0 for i in range(len(self.literals))]
+            # (speed) kind 3: a literal past 32 bytes is walked by its first 32 and its
+            # rest compared where they occur (_scan.c's DG_CUT): the same candidates, with
+            # the phase catalogue's whole-message literals (4,333 literals, median 47
+            # characters) an automaton of 86k states and 45 MB instead of 218k and 115 MB
+            # (built at every run: 0.11 -> 0.05 s of CPU; 70 MB less peak RSS)
+            kinds = [1 if i in self._before else 3 for i in range(len(self.literals))]
             kinds += [2] * len(self.labels)
             if len(self.labels) <= 64:
                 try:
