@@ -451,11 +451,6 @@ TUNING_XFAIL: dict[str, str] = {
         "traceback is cut at EngineCore.__init__ (line 150), whose line, not its name, says "
         "which step it called"
     ),
-    "stacks/vlm-r1-jun-2025-grpo-rec-none-dealloc-faulthandler-timestamp-prefixed-after-header-eight-no-python-frame-threads-tqdm-step-2269-window": (  # noqa: E501
-        "new case (gather s37): idle_loop for a dump whose every visible thread shows "
-        "'<no Python frame>' (the crashing thread outside the window); diag reads no frame "
-        "at all as no process"
-    ),
     # gather s42 (2026-12-07), scored before any change made for it (branch fx42a's cases)
     "sglang/lmcache-pr-oct-2025-sglang-tp1-uvicorn-get-model-info-then-scheduler-exception-groupcoordinator-no-allreduce-event-loop-overlap-cut": (  # noqa: E501
         "new case (gather s42): listening for a scheduler traceback from event_loop_overlap "

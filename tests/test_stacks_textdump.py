@@ -1426,3 +1426,46 @@ def test_lost_newlines_in_a_c10_frame_list() -> None:
         assert [p.wait_site for p in got] == ["stack.dist_init"], repr(sep)
         assert [f.name for f in got[0].threads[0].frames] == [
             f.name for f in clean[0].threads[0].frames], repr(sep)
+
+
+def test_faulthandler_threads_with_no_python_frame_are_a_process_of_native_threads() -> None:
+    # CPython Python/traceback.c dump_traceback (3.3-3.14) writes `<no Python frame>` for a
+    # thread that runs no Python, `<tstate is freed>` for a freed one, and 3.13+'s
+    # _Py_DumpTracebackThreads `Garbage-collecting` under the current thread's header
+    text = (
+        "Fatal Python error: none_dealloc: deallocating None\n"
+        "Python runtime state: initialized\n\n"
+        "Thread 0x00007fd0e57fe640 (most recent call first):\n"
+        "  <no Python frame>\n\n"
+        "Thread 0x00007fd0e5fff640 (most recent call first):\n"
+        "  <tstate is freed>\n"
+    )
+    (p,) = parse_stack_text(text)
+    assert p.mode == "faulthandler" and len(p.threads) == 2
+    assert all(not t.frames for t in p.threads)
+    assert p.wait_site == "stack.idle_loop"
+    # with a log collector's time stamp before every line
+    stamped = "\n".join(f"2025-06-22 03:09:55  {x}" for x in text.splitlines())
+    (q,) = parse_stack_text(stamped)
+    assert q.wait_site == "stack.idle_loop" and len(q.threads) == 2
+
+
+def test_faulthandler_headers_without_any_marker_or_frame_are_no_process() -> None:
+    # a thread header whose frames the paste lost says nothing: no process is made of it
+    text = (
+        "Thread 0x00007fd0e57fe640 (most recent call first):\n\n"
+        "Thread 0x00007fd0e5fff640 (most recent call first):\n"
+    )
+    assert parse_stack_text(text) == []
+
+
+def test_faulthandler_garbage_collecting_line_is_not_a_frame() -> None:
+    text = (
+        "Current thread 0x00007f10 (most recent call first):\n"
+        "  Garbage-collecting\n"
+        '  File "/x/torch/cuda/__init__.py", line 985 in synchronize\n'
+        '  File "/x/train.py", line 12 in step\n'
+    )
+    (p,) = parse_stack_text(text)
+    assert [f.name for f in p.threads[0].frames] == ["synchronize", "step"]
+    assert p.wait_site == "stack.cuda_sync"

@@ -1560,7 +1560,9 @@ def _all_idle_helpers(p: StackProcess) -> bool:
     convention reads the visible threads (no main thread doing work in sight)."""
     if not p.threads:
         return False
-    return any(t.frames for t in p.threads) and all(
+    # a faulthandler process without a frame is one whose every thread said `<no Python
+    # frame>` (textdump keeps no other): native threads only, nothing doing Python work
+    return (any(t.frames for t in p.threads) or p.mode == "faulthandler") and all(
         _parked_worker(t, p)
         or ((t.idle is True or _parked(t, p.mode)) and (is_helper_thread(t) or not t.frames))
         # a listener helper (a pipe or socket reader's loop) in a dump without thread

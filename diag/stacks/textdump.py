@@ -148,6 +148,12 @@ _FH_THREAD = re.compile(
     r"\(most recent call first\):$"
 )
 _FH_STACK = re.compile(r"^Stack \(most recent call first\):$")
+# what faulthandler writes in a thread's place instead of frames (CPython Python/traceback.c
+# dump_traceback, 3.3-3.14): "  <no Python frame>" (a thread that runs no Python: a native
+# helper, or one that has not entered Python yet), "  <tstate is freed>" (3.9+); and
+# _Py_DumpTracebackThreads' "  Garbage-collecting" (3.13+) under the current thread's header
+_FH_NO_FRAME = frozenset({"<no Python frame>", "<tstate is freed>"})
+_FH_GC = "Garbage-collecting"
 # torch's fatal-signal stack printer: `!!!!!!! Segfault encountered !!!!!!!`, then frames as
 # `File "<unknown>", line 0, in cudaMemcpyBatchAsync` (C++ symbols; Python frames with
 # their file), innermost first
@@ -390,6 +396,7 @@ class _Thread:
     current: bool = False  # faulthandler's `Current thread` (or its lone `Stack`)
     cstack: list[StackFrame] = field(default_factory=list)  # its C stack, innermost first
     calls: dict[int, str] = field(default_factory=dict)  # frame index -> source line under it
+    no_python: bool = False  # faulthandler wrote `<no Python frame>` in its frames' place
 
 
 @dataclass(slots=True)
@@ -426,7 +433,12 @@ class _Proc:
                 )
             )
         rank = rank_from_title(self.title) or self.rank
-        if not any(t.frames for t in threads):
+        if not any(t.frames for t in threads) and not (
+            # faulthandler's threads that run no Python (each says `<no Python frame>`):
+            # a process in sight, its threads native helpers (classify: an idle loop)
+            self.kind == "faulthandler" and self.threads
+            and all(t.no_python and not t.cstack for t in self.threads)
+        ):
             if self.error is None or self.pid is None:
                 return None
             return StackProcess(
@@ -924,6 +936,14 @@ class _Channel:
         self.gdb = True
 
     def _feed_header(self, ln: _Line, stripped: str) -> bool:
+        if (
+            stripped[:1] in "<G" and self.thread is not None and self.proc is not None
+            and self.proc.kind == "faulthandler" and not self.thread.frames
+            and (stripped == _FH_GC or stripped in _FH_NO_FRAME)
+        ):
+            if stripped != _FH_GC:
+                self.thread.no_python = True
+            return True
         if (self.ucx or stripped[:1].isdigit() or stripped[:1] in "=[") and self._feed_ucx(
             ln, stripped
         ):
