@@ -1469,3 +1469,18 @@ def test_faulthandler_garbage_collecting_line_is_not_a_frame() -> None:
     (p,) = parse_stack_text(text)
     assert [f.name for f in p.threads[0].frames] == ["synchronize", "step"]
     assert p.wait_site == "stack.cuda_sync"
+
+
+def test_pyspy_thread_header_retyped_with_the_name_before_the_state() -> None:
+    # py-spy prints `Thread 0x7F.. (active): "name"`; a re-typed header puts the quoted
+    # name first and drops the id: `Thread "name" (active):`
+    text = (
+        'Thread "engine-0" (active):\n'
+        "    _serialize (app/cache/store.py:737)\n"
+        "    step (app/scheduler.py:120)\n\n"
+        'Thread "writer" (idle):\n'
+        "    wait (threading.py:363)\n"
+        "    get (queue.py:210)\n"
+    )
+    (p,) = parse_stack_text(text)
+    assert [(t.name, t.idle) for t in p.threads] == [("engine-0", False), ("writer", True)]

@@ -137,9 +137,11 @@ _IGNORED = re.compile(
     # --pid 12`, `####### user@host #######` (they neither end nor split a dump)
     r"|^(?:-{3,}|={3,}|#{3,}|\*{3,}|\+{3,})(?:\s.*)?$"
 )
-# py-spy's thread header; reporters re-typing it drop the id: `Thread (idle) "MainThread"`
+# py-spy's thread header; reporters re-typing it drop the id: `Thread (idle) "MainThread"`,
+# or put the name first: `Thread "engine-0" (active):`
 _PYSPY_THREAD = re.compile(
-    r"^Thread (?:(0x[0-9a-fA-F]+|\d+) )?\(((?:idle|active|gil)(?:\+[a-z]+)*)\):?"
+    r"^Thread (?:(0x[0-9a-fA-F]+|\d+) )?(?:\"(?P<first>[^\"]*)\" )?"
+    r"\(((?:idle|active|gil)(?:\+[a-z]+)*)\):?"
     r'(?: "(.*)")?:?$'
 )
 # Python >= 3.14 adds the OS thread name: `Thread 0x7f.. [pt_nccl_watchdg] (most ...):`
@@ -1050,7 +1052,7 @@ class _Channel:
             if proc is None:
                 proc = self._open(ln, "text")
             tid = _int_id(m.group(1)) if m.group(1) else None
-            self._new_thread(proc, tid, m.group(3), m.group(2))
+            self._new_thread(proc, tid, m.group(4) or m.group("first"), m.group(3))
             return True
         m = _FH_THREAD.match(stripped)
         if m or _FH_STACK.match(stripped):
