@@ -491,11 +491,7 @@ TUNING_XFAIL: dict[str, str] = {
         "(shm_broadcast 'No available shared memory broadcast block', a gloo recv timeout, "
         "a worker's death) occur in start-up RPCs and serving alike: no line proves serving"
     ),
-    "stacks/omlx-0.5.4-m3-ultra-engine-wedged-pyspy-engine-thread-active-serialize-boundary-snapshot-writer-idle-queue-get": (  # noqa: E501
-        "new case (gather s44): an MLX (Apple Metal) server; thread headers without a "
-        "thread id ('Thread \"name\" (active):', no py-spy form) and a label the gatherer "
-        "calls a judgement call (cuda_sync, or gil_or_lock by the maintainer's lead)"
-    ),    # gather s45 (2026-12-07), scored before any change made for it: 10/16 tuning logs
+    # gather s45 (2026-12-07), scored before any change made for it: 10/16 tuning logs
     "vllm/healthy-benchmark-log-v0.10.1.1-gpt-oss-120b-tp4-ray-4-pods-across-nodes-a100-mxfp4-marlin-shards-81s-per-it-weights-1216s-ansi-ray-dedup-uvicorn-startup-complete": (  # noqa: E501
         "new case (gather s45): label conflict: quant.unsupported unexpected for vLLM's "
         "'Your GPU does not have native support for FP4 computation ... leveraging the "

@@ -1591,7 +1591,18 @@ TILED_DECODE = (
 )
 
 
-@pytest.mark.parametrize("lines", [TRAINING_STEP, TILED_DECODE], ids=["deepspeed", "windows"])
+# An MLX server's generation step (mlx-lm's generate.py; a server built on it), its arrays
+# evaluated lazily: the thread waits for the Metal stream where it reads or saves them
+MLX_STEP = (
+    "_step (mlx_lm/generate.py:1052)",
+    "next (mlx_lm/generate.py:1210)",
+    "_generate (mlx_lm/server.py:640)",
+)
+
+
+@pytest.mark.parametrize(
+    "lines", [TRAINING_STEP, TILED_DECODE, MLX_STEP], ids=["deepspeed", "windows", "mlx"]
+)
 def test_active_without_the_gil_over_torch_is_a_cuda_sync(lines: tuple[str, ...]) -> None:
     assert classify_frames(frames(*lines)) == (None, None)
     got = classify_thread_rule(_state_thread(lines, idle=False, gil=False))

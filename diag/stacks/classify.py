@@ -1443,8 +1443,11 @@ def is_serving_worker_stack(frames: Sequence[StackFrame]) -> bool:
 
 # Python packages whose frames run GPU work through torch: torch itself (autograd, the
 # nn modules, the no-grad decorator that wraps a model call), DeepSpeed's and Megatron's
-# training engines
-_GPU_COMPUTE_PATH = re.compile(r"(^|/)(torch|deepspeed|megatron)/")
+# training engines; and through Apple's MLX, whose arrays are lazy (an mx.eval, .item(),
+# .tolist() or a save of arrays waits for the Metal stream): mlx itself, ml-explore's
+# mlx-lm and mlx-vlm (generate.py, server.py) and the servers built on them (jundot/omlx:
+# omlx/scheduler.py, engine_core.py)
+_GPU_COMPUTE_PATH = re.compile(r"(^|/)(torch|deepspeed|megatron|mlx|mlx_lm|mlx_vlm|omlx)/")
 
 
 def is_gpu_compute_stack(frames: Sequence[StackFrame]) -> bool:
