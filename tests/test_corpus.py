@@ -123,11 +123,6 @@ TUNING_XFAIL: dict[str, str] = {
         "as serving, which a committed case labelled serving needs"
     ),
     # gather s10 (2026-12-05), each scored before any change made for it
-    "stacks/aperag-uvicorn-reranker-hf-fast-tokenizer-batch-encode-idle-deadlock": (
-        "new case (gather s10): gil_or_lock is the labeller's inference (a known tokenizers "
-        "deadlock); the dump shows a thread py-spy calls idle inside a Rust tokenizer call, "
-        "which no frame names as a lock, and the thread does not state the cause"
-    ),
     "vllm/databricks-notebook-unsloth-vllm-stdout-prefix-debug-stream-ended-before-readiness": (
         "new case (gather s10): startup.no_listen_port rests on a wrapper's own message "
         "(Unsloth's 'Stdout stream ended before readiness message detected'), not on a line "
@@ -143,12 +138,6 @@ TUNING_XFAIL: dict[str, str] = {
         "unexpected keyword argument"
     ),
     # gather s11 (2026-12-05), each scored before any change made for it
-    "stacks/comfyui-windows-15gb-clip-safetensors-get-tensor-access-violation-hand-condensed-stack": (  # noqa: E501
-        "new case (gather s11): the reporter rewrote the stack by hand (`path line N in func "
-        "(...)`); read as faulthandler frames under its header, but the frames (torch storage "
-        "__getitem__ under ComfyUI's load_torch_file) name no weight read: safe_open and "
-        "get_tensor are only in the reporter's notes"
-    ),
     "vllm/dgx-spark-mxfp4-compose-apiserver-enginedeaderror-destroy-pg-warning-500s": (
         "labelled listening by the letter (only 500 answers, no serving marker in the "
         "window) although the thread says it was serving; the API server's output_handler -> "

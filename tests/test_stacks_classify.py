@@ -538,6 +538,18 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
     ),
     ("torch-load", "stack.weights_io", ("load (torch/serialization.py:1300)",)),
     (
+        "checkpoint-file-loader",
+        "stack.weights_io",
+        ("__getitem__ (torch/storage.py:471)", "load_torch_file (comfy/utils.py:136)",
+         "load_clip (comfy/sd.py:1454)"),
+    ),
+    (
+        "hf-state-dict-loader",
+        "stack.weights_io",
+        ("load_state_dict (transformers/modeling_utils.py:560)",
+         "_load_pretrained_model (transformers/modeling_utils.py:4800)"),
+    ),
+    (
         "hf-download",
         "stack.weights_io",
         ("SocketIO.readinto (socket.py:706)", "http_get (huggingface_hub/file_download.py:400)"),
@@ -1697,3 +1709,22 @@ def test_the_overlap_schedulers_result_queue_is_a_wait_on_its_own_thread() -> No
         threads=(tqdm, StackThread(thread_id=2, name=None, frames=scheduler)),
     )
     assert pick_thread(p)[1] == "stack.gil_or_lock"
+
+
+def test_idle_in_the_tokenizers_pool_is_a_lock_wait() -> None:
+    """py-spy idle inside Hugging Face tokenizers' batch encode (rayon's pool, the GIL
+    released): waiting for the pool; running there (active) is CPU work, no wait."""
+    from diag.stacks.classify import IDLE_IN_POOL_RULE
+
+    lines = (
+        "_batch_encode_plus (transformers/tokenization_utils_fast.py:452)",
+        "batch_encode_plus (transformers/tokenization_utils_base.py:2879)",
+        "__call__ (transformers/tokenization_utils_base.py:2602)",
+        "rerank (app/rerank.py:40)",
+    )
+    assert classify_frames(frames(*lines)) == (None, None)
+    idle = _state_thread(lines, idle=True, gil=False)
+    assert classify_thread_rule(idle) == ("stack.gil_or_lock", IDLE_IN_POOL_RULE)
+    assert classify_thread_rule(_state_thread(lines, idle=False, gil=False)) == (None, None)
+    assert classify_thread_rule(_state_thread(lines, idle=None, gil=None), "faulthandler") == (
+        None, None)

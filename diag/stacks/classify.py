@@ -65,6 +65,7 @@ __all__ = [
     "C10D_REPORT_RULE",
     "GIL_CONTENTION_RULE",
     "HARD_SITES",
+    "IDLE_IN_POOL_RULE",
     "IDLE_PROCESS_RULE",
     "MUTEX_IN_CALL_RULE",
     "OVERLAP_QUEUE_RULE",
@@ -695,6 +696,30 @@ RULES: tuple[SiteRule, ...] = (
     SiteRule("model-load-weights", _WEIGHTS, native=False, name=r"(^|\.)load_weights$"),
     SiteRule("torch-load", _WEIGHTS, file=r"torch/serialization\.py$"),
     SiteRule("hf-download", _WEIGHTS, file=r"huggingface_hub/|modelscope/hub/"),
+    SiteRule(
+        "checkpoint-file-loader",
+        _WEIGHTS,
+        native=False,
+        name=r"(^|\.)load_torch_file$",
+        why="ComfyUI's checkpoint reader (comfy/utils.py load_torch_file, 2023-2026: "
+        "safetensors safe_open / get_tensor or torch.load of one file), copied by its forks "
+        "(Forge's ldm_patched/modules/utils.py) and custom nodes under the same name",
+    ),
+    SiteRule(
+        "hf-state-dict-loader",
+        _WEIGHTS,
+        native=False,
+        file=r"(^|/)(transformers/modeling_utils|accelerate/utils/modeling|"
+        r"diffusers/models/(model_loading_utils|modeling_utils))\.py$",
+        name=r"(^|\.)(load_state_dict|_load_state_dict_into_meta_model|load_shard_file|"
+        r"load_checkpoint_in_model|load_model_dict_into_meta|_load_shard_file)$",
+        why="Hugging Face's checkpoint readers: transformers' modeling_utils.py "
+        "load_state_dict (4.x) / _load_state_dict_into_meta_model (4.20+) / load_shard_file "
+        "(4.51+), accelerate's utils/modeling.py load_state_dict and "
+        "load_checkpoint_in_model, diffusers' models/model_loading_utils.py load_state_dict "
+        "and load_model_dict_into_meta (models/modeling_utils.py before 0.23): reading a "
+        "checkpoint shard (safetensors or torch.load) into the model",
+    ),
     SiteRule(
         "weights-readers",
         _WEIGHTS,
@@ -1371,6 +1396,26 @@ C10D_REPORT_RULE = SiteRule(
     "collective:` / `#N func from file:line`, ProcessGroupNCCL.cpp, torch 2.4+) is the "
     "Python stack that issued that collective, whatever its visible frames",
 )
+# Calls that hand work to a native thread pool with the GIL released and wait for it: an
+# idle thread there (py-spy: off the CPU) waits for the pool, not for a device or a peer.
+# Hugging Face tokenizers' batch encode (PyTokenizer.encode_batch, bindings/python/src/
+# tokenizer.rs, py.allow_threads over rayon's par_iter; the fast tokenizer's
+# _batch_encode_plus in transformers' tokenization_utils_fast.py calls it): the pool's
+# known deadlock is a fork after it was used (utils/parallelism.rs warns 'The current
+# process just got forked, after parallelism has already been used').
+IDLE_IN_POOL_RULE = SiteRule(
+    "idle-in-native-pool",
+    _LOCK,
+    native=False,
+    file=r"(^|/)(transformers/tokenization_utils_fast|tokenizers/implementations/"
+    r"base_tokenizer)\.py$",
+    name=r"(^|\.)(_batch_encode_plus|encode_batch|encode_batch_fast)$",
+    why="py-spy shows the thread idle (off the CPU, the GIL released) in Hugging Face "
+    "tokenizers' batch encode (transformers tokenization_utils_fast.py _batch_encode_plus, "
+    "tokenizers encode_batch): the Rust encoder runs on rayon's thread pool and this "
+    "thread waits for it; idle, the pool is not working (after a fork the pool is "
+    "deadlocked, utils/parallelism.rs): a lock wait (LABELS.md stack.gil_or_lock)",
+)
 GIL_CONTENTION_RULE = SiteRule(
     "gil-contention",
     _LOCK,
@@ -1501,6 +1546,10 @@ def classify_thread_rule(
         return C10D_REPORT_RULE.site, C10D_REPORT_RULE
     if site is not None:
         return site, rule
+    if thread.idle is True and thread.frames and not thread.frames[0].native and (
+        IDLE_IN_POOL_RULE.matches(thread.frames[0])
+    ):
+        return IDLE_IN_POOL_RULE.site, IDLE_IN_POOL_RULE
     if (
         in_native_call(thread, mode)
         and thread.frames
@@ -1835,7 +1884,7 @@ def classify_wchan(wchan: str | None) -> str | None:
 def _table_patterns() -> list[str]:
     """Every pattern of the rules and the wchan rules."""
     rules = (*RULES, NATIVE_CALL_RULE, C10D_REPORT_RULE, GIL_CONTENTION_RULE,
-             IDLE_PROCESS_RULE, MUTEX_IN_CALL_RULE)
+             IDLE_PROCESS_RULE, MUTEX_IN_CALL_RULE, IDLE_IN_POOL_RULE)
     found = [p for rule in rules for p in (rule.name, rule.file) if p is not None]
     return found + [pattern for pattern, _ in WCHAN_RULES]
 
@@ -1850,6 +1899,7 @@ def _check_table(*, compile_patterns: bool = False) -> None:
         GIL_CONTENTION_RULE,
         IDLE_PROCESS_RULE,
         MUTEX_IN_CALL_RULE,
+        IDLE_IN_POOL_RULE,
     ):
         if rule.site not in STACK_SITES:
             raise ValueError(f"rule {rule.id}: unknown site {rule.site}")
