@@ -1728,3 +1728,59 @@ def test_idle_in_the_tokenizers_pool_is_a_lock_wait() -> None:
     assert classify_thread_rule(_state_thread(lines, idle=False, gil=False)) == (None, None)
     assert classify_thread_rule(_state_thread(lines, idle=None, gil=None), "faulthandler") == (
         None, None)
+
+
+def _native_thread(tid: int, *frames_in: tuple[str, str]) -> StackThread:
+    return StackThread(
+        thread_id=tid,
+        name=None,
+        frames=tuple(StackFrame(name=n, filename=f, native=True) for n, f in frames_in),
+    )
+
+
+def test_nccl_internal_threads_and_glibc_source_places_are_helpers() -> None:
+    """NCCL's own poll threads (unsymbolised libnccl between libc frames, glibc itself
+    unsymbolised) and libcuda's threads whose libc frames gdb names by glibc's source
+    place (`at ../sysdeps/...`) are helpers: the main thread's driver wait decides."""
+    libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+    nccl = _native_thread(
+        2, ("poll", libc), ("0x00007fb29b7d2172", "/usr/lib/libnccl.so.2"),
+        ("0x00007fb34a09caa4", libc), ("0x00007fb34a129c3c", libc),
+    )
+    cuda = _native_thread(
+        3, ("accept4", "../sysdeps/unix/sysv/linux/accept4.c"),
+        ("0x00007f55a959e4a6", "/usr/lib64/libcuda.so.1"),
+        ("start_thread", "/opt/glibc/lib/libpthread.so.0"),
+        ("clone", "../sysdeps/unix/sysv/linux/x86_64/clone.S"),
+    )
+    assert is_helper_thread(nccl) and is_helper_thread(cuda)
+    main = replace(
+        _native_thread(1, *[(f"0x00007fb24f84fe8{i}", "/usr/local/cuda/compat/libcuda.so.1")
+                            for i in range(3)]),
+        name="MainThread",
+    )
+    p = StackProcess(pid=1, title=None, threads=(nccl, cuda, main), mode="gdb")
+    thread, site = pick_thread(p)
+    assert thread is main and site == "stack.cuda_sync"
+    # a thread of the program's own code calling NCCL is no helper
+    caller = _native_thread(
+        4, ("0x00007fb29b7d2172", "/usr/lib/libnccl.so.2"),
+        ("c10d::ProcessGroupNCCL::allreduce", "/x/libtorch_cuda.so"), ("start_thread", libc),
+    )
+    assert not is_helper_thread(caller)
+
+
+def test_a_frame_injected_to_print_the_stack_is_not_where_it_waits() -> None:
+    """traceback.print_stack() run inside the stuck process (pyrasite, gdb's
+    PyRun_SimpleString): its `<string>` <module> frame is innermost; as the outermost frame
+    (spawn's, `python -c`) it stays."""
+    stack = (
+        StackFrame(name="<module>", filename="<string>", line=1),
+        *frames(
+            "all_reduce_multigpu (torch/distributed/__init__.py:306)",
+            "reduction_fn_nccl (torch/nn/parallel/distributed.py:341)",
+            "backward (torch/autograd/__init__.py:90)",
+        ),
+    )
+    assert classify_frames(stack)[0] == "stack.nccl_collective"
+    assert classify_frames(stack[:1]) == (None, None)

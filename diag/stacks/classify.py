@@ -1061,9 +1061,23 @@ _HELPER_FRAME = re.compile(
 # MPI runtime's own library: the CUDA driver's and its debugger backend's poll threads,
 # libevent/PMIx progress loops. It waits for that library's events, not for the model.
 _NATIVE_START = frozenset({"start_thread", "clone", "clone3", "__clone", "__clone3"})
-_LIBC = re.compile(r"(^|/)(libc|libpthread|ld-linux[\w-]*)[.-]")
+# libc's frames: by their library, or, where gdb has glibc's debug info, by its source
+# place as gdb prints it (`accept4 () at ../sysdeps/unix/sysv/linux/accept4.c:38`, `clone
+# () at ../sysdeps/unix/sysv/linux/x86_64/clone.S:115`, `__lll_lock_wait () at
+# ../nptl/sysdeps/...`): paths relative to glibc's build folder, its top-level source folders
+_LIBC = re.compile(
+    r"(^|/)(libc|libpthread|ld-linux[\w-]*)[.-]|"
+    r"^\.\./(sysdeps|nptl|misc|io|posix|socket|signal|stdlib|string|libio|malloc|elf|"
+    r"time|csu)/"
+)
+# NCCL's (RCCL's) own threads are such threads too: its proxy service and progress
+# threads, the bootstrap root and the IB async-event thread (src/proxy.cc ncclProxyService /
+# ncclProxyProgress, bootstrap.cc, transport/net_ib.cc ncclIbAsyncThreadMain, 2.x), which
+# poll their sockets for the life of a communicator; a collective runs on the thread that
+# called it (its frames are the caller's: libtorch, libpython), not on these.
 _HELPER_LIB = re.compile(
-    r"(^|/)(libcuda|libcudadebugger|libevent(_core|_pthreads)?(-[\d.]+)?|libpmix)\.so"
+    r"(^|/)(libcuda|libcudadebugger|libevent(_core|_pthreads)?(-[\d.]+)?|libpmix|libnccl|"
+    r"librccl)\.so"
 )
 # the frames threading.py puts under every thread's own code: a thread the paste cut to
 # these shows nothing of what it runs
@@ -1296,6 +1310,18 @@ CATALOGUE_OTHER_RELEASE_WHY = (
 )
 
 
+# Code run inside the stuck process to print its stack (a pyrasite payload, gdb's `call
+# PyRun_SimpleString("import traceback; traceback.print_stack()")`, a debugger's exec):
+# compiled from a string, its frame is `File "<string>", line 1, in <module>` (or
+# `<stdin>`) INSIDE the frames it interrupted; the thread waited in the frame outside it.
+# (As the outermost frame it is a `python -c` program or multiprocessing's spawn: kept.)
+_INJECTED_FILE = frozenset({"<string>", "<stdin>"})
+
+
+def _injected(frame: StackFrame) -> bool:
+    return not frame.native and frame.name == "<module>" and frame.filename in _INJECTED_FILE
+
+
 def classify_frames(frames: Sequence[StackFrame]) -> tuple[str | None, SiteRule | None]:
     """The wait site of one stack (innermost frame first) and the rule that decided it.
 
@@ -1306,6 +1332,8 @@ def classify_frames(frames: Sequence[StackFrame]) -> tuple[str | None, SiteRule 
     frame has generic waits inside it, their innermost primitive may say more: a mutex
     inside a collective (:data:`MUTEX_IN_CALL_RULE`), the GPU driver inside a teardown
     (``device_inside``)."""
+    if len(frames) > 1 and _injected(frames[0]):
+        frames = frames[1:]
     chain_open = True  # every frame so far is native, a generic wait or a wrapper
     only_wrappers = True  # every frame so far is a pass-through wrapper
     weak: SiteRule | None = None
@@ -1598,9 +1626,16 @@ def is_helper_thread(thread: StackThread) -> bool:
 
 def _native_library_thread(thread: StackThread) -> bool:
     """A native thread of a driver or runtime library (:data:`_HELPER_LIB`): started by
-    pthread, every frame outside libc in such a library, at least one of them."""
+    pthread (its outermost frame start_thread or clone, or libc's unsymbolised), every
+    frame outside libc in such a library, at least one of them."""
     frames = thread.frames
-    if not frames or frames[-1].name not in _NATIVE_START:
+    if not frames:
+        return False
+    start = frames[-1]
+    if start.name not in _NATIVE_START and not (
+        # glibc without symbols (gdb's `?? () from libc.so.6`): its start_thread / clone3
+        start.native and is_address(start.name) and _LIBC.search(start.filename or "")
+    ):
         return False
     own = [f for f in frames if not _LIBC.search(f.filename or "")]
     return bool(own) and all(f.native and _HELPER_LIB.search(f.filename or "") for f in own)
