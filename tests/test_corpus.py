@@ -305,11 +305,6 @@ TUNING_XFAIL: dict[str, str] = {
         "on Dynamo's '[Processor] Starting Processor instance' (a wrapper's line no source "
         "of vLLM or SGLang prints) with no later time stamp"
     ),
-    "stacks/vllm-ci-rocm-mi300-hybrid-test-state-cleanup-pytest-faulthandler-timeout-25min-one-frame-threading-wait-elided": (  # noqa: E501
-        "new case (gather s17): one visible frame (threading.py wait) of an elided dump; "
-        "the label reads the Condition's lock wait as gil_or_lock, diag a helper's idle "
-        "wait; the caller that would decide is elided"
-    ),
     "sglang/pd-nov-2025-sglang-nixl-gpunetio-cant-register-memory-for-unknown-device-registermem-failed-then-tp3-scheduler-exception-cut": (  # noqa: E501
         "new case (gather s27): labelled kv_cache from NIXL's registerMem failure "
         "(nixl_agent.cpp), which registers KV buffers in SGLang's PD set-up but also vLLM's "

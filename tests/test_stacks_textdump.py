@@ -1484,3 +1484,15 @@ def test_pyspy_thread_header_retyped_with_the_name_before_the_state() -> None:
     )
     (p,) = parse_stack_text(text)
     assert [(t.name, t.idle) for t in p.threads] == [("engine-0", False), ("writer", True)]
+
+
+def test_an_elided_faulthandler_thread_is_not_read_as_a_parked_helper() -> None:
+    # CPython's dump_traceback writes `  ...` after 100 frames; a reporter writes `...` where
+    # they cut: the thread's outer frames (main thread or helper) are out of sight
+    head = "Timeout (0:25:00)!\nThread 0x0000712058fcc640 (most recent call first):\n"
+    frame = '  File "/usr/lib/python3.12/threading.py", line 359 in wait\n'
+    (whole,) = parse_stack_text(head + frame)
+    assert whole.wait_site == "stack.idle_loop"  # a parked thread, no main thread in sight
+    (cut,) = parse_stack_text(head + frame + "  ...\n")
+    assert cut.threads[0].elided and len(cut.threads[0].frames) == 1
+    assert cut.wait_site == "stack.gil_or_lock"  # the Condition's lock, whoever waits in it

@@ -1688,8 +1688,8 @@ def _parked_without_main(p: StackProcess) -> bool:
     for t in p.threads:
         if not t.frames:
             continue
-        if t.idle is not None or is_main_thread(t, p.pid):
-            return False
+        if t.idle is not None or t.elided or is_main_thread(t, p.pid):
+            return False  # (an elided thread may be the main thread: its outer frames are out)
         site, rule = classify_frames(t.frames)
         if rule is None or not (site == _IDLE or rule.id in _PARKING_RULES or _parked_worker(t, p)):
             return False

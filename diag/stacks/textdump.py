@@ -156,6 +156,9 @@ _FH_STACK = re.compile(r"^Stack \(most recent call first\):$")
 # _Py_DumpTracebackThreads' "  Garbage-collecting" (3.13+) under the current thread's header
 _FH_NO_FRAME = frozenset({"<no Python frame>", "<tstate is freed>"})
 _FH_GC = "Garbage-collecting"
+# the frames left out: faulthandler's own after MAX_FRAME_DEPTH (100) frames, or a
+# reporter's elision (`...`, `…`, `[...]`) under a thread's frames
+_ELISION = frozenset({"...", "\u2026", "[...]", "(...)"})
 # torch's fatal-signal stack printer: `!!!!!!! Segfault encountered !!!!!!!`, then frames as
 # `File "<unknown>", line 0, in cudaMemcpyBatchAsync` (C++ symbols; Python frames with
 # their file), innermost first
@@ -399,6 +402,7 @@ class _Thread:
     cstack: list[StackFrame] = field(default_factory=list)  # its C stack, innermost first
     calls: dict[int, str] = field(default_factory=dict)  # frame index -> source line under it
     no_python: bool = False  # faulthandler wrote `<no Python frame>` in its frames' place
+    elided: bool = False  # `...` under its frames: the outer ones left out
 
 
 @dataclass(slots=True)
@@ -432,6 +436,7 @@ class _Proc:
                     idle=_idle(t.status),
                     owns_gil=None if t.status is None else "gil" in t.status.split("+"),
                     current=t.current,
+                    elided=t.elided,
                 )
             )
         rank = rank_from_title(self.title) or self.rank
@@ -945,6 +950,12 @@ class _Channel:
         ):
             if stripped != _FH_GC:
                 self.thread.no_python = True
+            return True
+        if (
+            stripped in _ELISION and self.thread is not None and self.thread.frames
+            and self.proc is not None and self.proc.kind == "faulthandler"
+        ):
+            self.thread.elided = True
             return True
         if (self.ucx or stripped[:1].isdigit() or stripped[:1] in "=[") and self._feed_ucx(
             ln, stripped
