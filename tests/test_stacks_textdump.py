@@ -1496,3 +1496,39 @@ def test_an_elided_faulthandler_thread_is_not_read_as_a_parked_helper() -> None:
     (cut,) = parse_stack_text(head + frame + "  ...\n")
     assert cut.threads[0].elided and len(cut.threads[0].frames) == 1
     assert cut.wait_site == "stack.gil_or_lock"  # the Condition's lock, whoever waits in it
+
+
+def test_lldb_backtrace_of_every_thread() -> None:
+    # lldb's `bt all` (thread-stop-format and frame-format of lldb 10-19), its process line
+    text = (
+        "(lldb) process attach --pid 4242\n"
+        "Process 4242 stopped\n"
+        "* thread #1, name = 'python3', stop reason = signal SIGSTOP\n"
+        "  * frame #0: 0x00007f3c5a4a3117 libc.so.6`__futex_abstimed_wait_common + 199\n"
+        "    frame #1: 0x00007f3b9c4e2b1b libcuda.so.1`___lldb_unnamed_symbol1234 + 91\n"
+        "    frame #2: 0x00007f3c1a2b3c4d libcudart.so.12`cudaStreamSynchronize + 301\n"
+        "    frame #3: 0x00007f3c2a3b4c5d libtorch_cuda.so`"
+        "c10::cuda::stream_synchronize(CUstream_st*) + 61\n"
+        "  thread #2, name = 'pt_nccl_watchdg'\n"
+        "    frame #0: 0x00007f3c5a4a3117 libc.so.6`__futex_abstimed_wait_common + 199\n"
+        "    frame #1: 0x000100003f2c a.out`main(argc=1, argv=0x7ff7) at main.c:10:5\n"
+        "(lldb) detach\n"
+    )
+    (p,) = parse_stack_text(text)
+    assert (p.pid, p.mode, len(p.threads)) == (4242, "lldb", 2)
+    main = p.threads[0]
+    assert main.name == "MainThread"
+    assert [f.name for f in main.frames] == [
+        "__futex_abstimed_wait_common", "0x00007f3b9c4e2b1b", "cudaStreamSynchronize",
+        "c10::cuda::stream_synchronize",
+    ]
+    assert all(f.native for f in main.frames)
+    assert p.threads[1].name == "pt_nccl_watchdg" and p.threads[1].frames[1].name == "main"
+    assert p.wait_site == "stack.cuda_sync"
+    # `thread list`'s form of the header: the tid after the index
+    (q,) = parse_stack_text(
+        "* thread #1: tid = 0x1a2b, 0x00007f3c5a4a3117 libc.so.6`__futex + 199, "
+        "name = 'python3', stop reason = signal SIGSTOP\n"
+        "  * frame #0: 0x00007f3c5a4a3117 libc.so.6`pthread_mutex_lock + 9\n"
+    )
+    assert q.threads[0].thread_id == 0x1A2B and q.wait_site == "stack.gil_or_lock"

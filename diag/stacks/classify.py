@@ -1541,7 +1541,7 @@ def is_gpu_compute_stack(frames: Sequence[StackFrame]) -> bool:
 # Ctrl-C traceback is not: the interrupt lands between bytecodes, after any native call
 # returned.)
 _STATELESS_DUMPS = frozenset(
-    {"faulthandler", "pystack", "trace", "pytest_timeout", "gdb", "dumpstacks", "list"}
+    {"faulthandler", "pystack", "trace", "pytest_timeout", "gdb", "lldb", "dumpstacks", "list"}
 )
 
 

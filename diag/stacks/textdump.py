@@ -130,6 +130,20 @@ _GDB_FRAME = re.compile(r"^#(\d+)\s+(?:(0x[0-9a-fA-F]+) in )?(.+)$")
 _EU_PROCESS = re.compile(r"^PID (\d+) - (\S.*)$")
 _EU_THREAD = re.compile(r"^TID (\d+):$")
 _EU_FRAME = re.compile(r"^#(\d+)\s+(0x[0-9a-fA-F]+)\s+(?!in\b)(\S.*?)(?: - (\S+))?$")
+# lldb's `bt` / `bt all` / `thread backtrace all` (its default thread-stop-format and
+# frame-format, lldb 10-19): "* thread #1, name = 'python3', stop reason = signal SIGSTOP"
+# (`thread list`'s "thread #1: tid = 0x1a2b, 0x7f.. libc.so.6`sym + 9, name = '..'"), then
+# "  * frame #0: 0x00007f3c5a4a3117 libc.so.6`__futex_abstimed_wait_common + 199" and
+# "    frame #4: 0x000100003f2c a.out`main(argc=1, argv=0x7ff7) at main.c:10:5", innermost
+# first; "Process 4242 stopped" before them names the process
+_LLDB_THREAD = re.compile(r"^\*?\s*thread #(\d+)(?:[:,] (.*))?$")
+_LLDB_FRAME = re.compile(
+    r"^\*?\s*frame #(\d+): (0x[0-9a-fA-F]+)(?: ([^\s`]+)`(.+?))?"
+    r"(?: at (\S+?:\d+)(?::\d+)?)?\s*$"
+)
+_LLDB_PROCESS = re.compile(r"^Process (\d+) (?:stopped|exited|resuming)\b")
+_LLDB_TID = re.compile(r"\btid = (0x[0-9a-fA-F]+|\d+)")
+_LLDB_NAME = re.compile(r"\bname = '([^']*)'")
 _GDB_PY_FRAME = re.compile(r"Frame 0x[0-9a-fA-F]+, for file (.+?), line (\d+), in ([\w<>.]+)")
 _IGNORED = re.compile(
     r"^(Parent Process \d+:|Python v\d[\w.+]*\b|py-spy \d|Error: |Caused by:)"
@@ -313,6 +327,7 @@ _CANDIDATE = re.compile(
     r"|Waiting for the GIL|<built-in (?:method|function) [\w.]+ of .* at remote 0x"  # gdb py-bt
     r"|\.so[\w.]*\([^()\s]*\) \[0x[0-9a-fA-F]+\]"  # glibc backtrace_symbols
     r"|(?:^|\s)frame #\d+: \S|Exception raised from \S+ at \S"  # c10::Error's C++ stack
+    r"|^\*?\s*thread #\d+\b|^Process \d+ stopped"  # lldb
 )
 # Every match of _CANDIDATE holds one of these, or "#" and a digit: tested first (a few
 # substring tests cost far less than the search, which has no literal prefix to skip by)
@@ -320,7 +335,7 @@ _CANDIDATE_NEEDS = ("Thread ", "Current thread", "Process ", 'File "', "File: ",
                     "Traceback", "Pyspy ",
                     "Stack ", "KeyboardInterrupt", '.py", line ', " encountered !",
                     "Caught signal ", "backtrace (tid:", " 0x", "PID ", "TID ",
-                    "Waiting for the GIL", ") [0x", "Exception raised from ")
+                    "Waiting for the GIL", ") [0x", "Exception raised from ", "thread #")
 _HASH_DIGIT = re.compile(r"#\d")
 
 
@@ -744,6 +759,7 @@ class _Channel:
         self.gdb = False  # the open process is gdb's native `bt`
         self.ucx = False  # the open process is UCX's signal backtrace
         self.btsym = False  # the open process is glibc's backtrace_symbols list
+        self.lldb = False  # the open process is lldb's backtrace
         self.ucx_pid: int | None = None  # the pid of UCX's 'Caught signal' line before it
         self.cstack: _Thread | None = None  # the thread a C stack trace being read is of
         self.partial: list[_Line] = []  # a frame line held (a word wrap may have cut it)
@@ -784,6 +800,7 @@ class _Channel:
         self.gdb = False
         self.ucx = False
         self.btsym = False
+        self.lldb = False
         self.cstack = None
 
     def _open(
@@ -942,6 +959,48 @@ class _Channel:
         self._new_thread(cur, tid, "MainThread" if main else None, None)
         self.gdb = True
 
+    def _feed_lldb(self, ln: _Line, stripped: str) -> bool:
+        """lldb's process, thread and frame lines (:data:`_LLDB_THREAD`)."""
+        m = _LLDB_PROCESS.match(stripped)
+        if m:
+            self._open(ln, "lldb", _small(m.group(1)))
+            self.lldb = True
+            return True
+        m = _LLDB_THREAD.match(stripped)
+        if m:
+            proc = self.proc if self.lldb and self.proc is not None else None
+            if proc is None:
+                proc = self._open(ln, "lldb")
+                self.lldb = True
+            rest = m.group(2) or ""
+            tid_m = _LLDB_TID.search(rest)
+            name_m = _LLDB_NAME.search(rest)
+            tid = _int_id(tid_m.group(1)) if tid_m else None
+            # lldb numbers the process's first thread 1 (the main thread)
+            name = "MainThread" if m.group(1) == "1" else (name_m.group(1) if name_m else None)
+            if m.group(1) == "1" and proc.title is None and name_m is not None:
+                comm = name_m.group(1)
+                if not re.match(r"^(python[\d.]*|pt_main_thread)$", comm):
+                    proc.title = comm
+            self._new_thread(proc, tid, name, None)
+            return True
+        if self.lldb and self.thread is not None:
+            m = _LLDB_FRAME.match(stripped)
+            if m:
+                address, module, symbol, where = m.group(2), m.group(3), m.group(4), m.group(5)
+                if symbol is not None:
+                    symbol = re.sub(r" \+ \d+$", "", symbol.strip())
+                    if symbol.startswith("___lldb_unnamed_symbol"):
+                        symbol = ""
+                    elif symbol.endswith(")"):
+                        symbol = _strip_group(symbol)
+                frame = _c_frame(module or "??", symbol or "", address)
+                if where and symbol:
+                    frame = replace(frame, filename=module or where)
+                self.thread.frames.append(frame)
+                return True
+        return False
+
     def _feed_header(self, ln: _Line, stripped: str) -> bool:
         if (
             stripped[:1] in "<G" and self.thread is not None and self.proc is not None
@@ -960,6 +1019,8 @@ class _Channel:
         if (self.ucx or stripped[:1].isdigit() or stripped[:1] in "=[") and self._feed_ucx(
             ln, stripped
         ):
+            return True
+        if stripped[:1] in ("*", "t", "f", "P") and self._feed_lldb(ln, stripped):
             return True
         if stripped[:1] in ("E", "f") and self._feed_c10_alone(ln, stripped):
             return True
