@@ -1532,3 +1532,25 @@ def test_lldb_backtrace_of_every_thread() -> None:
         "  * frame #0: 0x00007f3c5a4a3117 libc.so.6`pthread_mutex_lock + 9\n"
     )
     assert q.threads[0].thread_id == 0x1A2B and q.wait_site == "stack.gil_or_lock"
+
+
+def test_gdb_thread_apply_all_py_bt_is_one_process_of_its_threads() -> None:
+    # CPython's gdb extension (Tools/gdb/libpython.py py-bt) under `thread apply all`: each
+    # gdb thread header, then its Python stack innermost first
+    text = (
+        "(gdb) thread apply all py-bt\n\n"
+        'Thread 2 (Thread 0x7f33aa7fc640 (LWP 2618) "python3"):\n'
+        "Traceback (most recent call first):\n"
+        '  File "/usr/lib/python3.10/threading.py", line 320, in wait\n'
+        "    waiter.acquire()\n"
+        '  File "/usr/lib/python3.10/queue.py", line 171, in get\n\n'
+        'Thread 1 (Thread 0x7f33b2b2f740 (LWP 2600) "python3"):\n'
+        "Traceback (most recent call first):\n"
+        "  <built-in method _cuda_synchronize of module object at remote 0x7f33a1b2c3d0>\n"
+        '  File "/x/torch/cuda/__init__.py", line 985, in synchronize\n'
+        '  File "/app/train.py", line 40, in step\n'
+    )
+    (p,) = parse_stack_text(text)
+    assert p.pid == 2600 and [t.thread_id for t in p.threads] == [2618, 2600]
+    assert [f.name for f in p.threads[0].frames] == ["wait", "get"]
+    assert p.threads[1].name == "MainThread" and p.wait_site == "stack.cuda_sync"

@@ -1075,6 +1075,7 @@ class _Channel:
                     proc.title = proc.title or comm  # the process title: VLLM::Worker_TP0
             self._new_thread(proc, lwp, "MainThread" if main else m.group(3), None)
             self.gdb = True
+            self.pybt = False
             return True
         if self.gdb and self.thread is not None:
             m = _GDB_FRAME.match(stripped)
@@ -1175,6 +1176,12 @@ class _Channel:
                 proc = self._open(ln, kind)
             name = None if m.group(1) == "<unknown>" else m.group(1)
             self._new_thread(proc, tid, name, None, outer_first=True)
+            return True
+        if _PYBT_HEADER.match(stripped) and self.gdb and self.thread is not None and (
+            not self.thread.frames
+        ):
+            # `thread apply all py-bt`: the Python stack of the gdb thread just headed
+            self.pybt = True
             return True
         if _PYBT_HEADER.match(stripped) or _SIGNAL_TRACE.match(stripped):
             self._new_thread(self._open(ln, "faulthandler"), None, None, None)
