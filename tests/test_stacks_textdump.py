@@ -1554,3 +1554,21 @@ def test_gdb_thread_apply_all_py_bt_is_one_process_of_its_threads() -> None:
     assert p.pid == 2600 and [t.thread_id for t in p.threads] == [2618, 2600]
     assert [f.name for f in p.threads[0].frames] == ["wait", "get"]
     assert p.threads[1].name == "MainThread" and p.wait_site == "stack.cuda_sync"
+
+
+def test_a_collectors_stamp_that_begins_inside_a_dump_is_taken_off() -> None:
+    # a collector that stamps the lines after its own start: the header bare, the frames
+    # stamped (`2025-06-22 03:09:55  ` + the frame's own indentation), once or twice
+    text = (
+        'Thread 432919 (idle): "MainThread"\n'
+        "    0x155555277197 (libc.so.6)\n"
+        "2025-06-22 03:09:22      pthread_cond_wait (libc.so.6)\n"
+        "2025-06-22 03:09:22,120 2025-06-22 03:09:22      torch::autograd::ReadyQueue::pop "
+        "(libtorch_cpu.so)\n"
+        "2025-06-22T03:09:22Z      backward (torch/autograd/__init__.py:200)\n"
+    )
+    (p,) = parse_stack_text(text)
+    assert [f.name for f in p.threads[0].frames] == [
+        "0x155555277197", "pthread_cond_wait", "torch::autograd::ReadyQueue::pop", "backward",
+    ]
+    assert p.wait_site == "stack.gil_or_lock"

@@ -75,6 +75,14 @@ _SGLANG_PREFIX = re.compile(
     re.A,
 )
 
+# A log collector's bare stamp before a line (`2025-06-22 03:09:55  `, ISO `...T...Z`,
+# Python logging's asctime `2025-06-22 03:09:55,123`), which the log reader's wrappers do
+# not take off where it begins inside a dump (a collector that stamps only the lines after
+# its own start): taken off with one separator, the dump line's own indentation kept
+_BARE_STAMP = re.compile(
+    r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?(?: UTC)?"
+    r"(?:[ \t]|$)"
+)
 _WATCHDOG = re.compile(r"Pyspy dump for PID (\d+)(?: \(([^)]*)\))?")
 _PROCESS = re.compile(r"^Process (\d+): ?(.*)$")
 # SGLang: `Pyspy failed (py-spy dump --native --pid 12). Error: ...` (0.5.x) or
@@ -172,7 +180,8 @@ _FH_NO_FRAME = frozenset({"<no Python frame>", "<tstate is freed>"})
 _FH_GC = "Garbage-collecting"
 # the frames left out: faulthandler's own after MAX_FRAME_DEPTH (100) frames, or a
 # reporter's elision (`...`, `…`, `[...]`) under a thread's frames
-_ELISION = frozenset({"...", "\u2026", "[...]", "(...)"})
+# (a line a paste glued after it kept: `...# Received cancellation signal`)
+_ELISION = re.compile(r"^(?:\.\.\.|\u2026|\[\.\.\.\]|\(\.\.\.\))(?!\.)")
 # torch's fatal-signal stack printer: `!!!!!!! Segfault encountered !!!!!!!`, then frames as
 # `File "<unknown>", line 0, in cudaMemcpyBatchAsync` (C++ symbols; Python frames with
 # their file), innermost first
@@ -279,6 +288,20 @@ class _Line:
     title: str | None = None
 
 
+def _unstamped(text: str) -> str:
+    """``text`` without the bare stamps before it (:data:`_BARE_STAMP`, two at most: a
+    stamp under a second collector's stamp)."""
+    for round_ in range(2):
+        probe = text.lstrip(" \t") if round_ else text
+        if not (probe[:1].isdigit() and probe[4:5] == "-"):
+            break
+        m = _BARE_STAMP.match(probe)
+        if m is None:
+            break
+        text = probe[m.end() :]
+    return text
+
+
 def _split_prefixes(text: str) -> tuple[str, str, RankId | None, str | None]:
     """(rest, channel, rank, title hint) of one line after its wrappers
     (:func:`diag.parse.unwrap.unwrap_line`: compose service names, container stamps ...)
@@ -288,6 +311,7 @@ def _split_prefixes(text: str) -> tuple[str, str, RankId | None, str | None]:
     title: str | None = None
     if text[:1] not in (" ", "\t", ""):
         text, _ = unwrap_line(text)
+        text = _unstamped(text)
     outer: Coords | None = None
     for _ in range(3):
         pp = match_proc_prefix(text)
@@ -307,6 +331,8 @@ def _split_prefixes(text: str) -> tuple[str, str, RankId | None, str | None]:
             text = text[tr[1] :]
             continue
         break
+    if channel:
+        text = _unstamped(text)  # a collector's stamp under a process prefix
     m = _SGLANG_PREFIX.match(text)
     if m:
         c = parse_tags(m.group("coords") or "")
@@ -1011,7 +1037,8 @@ class _Channel:
                 self.thread.no_python = True
             return True
         if (
-            stripped in _ELISION and self.thread is not None and self.thread.frames
+            stripped[:1] in ".[(\u2026" and self.thread is not None and self.thread.frames
+            and _ELISION.search(stripped)
             and self.proc is not None and self.proc.kind == "faulthandler"
         ):
             self.thread.elided = True
@@ -1738,6 +1765,7 @@ _GLUED_FRAMES = re.compile(
 _GLUED_CUT = re.compile(
     r"(?:(?<!\s)(?<!\(Python\))(?<!\(C\))\s+|(?<=[)\"\w>])|(?<=\):))"
     r"(?P<head>(?=Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil|most recent)"
+    r"|Thread \"[^\"]*\" \((?:idle|active|gil)|<no Python frame>|<tstate is freed>"
     r"|Current thread 0x|Process \d+: |Python v\d|Stack \(most recent|"
     r"Traceback for thread \d+|\(Python\) File \"|\(C\) File \"|File:? \"|# Thread(?:ID)?: |"
     r"#\d+ [\w<>.]+ from \S|#\d+\s+0x[0-9a-fA-F]+ in |Traceback \(most recent call first\)|"
@@ -1745,7 +1773,7 @@ _GLUED_CUT = re.compile(
     r"Thread \d+ \((?:Thread 0x[0-9a-fA-F]+ )?\(LWP \d+\)|#\d+\s+[A-Za-z_][\w:~]* \(|"
     r"Waiting for the GIL|<built-in (?:method|function) |"
     r"Exception raised from \S+ at |frame #\d+: ))"
-    r"|(?<=[)\"])\s+(?=\S)"
+    r"|(?<=[)\"])\s+(?=\S)|(?<=\):)\s+(?=[^\s\"])"  # (a py-spy header's name after it)
 )
 # gdb's `#3  0x00007f.. in f ()` (or, without the address, `#0  __lll_lock_wait () at
 # x.S:135`) and torch c10d's `#3 f from file.py:12`
@@ -1754,6 +1782,7 @@ _GLUED_GDB = re.compile(
 )
 _GLUED_HEADER = re.compile(
     r"Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil|most recent)|Current thread 0x|"
+    r"Thread \"[^\"]*\" \((?:idle|active|gil)|"
     r"Traceback \(most recent call first\)|Waiting for the GIL|"
     r"Traceback for thread \d+|Stack \(most recent|# Thread(?:ID)?: |"
     r"Thread \d+ \((?:Thread 0x[0-9a-fA-F]+ )?\(LWP \d+\)"
@@ -1780,7 +1809,8 @@ _GLUED_HEADS = ("Thread ", "thread 0x", "Stack (", "# Thread")
 # py-spy's own `Parent Process 9041: torchrun ...`)
 _GLUED_PROCESS = re.compile(
     r"[^\s)\]>](?<!\]:)(?<!Parent)\s+"
-    r"(?:Process \d+: \S|Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil|most recent))"
+    r"(?:Process \d+: \S|Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil|most recent)"
+    r"|Thread \"[^\"]*\" \((?:idle|active|gil))"
 )
 
 
