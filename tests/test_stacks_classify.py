@@ -1784,3 +1784,12 @@ def test_a_frame_injected_to_print_the_stack_is_not_where_it_waits() -> None:
     )
     assert classify_frames(stack)[0] == "stack.nccl_collective"
     assert classify_frames(stack[:1]) == (None, None)
+
+
+@pytest.mark.parametrize("name", ["cudaFree", "cuMemFree_v2", "cudaFreeHost", "hipFree"])
+def test_a_free_the_cuda_guide_makes_a_synchronisation_is_a_cuda_sync(name: str) -> None:
+    stack = (StackFrame(name=name, filename="libcudart.so.12", native=True),
+             *frames("empty_cache (torch/cuda/memory.py:192)", "step (train.py:40)"))
+    assert classify_frames(stack)[0] == "stack.cuda_sync"
+    alloc = (StackFrame(name="cudaMalloc", filename="libcudart.so.12", native=True),)
+    assert classify_frames(alloc) == (None, None)  # a device allocation waits for no work

@@ -495,8 +495,14 @@ RULES: tuple[SiteRule, ...] = (
         r"hipDeviceSynchronize|hipStreamSynchronize|hipEventSynchronize|hipMemcpy(?!Async)|"
         r"hsa_signal_wait\w*|rocr::core::\w*Signal::Wait\w*|"
         r"sycl::.*(queue|event)::wait\w*|zeEventHostSynchronize|zeCommandQueueSynchronize|"
-        r"zeFenceHostSynchronize|urQueueFinish|urEventWait)",
-        why="a device synchronisation (CUDA, ROCm HIP/HSA, Ascend ACL, Intel SYCL/Level Zero)",
+        r"zeFenceHostSynchronize|urQueueFinish|urEventWait|"
+        # the CUDA Programming Guide's implicit synchronisation (device and page-locked
+        # host allocation and free: cudaFree waits for the device's work, CUDA 8-13)
+        r"cudaFree(Host|Async)?$|cuMemFree(Host)?(_v2)?$|cudaMallocHost$|cudaHostAlloc$|"
+        r"cuMemAllocHost(_v2)?$|cuMemHostAlloc$|hipFree(Host)?$|hipHostFree$|hipHostMalloc$)",
+        why="a device synchronisation (CUDA, ROCm HIP/HSA, Ascend ACL, Intel SYCL/Level "
+        "Zero), or an allocation or free the CUDA Programming Guide lists as an implicit "
+        "synchronisation (cudaFree, page-locked host memory alloc and free)",
     ),
     SiteRule(
         "cuda-launch-native",
@@ -712,10 +718,11 @@ RULES: tuple[SiteRule, ...] = (
         file=r"(^|/)(transformers/modeling_utils|accelerate/utils/modeling|"
         r"diffusers/models/(model_loading_utils|modeling_utils))\.py$",
         name=r"(^|\.)(load_state_dict|_load_state_dict_into_meta_model|load_shard_file|"
+        r"_load_pretrained_model|"
         r"load_checkpoint_in_model|load_model_dict_into_meta|_load_shard_file)$",
         why="Hugging Face's checkpoint readers: transformers' modeling_utils.py "
         "load_state_dict (4.x) / _load_state_dict_into_meta_model (4.20+) / load_shard_file "
-        "(4.51+), accelerate's utils/modeling.py load_state_dict and "
+        "(4.51+) under _load_pretrained_model, accelerate's utils/modeling.py load_state_dict and "
         "load_checkpoint_in_model, diffusers' models/model_loading_utils.py load_state_dict "
         "and load_model_dict_into_meta (models/modeling_utils.py before 0.23): reading a "
         "checkpoint shard (safetensors or torch.load) into the model",
