@@ -1572,3 +1572,31 @@ def test_a_collectors_stamp_that_begins_inside_a_dump_is_taken_off() -> None:
         "0x155555277197", "pthread_cond_wait", "torch::autograd::ReadyQueue::pop", "backward",
     ]
     assert p.wait_site == "stack.gil_or_lock"
+
+
+def test_macos_sample_call_graph_heaviest_path_of_each_thread() -> None:
+    # macOS `sample PID`: each thread's call tree outermost first, the heaviest child first
+    text = (
+        "Analysis of sampling python3.12 (pid 4242) every 1 millisecond\n"
+        "Call graph:\n"
+        "    2630 Thread_6245862   DispatchQueue_1: com.apple.main-thread  (serial)\n"
+        "    + 2630 start  (in dyld) + 1942  [0x18a6a60e0]\n"
+        "    +   2630 main  (in python3.12) + 104  [0x1024f3f4c]\n"
+        "    +     2600 mlx::core::eval(std::vector<mlx::core::array>)  (in libmlx.dylib) + 72"
+        "  [0x3000]\n"
+        "    +     ! 2600 __psynch_cvwait  (in libsystem_kernel.dylib) + 8  [0x18a9ed5cc]\n"
+        "    +     30 ???  (in <unknown binary>)  [0x600002b3c000]\n"
+        "    2630 Thread_6245900\n"
+        "    + 2630 thread_start  (in libsystem_pthread.dylib) + 8  [0x18aa2bb80]\n"
+        "    +   2630 __semwait_signal  (in libsystem_kernel.dylib) + 8  [0x18a9ed000]\n"
+        "\n"
+        "Total number in stack (recursive counted multiple, when >=5):\n"
+        "        5       __psynch_cvwait  (in libsystem_kernel.dylib) + 0  [0x18a9ed5c4]\n"
+    )
+    (p,) = parse_stack_text(text)
+    assert p.mode == "sample" and [t.thread_id for t in p.threads] == [6245862, 6245900]
+    main = p.threads[0]
+    assert main.name == "MainThread"
+    assert [f.name for f in main.frames] == ["__psynch_cvwait", "mlx::core::eval", "main", "start"]
+    assert p.wait_site == "stack.cuda_sync"  # MLX's eval waits for the Metal stream
+    assert [f.name for f in p.threads[1].frames] == ["__semwait_signal", "thread_start"]

@@ -496,13 +496,17 @@ RULES: tuple[SiteRule, ...] = (
         r"hsa_signal_wait\w*|rocr::core::\w*Signal::Wait\w*|"
         r"sycl::.*(queue|event)::wait\w*|zeEventHostSynchronize|zeCommandQueueSynchronize|"
         r"zeFenceHostSynchronize|urQueueFinish|urEventWait|"
+        # Apple MLX (ml-explore/mlx mlx/transforms.cpp eval / async_eval, array.cpp item,
+        # synchronize since 0.16): the host waits for the Metal stream's work
+        r"mlx::core::(eval|synchronize|array::item|array::eval|array::wait)$|"
         # the CUDA Programming Guide's implicit synchronisation (device and page-locked
         # host allocation and free: cudaFree waits for the device's work, CUDA 8-13)
         r"cudaFree(Host|Async)?$|cuMemFree(Host)?(_v2)?$|cudaMallocHost$|cudaHostAlloc$|"
         r"cuMemAllocHost(_v2)?$|cuMemHostAlloc$|hipFree(Host)?$|hipHostFree$|hipHostMalloc$)",
         why="a device synchronisation (CUDA, ROCm HIP/HSA, Ascend ACL, Intel SYCL/Level "
-        "Zero), or an allocation or free the CUDA Programming Guide lists as an implicit "
-        "synchronisation (cudaFree, page-locked host memory alloc and free)",
+        "Zero, Apple MLX's eval on Metal), or an allocation or free the CUDA Programming "
+        "Guide lists as an implicit synchronisation (cudaFree, page-locked host memory "
+        "alloc and free)",
     ),
     SiteRule(
         "cuda-launch-native",
@@ -972,7 +976,10 @@ RULES: tuple[SiteRule, ...] = (
         strength="weak",
         native=True,
         name=r"^(__)?(read|recv|recvfrom|recvmsg|poll|ppoll|epoll_wait|epoll_pwait|select|"
-        r"pselect\d*|accept4?|eventfd_read|__libc_read|__libc_recv)$",
+        r"pselect\d*|accept4?|eventfd_read|__libc_read|__libc_recv|"
+        # Darwin's libsystem_kernel (macOS `sample`, lldb): kqueue and socket waits
+        r"kevent(64|_qos|_id)?|__select(_nocancel)?|__recvfrom(_nocancel)?|"
+        r"__read_nocancel|__poll_nocancel|__accept)$",
     ),
     SiteRule(
         "gpu-runtime-unsymbolised",
@@ -998,7 +1005,8 @@ RULES: tuple[SiteRule, ...] = (
         _IDLE,
         strength="weak",
         native=True,
-        name=r"^(clock_nanosleep|nanosleep|__clock_nanosleep|time_sleep|usleep|pysleep)$",
+        name=r"^(clock_nanosleep|nanosleep|__clock_nanosleep|time_sleep|usleep|pysleep|"
+        r"__semwait_signal(_nocancel)?)$",
     ),
     SiteRule(
         "threading-py",
@@ -1032,7 +1040,12 @@ RULES: tuple[SiteRule, ...] = (
         r"acquire_timed|"
         r"pthread_cond_wait|pthread_cond_timedwait|__pthread_cond_wait\w*|"
         r"__futex_abstimed_wait\w*|futex_wait|do_futex_wait\w*|sem_wait|sem_timedwait|"
-        r"std::condition_variable::wait\w*|std::__condvar::wait\w*)",
+        r"std::condition_variable::wait\w*|std::__condvar::wait\w*|"
+        # Darwin's (libsystem_kernel / libsystem_pthread): condition variables, mutexes,
+        # os_unfair_lock and dispatch semaphores
+        r"__psynch_cvwait|__psynch_mutexwait|_pthread_cond_wait|__ulock_wait2?|"
+        r"semaphore_wait_trap|semaphore_timedwait_trap|_dispatch_sema4_wait|"
+        r"std::__1::condition_variable::wait\w*)",
     ),
 )
 
@@ -1548,7 +1561,8 @@ def is_gpu_compute_stack(frames: Sequence[StackFrame]) -> bool:
 # Ctrl-C traceback is not: the interrupt lands between bytecodes, after any native call
 # returned.)
 _STATELESS_DUMPS = frozenset(
-    {"faulthandler", "pystack", "trace", "pytest_timeout", "gdb", "lldb", "dumpstacks", "list"}
+    {"faulthandler", "pystack", "trace", "pytest_timeout", "gdb", "lldb", "sample", "dumpstacks",
+     "list"}
 )
 
 

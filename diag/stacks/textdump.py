@@ -152,6 +152,20 @@ _LLDB_FRAME = re.compile(
 _LLDB_PROCESS = re.compile(r"^Process (\d+) (?:stopped|exited|resuming)\b")
 _LLDB_TID = re.compile(r"\btid = (0x[0-9a-fA-F]+|\d+)")
 _LLDB_NAME = re.compile(r"\bname = '([^']*)'")
+# macOS `sample PID` (and Activity Monitor's "Sample Process"): after "Call graph:", each
+# thread "    2630 Thread_6245862   DispatchQueue_1: com.apple.main-thread  (serial)", then
+# its call tree OUTERMOST first, one node a line, deeper nodes further right behind tree
+# marks ("    + 2630 start  (in dyld) + 1942  [0x18a6a60e0]", "    +   ! 12 ..."); a node's
+# children are sorted by sample count, so the first child at each depth is the heaviest
+# path: the stack where the thread sits
+_SAMPLE_GRAPH = re.compile(r"^Call graph:$")
+_SAMPLE_THREAD = re.compile(r"^(\s*)\d+ Thread_(\d+)(?:[: ]\s*(.*?))?\s*$")
+_SAMPLE_FRAME = re.compile(
+    r"^([\s+!:|]*?)\d+ (.+?)  \(in ([^)]*)\)(?: \+ \d+)?"
+    r"(?:(?:,\w+)*  (?:load address 0x[0-9a-fA-F]+ \+ 0x[0-9a-fA-F]+  )?\[(0x[0-9a-fA-F]+)"
+    r"(?:,0x[0-9a-fA-F]+)*\].*)?$"
+)
+_SAMPLE_END = re.compile(r"^(Total number in stack|Sort by top of stack|Binary Images:)")
 _GDB_PY_FRAME = re.compile(r"Frame 0x[0-9a-fA-F]+, for file (.+?), line (\d+), in ([\w<>.]+)")
 _IGNORED = re.compile(
     r"^(Parent Process \d+:|Python v\d[\w.+]*\b|py-spy \d|Error: |Caused by:)"
@@ -354,6 +368,7 @@ _CANDIDATE = re.compile(
     r"|\.so[\w.]*\([^()\s]*\) \[0x[0-9a-fA-F]+\]"  # glibc backtrace_symbols
     r"|(?:^|\s)frame #\d+: \S|Exception raised from \S+ at \S"  # c10::Error's C++ stack
     r"|^\*?\s*thread #\d+\b|^Process \d+ stopped"  # lldb
+    r"|^Call graph:$"  # macOS sample
 )
 # Every match of _CANDIDATE holds one of these, or "#" and a digit: tested first (a few
 # substring tests cost far less than the search, which has no literal prefix to skip by)
@@ -361,7 +376,8 @@ _CANDIDATE_NEEDS = ("Thread ", "Current thread", "Process ", 'File "', "File: ",
                     "Traceback", "Pyspy ",
                     "Stack ", "KeyboardInterrupt", '.py", line ', " encountered !",
                     "Caught signal ", "backtrace (tid:", " 0x", "PID ", "TID ",
-                    "Waiting for the GIL", ") [0x", "Exception raised from ", "thread #")
+                    "Waiting for the GIL", ") [0x", "Exception raised from ", "thread #",
+                    "Call graph:")
 _HASH_DIGIT = re.compile(r"#\d")
 
 
@@ -786,6 +802,7 @@ class _Channel:
         self.ucx = False  # the open process is UCX's signal backtrace
         self.btsym = False  # the open process is glibc's backtrace_symbols list
         self.lldb = False  # the open process is lldb's backtrace
+        self.sample: int | None = None  # macOS sample's call tree: the column of its last node
         self.ucx_pid: int | None = None  # the pid of UCX's 'Caught signal' line before it
         self.cstack: _Thread | None = None  # the thread a C stack trace being read is of
         self.partial: list[_Line] = []  # a frame line held (a word wrap may have cut it)
@@ -827,6 +844,7 @@ class _Channel:
         self.ucx = False
         self.btsym = False
         self.lldb = False
+        self.sample = None
         self.cstack = None
 
     def _open(
@@ -985,6 +1003,39 @@ class _Channel:
         self._new_thread(cur, tid, "MainThread" if main else None, None)
         self.gdb = True
 
+    def _feed_sample(self, ln: _Line, stripped: str) -> bool:
+        """macOS sample's call graph (:data:`_SAMPLE_GRAPH`): per thread, the first child
+        at each depth (the heaviest path), outermost first."""
+        if _SAMPLE_GRAPH.match(stripped):
+            self._open(ln, "sample")
+            self.sample = -1
+            return True
+        if self.sample is None or self.proc is None or self.proc.kind != "sample":
+            return False
+        if _SAMPLE_END.match(stripped):
+            self.close()
+            return True
+        m = _SAMPLE_THREAD.match(ln.text)
+        if m:
+            rest = m.group(3) or ""
+            name = "MainThread" if "com.apple.main-thread" in rest else (rest.strip() or None)
+            self._new_thread(self.proc, _small(m.group(2)), name, None, outer_first=True)
+            self.sample = -1
+            return True
+        m = _SAMPLE_FRAME.match(ln.text)
+        if m and self.thread is not None:
+            column = len(m.group(1))
+            if column > self.sample >= -1:
+                self.sample = column
+                symbol, lib, address = m.group(2).strip(), m.group(3), m.group(4) or "0x0"
+                if symbol == "???":
+                    symbol = ""
+                self.thread.frames.append(_c_frame(lib, _strip_group(symbol), address))
+            else:
+                self.sample = -2  # a sibling of a node on the path: the path ended
+            return True
+        return not stripped  # blank lines inside the graph
+
     def _feed_lldb(self, ln: _Line, stripped: str) -> bool:
         """lldb's process, thread and frame lines (:data:`_LLDB_THREAD`)."""
         m = _LLDB_PROCESS.match(stripped)
@@ -1048,6 +1099,8 @@ class _Channel:
         ):
             return True
         if stripped[:1] in ("*", "t", "f", "P") and self._feed_lldb(ln, stripped):
+            return True
+        if (stripped[:1] == "C" or self.sample is not None) and self._feed_sample(ln, stripped):
             return True
         if stripped[:1] in ("E", "f") and self._feed_c10_alone(ln, stripped):
             return True
