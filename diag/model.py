@@ -292,6 +292,9 @@ class StackThread:
     # the thread a faulthandler dump names `Current thread` (or its one `Stack`): where a
     # fatal signal was delivered
     current: bool = False
+    # the dump left out frames outside those shown (faulthandler's `  ...` after 100 frames,
+    # a reporter's `...`): what the thread runs, main thread or helper, is not in sight
+    elided: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -123,11 +123,6 @@ TUNING_XFAIL: dict[str, str] = {
         "as serving, which a committed case labelled serving needs"
     ),
     # gather s10 (2026-12-05), each scored before any change made for it
-    "stacks/aperag-uvicorn-reranker-hf-fast-tokenizer-batch-encode-idle-deadlock": (
-        "new case (gather s10): gil_or_lock is the labeller's inference (a known tokenizers "
-        "deadlock); the dump shows a thread py-spy calls idle inside a Rust tokenizer call, "
-        "which no frame names as a lock, and the thread does not state the cause"
-    ),
     "vllm/databricks-notebook-unsloth-vllm-stdout-prefix-debug-stream-ended-before-readiness": (
         "new case (gather s10): startup.no_listen_port rests on a wrapper's own message "
         "(Unsloth's 'Stdout stream ended before readiness message detected'), not on a line "
@@ -143,12 +138,6 @@ TUNING_XFAIL: dict[str, str] = {
         "unexpected keyword argument"
     ),
     # gather s11 (2026-12-05), each scored before any change made for it
-    "stacks/comfyui-windows-15gb-clip-safetensors-get-tensor-access-violation-hand-condensed-stack": (  # noqa: E501
-        "new case (gather s11): the reporter rewrote the stack by hand (`path line N in func "
-        "(...)`); read as faulthandler frames under its header, but the frames (torch storage "
-        "__getitem__ under ComfyUI's load_torch_file) name no weight read: safe_open and "
-        "get_tensor are only in the reporter's notes"
-    ),
     "vllm/dgx-spark-mxfp4-compose-apiserver-enginedeaderror-destroy-pg-warning-500s": (
         "labelled listening by the letter (only 500 answers, no serving marker in the "
         "window) although the thread says it was serving; the API server's output_handler -> "
@@ -316,11 +305,6 @@ TUNING_XFAIL: dict[str, str] = {
         "on Dynamo's '[Processor] Starting Processor instance' (a wrapper's line no source "
         "of vLLM or SGLang prints) with no later time stamp"
     ),
-    "stacks/vllm-ci-rocm-mi300-hybrid-test-state-cleanup-pytest-faulthandler-timeout-25min-one-frame-threading-wait-elided": (  # noqa: E501
-        "new case (gather s17): one visible frame (threading.py wait) of an elided dump; "
-        "the label reads the Condition's lock wait as gil_or_lock, diag a helper's idle "
-        "wait; the caller that would decide is elided"
-    ),
     "sglang/pd-nov-2025-sglang-nixl-gpunetio-cant-register-memory-for-unknown-device-registermem-failed-then-tp3-scheduler-exception-cut": (  # noqa: E501
         "new case (gather s27): labelled kv_cache from NIXL's registerMem failure "
         "(nixl_agent.cpp), which registers KV buffers in SGLang's PD set-up but also vLLM's "
@@ -451,11 +435,6 @@ TUNING_XFAIL: dict[str, str] = {
         "traceback is cut at EngineCore.__init__ (line 150), whose line, not its name, says "
         "which step it called"
     ),
-    "stacks/vlm-r1-jun-2025-grpo-rec-none-dealloc-faulthandler-timestamp-prefixed-after-header-eight-no-python-frame-threads-tqdm-step-2269-window": (  # noqa: E501
-        "new case (gather s37): idle_loop for a dump whose every visible thread shows "
-        "'<no Python frame>' (the crashing thread outside the window); diag reads no frame "
-        "at all as no process"
-    ),
     # gather s42 (2026-12-07), scored before any change made for it (branch fx42a's cases)
     "sglang/lmcache-pr-oct-2025-sglang-tp1-uvicorn-get-model-info-then-scheduler-exception-groupcoordinator-no-allreduce-event-loop-overlap-cut": (  # noqa: E501
         "new case (gather s42): listening for a scheduler traceback from event_loop_overlap "
@@ -496,11 +475,7 @@ TUNING_XFAIL: dict[str, str] = {
         "(shm_broadcast 'No available shared memory broadcast block', a gloo recv timeout, "
         "a worker's death) occur in start-up RPCs and serving alike: no line proves serving"
     ),
-    "stacks/omlx-0.5.4-m3-ultra-engine-wedged-pyspy-engine-thread-active-serialize-boundary-snapshot-writer-idle-queue-get": (  # noqa: E501
-        "new case (gather s44): an MLX (Apple Metal) server; thread headers without a "
-        "thread id ('Thread \"name\" (active):', no py-spy form) and a label the gatherer "
-        "calls a judgement call (cuda_sync, or gil_or_lock by the maintainer's lead)"
-    ),    # gather s45 (2026-12-07), scored before any change made for it: 10/16 tuning logs
+    # gather s45 (2026-12-07), scored before any change made for it: 10/16 tuning logs
     "vllm/healthy-benchmark-log-v0.10.1.1-gpt-oss-120b-tp4-ray-4-pods-across-nodes-a100-mxfp4-marlin-shards-81s-per-it-weights-1216s-ansi-ray-dedup-uvicorn-startup-complete": (  # noqa: E501
         "new case (gather s45): label conflict: quant.unsupported unexpected for vLLM's "
         "'Your GPU does not have native support for FP4 computation ... leveraging the "

@@ -538,6 +538,18 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
     ),
     ("torch-load", "stack.weights_io", ("load (torch/serialization.py:1300)",)),
     (
+        "checkpoint-file-loader",
+        "stack.weights_io",
+        ("__getitem__ (torch/storage.py:471)", "load_torch_file (comfy/utils.py:136)",
+         "load_clip (comfy/sd.py:1454)"),
+    ),
+    (
+        "hf-state-dict-loader",
+        "stack.weights_io",
+        ("load_state_dict (transformers/modeling_utils.py:560)",
+         "_load_pretrained_model (transformers/modeling_utils.py:4800)"),
+    ),
+    (
         "hf-download",
         "stack.weights_io",
         ("SocketIO.readinto (socket.py:706)", "http_get (huggingface_hub/file_download.py:400)"),
@@ -1591,7 +1603,18 @@ TILED_DECODE = (
 )
 
 
-@pytest.mark.parametrize("lines", [TRAINING_STEP, TILED_DECODE], ids=["deepspeed", "windows"])
+# An MLX server's generation step (mlx-lm's generate.py; a server built on it), its arrays
+# evaluated lazily: the thread waits for the Metal stream where it reads or saves them
+MLX_STEP = (
+    "_step (mlx_lm/generate.py:1052)",
+    "next (mlx_lm/generate.py:1210)",
+    "_generate (mlx_lm/server.py:640)",
+)
+
+
+@pytest.mark.parametrize(
+    "lines", [TRAINING_STEP, TILED_DECODE, MLX_STEP], ids=["deepspeed", "windows", "mlx"]
+)
 def test_active_without_the_gil_over_torch_is_a_cuda_sync(lines: tuple[str, ...]) -> None:
     assert classify_frames(frames(*lines)) == (None, None)
     got = classify_thread_rule(_state_thread(lines, idle=False, gil=False))
@@ -1686,3 +1709,87 @@ def test_the_overlap_schedulers_result_queue_is_a_wait_on_its_own_thread() -> No
         threads=(tqdm, StackThread(thread_id=2, name=None, frames=scheduler)),
     )
     assert pick_thread(p)[1] == "stack.gil_or_lock"
+
+
+def test_idle_in_the_tokenizers_pool_is_a_lock_wait() -> None:
+    """py-spy idle inside Hugging Face tokenizers' batch encode (rayon's pool, the GIL
+    released): waiting for the pool; running there (active) is CPU work, no wait."""
+    from diag.stacks.classify import IDLE_IN_POOL_RULE
+
+    lines = (
+        "_batch_encode_plus (transformers/tokenization_utils_fast.py:452)",
+        "batch_encode_plus (transformers/tokenization_utils_base.py:2879)",
+        "__call__ (transformers/tokenization_utils_base.py:2602)",
+        "rerank (app/rerank.py:40)",
+    )
+    assert classify_frames(frames(*lines)) == (None, None)
+    idle = _state_thread(lines, idle=True, gil=False)
+    assert classify_thread_rule(idle) == ("stack.gil_or_lock", IDLE_IN_POOL_RULE)
+    assert classify_thread_rule(_state_thread(lines, idle=False, gil=False)) == (None, None)
+    assert classify_thread_rule(_state_thread(lines, idle=None, gil=None), "faulthandler") == (
+        None, None)
+
+
+def _native_thread(tid: int, *frames_in: tuple[str, str]) -> StackThread:
+    return StackThread(
+        thread_id=tid,
+        name=None,
+        frames=tuple(StackFrame(name=n, filename=f, native=True) for n, f in frames_in),
+    )
+
+
+def test_nccl_internal_threads_and_glibc_source_places_are_helpers() -> None:
+    """NCCL's own poll threads (unsymbolised libnccl between libc frames, glibc itself
+    unsymbolised) and libcuda's threads whose libc frames gdb names by glibc's source
+    place (`at ../sysdeps/...`) are helpers: the main thread's driver wait decides."""
+    libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+    nccl = _native_thread(
+        2, ("poll", libc), ("0x00007fb29b7d2172", "/usr/lib/libnccl.so.2"),
+        ("0x00007fb34a09caa4", libc), ("0x00007fb34a129c3c", libc),
+    )
+    cuda = _native_thread(
+        3, ("accept4", "../sysdeps/unix/sysv/linux/accept4.c"),
+        ("0x00007f55a959e4a6", "/usr/lib64/libcuda.so.1"),
+        ("start_thread", "/opt/glibc/lib/libpthread.so.0"),
+        ("clone", "../sysdeps/unix/sysv/linux/x86_64/clone.S"),
+    )
+    assert is_helper_thread(nccl) and is_helper_thread(cuda)
+    main = replace(
+        _native_thread(1, *[(f"0x00007fb24f84fe8{i}", "/usr/local/cuda/compat/libcuda.so.1")
+                            for i in range(3)]),
+        name="MainThread",
+    )
+    p = StackProcess(pid=1, title=None, threads=(nccl, cuda, main), mode="gdb")
+    thread, site = pick_thread(p)
+    assert thread is main and site == "stack.cuda_sync"
+    # a thread of the program's own code calling NCCL is no helper
+    caller = _native_thread(
+        4, ("0x00007fb29b7d2172", "/usr/lib/libnccl.so.2"),
+        ("c10d::ProcessGroupNCCL::allreduce", "/x/libtorch_cuda.so"), ("start_thread", libc),
+    )
+    assert not is_helper_thread(caller)
+
+
+def test_a_frame_injected_to_print_the_stack_is_not_where_it_waits() -> None:
+    """traceback.print_stack() run inside the stuck process (pyrasite, gdb's
+    PyRun_SimpleString): its `<string>` <module> frame is innermost; as the outermost frame
+    (spawn's, `python -c`) it stays."""
+    stack = (
+        StackFrame(name="<module>", filename="<string>", line=1),
+        *frames(
+            "all_reduce_multigpu (torch/distributed/__init__.py:306)",
+            "reduction_fn_nccl (torch/nn/parallel/distributed.py:341)",
+            "backward (torch/autograd/__init__.py:90)",
+        ),
+    )
+    assert classify_frames(stack)[0] == "stack.nccl_collective"
+    assert classify_frames(stack[:1]) == (None, None)
+
+
+@pytest.mark.parametrize("name", ["cudaFree", "cuMemFree_v2", "cudaFreeHost", "hipFree"])
+def test_a_free_the_cuda_guide_makes_a_synchronisation_is_a_cuda_sync(name: str) -> None:
+    stack = (StackFrame(name=name, filename="libcudart.so.12", native=True),
+             *frames("empty_cache (torch/cuda/memory.py:192)", "step (train.py:40)"))
+    assert classify_frames(stack)[0] == "stack.cuda_sync"
+    alloc = (StackFrame(name="cudaMalloc", filename="libcudart.so.12", native=True),)
+    assert classify_frames(alloc) == (None, None)  # a device allocation waits for no work

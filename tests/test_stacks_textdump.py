@@ -1426,3 +1426,177 @@ def test_lost_newlines_in_a_c10_frame_list() -> None:
         assert [p.wait_site for p in got] == ["stack.dist_init"], repr(sep)
         assert [f.name for f in got[0].threads[0].frames] == [
             f.name for f in clean[0].threads[0].frames], repr(sep)
+
+
+def test_faulthandler_threads_with_no_python_frame_are_a_process_of_native_threads() -> None:
+    # CPython Python/traceback.c dump_traceback (3.3-3.14) writes `<no Python frame>` for a
+    # thread that runs no Python, `<tstate is freed>` for a freed one, and 3.13+'s
+    # _Py_DumpTracebackThreads `Garbage-collecting` under the current thread's header
+    text = (
+        "Fatal Python error: none_dealloc: deallocating None\n"
+        "Python runtime state: initialized\n\n"
+        "Thread 0x00007fd0e57fe640 (most recent call first):\n"
+        "  <no Python frame>\n\n"
+        "Thread 0x00007fd0e5fff640 (most recent call first):\n"
+        "  <tstate is freed>\n"
+    )
+    (p,) = parse_stack_text(text)
+    assert p.mode == "faulthandler" and len(p.threads) == 2
+    assert all(not t.frames for t in p.threads)
+    assert p.wait_site == "stack.idle_loop"
+    # with a log collector's time stamp before every line
+    stamped = "\n".join(f"2025-06-22 03:09:55  {x}" for x in text.splitlines())
+    (q,) = parse_stack_text(stamped)
+    assert q.wait_site == "stack.idle_loop" and len(q.threads) == 2
+
+
+def test_faulthandler_headers_without_any_marker_or_frame_are_no_process() -> None:
+    # a thread header whose frames the paste lost says nothing: no process is made of it
+    text = (
+        "Thread 0x00007fd0e57fe640 (most recent call first):\n\n"
+        "Thread 0x00007fd0e5fff640 (most recent call first):\n"
+    )
+    assert parse_stack_text(text) == []
+
+
+def test_faulthandler_garbage_collecting_line_is_not_a_frame() -> None:
+    text = (
+        "Current thread 0x00007f10 (most recent call first):\n"
+        "  Garbage-collecting\n"
+        '  File "/x/torch/cuda/__init__.py", line 985 in synchronize\n'
+        '  File "/x/train.py", line 12 in step\n'
+    )
+    (p,) = parse_stack_text(text)
+    assert [f.name for f in p.threads[0].frames] == ["synchronize", "step"]
+    assert p.wait_site == "stack.cuda_sync"
+
+
+def test_pyspy_thread_header_retyped_with_the_name_before_the_state() -> None:
+    # py-spy prints `Thread 0x7F.. (active): "name"`; a re-typed header puts the quoted
+    # name first and drops the id: `Thread "name" (active):`
+    text = (
+        'Thread "engine-0" (active):\n'
+        "    _serialize (app/cache/store.py:737)\n"
+        "    step (app/scheduler.py:120)\n\n"
+        'Thread "writer" (idle):\n'
+        "    wait (threading.py:363)\n"
+        "    get (queue.py:210)\n"
+    )
+    (p,) = parse_stack_text(text)
+    assert [(t.name, t.idle) for t in p.threads] == [("engine-0", False), ("writer", True)]
+
+
+def test_an_elided_faulthandler_thread_is_not_read_as_a_parked_helper() -> None:
+    # CPython's dump_traceback writes `  ...` after 100 frames; a reporter writes `...` where
+    # they cut: the thread's outer frames (main thread or helper) are out of sight
+    head = "Timeout (0:25:00)!\nThread 0x0000712058fcc640 (most recent call first):\n"
+    frame = '  File "/usr/lib/python3.12/threading.py", line 359 in wait\n'
+    (whole,) = parse_stack_text(head + frame)
+    assert whole.wait_site == "stack.idle_loop"  # a parked thread, no main thread in sight
+    (cut,) = parse_stack_text(head + frame + "  ...\n")
+    assert cut.threads[0].elided and len(cut.threads[0].frames) == 1
+    assert cut.wait_site == "stack.gil_or_lock"  # the Condition's lock, whoever waits in it
+
+
+def test_lldb_backtrace_of_every_thread() -> None:
+    # lldb's `bt all` (thread-stop-format and frame-format of lldb 10-19), its process line
+    text = (
+        "(lldb) process attach --pid 4242\n"
+        "Process 4242 stopped\n"
+        "* thread #1, name = 'python3', stop reason = signal SIGSTOP\n"
+        "  * frame #0: 0x00007f3c5a4a3117 libc.so.6`__futex_abstimed_wait_common + 199\n"
+        "    frame #1: 0x00007f3b9c4e2b1b libcuda.so.1`___lldb_unnamed_symbol1234 + 91\n"
+        "    frame #2: 0x00007f3c1a2b3c4d libcudart.so.12`cudaStreamSynchronize + 301\n"
+        "    frame #3: 0x00007f3c2a3b4c5d libtorch_cuda.so`"
+        "c10::cuda::stream_synchronize(CUstream_st*) + 61\n"
+        "  thread #2, name = 'pt_nccl_watchdg'\n"
+        "    frame #0: 0x00007f3c5a4a3117 libc.so.6`__futex_abstimed_wait_common + 199\n"
+        "    frame #1: 0x000100003f2c a.out`main(argc=1, argv=0x7ff7) at main.c:10:5\n"
+        "(lldb) detach\n"
+    )
+    (p,) = parse_stack_text(text)
+    assert (p.pid, p.mode, len(p.threads)) == (4242, "lldb", 2)
+    main = p.threads[0]
+    assert main.name == "MainThread"
+    assert [f.name for f in main.frames] == [
+        "__futex_abstimed_wait_common", "0x00007f3b9c4e2b1b", "cudaStreamSynchronize",
+        "c10::cuda::stream_synchronize",
+    ]
+    assert all(f.native for f in main.frames)
+    assert p.threads[1].name == "pt_nccl_watchdg" and p.threads[1].frames[1].name == "main"
+    assert p.wait_site == "stack.cuda_sync"
+    # `thread list`'s form of the header: the tid after the index
+    (q,) = parse_stack_text(
+        "* thread #1: tid = 0x1a2b, 0x00007f3c5a4a3117 libc.so.6`__futex + 199, "
+        "name = 'python3', stop reason = signal SIGSTOP\n"
+        "  * frame #0: 0x00007f3c5a4a3117 libc.so.6`pthread_mutex_lock + 9\n"
+    )
+    assert q.threads[0].thread_id == 0x1A2B and q.wait_site == "stack.gil_or_lock"
+
+
+def test_gdb_thread_apply_all_py_bt_is_one_process_of_its_threads() -> None:
+    # CPython's gdb extension (Tools/gdb/libpython.py py-bt) under `thread apply all`: each
+    # gdb thread header, then its Python stack innermost first
+    text = (
+        "(gdb) thread apply all py-bt\n\n"
+        'Thread 2 (Thread 0x7f33aa7fc640 (LWP 2618) "python3"):\n'
+        "Traceback (most recent call first):\n"
+        '  File "/usr/lib/python3.10/threading.py", line 320, in wait\n'
+        "    waiter.acquire()\n"
+        '  File "/usr/lib/python3.10/queue.py", line 171, in get\n\n'
+        'Thread 1 (Thread 0x7f33b2b2f740 (LWP 2600) "python3"):\n'
+        "Traceback (most recent call first):\n"
+        "  <built-in method _cuda_synchronize of module object at remote 0x7f33a1b2c3d0>\n"
+        '  File "/x/torch/cuda/__init__.py", line 985, in synchronize\n'
+        '  File "/app/train.py", line 40, in step\n'
+    )
+    (p,) = parse_stack_text(text)
+    assert p.pid == 2600 and [t.thread_id for t in p.threads] == [2618, 2600]
+    assert [f.name for f in p.threads[0].frames] == ["wait", "get"]
+    assert p.threads[1].name == "MainThread" and p.wait_site == "stack.cuda_sync"
+
+
+def test_a_collectors_stamp_that_begins_inside_a_dump_is_taken_off() -> None:
+    # a collector that stamps the lines after its own start: the header bare, the frames
+    # stamped (`2025-06-22 03:09:55  ` + the frame's own indentation), once or twice
+    text = (
+        'Thread 432919 (idle): "MainThread"\n'
+        "    0x155555277197 (libc.so.6)\n"
+        "2025-06-22 03:09:22      pthread_cond_wait (libc.so.6)\n"
+        "2025-06-22 03:09:22,120 2025-06-22 03:09:22      torch::autograd::ReadyQueue::pop "
+        "(libtorch_cpu.so)\n"
+        "2025-06-22T03:09:22Z      backward (torch/autograd/__init__.py:200)\n"
+    )
+    (p,) = parse_stack_text(text)
+    assert [f.name for f in p.threads[0].frames] == [
+        "0x155555277197", "pthread_cond_wait", "torch::autograd::ReadyQueue::pop", "backward",
+    ]
+    assert p.wait_site == "stack.gil_or_lock"
+
+
+def test_macos_sample_call_graph_heaviest_path_of_each_thread() -> None:
+    # macOS `sample PID`: each thread's call tree outermost first, the heaviest child first
+    text = (
+        "Analysis of sampling python3.12 (pid 4242) every 1 millisecond\n"
+        "Call graph:\n"
+        "    2630 Thread_6245862   DispatchQueue_1: com.apple.main-thread  (serial)\n"
+        "    + 2630 start  (in dyld) + 1942  [0x18a6a60e0]\n"
+        "    +   2630 main  (in python3.12) + 104  [0x1024f3f4c]\n"
+        "    +     2600 mlx::core::eval(std::vector<mlx::core::array>)  (in libmlx.dylib) + 72"
+        "  [0x3000]\n"
+        "    +     ! 2600 __psynch_cvwait  (in libsystem_kernel.dylib) + 8  [0x18a9ed5cc]\n"
+        "    +     30 ???  (in <unknown binary>)  [0x600002b3c000]\n"
+        "    2630 Thread_6245900\n"
+        "    + 2630 thread_start  (in libsystem_pthread.dylib) + 8  [0x18aa2bb80]\n"
+        "    +   2630 __semwait_signal  (in libsystem_kernel.dylib) + 8  [0x18a9ed000]\n"
+        "\n"
+        "Total number in stack (recursive counted multiple, when >=5):\n"
+        "        5       __psynch_cvwait  (in libsystem_kernel.dylib) + 0  [0x18a9ed5c4]\n"
+    )
+    (p,) = parse_stack_text(text)
+    assert p.mode == "sample" and [t.thread_id for t in p.threads] == [6245862, 6245900]
+    main = p.threads[0]
+    assert main.name == "MainThread"
+    assert [f.name for f in main.frames] == ["__psynch_cvwait", "mlx::core::eval", "main", "start"]
+    assert p.wait_site == "stack.cuda_sync"  # MLX's eval waits for the Metal stream
+    assert [f.name for f in p.threads[1].frames] == ["__semwait_signal", "thread_start"]

@@ -123,6 +123,43 @@ def _shell_prompt(text: str, rng: random.Random) -> str:
     return f"root@gpu-node-3:/workspace# py-spy dump --pid {rng.randrange(1000, 99999)}\n" + text
 
 
+# --- dump damage of session dg23: what the corpus's dumps show done to a dump's own lines
+
+
+def _stamped_after_head(text: str, rng: random.Random) -> str:
+    """A log collector's stamp (``2025-06-22 03:09:55  ``, two spaces) before every line
+    after the first two, blank lines the bare stamp: a collector that began stamping after
+    the error's first lines (the s37 none_dealloc dump's paste)."""
+    lines = _lines(text)
+    stamp = f"2025-06-22 03:09:{rng.randrange(10, 60)}  "
+    return "\n".join(ln if i < 2 else stamp + ln for i, ln in enumerate(lines))
+
+
+# py-spy's thread header: `Thread 0x7F.. (idle): "MainThread"` / `Thread 187 (active+gil):`
+_PYSPY_HEADER = re.compile(r'^Thread (?:0x[0-9a-fA-F]+|\d+) \(([a-z+]+)\):(?: "(.*)")?$')
+
+
+def _retyped_header(text: str, rng: random.Random) -> str:
+    """py-spy's thread headers re-typed by the reporter: the id dropped, the quoted name
+    before the state (``Thread "MainThread" (idle):``), as the s44 omlx report has them."""
+    out = []
+    for ln in _lines(text):
+        m = _PYSPY_HEADER.match(ln)
+        if m is None:
+            out.append(ln)
+        elif m.group(2) is not None:
+            out.append(f'Thread "{m.group(2)}" ({m.group(1)}):')
+        else:
+            out.append(f"Thread ({m.group(1)}):")
+    return "\n".join(out)
+
+
+def _cat_numbered(text: str, rng: random.Random) -> str:
+    """``cat -n``'s (or an editor's) line numbers: the number right-aligned in six columns
+    and a tab before each line (GNU coreutils cat -n)."""
+    return "\n".join(f"{i + 1:>6}\t{ln}" for i, ln in enumerate(_lines(text)))
+
+
 DUMP_ONLY: dict[str, _logs.Perturb] = {
     "dump-glued": _glued("", 0.5),
     "dump-glued-space": _glued(" ", 0.5),
@@ -131,6 +168,9 @@ DUMP_ONLY: dict[str, _logs.Perturb] = {
     "pyspy-columns": _pyspy_columns,
     "fenced": _fenced,
     "shell-prompt": _shell_prompt,
+    "stamp-after-head": _stamped_after_head,
+    "retyped-header": _retyped_header,
+    "cat-numbered": _cat_numbered,
 }
 
 # perturb.py's families that say nothing about a pasted dump (the rest are used as they are)

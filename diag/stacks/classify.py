@@ -65,6 +65,7 @@ __all__ = [
     "C10D_REPORT_RULE",
     "GIL_CONTENTION_RULE",
     "HARD_SITES",
+    "IDLE_IN_POOL_RULE",
     "IDLE_PROCESS_RULE",
     "MUTEX_IN_CALL_RULE",
     "OVERLAP_QUEUE_RULE",
@@ -494,8 +495,18 @@ RULES: tuple[SiteRule, ...] = (
         r"hipDeviceSynchronize|hipStreamSynchronize|hipEventSynchronize|hipMemcpy(?!Async)|"
         r"hsa_signal_wait\w*|rocr::core::\w*Signal::Wait\w*|"
         r"sycl::.*(queue|event)::wait\w*|zeEventHostSynchronize|zeCommandQueueSynchronize|"
-        r"zeFenceHostSynchronize|urQueueFinish|urEventWait)",
-        why="a device synchronisation (CUDA, ROCm HIP/HSA, Ascend ACL, Intel SYCL/Level Zero)",
+        r"zeFenceHostSynchronize|urQueueFinish|urEventWait|"
+        # Apple MLX (ml-explore/mlx mlx/transforms.cpp eval / async_eval, array.cpp item,
+        # synchronize since 0.16): the host waits for the Metal stream's work
+        r"mlx::core::(eval|synchronize|array::item|array::eval|array::wait)$|"
+        # the CUDA Programming Guide's implicit synchronisation (device and page-locked
+        # host allocation and free: cudaFree waits for the device's work, CUDA 8-13)
+        r"cudaFree(Host|Async)?$|cuMemFree(Host)?(_v2)?$|cudaMallocHost$|cudaHostAlloc$|"
+        r"cuMemAllocHost(_v2)?$|cuMemHostAlloc$|hipFree(Host)?$|hipHostFree$|hipHostMalloc$)",
+        why="a device synchronisation (CUDA, ROCm HIP/HSA, Ascend ACL, Intel SYCL/Level "
+        "Zero, Apple MLX's eval on Metal), or an allocation or free the CUDA Programming "
+        "Guide lists as an implicit synchronisation (cudaFree, page-locked host memory "
+        "alloc and free)",
     ),
     SiteRule(
         "cuda-launch-native",
@@ -695,6 +706,31 @@ RULES: tuple[SiteRule, ...] = (
     SiteRule("model-load-weights", _WEIGHTS, native=False, name=r"(^|\.)load_weights$"),
     SiteRule("torch-load", _WEIGHTS, file=r"torch/serialization\.py$"),
     SiteRule("hf-download", _WEIGHTS, file=r"huggingface_hub/|modelscope/hub/"),
+    SiteRule(
+        "checkpoint-file-loader",
+        _WEIGHTS,
+        native=False,
+        name=r"(^|\.)load_torch_file$",
+        why="ComfyUI's checkpoint reader (comfy/utils.py load_torch_file, 2023-2026: "
+        "safetensors safe_open / get_tensor or torch.load of one file), copied by its forks "
+        "(Forge's ldm_patched/modules/utils.py) and custom nodes under the same name",
+    ),
+    SiteRule(
+        "hf-state-dict-loader",
+        _WEIGHTS,
+        native=False,
+        file=r"(^|/)(transformers/modeling_utils|accelerate/utils/modeling|"
+        r"diffusers/models/(model_loading_utils|modeling_utils))\.py$",
+        name=r"(^|\.)(load_state_dict|_load_state_dict_into_meta_model|load_shard_file|"
+        r"_load_pretrained_model|"
+        r"load_checkpoint_in_model|load_model_dict_into_meta|_load_shard_file)$",
+        why="Hugging Face's checkpoint readers: transformers' modeling_utils.py "
+        "load_state_dict (4.x) / _load_state_dict_into_meta_model (4.20+) / load_shard_file "
+        "(4.51+) under _load_pretrained_model, accelerate's utils/modeling.py load_state_dict and "
+        "load_checkpoint_in_model, diffusers' models/model_loading_utils.py load_state_dict "
+        "and load_model_dict_into_meta (models/modeling_utils.py before 0.23): reading a "
+        "checkpoint shard (safetensors or torch.load) into the model",
+    ),
     SiteRule(
         "weights-readers",
         _WEIGHTS,
@@ -940,7 +976,10 @@ RULES: tuple[SiteRule, ...] = (
         strength="weak",
         native=True,
         name=r"^(__)?(read|recv|recvfrom|recvmsg|poll|ppoll|epoll_wait|epoll_pwait|select|"
-        r"pselect\d*|accept4?|eventfd_read|__libc_read|__libc_recv)$",
+        r"pselect\d*|accept4?|eventfd_read|__libc_read|__libc_recv|"
+        # Darwin's libsystem_kernel (macOS `sample`, lldb): kqueue and socket waits
+        r"kevent(64|_qos|_id)?|__select(_nocancel)?|__recvfrom(_nocancel)?|"
+        r"__read_nocancel|__poll_nocancel|__accept)$",
     ),
     SiteRule(
         "gpu-runtime-unsymbolised",
@@ -966,7 +1005,8 @@ RULES: tuple[SiteRule, ...] = (
         _IDLE,
         strength="weak",
         native=True,
-        name=r"^(clock_nanosleep|nanosleep|__clock_nanosleep|time_sleep|usleep|pysleep)$",
+        name=r"^(clock_nanosleep|nanosleep|__clock_nanosleep|time_sleep|usleep|pysleep|"
+        r"__semwait_signal(_nocancel)?)$",
     ),
     SiteRule(
         "threading-py",
@@ -1000,7 +1040,12 @@ RULES: tuple[SiteRule, ...] = (
         r"acquire_timed|"
         r"pthread_cond_wait|pthread_cond_timedwait|__pthread_cond_wait\w*|"
         r"__futex_abstimed_wait\w*|futex_wait|do_futex_wait\w*|sem_wait|sem_timedwait|"
-        r"std::condition_variable::wait\w*|std::__condvar::wait\w*)",
+        r"std::condition_variable::wait\w*|std::__condvar::wait\w*|"
+        # Darwin's (libsystem_kernel / libsystem_pthread): condition variables, mutexes,
+        # os_unfair_lock and dispatch semaphores
+        r"__psynch_cvwait|__psynch_mutexwait|_pthread_cond_wait|__ulock_wait2?|"
+        r"semaphore_wait_trap|semaphore_timedwait_trap|_dispatch_sema4_wait|"
+        r"std::__1::condition_variable::wait\w*)",
     ),
 )
 
@@ -1036,9 +1081,23 @@ _HELPER_FRAME = re.compile(
 # MPI runtime's own library: the CUDA driver's and its debugger backend's poll threads,
 # libevent/PMIx progress loops. It waits for that library's events, not for the model.
 _NATIVE_START = frozenset({"start_thread", "clone", "clone3", "__clone", "__clone3"})
-_LIBC = re.compile(r"(^|/)(libc|libpthread|ld-linux[\w-]*)[.-]")
+# libc's frames: by their library, or, where gdb has glibc's debug info, by its source
+# place as gdb prints it (`accept4 () at ../sysdeps/unix/sysv/linux/accept4.c:38`, `clone
+# () at ../sysdeps/unix/sysv/linux/x86_64/clone.S:115`, `__lll_lock_wait () at
+# ../nptl/sysdeps/...`): paths relative to glibc's build folder, its top-level source folders
+_LIBC = re.compile(
+    r"(^|/)(libc|libpthread|ld-linux[\w-]*)[.-]|"
+    r"^\.\./(sysdeps|nptl|misc|io|posix|socket|signal|stdlib|string|libio|malloc|elf|"
+    r"time|csu)/"
+)
+# NCCL's (RCCL's) own threads are such threads too: its proxy service and progress
+# threads, the bootstrap root and the IB async-event thread (src/proxy.cc ncclProxyService /
+# ncclProxyProgress, bootstrap.cc, transport/net_ib.cc ncclIbAsyncThreadMain, 2.x), which
+# poll their sockets for the life of a communicator; a collective runs on the thread that
+# called it (its frames are the caller's: libtorch, libpython), not on these.
 _HELPER_LIB = re.compile(
-    r"(^|/)(libcuda|libcudadebugger|libevent(_core|_pthreads)?(-[\d.]+)?|libpmix)\.so"
+    r"(^|/)(libcuda|libcudadebugger|libevent(_core|_pthreads)?(-[\d.]+)?|libpmix|libnccl|"
+    r"librccl)\.so"
 )
 # the frames threading.py puts under every thread's own code: a thread the paste cut to
 # these shows nothing of what it runs
@@ -1271,6 +1330,18 @@ CATALOGUE_OTHER_RELEASE_WHY = (
 )
 
 
+# Code run inside the stuck process to print its stack (a pyrasite payload, gdb's `call
+# PyRun_SimpleString("import traceback; traceback.print_stack()")`, a debugger's exec):
+# compiled from a string, its frame is `File "<string>", line 1, in <module>` (or
+# `<stdin>`) INSIDE the frames it interrupted; the thread waited in the frame outside it.
+# (As the outermost frame it is a `python -c` program or multiprocessing's spawn: kept.)
+_INJECTED_FILE = frozenset({"<string>", "<stdin>"})
+
+
+def _injected(frame: StackFrame) -> bool:
+    return not frame.native and frame.name == "<module>" and frame.filename in _INJECTED_FILE
+
+
 def classify_frames(frames: Sequence[StackFrame]) -> tuple[str | None, SiteRule | None]:
     """The wait site of one stack (innermost frame first) and the rule that decided it.
 
@@ -1281,6 +1352,8 @@ def classify_frames(frames: Sequence[StackFrame]) -> tuple[str | None, SiteRule 
     frame has generic waits inside it, their innermost primitive may say more: a mutex
     inside a collective (:data:`MUTEX_IN_CALL_RULE`), the GPU driver inside a teardown
     (``device_inside``)."""
+    if len(frames) > 1 and _injected(frames[0]):
+        frames = frames[1:]
     chain_open = True  # every frame so far is native, a generic wait or a wrapper
     only_wrappers = True  # every frame so far is a pass-through wrapper
     weak: SiteRule | None = None
@@ -1371,6 +1444,26 @@ C10D_REPORT_RULE = SiteRule(
     "collective:` / `#N func from file:line`, ProcessGroupNCCL.cpp, torch 2.4+) is the "
     "Python stack that issued that collective, whatever its visible frames",
 )
+# Calls that hand work to a native thread pool with the GIL released and wait for it: an
+# idle thread there (py-spy: off the CPU) waits for the pool, not for a device or a peer.
+# Hugging Face tokenizers' batch encode (PyTokenizer.encode_batch, bindings/python/src/
+# tokenizer.rs, py.allow_threads over rayon's par_iter; the fast tokenizer's
+# _batch_encode_plus in transformers' tokenization_utils_fast.py calls it): the pool's
+# known deadlock is a fork after it was used (utils/parallelism.rs warns 'The current
+# process just got forked, after parallelism has already been used').
+IDLE_IN_POOL_RULE = SiteRule(
+    "idle-in-native-pool",
+    _LOCK,
+    native=False,
+    file=r"(^|/)(transformers/tokenization_utils_fast|tokenizers/implementations/"
+    r"base_tokenizer)\.py$",
+    name=r"(^|\.)(_batch_encode_plus|encode_batch|encode_batch_fast)$",
+    why="py-spy shows the thread idle (off the CPU, the GIL released) in Hugging Face "
+    "tokenizers' batch encode (transformers tokenization_utils_fast.py _batch_encode_plus, "
+    "tokenizers encode_batch): the Rust encoder runs on rayon's thread pool and this "
+    "thread waits for it; idle, the pool is not working (after a fork the pool is "
+    "deadlocked, utils/parallelism.rs): a lock wait (LABELS.md stack.gil_or_lock)",
+)
 GIL_CONTENTION_RULE = SiteRule(
     "gil-contention",
     _LOCK,
@@ -1443,8 +1536,11 @@ def is_serving_worker_stack(frames: Sequence[StackFrame]) -> bool:
 
 # Python packages whose frames run GPU work through torch: torch itself (autograd, the
 # nn modules, the no-grad decorator that wraps a model call), DeepSpeed's and Megatron's
-# training engines
-_GPU_COMPUTE_PATH = re.compile(r"(^|/)(torch|deepspeed|megatron)/")
+# training engines; and through Apple's MLX, whose arrays are lazy (an mx.eval, .item(),
+# .tolist() or a save of arrays waits for the Metal stream): mlx itself, ml-explore's
+# mlx-lm and mlx-vlm (generate.py, server.py) and the servers built on them (jundot/omlx:
+# omlx/scheduler.py, engine_core.py)
+_GPU_COMPUTE_PATH = re.compile(r"(^|/)(torch|deepspeed|megatron|mlx|mlx_lm|mlx_vlm|omlx)/")
 
 
 def is_gpu_compute_stack(frames: Sequence[StackFrame]) -> bool:
@@ -1465,7 +1561,8 @@ def is_gpu_compute_stack(frames: Sequence[StackFrame]) -> bool:
 # Ctrl-C traceback is not: the interrupt lands between bytecodes, after any native call
 # returned.)
 _STATELESS_DUMPS = frozenset(
-    {"faulthandler", "pystack", "trace", "pytest_timeout", "gdb", "dumpstacks", "list"}
+    {"faulthandler", "pystack", "trace", "pytest_timeout", "gdb", "lldb", "sample", "dumpstacks",
+     "list"}
 )
 
 
@@ -1498,6 +1595,10 @@ def classify_thread_rule(
         return C10D_REPORT_RULE.site, C10D_REPORT_RULE
     if site is not None:
         return site, rule
+    if thread.idle is True and thread.frames and not thread.frames[0].native and (
+        IDLE_IN_POOL_RULE.matches(thread.frames[0])
+    ):
+        return IDLE_IN_POOL_RULE.site, IDLE_IN_POOL_RULE
     if (
         in_native_call(thread, mode)
         and thread.frames
@@ -1546,9 +1647,16 @@ def is_helper_thread(thread: StackThread) -> bool:
 
 def _native_library_thread(thread: StackThread) -> bool:
     """A native thread of a driver or runtime library (:data:`_HELPER_LIB`): started by
-    pthread, every frame outside libc in such a library, at least one of them."""
+    pthread (its outermost frame start_thread or clone, or libc's unsymbolised), every
+    frame outside libc in such a library, at least one of them."""
     frames = thread.frames
-    if not frames or frames[-1].name not in _NATIVE_START:
+    if not frames:
+        return False
+    start = frames[-1]
+    if start.name not in _NATIVE_START and not (
+        # glibc without symbols (gdb's `?? () from libc.so.6`): its start_thread / clone3
+        start.native and is_address(start.name) and _LIBC.search(start.filename or "")
+    ):
         return False
     own = [f for f in frames if not _LIBC.search(f.filename or "")]
     return bool(own) and all(f.native and _HELPER_LIB.search(f.filename or "") for f in own)
@@ -1560,7 +1668,9 @@ def _all_idle_helpers(p: StackProcess) -> bool:
     convention reads the visible threads (no main thread doing work in sight)."""
     if not p.threads:
         return False
-    return any(t.frames for t in p.threads) and all(
+    # a faulthandler process without a frame is one whose every thread said `<no Python
+    # frame>` (textdump keeps no other): native threads only, nothing doing Python work
+    return (any(t.frames for t in p.threads) or p.mode == "faulthandler") and all(
         _parked_worker(t, p)
         or ((t.idle is True or _parked(t, p.mode)) and (is_helper_thread(t) or not t.frames))
         # a listener helper (a pipe or socket reader's loop) in a dump without thread
@@ -1599,8 +1709,8 @@ def _parked_without_main(p: StackProcess) -> bool:
     for t in p.threads:
         if not t.frames:
             continue
-        if t.idle is not None or is_main_thread(t, p.pid):
-            return False
+        if t.idle is not None or t.elided or is_main_thread(t, p.pid):
+            return False  # (an elided thread may be the main thread: its outer frames are out)
         site, rule = classify_frames(t.frames)
         if rule is None or not (site == _IDLE or rule.id in _PARKING_RULES or _parked_worker(t, p)):
             return False
@@ -1830,7 +1940,7 @@ def classify_wchan(wchan: str | None) -> str | None:
 def _table_patterns() -> list[str]:
     """Every pattern of the rules and the wchan rules."""
     rules = (*RULES, NATIVE_CALL_RULE, C10D_REPORT_RULE, GIL_CONTENTION_RULE,
-             IDLE_PROCESS_RULE, MUTEX_IN_CALL_RULE)
+             IDLE_PROCESS_RULE, MUTEX_IN_CALL_RULE, IDLE_IN_POOL_RULE)
     found = [p for rule in rules for p in (rule.name, rule.file) if p is not None]
     return found + [pattern for pattern, _ in WCHAN_RULES]
 
@@ -1845,6 +1955,7 @@ def _check_table(*, compile_patterns: bool = False) -> None:
         GIL_CONTENTION_RULE,
         IDLE_PROCESS_RULE,
         MUTEX_IN_CALL_RULE,
+        IDLE_IN_POOL_RULE,
     ):
         if rule.site not in STACK_SITES:
             raise ValueError(f"rule {rule.id}: unknown site {rule.site}")

@@ -42,9 +42,17 @@ _SYMBOL = re.compile(r"^(?:[A-Za-z_~][\w~]*(?:(?:::|\.)[A-Za-z_~{][\w~{}()*#]*)*
 _OUTER_FIRST = re.compile(r"most recent call last|[└├]─")
 
 
+# a log collector's bare stamp before the line (`2025-06-22 03:09:55  `, ISO, asctime)
+_STAMP = re.compile(
+    r"^(?:\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
+    r"(?: UTC)?(?:[ \t]+|$))+"
+)
+
+
 def _written(line: str) -> str:
-    """A list line without its tree connectors, bullets and the reporter's note."""
-    return _NOTE.sub("", _LEAD.sub("", line)).strip()
+    """A list line without a collector's stamp, its tree connectors, bullets and the
+    reporter's note."""
+    return _NOTE.sub("", _LEAD.sub("", _STAMP.sub("", line))).strip()
 
 
 def _frame(text: str) -> StackFrame | None:

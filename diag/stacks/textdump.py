@@ -75,6 +75,14 @@ _SGLANG_PREFIX = re.compile(
     re.A,
 )
 
+# A log collector's bare stamp before a line (`2025-06-22 03:09:55  `, ISO `...T...Z`,
+# Python logging's asctime `2025-06-22 03:09:55,123`), which the log reader's wrappers do
+# not take off where it begins inside a dump (a collector that stamps only the lines after
+# its own start): taken off with one separator, the dump line's own indentation kept
+_BARE_STAMP = re.compile(
+    r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?(?: UTC)?"
+    r"(?:[ \t]|$)"
+)
 _WATCHDOG = re.compile(r"Pyspy dump for PID (\d+)(?: \(([^)]*)\))?")
 _PROCESS = re.compile(r"^Process (\d+): ?(.*)$")
 # SGLang: `Pyspy failed (py-spy dump --native --pid 12). Error: ...` (0.5.x) or
@@ -130,6 +138,34 @@ _GDB_FRAME = re.compile(r"^#(\d+)\s+(?:(0x[0-9a-fA-F]+) in )?(.+)$")
 _EU_PROCESS = re.compile(r"^PID (\d+) - (\S.*)$")
 _EU_THREAD = re.compile(r"^TID (\d+):$")
 _EU_FRAME = re.compile(r"^#(\d+)\s+(0x[0-9a-fA-F]+)\s+(?!in\b)(\S.*?)(?: - (\S+))?$")
+# lldb's `bt` / `bt all` / `thread backtrace all` (its default thread-stop-format and
+# frame-format, lldb 10-19): "* thread #1, name = 'python3', stop reason = signal SIGSTOP"
+# (`thread list`'s "thread #1: tid = 0x1a2b, 0x7f.. libc.so.6`sym + 9, name = '..'"), then
+# "  * frame #0: 0x00007f3c5a4a3117 libc.so.6`__futex_abstimed_wait_common + 199" and
+# "    frame #4: 0x000100003f2c a.out`main(argc=1, argv=0x7ff7) at main.c:10:5", innermost
+# first; "Process 4242 stopped" before them names the process
+_LLDB_THREAD = re.compile(r"^\*?\s*thread #(\d+)(?:[:,] (.*))?$")
+_LLDB_FRAME = re.compile(
+    r"^\*?\s*frame #(\d+): (0x[0-9a-fA-F]+)(?: ([^\s`]+)`(.+?))?"
+    r"(?: at (\S+?:\d+)(?::\d+)?)?\s*$"
+)
+_LLDB_PROCESS = re.compile(r"^Process (\d+) (?:stopped|exited|resuming)\b")
+_LLDB_TID = re.compile(r"\btid = (0x[0-9a-fA-F]+|\d+)")
+_LLDB_NAME = re.compile(r"\bname = '([^']*)'")
+# macOS `sample PID` (and Activity Monitor's "Sample Process"): after "Call graph:", each
+# thread "    2630 Thread_6245862   DispatchQueue_1: com.apple.main-thread  (serial)", then
+# its call tree OUTERMOST first, one node a line, deeper nodes further right behind tree
+# marks ("    + 2630 start  (in dyld) + 1942  [0x18a6a60e0]", "    +   ! 12 ..."); a node's
+# children are sorted by sample count, so the first child at each depth is the heaviest
+# path: the stack where the thread sits
+_SAMPLE_GRAPH = re.compile(r"^Call graph:$")
+_SAMPLE_THREAD = re.compile(r"^(\s*)\d+ Thread_(\d+)(?:[: ]\s*(.*?))?\s*$")
+_SAMPLE_FRAME = re.compile(
+    r"^([\s+!:|]*?)\d+ (.+?)  \(in ([^)]*)\)(?: \+ \d+)?"
+    r"(?:(?:,\w+)*  (?:load address 0x[0-9a-fA-F]+ \+ 0x[0-9a-fA-F]+  )?\[(0x[0-9a-fA-F]+)"
+    r"(?:,0x[0-9a-fA-F]+)*\].*)?$"
+)
+_SAMPLE_END = re.compile(r"^(Total number in stack|Sort by top of stack|Binary Images:)")
 _GDB_PY_FRAME = re.compile(r"Frame 0x[0-9a-fA-F]+, for file (.+?), line (\d+), in ([\w<>.]+)")
 _IGNORED = re.compile(
     r"^(Parent Process \d+:|Python v\d[\w.+]*\b|py-spy \d|Error: |Caused by:)"
@@ -137,9 +173,11 @@ _IGNORED = re.compile(
     # --pid 12`, `####### user@host #######` (they neither end nor split a dump)
     r"|^(?:-{3,}|={3,}|#{3,}|\*{3,}|\+{3,})(?:\s.*)?$"
 )
-# py-spy's thread header; reporters re-typing it drop the id: `Thread (idle) "MainThread"`
+# py-spy's thread header; reporters re-typing it drop the id: `Thread (idle) "MainThread"`,
+# or put the name first: `Thread "engine-0" (active):`
 _PYSPY_THREAD = re.compile(
-    r"^Thread (?:(0x[0-9a-fA-F]+|\d+) )?\(((?:idle|active|gil)(?:\+[a-z]+)*)\):?"
+    r"^Thread (?:(0x[0-9a-fA-F]+|\d+) )?(?:\"(?P<first>[^\"]*)\" )?"
+    r"\(((?:idle|active|gil)(?:\+[a-z]+)*)\):?"
     r'(?: "(.*)")?:?$'
 )
 # Python >= 3.14 adds the OS thread name: `Thread 0x7f.. [pt_nccl_watchdg] (most ...):`
@@ -148,6 +186,16 @@ _FH_THREAD = re.compile(
     r"\(most recent call first\):$"
 )
 _FH_STACK = re.compile(r"^Stack \(most recent call first\):$")
+# what faulthandler writes in a thread's place instead of frames (CPython Python/traceback.c
+# dump_traceback, 3.3-3.14): "  <no Python frame>" (a thread that runs no Python: a native
+# helper, or one that has not entered Python yet), "  <tstate is freed>" (3.9+); and
+# _Py_DumpTracebackThreads' "  Garbage-collecting" (3.13+) under the current thread's header
+_FH_NO_FRAME = frozenset({"<no Python frame>", "<tstate is freed>"})
+_FH_GC = "Garbage-collecting"
+# the frames left out: faulthandler's own after MAX_FRAME_DEPTH (100) frames, or a
+# reporter's elision (`...`, `…`, `[...]`) under a thread's frames
+# (a line a paste glued after it kept: `...# Received cancellation signal`)
+_ELISION = re.compile(r"^(?:\.\.\.|\u2026|\[\.\.\.\]|\(\.\.\.\))(?!\.)")
 # torch's fatal-signal stack printer: `!!!!!!! Segfault encountered !!!!!!!`, then frames as
 # `File "<unknown>", line 0, in cudaMemcpyBatchAsync` (C++ symbols; Python frames with
 # their file), innermost first
@@ -254,6 +302,20 @@ class _Line:
     title: str | None = None
 
 
+def _unstamped(text: str) -> str:
+    """``text`` without the bare stamps before it (:data:`_BARE_STAMP`, two at most: a
+    stamp under a second collector's stamp)."""
+    for round_ in range(2):
+        probe = text.lstrip(" \t") if round_ else text
+        if not (probe[:1].isdigit() and probe[4:5] == "-"):
+            break
+        m = _BARE_STAMP.match(probe)
+        if m is None:
+            break
+        text = probe[m.end() :]
+    return text
+
+
 def _split_prefixes(text: str) -> tuple[str, str, RankId | None, str | None]:
     """(rest, channel, rank, title hint) of one line after its wrappers
     (:func:`diag.parse.unwrap.unwrap_line`: compose service names, container stamps ...)
@@ -263,6 +325,7 @@ def _split_prefixes(text: str) -> tuple[str, str, RankId | None, str | None]:
     title: str | None = None
     if text[:1] not in (" ", "\t", ""):
         text, _ = unwrap_line(text)
+        text = _unstamped(text)
     outer: Coords | None = None
     for _ in range(3):
         pp = match_proc_prefix(text)
@@ -282,6 +345,8 @@ def _split_prefixes(text: str) -> tuple[str, str, RankId | None, str | None]:
             text = text[tr[1] :]
             continue
         break
+    if channel:
+        text = _unstamped(text)  # a collector's stamp under a process prefix
     m = _SGLANG_PREFIX.match(text)
     if m:
         c = parse_tags(m.group("coords") or "")
@@ -302,6 +367,8 @@ _CANDIDATE = re.compile(
     r"|Waiting for the GIL|<built-in (?:method|function) [\w.]+ of .* at remote 0x"  # gdb py-bt
     r"|\.so[\w.]*\([^()\s]*\) \[0x[0-9a-fA-F]+\]"  # glibc backtrace_symbols
     r"|(?:^|\s)frame #\d+: \S|Exception raised from \S+ at \S"  # c10::Error's C++ stack
+    r"|^\*?\s*thread #\d+\b|^Process \d+ stopped"  # lldb
+    r"|^Call graph:$"  # macOS sample
 )
 # Every match of _CANDIDATE holds one of these, or "#" and a digit: tested first (a few
 # substring tests cost far less than the search, which has no literal prefix to skip by)
@@ -309,7 +376,8 @@ _CANDIDATE_NEEDS = ("Thread ", "Current thread", "Process ", 'File "', "File: ",
                     "Traceback", "Pyspy ",
                     "Stack ", "KeyboardInterrupt", '.py", line ', " encountered !",
                     "Caught signal ", "backtrace (tid:", " 0x", "PID ", "TID ",
-                    "Waiting for the GIL", ") [0x", "Exception raised from ")
+                    "Waiting for the GIL", ") [0x", "Exception raised from ", "thread #",
+                    "Call graph:")
 _HASH_DIGIT = re.compile(r"#\d")
 
 
@@ -390,6 +458,8 @@ class _Thread:
     current: bool = False  # faulthandler's `Current thread` (or its lone `Stack`)
     cstack: list[StackFrame] = field(default_factory=list)  # its C stack, innermost first
     calls: dict[int, str] = field(default_factory=dict)  # frame index -> source line under it
+    no_python: bool = False  # faulthandler wrote `<no Python frame>` in its frames' place
+    elided: bool = False  # `...` under its frames: the outer ones left out
 
 
 @dataclass(slots=True)
@@ -423,10 +493,16 @@ class _Proc:
                     idle=_idle(t.status),
                     owns_gil=None if t.status is None else "gil" in t.status.split("+"),
                     current=t.current,
+                    elided=t.elided,
                 )
             )
         rank = rank_from_title(self.title) or self.rank
-        if not any(t.frames for t in threads):
+        if not any(t.frames for t in threads) and not (
+            # faulthandler's threads that run no Python (each says `<no Python frame>`):
+            # a process in sight, its threads native helpers (classify: an idle loop)
+            self.kind == "faulthandler" and self.threads
+            and all(t.no_python and not t.cstack for t in self.threads)
+        ):
             if self.error is None or self.pid is None:
                 return None
             return StackProcess(
@@ -725,6 +801,8 @@ class _Channel:
         self.gdb = False  # the open process is gdb's native `bt`
         self.ucx = False  # the open process is UCX's signal backtrace
         self.btsym = False  # the open process is glibc's backtrace_symbols list
+        self.lldb = False  # the open process is lldb's backtrace
+        self.sample: int | None = None  # macOS sample's call tree: the column of its last node
         self.ucx_pid: int | None = None  # the pid of UCX's 'Caught signal' line before it
         self.cstack: _Thread | None = None  # the thread a C stack trace being read is of
         self.partial: list[_Line] = []  # a frame line held (a word wrap may have cut it)
@@ -765,6 +843,8 @@ class _Channel:
         self.gdb = False
         self.ucx = False
         self.btsym = False
+        self.lldb = False
+        self.sample = None
         self.cstack = None
 
     def _open(
@@ -923,10 +1003,104 @@ class _Channel:
         self._new_thread(cur, tid, "MainThread" if main else None, None)
         self.gdb = True
 
+    def _feed_sample(self, ln: _Line, stripped: str) -> bool:
+        """macOS sample's call graph (:data:`_SAMPLE_GRAPH`): per thread, the first child
+        at each depth (the heaviest path), outermost first."""
+        if _SAMPLE_GRAPH.match(stripped):
+            self._open(ln, "sample")
+            self.sample = -1
+            return True
+        if self.sample is None or self.proc is None or self.proc.kind != "sample":
+            return False
+        if _SAMPLE_END.match(stripped):
+            self.close()
+            return True
+        m = _SAMPLE_THREAD.match(ln.text)
+        if m:
+            rest = m.group(3) or ""
+            name = "MainThread" if "com.apple.main-thread" in rest else (rest.strip() or None)
+            self._new_thread(self.proc, _small(m.group(2)), name, None, outer_first=True)
+            self.sample = -1
+            return True
+        m = _SAMPLE_FRAME.match(ln.text)
+        if m and self.thread is not None:
+            column = len(m.group(1))
+            if column > self.sample >= -1:
+                self.sample = column
+                symbol, lib, address = m.group(2).strip(), m.group(3), m.group(4) or "0x0"
+                if symbol == "???":
+                    symbol = ""
+                self.thread.frames.append(_c_frame(lib, _strip_group(symbol), address))
+            else:
+                self.sample = -2  # a sibling of a node on the path: the path ended
+            return True
+        return not stripped  # blank lines inside the graph
+
+    def _feed_lldb(self, ln: _Line, stripped: str) -> bool:
+        """lldb's process, thread and frame lines (:data:`_LLDB_THREAD`)."""
+        m = _LLDB_PROCESS.match(stripped)
+        if m:
+            self._open(ln, "lldb", _small(m.group(1)))
+            self.lldb = True
+            return True
+        m = _LLDB_THREAD.match(stripped)
+        if m:
+            proc = self.proc if self.lldb and self.proc is not None else None
+            if proc is None:
+                proc = self._open(ln, "lldb")
+                self.lldb = True
+            rest = m.group(2) or ""
+            tid_m = _LLDB_TID.search(rest)
+            name_m = _LLDB_NAME.search(rest)
+            tid = _int_id(tid_m.group(1)) if tid_m else None
+            # lldb numbers the process's first thread 1 (the main thread)
+            name = "MainThread" if m.group(1) == "1" else (name_m.group(1) if name_m else None)
+            if m.group(1) == "1" and proc.title is None and name_m is not None:
+                comm = name_m.group(1)
+                if not re.match(r"^(python[\d.]*|pt_main_thread)$", comm):
+                    proc.title = comm
+            self._new_thread(proc, tid, name, None)
+            return True
+        if self.lldb and self.thread is not None:
+            m = _LLDB_FRAME.match(stripped)
+            if m:
+                address, module, symbol, where = m.group(2), m.group(3), m.group(4), m.group(5)
+                if symbol is not None:
+                    symbol = re.sub(r" \+ \d+$", "", symbol.strip())
+                    if symbol.startswith("___lldb_unnamed_symbol"):
+                        symbol = ""
+                    elif symbol.endswith(")"):
+                        symbol = _strip_group(symbol)
+                frame = _c_frame(module or "??", symbol or "", address)
+                if where and symbol:
+                    frame = replace(frame, filename=module or where)
+                self.thread.frames.append(frame)
+                return True
+        return False
+
     def _feed_header(self, ln: _Line, stripped: str) -> bool:
+        if (
+            stripped[:1] in "<G" and self.thread is not None and self.proc is not None
+            and self.proc.kind == "faulthandler" and not self.thread.frames
+            and (stripped == _FH_GC or stripped in _FH_NO_FRAME)
+        ):
+            if stripped != _FH_GC:
+                self.thread.no_python = True
+            return True
+        if (
+            stripped[:1] in ".[(\u2026" and self.thread is not None and self.thread.frames
+            and _ELISION.search(stripped)
+            and self.proc is not None and self.proc.kind == "faulthandler"
+        ):
+            self.thread.elided = True
+            return True
         if (self.ucx or stripped[:1].isdigit() or stripped[:1] in "=[") and self._feed_ucx(
             ln, stripped
         ):
+            return True
+        if stripped[:1] in ("*", "t", "f", "P") and self._feed_lldb(ln, stripped):
+            return True
+        if (stripped[:1] == "C" or self.sample is not None) and self._feed_sample(ln, stripped):
             return True
         if stripped[:1] in ("E", "f") and self._feed_c10_alone(ln, stripped):
             return True
@@ -981,6 +1155,7 @@ class _Channel:
                     proc.title = proc.title or comm  # the process title: VLLM::Worker_TP0
             self._new_thread(proc, lwp, "MainThread" if main else m.group(3), None)
             self.gdb = True
+            self.pybt = False
             return True
         if self.gdb and self.thread is not None:
             m = _GDB_FRAME.match(stripped)
@@ -1030,7 +1205,7 @@ class _Channel:
             if proc is None:
                 proc = self._open(ln, "text")
             tid = _int_id(m.group(1)) if m.group(1) else None
-            self._new_thread(proc, tid, m.group(3), m.group(2))
+            self._new_thread(proc, tid, m.group(4) or m.group("first"), m.group(3))
             return True
         m = _FH_THREAD.match(stripped)
         if m or _FH_STACK.match(stripped):
@@ -1081,6 +1256,12 @@ class _Channel:
                 proc = self._open(ln, kind)
             name = None if m.group(1) == "<unknown>" else m.group(1)
             self._new_thread(proc, tid, name, None, outer_first=True)
+            return True
+        if _PYBT_HEADER.match(stripped) and self.gdb and self.thread is not None and (
+            not self.thread.frames
+        ):
+            # `thread apply all py-bt`: the Python stack of the gdb thread just headed
+            self.pybt = True
             return True
         if _PYBT_HEADER.match(stripped) or _SIGNAL_TRACE.match(stripped):
             self._new_thread(self._open(ln, "faulthandler"), None, None, None)
@@ -1637,6 +1818,7 @@ _GLUED_FRAMES = re.compile(
 _GLUED_CUT = re.compile(
     r"(?:(?<!\s)(?<!\(Python\))(?<!\(C\))\s+|(?<=[)\"\w>])|(?<=\):))"
     r"(?P<head>(?=Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil|most recent)"
+    r"|Thread \"[^\"]*\" \((?:idle|active|gil)|<no Python frame>|<tstate is freed>"
     r"|Current thread 0x|Process \d+: |Python v\d|Stack \(most recent|"
     r"Traceback for thread \d+|\(Python\) File \"|\(C\) File \"|File:? \"|# Thread(?:ID)?: |"
     r"#\d+ [\w<>.]+ from \S|#\d+\s+0x[0-9a-fA-F]+ in |Traceback \(most recent call first\)|"
@@ -1644,7 +1826,7 @@ _GLUED_CUT = re.compile(
     r"Thread \d+ \((?:Thread 0x[0-9a-fA-F]+ )?\(LWP \d+\)|#\d+\s+[A-Za-z_][\w:~]* \(|"
     r"Waiting for the GIL|<built-in (?:method|function) |"
     r"Exception raised from \S+ at |frame #\d+: ))"
-    r"|(?<=[)\"])\s+(?=\S)"
+    r"|(?<=[)\"])\s+(?=\S)|(?<=\):)\s+(?=[^\s\"])"  # (a py-spy header's name after it)
 )
 # gdb's `#3  0x00007f.. in f ()` (or, without the address, `#0  __lll_lock_wait () at
 # x.S:135`) and torch c10d's `#3 f from file.py:12`
@@ -1653,6 +1835,7 @@ _GLUED_GDB = re.compile(
 )
 _GLUED_HEADER = re.compile(
     r"Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil|most recent)|Current thread 0x|"
+    r"Thread \"[^\"]*\" \((?:idle|active|gil)|"
     r"Traceback \(most recent call first\)|Waiting for the GIL|"
     r"Traceback for thread \d+|Stack \(most recent|# Thread(?:ID)?: |"
     r"Thread \d+ \((?:Thread 0x[0-9a-fA-F]+ )?\(LWP \d+\)"
@@ -1679,7 +1862,8 @@ _GLUED_HEADS = ("Thread ", "thread 0x", "Stack (", "# Thread")
 # py-spy's own `Parent Process 9041: torchrun ...`)
 _GLUED_PROCESS = re.compile(
     r"[^\s)\]>](?<!\]:)(?<!Parent)\s+"
-    r"(?:Process \d+: \S|Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil|most recent))"
+    r"(?:Process \d+: \S|Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active|gil|most recent)"
+    r"|Thread \"[^\"]*\" \((?:idle|active|gil))"
 )
 
 
