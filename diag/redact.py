@@ -116,6 +116,7 @@ _COUNT_WORDS = frozenset(
 # a key path: lower-case segments under slashes, one a word ("mooncake-store/mooncake/
 # master_view"); a credential has capitals, digits or no slash
 _IDENT = re.compile(r"[a-z]+(?:_[a-z0-9]+)+")  # a snake_case name: a key's, never a secret
+_SHORT_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,4}")
 _KEY_PATH = re.compile(r"(?=[^/]*[a-z]{3})[a-z0-9_.-]+(?:/[a-z0-9_.-]+)+/?")
 
 
@@ -318,8 +319,11 @@ def _plain_value(name: str, inner: str, *, quoted: bool, colon: bool) -> bool:
         return True  # None, a bool, an empty container; a shell variable
     words, secret = _name_words(name)
     key_only = bool(secret) and secret <= {"key", "keys"}  # a lookup key, a store's key
-    if key_only and _IDENT.fullmatch(inner):
-        return True  # a key's name (vLLM's MultiModalFieldElem key='pixel_values')
+    if key_only and (_IDENT.fullmatch(inner) or _SHORT_KEY.fullmatch(inner)):
+        # a key's name (vLLM's MultiModalFieldElem key='pixel_values'), or a prefix of a
+        # few characters (torch inductor's cache key = "a" + pickler.get_hash(...),
+        # _inductor/codecache.py): no credential is that short
+        return True
     if quoted:
         return False
     # the only secret word is token(s): a tokenizer's field or function, a count of tokens

@@ -84,6 +84,8 @@ NEGATIVE = [
     "                     [--allowed-headers ALLOWED_HEADERS] [--api-key API_KEY]",
     "                     [--hf-token [HF_TOKEN]] [--hf-overrides HF_OVERRIDES]",
     "MultiModalFieldElem(modality='image', key='pixel_values', data=tensor([[1.9297]]))",
+    # torch inductor's FX graph cache key in a traceback's source line (codecache.py)
+    '    key = "a" + pickler.get_hash(details)',
     "    return self.send(request, auth=auth, follow_redirects=follow_redirects)",
     "scheduled_new_reqs=[], all_token_ids_lens={}, new_token_ids_lens=[]",
 ]
