@@ -281,6 +281,11 @@ KNOWN_BROKEN: set[tuple[str, str]] = {
         (how, "vlm-r1-jun-2025-grpo-rec-none-dealloc-faulthandler-timestamp-prefixed-after-header-eight-no-python-frame-threads-tqdm-step-2269-window")  # noqa: E501
         for how in ("Ray prefix", "newlines lost, a space left", "newlines lost, nothing left")
     ),
+    # session 23 (gather s49): Ray 0.6's `ray stack` (py-spy 0.1's dump: "Thread 0x.. (active)"
+    # and tab-indented "func (file:line)" frames, per worker); with its newlines gone and
+    # nothing left between them the idle marker of the workers' main loops is lost and the
+    # redis listener's socket read is taken for the wait (ipc_wait), not idle
+    ("newlines lost, nothing left", "flow-rllib-jul-2019-ray-061-stabilizing-highway-all-processes-asleep-ray-stack-tab-indented-workers-local-scheduler-redis-listen-policy-evaluator-cut"),  # noqa: E501
 }
 
 
