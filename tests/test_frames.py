@@ -9,7 +9,7 @@ import pytest
 from diag.analyze import analyze_text
 from diag.frames import frame_events, frame_phase
 from diag.model import Event, Record
-from diag.timeline import advance, reached_phase
+from diag.timeline import advance, reached_phase, reaching_event
 
 T0 = dt.datetime(2026, 2, 22, 22, 35, 0)
 
@@ -326,6 +326,21 @@ def test_a_provisional_phase_gives_way_to_an_earlier_step_logged_after_it() -> N
     # any other entry of the same phase is no provisional one
     evs3 = [_pev(1, "launch", "a"), _pev(2, "weights_load", "c"), _pev(3, "dist_init", "b")]
     assert reached_phase(evs3) == "weights_load"
+
+
+def test_the_event_that_set_the_phase_reached_is_the_line_that_proves_it() -> None:
+    v0_backend = "vllm.attention_backend_v0_worker"
+    evs = [_pev(1, "launch", "a"), _pev(2, "weights_load", "c"), _pev(3, "weights_load", "d"),
+           _pev(4, "dist_init", "b")]
+    assert reaching_event(evs) == ("weights_load", evs[1])  # the first: later ones repeat it
+    assert reaching_event([]) == (None, None)
+    # a provisional event proved by a later line of its phase: that line is the proof
+    evs2 = [_pev(1, "launch", "a"), _pev(2, "weights_load", v0_backend),
+            _pev(3, "weights_load", "c")]
+    assert reaching_event(evs2) == ("weights_load", evs2[2])
+    # ... and given way to an earlier step: that step's line
+    evs3 = [_pev(1, "launch", "a"), _pev(2, "weights_load", v0_backend), _pev(3, "dist_init", "b")]
+    assert reaching_event(evs3) == ("dist_init", evs3[2])
 
 
 def test_v0_selector_lines_before_init_device_reach_dist_init_only() -> None:
