@@ -788,13 +788,29 @@ _DUMP_HEAD = re.compile(
 )
 
 
+# the grammars of a framework's or its libraries' own line heads (not a generic ISO stamp,
+# which a launcher's own prefix also is)
+_LOG_HEADS = frozenset({
+    "sglang", "vllm", "glog", "nccl", "lmcache", "pylog", "pywarning", "tsl", "uvicorn",
+})
+
+
 def _starts_known(line: str) -> bool:
-    """A line that begins as a framework's own line, a traceback's or a stack dump's."""
-    return (
+    """A line that begins as a framework's own line, a traceback's or a stack dump's, or
+    as a line of any log format the grammars read (SGLang 0.1-0.3's time-only
+    ``[12:00:01 TP0]``, Python logging's ``2025-06-25 11:25:58,633 - INFO -``, glog's
+    ``I0625 11:25:58.633 12 file.cc:7]``): what a launcher's prefix can stand before."""
+    if (
         _FRAMEWORK_HEAD.match(line) is not None
         or _TRACE_LINE.match(line) is not None
         or _DUMP_HEAD.match(line) is not None
-    )
+    ):
+        return True
+    if line[:1] in (" ", "\t") or not line.strip():
+        return False
+    from diag.parse.grammars import parse_line  # (grammars imports this module)
+
+    return parse_line(line).grammar in _LOG_HEADS
 
 
 def _prefix_gutter(lines: list[str], need: int) -> str | None:
