@@ -633,8 +633,16 @@ def detect_wrap(inner: list[str], is_start: Callable[[str], bool]) -> tuple[int,
         # (a line that ends in the space a word wrap broke after is cut all the same)
         one_line = len({_DIGIT_RUN.sub("", inner[i]) for i in cont}) == 1
         if (
-            one_line and width < min(_TERMINAL_WIDTHS) and not words
-            and not inner[cont[0]].rstrip("\r").endswith(" ")
+            one_line and not words and not inner[cont[0]].rstrip("\r").endswith(" ")
+            and (
+                width < min(_TERMINAL_WIDTHS)
+                # (or of a width no terminal has, ending a sentence before one that starts:
+                # a short paste that holds a block twice, vLLM's plugin notice's "... which
+                # plugins to load." then "Platform plugin ascend is activated")
+                or width not in _TERMINAL_WIDTHS and all(
+                    _ended_then_started(inner[i].rstrip("\r"), inner[i + 1]) for i in cont
+                )
+            )
         ):
             need = len(cont) + 1
         if len(cont) >= need and against * 2 <= len(cont) and mid * 2 >= len(cont):
