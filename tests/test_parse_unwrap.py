@@ -330,6 +330,18 @@ def test_a_paste_indented_as_a_whole_loses_its_indentation() -> None:
     assert paste_indent(["  (EngineCore pid=1) INFO 01-01 00:00:00 x", "no indent"]) == ""
 
 
+def test_a_paste_of_one_indented_line_loses_its_indentation() -> None:
+    from diag.analyze import analyze_text
+    from diag.parse.unwrap import paste_indent
+
+    # one line continues nothing: indented, it is indented as a whole (a list item's code)
+    line = "  [TP0] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)"
+    assert paste_indent([line]) == "  "
+    assert analyze_text(line).last_phase == "serving"
+    # a traceback's source line alone is no record: its indentation is its own
+    assert paste_indent(["    self.load_model()"]) == ""
+
+
 def test_an_indented_paste_under_a_quote_or_a_per_line_stamp() -> None:
     from diag.analyze import analyze_text
 

@@ -698,6 +698,10 @@ def paste_indent(lines: list[str]) -> str:
     a traceback's or another text's own indented body (few start a record once the
     indentation is off)."""
     lines = [ln for ln in lines if ln.strip()]
+    if len(lines) == 1:
+        # a paste of one line: indented only as a whole (it continues no line before it)
+        lead = lines[0][: len(lines[0]) - len(lines[0].lstrip(" \t"))]
+        return lead if lead and _RECORD_LEAD.match(lines[0], len(lead)) else ""
     if len(lines) < 2:
         return ""
     leads = [ln[: len(ln) - len(ln.lstrip(" \t"))] for ln in lines]
