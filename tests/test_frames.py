@@ -582,3 +582,30 @@ def test_the_offline_llms_engine_loop_is_its_prompts_served() -> None:
     assert frame_phase(llm, "LLM._run_engine") == "serving"
     assert frame_phase(llm, "_validate_and_add_requests") == "serving"
     assert frame_phase("/x/other/llm.py", "_run_engine") is None
+
+
+_METHOD_TB = [
+    "(VllmWorkerProcess pid=71) ERROR 01-30 17:27:37 multiproc_worker_utils.py:240] Exception in "
+    "worker VllmWorkerProcess while processing method determine_num_available_blocks.",
+    "(VllmWorkerProcess pid=71) ERROR 01-30 17:27:37 multiproc_worker_utils.py:240] Traceback "
+    "(most recent call last):",
+    '(VllmWorkerProcess pid=71) ERROR 01-30 17:27:37 multiproc_worker_utils.py:240]   File "/x/v'
+    'llm/worker/model_runner.py", line 1718, in execute_model',
+    "(VllmWorkerProcess pid=71) ERROR 01-30 17:27:37 multiproc_worker_utils.py:240]     output = "
+    "model_executable(",
+    "(VllmWorkerProcess pid=71) ERROR 01-30 17:27:37 multiproc_worker_utils.py:240] RuntimeError: "
+    "x",
+]
+
+
+@pytest.mark.parametrize("width", [None, 100])
+def test_an_rpc_methods_traceback_is_that_steps_also_when_a_wrap_was_joined_back(
+    width: int | None,
+) -> None:
+    # the method line, the header, then frames: two lines apart counted in logical lines (a
+    # terminal's wrap at 100 columns makes each of these lines two)
+    lines = _METHOD_TB if width is None else [
+        ln[i : i + width] for ln in _METHOD_TB for i in range(0, len(ln), width)
+    ]
+    a = analyze_text("\n".join(lines))
+    assert a.last_phase == "kv_cache"
