@@ -506,8 +506,11 @@ def _stacks(records: Sequence[Record]) -> Iterator[_Stack]:
     """Tracebacks and dump threads: frames grouped per (source, rank, pid), a new group at
     each "Traceback (most recent call last)" / "Thread ... (most recent call first)"."""
     open_: dict[tuple[str, RankId | None, int | None], _Stack] = {}
-    # the executor's "while processing method M" line last seen per stream: (line, M)
-    method: dict[tuple[str, RankId | None, int | None], tuple[int, str]] = {}
+    # the executor's "while processing method M" line last seen per stream: (line, M, its
+    # place among the logical lines of its source: a hard wrap the reader joined back
+    # leaves gaps in the physical line numbers)
+    method: dict[tuple[str, RankId | None, int | None], tuple[int, str, int]] = {}
+    logical: dict[str, int] = {}  # per source, the logical lines before this record
     # CPython's unraisable hook (Python/errors.c PyErr_WriteUnraisable: "Exception ignored in
     # atexit callback: <function ...>", "Exception ignored in: <obj>") prints the traceback of
     # code run at exit or by the garbage collector, not a start-up step: the streams whose
@@ -518,10 +521,12 @@ def _stacks(records: Sequence[Record]) -> Iterator[_Stack]:
         key = (rec.source, rec.rank, rec.pid)
         # the record's lines, numbered from its own (a tuple: cheaper than a generator)
         texts = (rec.message, *rec.continuation) if rec.continuation else (rec.message,)
+        base = logical.get(rec.source, 0) - rec.line
+        logical[rec.source] = base + rec.line + len(texts)
         for line, text in enumerate(texts, rec.line):
             if "File \"" not in text and "File: \"" not in text:
                 if "method" in text and (mm := _METHOD.search(text)) is not None:
-                    method[key] = (line, mm.group(1))
+                    method[key] = (line, mm.group(1), base + line)
                     continue
                 if "Exception ignored" in text and _UNRAISABLE.match(text.strip()):
                     ignored[key] = line
@@ -552,7 +557,10 @@ def _stacks(records: Sequence[Record]) -> Iterator[_Stack]:
                 st = _Stack(rec.source, rec.rank, rec.ts, line, [], m.group("comma") == "", rec)
                 open_[key] = st
                 named = method.pop(key, None)
-                if named is not None and not st.innermost_first and 0 < line - named[0] <= 2:
+                if (
+                    named is not None and not st.innermost_first
+                    and 0 < base + line - named[2] <= 2
+                ):
                     # the method line, then (at most) the traceback's header, then frames
                     st.frames.append((named[0], "", named[1]))
                     st.method = True

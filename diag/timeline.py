@@ -32,6 +32,7 @@ __all__ = [
     "missing_ranks",
     "ordered",
     "reached_phase",
+    "reaching_event",
     "shard_progress",
     "stragglers",
     "with_server_phases",
@@ -119,7 +120,14 @@ _GRAPH_MEMORY_PROFILE = re.compile(r"^(?:Profiling|Estimated) CUDA graph memory"
 def reached_phase(events: Iterable[Event]) -> str | None:
     """The phase reached, following the order of events (:func:`advance`, and
     :data:`PROVISIONAL`)."""
+    return reaching_event(events)[0]
+
+
+def reaching_event(events: Iterable[Event]) -> tuple[str | None, Event | None]:
+    """:func:`reached_phase` and the event that set it (the last one that changed the
+    phase reached: the line that proves it; None when no event did)."""
     current: str | None = None
+    setter: Event | None = None
     seen: set[str] = set()
     before: str | None = None  # the phase before a provisional event set ``current``
     provisional = False
@@ -136,18 +144,20 @@ def reached_phase(events: Iterable[Event]) -> str | None:
             and phase_index(e.phase) < phase_index(current)
             and (before is None or phase_index(e.phase) > phase_index(before))
         ):
-            current, provisional = e.phase, False
+            current, provisional, setter = e.phase, False, e
         else:
             nxt = advance(current, e.phase, seen)
             if nxt != current:
                 provisional = e.pattern in PROVISIONAL
                 if provisional:
                     before = current
-                current = nxt
+                current, setter = nxt, e
             elif e.phase == current and e.pattern not in PROVISIONAL:
+                if provisional:
+                    setter = e
                 provisional = False  # another line proves the phase itself
         seen.add(e.phase)
-    return current
+    return current, setter
 
 
 def build_intervals(events: Sequence[Event]) -> tuple[PhaseInterval, ...]:

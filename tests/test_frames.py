@@ -9,7 +9,7 @@ import pytest
 from diag.analyze import analyze_text
 from diag.frames import frame_events, frame_phase
 from diag.model import Event, Record
-from diag.timeline import advance, reached_phase
+from diag.timeline import advance, reached_phase, reaching_event
 
 T0 = dt.datetime(2026, 2, 22, 22, 35, 0)
 
@@ -328,6 +328,21 @@ def test_a_provisional_phase_gives_way_to_an_earlier_step_logged_after_it() -> N
     assert reached_phase(evs3) == "weights_load"
 
 
+def test_the_event_that_set_the_phase_reached_is_the_line_that_proves_it() -> None:
+    v0_backend = "vllm.attention_backend_v0_worker"
+    evs = [_pev(1, "launch", "a"), _pev(2, "weights_load", "c"), _pev(3, "weights_load", "d"),
+           _pev(4, "dist_init", "b")]
+    assert reaching_event(evs) == ("weights_load", evs[1])  # the first: later ones repeat it
+    assert reaching_event([]) == (None, None)
+    # a provisional event proved by a later line of its phase: that line is the proof
+    evs2 = [_pev(1, "launch", "a"), _pev(2, "weights_load", v0_backend),
+            _pev(3, "weights_load", "c")]
+    assert reaching_event(evs2) == ("weights_load", evs2[2])
+    # ... and given way to an earlier step: that step's line
+    evs3 = [_pev(1, "launch", "a"), _pev(2, "weights_load", v0_backend), _pev(3, "dist_init", "b")]
+    assert reaching_event(evs3) == ("dist_init", evs3[2])
+
+
 def test_v0_selector_lines_before_init_device_reach_dist_init_only() -> None:
     text = (
         "INFO 07-03 14:43:47 selector.py:51] Using XFormers backend.\n"
@@ -567,3 +582,30 @@ def test_the_offline_llms_engine_loop_is_its_prompts_served() -> None:
     assert frame_phase(llm, "LLM._run_engine") == "serving"
     assert frame_phase(llm, "_validate_and_add_requests") == "serving"
     assert frame_phase("/x/other/llm.py", "_run_engine") is None
+
+
+_METHOD_TB = [
+    "(VllmWorkerProcess pid=71) ERROR 01-30 17:27:37 multiproc_worker_utils.py:240] Exception in "
+    "worker VllmWorkerProcess while processing method determine_num_available_blocks.",
+    "(VllmWorkerProcess pid=71) ERROR 01-30 17:27:37 multiproc_worker_utils.py:240] Traceback "
+    "(most recent call last):",
+    '(VllmWorkerProcess pid=71) ERROR 01-30 17:27:37 multiproc_worker_utils.py:240]   File "/x/v'
+    'llm/worker/model_runner.py", line 1718, in execute_model',
+    "(VllmWorkerProcess pid=71) ERROR 01-30 17:27:37 multiproc_worker_utils.py:240]     output = "
+    "model_executable(",
+    "(VllmWorkerProcess pid=71) ERROR 01-30 17:27:37 multiproc_worker_utils.py:240] RuntimeError: "
+    "x",
+]
+
+
+@pytest.mark.parametrize("width", [None, 100])
+def test_an_rpc_methods_traceback_is_that_steps_also_when_a_wrap_was_joined_back(
+    width: int | None,
+) -> None:
+    # the method line, the header, then frames: two lines apart counted in logical lines (a
+    # terminal's wrap at 100 columns makes each of these lines two)
+    lines = _METHOD_TB if width is None else [
+        ln[i : i + width] for ln in _METHOD_TB for i in range(0, len(ln), width)
+    ]
+    a = analyze_text("\n".join(lines))
+    assert a.last_phase == "kv_cache"

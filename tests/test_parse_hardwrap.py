@@ -79,6 +79,23 @@ def test_longest_lines_followed_by_indented_details_are_no_wrap() -> None:
     assert _messages(lines) == [f"queue is long ({i + 10})" for i in range(30)]
 
 
+def test_a_block_pasted_twice_is_no_wrap_at_its_longest_line() -> None:
+    # a short paste that holds vLLM's plugin notice twice: its longest line, a sentence
+    # ended, comes twice before a sentence that starts, at a width no terminal has
+    block = [
+        "Available plugins for group vllm.platform_plugins:",
+        "- ascend -> vllm_ascend:register",
+        "All plugins in this group will be loaded. Set `VLLM_PLUGINS` to control which plugins "
+        "to load.",
+        "Platform plugin ascend is activated",
+    ]
+    assert detect_wrap(block * 2, _starts_or_bar) is None
+    assert analyze_text("\n".join(block * 2)).last_phase == "platform"
+    # the same at a terminal's width is still read as a wrap
+    wide = [*block[:2], block[2].ljust(99) + ".", block[3]]
+    assert detect_wrap(wide * 2, _starts_or_bar) is not None
+
+
 def test_lines_padded_to_the_terminal_width_are_no_wrap() -> None:
     lines = [ln[:78].ljust(100) for ln in SG] + ["  File \"a.py\", line 1, in f".ljust(100)]
     assert detect_wrap(lines, _starts_or_bar) is None

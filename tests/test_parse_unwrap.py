@@ -330,6 +330,18 @@ def test_a_paste_indented_as_a_whole_loses_its_indentation() -> None:
     assert paste_indent(["  (EngineCore pid=1) INFO 01-01 00:00:00 x", "no indent"]) == ""
 
 
+def test_a_paste_of_one_indented_line_loses_its_indentation() -> None:
+    from diag.analyze import analyze_text
+    from diag.parse.unwrap import paste_indent
+
+    # one line continues nothing: indented, it is indented as a whole (a list item's code)
+    line = "  [TP0] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)"
+    assert paste_indent([line]) == "  "
+    assert analyze_text(line).last_phase == "serving"
+    # a traceback's source line alone is no record: its indentation is its own
+    assert paste_indent(["    self.load_model()"]) == ""
+
+
 def test_an_indented_paste_under_a_quote_or_a_per_line_stamp() -> None:
     from diag.analyze import analyze_text
 
@@ -523,6 +535,30 @@ def test_the_same_prefix_before_every_line_is_a_gutter_when_little_else_is_known
     # and a prefix after which nothing reads better is none either
     prose = ["Note: " + ln for ln in _HIP_MESSAGE[1:]]
     assert not [g for g in SourceUnwrapper(prose).gutters if g.startswith("prefix:")]
+
+
+# a short paste's lines in formats _FRAMEWORK_HEAD does not spell out, that the grammars
+# read: SGLang 0.1-0.3's time-only stamp, Python logging's default (flashinfer's JIT
+# logger), glog (Mooncake, NIXL)
+_OTHER_HEADS = [
+    "[23:17:01 TP7] Memory pool end. avail mem=18.66 GB",
+    "[23:17:01 TP3] Capture cuda graph begin. This can take up to several minutes.",
+    "2025-06-25 11:25:58,633 - INFO - flashinfer.jit: Prebuilt kernels not found, using JIT",
+    "I0625 11:25:58.633210 12345 transfer_engine.cpp:86] Transfer Engine starting",
+]
+
+
+@pytest.mark.parametrize("prefix", ["job-7 STDOUT: ", "worker-1 >> "])
+def test_a_launchers_prefix_before_lines_the_grammars_read_is_a_gutter(prefix: str) -> None:
+    # a few lines: the prefix is learned from what the grammars read after it, not only
+    # from the heads of the frameworks' newest formats
+    lines = [prefix + ln for ln in _OTHER_HEADS]
+    u = SourceUnwrapper(lines)
+    assert [u.strip_gutters(ln)[0] for ln in lines] == _OTHER_HEADS
+    # a launcher's own ISO stamp before them is its prefix (a generic stamp is no head)
+    stamped = [f"2025-03-01 10:00:{i:02d}.123 >> " + ln for i, ln in enumerate(_OTHER_HEADS)]
+    u = SourceUnwrapper(stamped)
+    assert [u.strip_gutters(ln)[0] for ln in stamped] == _OTHER_HEADS
 
 
 def test_markdown_escaped_pipes_are_unescaped() -> None:

@@ -31,10 +31,12 @@ ROOT = Path(__file__).resolve().parent.parent
 __all__ = [
     "IGNORED",
     "PERTURBATIONS",
+    "SHORT_PASTES",
     "SUITE",
     "Signature",
     "Suite",
     "compare",
+    "compare_short",
     "perturb",
     "read_case",
     "signature",
@@ -449,6 +451,141 @@ PERTURBATIONS: dict[str, Perturb] = {
     ),
 }
 
+
+# ---------------------------------------------------------------------------------------
+# short pastes: a few lines around the line that proves the phase reached
+#
+# A reporter pastes the few lines that show the problem, not the log: no banner, no args
+# line, no version, none of the earlier lines a reader learns a prefix or a rank table from.
+# Each family below keeps only such a window of a tuning log; the line that set the clean
+# analysis's phase reached (:func:`diag.timeline.reaching_event`) is kept, so the cut must
+# still reach that phase, from its own lines. Only the phase reached is compared (a
+# finding may rest on lines the cut removed, a rank comparison on ranks it removed).
+
+_TB_HEAD = re.compile(r"Traceback \(most recent call last\)|\(most recent call first\)")
+_TB_FRAME = re.compile(r'File:? "[^"]+", line \d+')
+
+
+# an event whose phase the analysis set from another line (diag.analyze: a request refused
+# after the engine died proves listening; the warm-up's own request proves warmup): the
+# line alone proves another phase, so it is no proof a window can keep
+_FROM_CONTEXT = frozenset({"refused", "request"})
+
+
+def _proof(text: str, last: bool = False) -> tuple[list[str], int, bool] | None:
+    """(lines, 0-based index of the proving line, whether it is part of a traceback) of
+    the clean analysis: the line of the event that set the phase reached (``last``: the
+    last event of that phase, not one whose phase the analysis set from its context);
+    None when the analysis reads nothing or reached no phase from a marker."""
+    from diag.analyze import analyze_text
+    from diag.errors import InputError
+    from diag.timeline import reaching_event
+
+    try:
+        a = analyze_text(text, name="log.txt")
+    except InputError:
+        return None
+    phase, ev = reaching_event(a.events)
+    if (
+        ev is None or phase is None or a.last_phase != phase or ev.pattern.startswith("fallback.")
+        or _FROM_CONTEXT.intersection(ev.fields)
+    ):
+        return None
+    if last:
+        same = [e for e in a.events if e.phase == phase and e.source == ev.source
+                and e.line >= ev.line and not _FROM_CONTEXT.intersection(e.fields)]
+        ev = max(same, key=lambda e: e.line, default=ev)
+    lines = _lines(text)
+    i = ev.line - 1
+    tb = (
+        ev.pattern.startswith(("frames.", "raises.")) or "traceback" in ev.pattern
+        or any(_TB_FRAME.search(ln) or _TB_HEAD.search(ln) for ln in lines[max(0, i - 1) : i + 1])
+    )
+    return lines, i, tb
+
+
+# a traceback's indented line after any prefix (a stamp, a process or rank tag, a logger)
+_TB_INDENTED = re.compile(r"^\s|[\]):] {2,}\S|\^\^\^|~~~")
+
+
+def _in_tb(line: str) -> bool:
+    """A traceback's line other than its exception line: a header, a frame, a source or
+    caret line (indented after any prefix), a blank."""
+    return bool(_TB_FRAME.search(line) or _TB_HEAD.search(line) or _TB_INDENTED.search(line)
+                or not line.strip())
+
+
+def _tb_span(lines: list[str], i: int, tb: bool) -> tuple[int, int]:
+    """The traceback line ``i`` is part of (from its header, when one is within reach, or
+    else its first frame, to its exception line); (i, i) when it is part of none."""
+    if not tb:
+        return i, i
+    lo = next((j for j in range(i, max(-1, i - 400), -1) if _TB_HEAD.search(lines[j])), None)
+    if lo is None:  # a headless fragment: the frames before it
+        lo = i
+        while lo > 0 and _in_tb(lines[lo - 1]) and lines[lo - 1].strip():
+            lo -= 1
+    hi = i
+    while hi + 1 < len(lines):
+        hi += 1
+        if not _in_tb(lines[hi]) and not (
+            hi + 1 < len(lines) and lines[hi + 1].strip() and _in_tb(lines[hi + 1])
+        ):
+            break  # the exception line (another's, where tracebacks interleave, goes on)
+    return lo, hi
+
+
+def _proof_window(before: int, after: int | None, last: bool = False) -> Perturb:
+    """``before`` lines before the proving line and ``after`` after it (``after`` None: to
+    the end); a traceback keeps all of its frames."""
+
+    def f(text: str, rng: random.Random) -> str:
+        got = _proof(text, last)
+        if got is None:
+            return text
+        lines, i, tb = got
+        lo, hi = _tb_span(lines, i, tb)
+        lo = max(0, min(lo, i - before))
+        hi = len(lines) - 1 if after is None else max(hi, i + after)
+        return "\n".join(lines[lo : hi + 1])
+
+    return f
+
+
+def _last_lines(n: int) -> Perturb:
+    """The last ``n`` lines, where the last line that proves the phase reached is among
+    them (its traceback too); the log is left whole where it is not."""
+
+    def f(text: str, rng: random.Random) -> str:
+        got = _proof(text, last=True)
+        if got is None:
+            return text
+        lines, i, tb = got
+        while lines and not lines[-1].strip():
+            lines.pop()
+        if len(lines) <= n or i >= len(lines) or i < len(lines) - n:
+            return text
+        lo, _ = _tb_span(lines, i, tb)
+        return "\n".join(lines[min(lo, len(lines) - n) :])
+
+    return f
+
+
+_WINDOW = _proof_window(3, 5)
+SHORT_PASTES: dict[str, Perturb] = {
+    "proof-window": _WINDOW,
+    "proof-lines": _proof_window(1, 1),
+    "proof-last": _proof_window(8, 2, last=True),
+    "proof-tail": _proof_window(0, None),
+    "last-lines": _last_lines(12),
+    # the window under a paste's damage: a launcher's prefix or stamp learned from its few
+    # lines (diag.parse.unwrap), the logger's prefixes cut off, a terminal's wrap
+    "proof-window+launcher": lambda t, r: _prefix(lambda i, _: "job-7 STDOUT: ")(_WINDOW(t, r), r),
+    "proof-window+stamp": lambda t, r: PERTURBATIONS["launcher-stamp"](_WINDOW(t, r), r),
+    "proof-window+bare": lambda t, r: _bare_messages(_WINDOW(t, r), r),
+    "proof-window+wrap100": lambda t, r: _hard_wrap(100)(_WINDOW(t, r), r),
+}
+
 # what a perturbation may legitimately change: a silence measured from time stamps is
 # gone with them, and so are per-rank comparisons once the rank tags are gone
 _TIME_FINDINGS = frozenset({
@@ -493,6 +630,19 @@ def compare(clean: Signature, got: Signature, ignored: frozenset[str] = frozense
     if "rank.missing" not in ignored and clean[3] != got[3]:
         diffs.append(f"missing {sorted(map(str, clean[3]))} -> {sorted(map(str, got[3]))}")
     return diffs
+
+
+def compare_short(clean: Signature, got: Signature) -> list[str]:
+    """What a short paste (:data:`SHORT_PASTES`) changes: the phase reached. (Not the
+    framework: a few lines may hold only another framework's lines, e.g. vLLM's platform
+    line that SGLang 0.1-0.4 logs through its vLLM import, or a vLLM log's NCCL lines.)"""
+    return [f"last_phase {clean[0]} -> {got[0]}"] if clean[0] != got[0] else []
+
+
+def _compare(clean: Signature, got: Signature, name: str) -> list[str]:
+    if name in SHORT_PASTES:
+        return compare_short(clean, got)
+    return compare(clean, got, IGNORED.get(name, frozenset()))
 
 
 S = TypeVar("S")
@@ -582,9 +732,9 @@ class Suite(Generic[S]):
 
 
 SUITE: Suite[Signature] = Suite(
-    families=PERTURBATIONS,
+    families={**PERTURBATIONS, **SHORT_PASTES},
     signature=signature,
-    compare=lambda clean, got, name: compare(clean, got, IGNORED.get(name, frozenset())),
+    compare=_compare,
     files=tuning_logs,
     case_id=lambda log: f"{log.parent.parent.name}/{log.parent.name}",
     noun="logs",

@@ -633,8 +633,16 @@ def detect_wrap(inner: list[str], is_start: Callable[[str], bool]) -> tuple[int,
         # (a line that ends in the space a word wrap broke after is cut all the same)
         one_line = len({_DIGIT_RUN.sub("", inner[i]) for i in cont}) == 1
         if (
-            one_line and width < min(_TERMINAL_WIDTHS) and not words
-            and not inner[cont[0]].rstrip("\r").endswith(" ")
+            one_line and not words and not inner[cont[0]].rstrip("\r").endswith(" ")
+            and (
+                width < min(_TERMINAL_WIDTHS)
+                # (or of a width no terminal has, ending a sentence before one that starts:
+                # a short paste that holds a block twice, vLLM's plugin notice's "... which
+                # plugins to load." then "Platform plugin ascend is activated")
+                or width not in _TERMINAL_WIDTHS and all(
+                    _ended_then_started(inner[i].rstrip("\r"), inner[i + 1]) for i in cont
+                )
+            )
         ):
             need = len(cont) + 1
         if len(cont) >= need and against * 2 <= len(cont) and mid * 2 >= len(cont):
@@ -690,6 +698,10 @@ def paste_indent(lines: list[str]) -> str:
     a traceback's or another text's own indented body (few start a record once the
     indentation is off)."""
     lines = [ln for ln in lines if ln.strip()]
+    if len(lines) == 1:
+        # a paste of one line: indented only as a whole (it continues no line before it)
+        lead = lines[0][: len(lines[0]) - len(lines[0].lstrip(" \t"))]
+        return lead if lead and _RECORD_LEAD.match(lines[0], len(lead)) else ""
     if len(lines) < 2:
         return ""
     leads = [ln[: len(ln) - len(ln.lstrip(" \t"))] for ln in lines]
@@ -788,13 +800,29 @@ _DUMP_HEAD = re.compile(
 )
 
 
+# the grammars of a framework's or its libraries' own line heads (not a generic ISO stamp,
+# which a launcher's own prefix also is)
+_LOG_HEADS = frozenset({
+    "sglang", "vllm", "glog", "nccl", "lmcache", "pylog", "pywarning", "tsl", "uvicorn",
+})
+
+
 def _starts_known(line: str) -> bool:
-    """A line that begins as a framework's own line, a traceback's or a stack dump's."""
-    return (
+    """A line that begins as a framework's own line, a traceback's or a stack dump's, or
+    as a line of any log format the grammars read (SGLang 0.1-0.3's time-only
+    ``[12:00:01 TP0]``, Python logging's ``2025-06-25 11:25:58,633 - INFO -``, glog's
+    ``I0625 11:25:58.633 12 file.cc:7]``): what a launcher's prefix can stand before."""
+    if (
         _FRAMEWORK_HEAD.match(line) is not None
         or _TRACE_LINE.match(line) is not None
         or _DUMP_HEAD.match(line) is not None
-    )
+    ):
+        return True
+    if line[:1] in (" ", "\t") or not line.strip():
+        return False
+    from diag.parse.grammars import parse_line  # (grammars imports this module)
+
+    return parse_line(line).grammar in _LOG_HEADS
 
 
 def _prefix_gutter(lines: list[str], need: int) -> str | None:
