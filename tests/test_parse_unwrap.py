@@ -652,3 +652,25 @@ def test_a_launcher_tag_under_the_paste_indentation_is_found_under_a_second_wrap
     # an indented block under a wrapper with no gutter after the indentation keeps it
     u = SourceUnwrapper([f"vllm-1  |   File \"/x/a.py\", line {i} in f" for i in range(6)])
     assert u.unwrap('vllm-1  |   File "/x/a.py", line 1 in f')[0] == '  File "/x/a.py", line 1 in f'
+
+
+def test_numbers_on_lines_of_their_own_are_a_gutter() -> None:
+    # a code viewer's copy: each line's number on a line of its own before it; a blank
+    # text line leaves two numbers in a row
+    log = [
+        "[2025-06-25 11:25:58] Load weight begin. avail mem=70.1 GB",
+        "[2025-06-25 11:26:40] Load weight end. type=LlamaForCausalLM, mem usage=15.0 GB",
+        "",
+        "[2025-06-25 11:26:41] KV Cache is allocated. #tokens: 400000",
+        "[2025-06-25 11:26:50] Capture cuda graph begin. This can take up to several minutes.",
+    ]
+    copied = [part for i, ln in enumerate(log) for part in (str(120 + i), ln)]
+    u = SourceUnwrapper(copied)
+    assert "number-lines" in u.gutters
+    assert [t for t in (u.unwrap(x)[0] for x in copied) if t] == [x for x in log if x]
+    # a bare count or two among the lines is the log's own text, not a gutter
+    counted = ["Number of GPUs:", "8", "Ranks started:", "8", *log]
+    assert "number-lines" not in detect_gutters([x for x in counted if x])
+    # numbers that do not count up by one are data
+    data = [part for i, ln in enumerate(log) if ln for part in (str(7 * i + 3), ln)]
+    assert "number-lines" not in detect_gutters(data)

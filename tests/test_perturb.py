@@ -60,6 +60,11 @@ FLOORS: dict[str, float] = {
     "compose": 0.985,  # 456/461 since gather s15
     "quote": 0.99,
     "line-numbers": 0.99,
+    # a code viewer's copy, each line's number on a line of its own (2026-12-07: 922/1058
+    # before unwrap's "number-lines" gutter, 1055/1059 with it), and a double-spaced paste
+    # (1055/1058)
+    "numbers-own-line": 0.99,
+    "double-spaced": 0.99,
     "ansi": 0.99,
     "ansi-text": 0.99,
     "crlf": 0.99,

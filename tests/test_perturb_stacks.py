@@ -47,6 +47,7 @@ FLOORS: dict[str, float] = {
     "compose": 0.983,  # 117/118 (116)
     "quote": 0.99,  # 118/118 (117)
     "line-numbers": 0.983,  # 117/118 (116)
+    "numbers-own-line": 0.975,  # 127/130 (2026-12-07, with unwrap's "number-lines" gutter)
     "ansi": 0.99,  # 118/118
     "ansi-text": 0.99,  # 118/118
     "crlf": 0.99,  # 118/118

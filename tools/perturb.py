@@ -245,6 +245,12 @@ def _line_numbers(text: str, rng: random.Random) -> str:
     return "\n".join(f"{i + 1:>5} | {ln}" for i, ln in enumerate(_lines(text)))
 
 
+def _numbers_own_line(text: str, rng: random.Random) -> str:
+    # a code viewer's copy (GitHub's blob view, a gist, a CI log page): each line's number
+    # lands on a line of its own before it
+    return "\n".join(f"{i + 1}\n{ln}" for i, ln in enumerate(_lines(text)))
+
+
 def _quote(text: str, rng: random.Random) -> str:
     return "\n".join(f"> {ln}" if ln else ">" for ln in _lines(text))
 
@@ -426,6 +432,8 @@ PERTURBATIONS: dict[str, Perturb] = {
     "compose": _prefix(lambda i, r: "sglang-server-1  | "),
     "quote": _quote,
     "line-numbers": _line_numbers,
+    "numbers-own-line": _numbers_own_line,
+    "double-spaced": lambda t, r: "\n".join(f"\n{ln}" for ln in _lines(t)),
     "ansi": _ansi(True),
     "ansi-text": _ansi(False),
     "crlf": _crlf,

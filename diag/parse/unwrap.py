@@ -477,6 +477,10 @@ class SourceUnwrapper:
                     if m:
                         line = line[m.end() :]
                         self.counts["quote"] += 1
+            elif g == "number-lines":
+                if _NUM_LINE.fullmatch(line) is not None:
+                    self.counts["line-numbers"] += 1
+                    return "", coords
             elif g == "line-numbers":
                 m = _NUM_GUTTER.match(line)
                 if m:
@@ -733,6 +737,21 @@ def _compiled_prefix(rx: str) -> re.Pattern[str]:
     return pattern
 
 
+# a code viewer's copy (GitHub's blob view, a gist, a CI log page): each line's number on a
+# line of its own before the line's text
+_NUM_LINE = re.compile(r"[ \t]{0,8}[0-9]{1,7}[ \t]*")
+
+
+def _number_lines(lines: list[str]) -> bool:
+    """Most of ``lines`` (non-blank) alternate with a bare number of their own, counting up
+    by one (a blank text line leaves two numbers in a row)."""
+    nums = [int(ln) for ln in lines if _NUM_LINE.fullmatch(ln) is not None]
+    if len(nums) < 3 or len(nums) * 10 < len(lines) * 3:
+        return False
+    ones = sum(1 for a, b in zip(nums, nums[1:], strict=False) if b == a + 1)
+    return ones * 10 >= (len(nums) - 1) * 8
+
+
 def detect_gutters(lines: list[str]) -> tuple[str, ...]:
     """The ambiguous gutters that most of ``lines`` (non-blank) carry."""
     n = len(lines)
@@ -745,6 +764,13 @@ def detect_gutters(lines: list[str]) -> tuple[str, ...]:
     if quoted >= need:
         out.append("quote")
         lines = [_QUOTE.sub("", ln, count=1) if ln[:1] == ">" else ln for ln in lines]
+    if _number_lines(lines):
+        out.append("number-lines")
+        lines = [ln for ln in lines if _NUM_LINE.fullmatch(ln) is None]
+        n = len(lines)
+        need = n if n < 3 else max(2, int(n * _SOURCE_SHARE + 0.999))
+        if n == 0:
+            return tuple(out)
     nums = [m for m in (_NUM_GUTTER.match(ln) for ln in lines) if m]
     if len(nums) >= need and not _looks_like_data(lines):
         out.append("line-numbers")
