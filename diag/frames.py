@@ -213,10 +213,33 @@ _ATTN_BACKEND = re.compile(r"/vllm(?:_[a-z0-9]+)?/(?:v1/)?attention/backends/")
 _SLEEP_MODE = frozenset({"wake_up", "sleep"})
 # vLLM's package or a platform plugin's (vllm_ascend, vllm_gaudi, vllm_kunlun ...)
 _VLLM_PKG = re.compile(r"/vllm(?:_[a-z0-9]+)?/")
+_CONFIG_AT = phase_index("model_config")
 _STARTUP = ("launch", "dist_init", "weights_load", "kv_cache", "compile", "cuda_graph")
 # vLLM V1's executor RPC, sent and answered only once every worker is ready (below): a
 # lower bound that start-up steps and serving alike run in
 READY_RPC = frozenset({"collective_rpc", "get_response", "worker_busy_loop"})
+
+
+def _config_build(path: str, func: str) -> bool:
+    """A frame of the engine's configuration being built: vLLM's EngineArgs.create_*config
+    (vllm/engine/arg_utils.py 0.4-0.34) and the config classes' constructors and checks
+    (vllm/config.py, the vllm/config/ package since 0.10: __init__, __post_init__,
+    verify_* / _verify_*), SGLang's ModelConfig (sglang/srt/configs/model_config.py:
+    __init__, from_server_args). What such a frame calls runs while the configuration is
+    built, before any weight: a loader helper it calls (vLLM's VllmConfig.
+    _get_quantization_config -> model_loader/weight_utils.py get_quant_config, which reads
+    the checkpoint's quantization config file) shows model_config, not the weights' load."""
+    p = path.replace("\\", "/")
+    name = func.rsplit(".", 1)[-1]
+    if p.endswith("/vllm/engine/arg_utils.py"):
+        return name.startswith("create_") and name.endswith("config")
+    if p.endswith("/vllm/config.py") or "/vllm/config/" in p or p.endswith(
+        "/sglang/srt/configs/model_config.py"
+    ):
+        return name in ("__init__", "__post_init__", "from_server_args") or name.startswith(
+            ("verify_", "_verify_")
+        )
+    return False
 
 
 def _lower_bound(path: str, func: str) -> bool:
@@ -613,6 +636,16 @@ def frame_events(
                 if i in calls:
                     frames.append((calls[i][0], path, calls[i][1]))
         looked = [(line, path, func, frame_phase(path, func)) for line, path, func in frames]
+        outer = next(
+            (i for i, (_, path, func, _) in enumerate(looked) if _config_build(path, func)), None
+        )
+        if outer is not None:
+            # the frames under the configuration's build ran while it was built (at most
+            # model_config; _config_build)
+            looked = looked[: outer + 1] + [
+                (line, path, func, "model_config" if ph and phase_index(ph) > _CONFIG_AT else ph)
+                for line, path, func, ph in looked[outer + 1 :]
+            ]
         mapped = [(line, func, ph) for line, _, func, ph in looked if ph]
         if not mapped:
             continue

@@ -20,6 +20,7 @@ from diag.model import Event, Record
 
 __all__ = ["EXCEPTION_CLASS", "phase_of_exception", "raise_events"]
 
+NO_PHASE = "-"  # a row whose message proves no phase (tools/gen_raise_phases.py)
 _PATH = Path(__file__).with_name("data") / "raise_phases.tsv"
 _HEAD = 12  # the look-up key: the message's first characters (the table's MIN_HEAD)
 # the classes an exception line is read for (tools/gen_raise_phases.py keeps the raises of
@@ -77,7 +78,12 @@ def phase_of_exception(text: str, framework: str | None) -> tuple[str, str] | No
     other: tuple[str, str] | None = None
     for fw, phase, exc, pattern, where in rows:
         if exc == m.group("exc") and _compiled(pattern).match(msg):
-            if framework not in ("sglang", "vllm") or fw == framework:
+            if fw == framework:
+                # '-': the framework raises these words in steps of different phases
+                return None if phase == NO_PHASE else (phase, where)
+            if phase == NO_PHASE:
+                continue
+            if framework not in ("sglang", "vllm"):
                 return phase, where
             # the other framework's raise: SGLang runs vLLM's code (its layers and
             # distributed helpers before 0.4, custom ops since), and a short paste's

@@ -609,3 +609,24 @@ def test_an_rpc_methods_traceback_is_that_steps_also_when_a_wrap_was_joined_back
     ]
     a = analyze_text("\n".join(lines))
     assert a.last_phase == "kv_cache"
+
+
+def test_frames_under_the_configurations_build_show_model_config_at_most() -> None:
+    # vLLM 0.7.3: EngineArgs.create_engine_config -> VllmConfig.__post_init__ ->
+    # _get_quantization_config -> model_loader/weight_utils.py get_quant_config (the
+    # checkpoint's quantization config read while the engine config is built)
+    config = [
+        ("/x/vllm/engine/arg_utils.py", "create_engine_config"),
+        ("<string>", "__init__"),
+        ("/x/vllm/config.py", "__post_init__"),
+        ("/x/vllm/config.py", "_get_quantization_config"),
+        ("/x/vllm/model_executor/model_loader/weight_utils.py", "get_quant_config"),
+    ]
+    assert [e.phase for e in frame_events([_tb(config)])] == ["model_config"]
+    # the same helper under the worker's load_model is the weights' load
+    load = [
+        ("/x/vllm/worker/worker.py", "load_model"),
+        ("/x/vllm/model_executor/model_loader/loader.py", "load_model"),
+        ("/x/vllm/model_executor/model_loader/weight_utils.py", "get_quant_config"),
+    ]
+    assert [e.phase for e in frame_events([_tb(load)])] == ["weights_load"]

@@ -102,3 +102,14 @@ def test_the_table_is_up_to_date() -> None:
     for framework, phase, exc, pattern, _where, _versions in rows:
         assert framework in ("sglang", "vllm") and phase not in ("launch", "") and exc
         assert pattern.startswith("^") and len(pattern) > 12
+
+
+def test_a_message_the_framework_raises_in_two_phases_proves_none() -> None:
+    # vLLM raises 'Cannot find the config file for {}' in get_quant_config, run by the
+    # weights' loader in 0.2-0.3 (model_executor/weight_utils.py) and by the engine config
+    # since (model_loader/weight_utils.py, phase_map: model_config): its row says '-', and
+    # SGLang's row for the same words (its model loader: weights_load) is not taken instead
+    line = "ValueError: Cannot find the config file for awq"
+    assert phase_of_exception(line, "vllm") is None
+    found = phase_of_exception(line, "sglang")
+    assert found is not None and found[0] == "weights_load"

@@ -46,6 +46,7 @@ from diag.raise_phases import EXCEPTION_CLASS  # noqa: E402
 OUT = Path(__file__).resolve().parents[1] / "diag" / "data" / "raise_phases.tsv"
 MIN_HEAD = 12  # characters of the first literal piece (the runtime's look-up key)
 MIN_LITERAL = 20  # literal characters of the kept pieces together
+NO_PHASE = "-"  # the phase column of a message that proves none (see build)
 PIECES = 3  # literal pieces kept: a long message's tail varies more between releases
 
 
@@ -134,26 +135,26 @@ def build() -> list[tuple[str, ...]]:
         row.versions.update(m.versions)
     out: list[tuple[str, ...]] = []
     for key, row in sorted(rows.items()):
-        if key in ambiguous:
-            continue
         framework, cls, pat = key
         rx = re.compile(pat, re.S)
-        clash = any(
+        clash = key in ambiguous or any(
             ph != row.phase and rx.match(text)
             for text, ph in by_class[(framework, cls)]
         )
-        if clash:
-            continue
         vs = sorted(row.versions, key=lambda v: (version_key(v), v))
         out.append((
-            framework, row.phase, cls, pat,
+            # a message the framework raises in steps of different phases (or in one that
+            # marks none) proves no phase: its row says so ('-'), so that the runtime does
+            # not take the other framework's row for the same words instead
+            framework, NO_PHASE if clash else row.phase, cls, pat,
             ", ".join(sorted(row.where)), f"{vs[0]} / {vs[-1]}" if len(vs) > 1 else vs[0],
         ))
     return out
 
 
 HEADER = (
-    "# raised message -> the start-up phase its raising function marks (phase_map.yaml)\n"
+    "# raised message -> the start-up phase its raising function marks (phase_map.yaml);\n"
+    "# '-': the framework raises it in steps of different phases (it proves none)\n"
     "# written by tools/gen_raise_phases.py from fixtures/messages/messages.tsv; do not edit\n"
     "framework\tphase\texception\tpattern\twhere\tversions\n"
 )
