@@ -286,6 +286,12 @@ KNOWN_BROKEN: set[tuple[str, str]] = {
     # nothing left between them the idle marker of the workers' main loops is lost and the
     # redis listener's socket read is taken for the wait (ipc_wait), not idle
     ("newlines lost, nothing left", "flow-rllib-jul-2019-ray-061-stabilizing-highway-all-processes-asleep-ray-stack-tab-indented-workers-local-scheduler-redis-listen-policy-evaluator-cut"),  # noqa: E501
+    # session 24 (gather s50): a backtrace of symbols only (`#0  __sched_yield`, `#1
+    # ncclLocalOpAppend(...)`: no address, no place), begun by its #0 line alone: cut
+    # before #0 or glued into one line, nothing shows a backtrace
+    ("starts mid-line", "nccl-aug-2026-proxy-op-pool-exhausted-deadlock-tp2-roce-eu-stack-rank1-main-thread-sched-yield-ncclLocalOpAppend-head-window-cut"),  # noqa: E501
+    ("newlines lost, a space left", "nccl-aug-2026-proxy-op-pool-exhausted-deadlock-tp2-roce-eu-stack-rank1-main-thread-sched-yield-ncclLocalOpAppend-head-window-cut"),  # noqa: E501
+    ("newlines lost, nothing left", "nccl-aug-2026-proxy-op-pool-exhausted-deadlock-tp2-roce-eu-stack-rank1-main-thread-sched-yield-ncclLocalOpAppend-head-window-cut"),  # noqa: E501
 }
 
 

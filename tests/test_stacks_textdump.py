@@ -207,6 +207,49 @@ Traceback for thread 602 (python3) [] (most recent call last):
     assert proc.wait_site == "stack.cuda_sync" and proc.wait_thread == 602
 
 
+def test_a_backtrace_of_symbols_only() -> None:
+    # eu-stack's or gdb's frames pasted without their addresses and places (nccl#2353's
+    # report has this shape), innermost first from #0
+    text = """\
+#0  __sched_yield
+#1  ncclLocalOpAppend(ncclComm*, ncclProxyConnector*, ncclProxyOp*)
+#2  SaveProxy(ncclComm*, ncclChannel*, int, int, ncclProxyOp*, int, bool*)
+#3  ncclGroupEnd
+"""
+    (proc,) = parse_stack_text(text)
+    names = [f.name for f in proc.threads[0].frames]
+    assert names[1:3] == ["ncclLocalOpAppend", "SaveProxy"] and names[-1] == "ncclGroupEnd"
+    assert proc.wait_site == "stack.nccl_collective"
+    # a markdown heading or an issue reference is not one
+    assert parse_stack_text("#0 is the first issue\n#1 the next\n") == []
+
+
+def test_nccls_stream_helper_leaves_the_wait_to_its_caller() -> None:
+    # NCCL src/misc/strongstream.cc: ncclStrongStreamSynchronize waits on a CUDA stream for
+    # its caller, which is no collective: under ncclCommAbort's teardown or a communicator's
+    # set-up (devCommSetup) the thread waits for the device
+    def dump(callers: str) -> str:
+        return (
+            "Thread 58 (Thread 0x15535d20d700 (LWP 1823817)):\n"
+            "#0  0x000015551cd02434 in ?? () from /lib64/libcuda.so.1\n"
+            "#1  0x000015551e63c2e8 in cudaStreamSynchronize () from /x/libcudart.so.11.0\n"
+            "#2  0x00001554fb47f4d2 in ncclStrongStreamSynchronize (ss=0x5555bf9ef060) at "
+            "misc/strongstream.cc:270\n" + callers
+        )
+
+    teardown = (
+        "#3  0x00001554fb45aa8c in commDestroySync (job_=0x15535d20b9d0) at init.cc:1313\n"
+        "#4  0x00001554fb45b9a1 in commReclaim (comm=0x5555bf9ec710) at init.cc:1451\n"
+        "#5  0x00001554fb45beef in ncclCommAbort (comm=0x5555bf9ec710) at init.cc:1508\n"
+    )
+    setup = (
+        "#3  0x00001554fb45aa8c in devCommSetup (comm=0x5555bf9ec710) at init.cc:480\n"
+        "#4  0x00001554fb45b9a1 in initTransportsRank (comm=0x5555bf9ec710) at init.cc:1100\n"
+    )
+    assert [p.wait_site for p in parse_stack_text(dump(teardown))] == ["stack.cuda_sync"]
+    assert [p.wait_site for p in parse_stack_text(dump(setup))] == ["stack.cuda_sync"]
+
+
 def test_nothing_in_a_plain_log() -> None:
     log = "\n".join(
         [

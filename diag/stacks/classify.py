@@ -301,7 +301,11 @@ RULES: tuple[SiteRule, ...] = (
     SiteRule(
         "nccl-native",
         _NCCL,
-        name=r"^p?nccl|^ncclKernel|^ncclDevKernel|^rccl",
+        # (not NCCL's own stream helpers, src/misc/strongstream.cc 2.12+:
+        # ncclStrongStreamSynchronize and its kin wait on a CUDA stream for whichever caller
+        # is outside them: commDestroySync in a teardown, devCommSetup in a communicator's
+        # set-up, the group launch of a collective; that caller decides)
+        name=r"^p?nccl(?!StrongStream)|^ncclKernel|^ncclDevKernel|^rccl",
         native=True,
         why="inside an NCCL (or ROCm RCCL) call (`pncclAllReduce`: the `p` twin NCCL's "
         "NCCL_API macro defines for every API function under PROFAPI, src/include/core.h)",

@@ -235,6 +235,11 @@ _GDB_HEADLESS = re.compile(r"^#(\d+)\s+(0x[0-9a-fA-F]+) in (\S.*)$")
 _GDB_HEADLESS_BARE = re.compile(
     r"^#(\d+)\s+()(\S+ \(.*\) (?:at \S+:\d+|from /\S+\.so[\w.]*))$"
 )
+# a backtrace pasted with its symbols only (`#0  __sched_yield`, `#1  ncclLocalOpAppend(
+# ncclComm*, ncclProxyConnector*, ncclProxyOp*)`: eu-stack's or gdb's frames with their
+# addresses and places cut off by the reporter): its innermost frame, #0, a C or C++ symbol
+# and nothing else, begins it
+_GDB_HEADLESS_SYMBOL = re.compile(r"^#(0)\s+()([A-Za-z_~][\w:~<>]*(?:\(.*\))?)$")
 # gdb's own wrap of a long frame: its place on the next line, indented (`    at
 # ../nptl/pthread_mutex_lock.c:80`, `   from /x/libtorch_cpu.so`)
 _GDB_WHERE = re.compile(r"^(?:at|from) (\S+)$")
@@ -264,7 +269,7 @@ _DS_THREAD = re.compile(r"^# Thread(?:ID)?: (?:(.*?)\((\d+)\)|(\d+))$")
 # chain of 23 calls (tests/test_stacks_textdump.py keeps the list in step with the chain)
 _HEADER_PATTERNS = (
     _BT_SYMBOLS, _EU_PROCESS, _EU_THREAD, _EU_FRAME, _GDB_THREAD, _GDB_FRAME, _GDB_HEADLESS,
-    _GDB_HEADLESS_BARE,
+    _GDB_HEADLESS_BARE, _GDB_HEADLESS_SYMBOL,
     _C10D_FRAME, _PROCESS, _PYSPY_ERROR, _PYSPY_CAUSE, _IGNORED, _PYSPY_THREAD, _FH_THREAD,
     _FH_STACK, _FH_C_STACK, _FH_C_FRAME, _PYSTACK_HEADER, _DS_THREAD, _PT_STACK, _PYBT_HEADER,
     _SIGNAL_TRACE, _TB_HEADER,
@@ -363,6 +368,7 @@ _CANDIDATE = re.compile(
     r'Stack trace|'
     r'KeyboardInterrupt|\.py", line \d+ in |^PID \d+ - |^TID \d+:|'
     r"^#\d+ |(?<=\s)#\d+ \S+ from \S|(?<=\s)#\d+ +0x[0-9a-fA-F]+ in |Stack of | encountered !|"
+    r"(?<=\s)#0 +[A-Za-z_~][\w:~<>]*(?:\(.*\))?$|"  # a symbols-only backtrace's first frame
     r"\] +Caught signal \d|backtrace \(tid:|(?:^|\s)\d{1,4} 0x[0-9a-fA-F]{8,16} \S.*\(\) "  # UCX
     r"|Waiting for the GIL|<built-in (?:method|function) [\w.]+ of .* at remote 0x"  # gdb py-bt
     r"|\.so[\w.]*\([^()\s]*\) \[0x[0-9a-fA-F]+\]"  # glibc backtrace_symbols
@@ -1164,7 +1170,10 @@ class _Channel:
                 if frame is not None:
                     self.thread.frames.append(frame)
                 return True
-        m = _GDB_HEADLESS.match(stripped) or _GDB_HEADLESS_BARE.match(stripped)
+        m = (
+            _GDB_HEADLESS.match(stripped) or _GDB_HEADLESS_BARE.match(stripped)
+            or _GDB_HEADLESS_SYMBOL.match(stripped)
+        )
         if m and not self.gdb and self.proc is None and self.tb is None:
             # gdb frames whose thread header the paste cut: one thread of an unknown process
             self._new_thread(self._open(ln, "gdb"), None, None, None)
