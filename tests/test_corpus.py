@@ -519,6 +519,32 @@ TUNING_XFAIL: dict[str, str] = {
         "also runs before any weight (expert-location metadata, mm processor): needs a "
         "phase_map.yaml function rule (model_config, the earliest) and a regenerated table"
     ),
+    "vllm/healthy-apr-2025-v0.7.2-v0-mp-tp2-qwen2.5-14b-agent-sim-serving-then-40-min-idle-sigterm-worker-exit-code-minus-15-keyboardinterrupt-mqllmengine-terminated-window": (  # noqa: E501
+        "new case (gather s50): labelled healthy, a deliberate stop after 40 idle minutes; V0's "
+        "engine SIGTERM handler (engine/multiprocessing/engine.py signal_handler) raises "
+        "KeyboardInterrupt('MQLLMEngine terminated'), which python.exception and "
+        "process.killed read as a failure. Not changed in the twenty-fourth session: while "
+        "looking into it two held-out cases' answers were seen, so the fix waits for a session "
+        "that has not"
+    ),
+    "sglang/dgx-spark-gb10-jun-2026-sglang-0.5.11-gemma-4-e2b-fp8-kv-listening-then-flashinfer-paged-prefill-invalid-configuration-scheduler-dies-warmup-read-timeout-600s-initialization-failed": (  # noqa: E501
+        "new case (gather s50): findings right; phase serving from the scheduler's "
+        "event_loop_overlap -> run_batch frames, while the label keeps listening: the batch "
+        "that crashed was the warm-up request's (SGLang sends it after uvicorn listens; 'fired "
+        "up' never came, 'Initialization failed. warmup error' did). Other tuning cases "
+        "label a warm-up's 'Prefill batch' line as serving; a convention for the warm-up's "
+        "own batch is needed before the frames' phase changes"
+    ),
+    "sglang/feb-2026-v0.5.8.post1-2-node-tp16-dsr1-pd-decode-node-rank-1-mc-force-tcp-mooncake-transfer-engine-init-runtimeerror-open-address-family-not-supported-8-ranks-sigquit-killed": (  # noqa: E501
+        "new case (gather s50): phase and findings right; python.exception's evidence is one "
+        "line per rank, the first five of eight identical tracebacks (lines 46-182), the "
+        "label's the eighth (267)"
+    ),
+    "vllm/jun-2026-old-v0.7.3-v0-tp2-gemma-2-27b-it-quantization-awq-on-unquantized-checkpoint-cannot-find-the-config-file-for-awq-tf-protobuf-getprototype-noise-window": (  # noqa: E501
+        "new case (gather s50): phase and findings right; python.exception's evidence is the "
+        "first of three identical 'ValueError: Cannot find the config file for awq' lines "
+        "(52), the label's the last (93)"
+    ),
 }
 
 MIN_PASS_RATIO = 0.90  # old cases: at most 10% xfailed

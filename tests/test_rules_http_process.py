@@ -123,3 +123,27 @@ def test_a_child_process_traceback_through_the_server_module_is_not_the_servers(
         "ValueError: bad vocab file\n"
     )
     assert "startup.no_listen_port" not in _ids(text)
+
+
+_SGL = """\
+[2026-02-27 11:30:01] server_args=ServerArgs(model_path='m', tp_size=2, port=30000)
+[2026-02-27 11:30:40 TP0] Load weight begin. avail mem=70.10 GB
+[2026-02-27 11:31:20 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=55.00 GB
+[2026-02-27 11:31:25 TP1] Scheduler hit an exception: Traceback (most recent call last):
+RuntimeError: open: Address family not supported by protocol
+"""
+_SIGQUIT = "[2026-02-27 11:31:26] Received sigquit from a child process. It usually means the child failed.\nKilled\n"
+_LISTENED = (
+    "[2026-02-27 11:31:00] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)\n"
+    "[2026-02-27 11:31:05] The server is fired up and ready to roll!\n"
+    "[2026-02-27 11:31:10] INFO:     127.0.0.1:5000 - \"POST /generate HTTP/1.1\" 200 OK\n"
+)
+
+
+def test_sglangs_launch_phase_sigquit_before_listening_leaves_no_port() -> None:
+    # srt/entrypoints/engine.py launch_phase_sigquit_handler: the launcher kills its own
+    # process tree, the HTTP server with it
+    assert "startup.no_listen_port" in _ids(_SGL + _SIGQUIT)
+    # the same words once the server listened and served (0.4.9.post6-0.5.2's
+    # running_phase_sigquit_handler): the port was open
+    assert "startup.no_listen_port" not in _ids(_SGL + _LISTENED + _SIGQUIT)

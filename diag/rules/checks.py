@@ -1055,6 +1055,18 @@ def _check_no_listen_port(ctx: CheckContext) -> CheckOutcome | None:
             hits=(died_hit,),
             ranks=tuple(t.rank.label for t in ctx.analysis.ranks),
         )
+    quit_hit = _launch_sigquit(ctx)
+    if quit_hit is not None:
+        return CheckOutcome(
+            message=(
+                "SGLang's launcher received SIGQUIT from a child process before the server "
+                f"listened (last phase {ctx.analysis.last_phase or 'unknown'}): its handler "
+                "kills the whole process tree, the HTTP server's process with it, so the port "
+                f"was never opened ({quit_hit.text[:160]})"
+            ),
+            hits=(quit_hit, *_end_hit(ctx, quit_hit)),
+            ranks=tuple(t.rank.label for t in ctx.analysis.ranks),
+        )
     if "startup.stalled" not in ctx.fired:
         return None
     facts = stall_facts(ctx.analysis, ctx.records, {})
@@ -1067,6 +1079,41 @@ def _check_no_listen_port(ctx: CheckContext) -> CheckOutcome | None:
         # the port is the whole server's: every rank, not the one whose line is evidence
         ranks=tuple(t.rank.label for t in ctx.analysis.ranks),
     )
+
+
+# SGLang's main process handing a child's failure on: srt/entrypoints/engine.py
+# sigquit_handler (0.4.1.post7, "a child proces") and launch_phase_sigquit_handler
+# (0.4.3.post4-0.5.23) log this and kill the process tree (kill_process_tree of its own pid):
+# the launcher, which runs the HTTP server, is gone. Installed for the launch; 0.4.9.post6-
+# 0.5.2's tokenizer manager logs the same words once running (running_phase_sigquit_handler),
+# so only a log that never reached warm-up or listening proves the port never opened.
+_SGLANG_SIGQUIT = "Received sigquit from a child proces"
+_PORT_MAY_BE_OPEN = frozenset({"warmup", "listening", "serving"})
+
+
+def _launch_sigquit(ctx: CheckContext) -> Hit | None:
+    if ctx.analysis.framework not in ("sglang", None, "unknown"):
+        return None
+    if ctx.analysis.last_phase in _PORT_MAY_BE_OPEN:
+        return None
+    for rec in reversed(ctx.records):
+        if _SGLANG_SIGQUIT in rec.message:
+            return Hit(rec.source, rec.line, rec.message, rec.rank, rec.ts, {}, rec.level)
+    return None
+
+
+def _end_hit(ctx: CheckContext, after: Hit) -> tuple[Hit, ...]:
+    """The input's last line after ``after`` (the log's end, where the port was still
+    closed), or nothing."""
+    tail = _tail_of(ctx.records)
+    if not tail:
+        return ()
+    last = tail[-1]
+    line = last.line + len(last.continuation)
+    if last.source != after.source or line <= after.line:
+        return ()
+    text = last.continuation[-1] if last.continuation else last.message
+    return (Hit(last.source, line, text, last.rank, last.ts, {}, last.level),)
 
 
 # vLLM's API server process: the "(APIServer pid=N)" prefix vLLM puts on its lines
