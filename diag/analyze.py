@@ -360,7 +360,10 @@ def _failed_warmup_request(events: list[Event], records: Sequence[Record]) -> li
             if not ((e.pattern in _ACCESS_PATTERNS and _HTTP_5XX.search(e.message))
                     or e.pattern.startswith("frames.")):
                 break
-            out[i] = replace(e, phase="warmup", fields={**e.fields, "request": "warm-up"})
+            # the access line still proves the HTTP server answered (LABELS.md: any access
+            # line proves listening); the frames of the warm-up's batch prove the warm-up
+            phase = "warmup" if e.pattern.startswith("frames.") else "listening"
+            out[i] = replace(e, phase=phase, fields={**e.fields, "request": "warm-up"})
     return out
 
 

@@ -545,6 +545,20 @@ TUNING_XFAIL: dict[str, str] = {
         "first of three identical 'ValueError: Cannot find the config file for awq' lines "
         "(52), the label's the last (93)"
     ),
+    "sglang/rocm-jul-2026-v0.5.15.post1-mi355x-glm-5.2-mxfp4-pd-decode-dp8-tp8-ep8-dsa-eagle-mtp-listening-then-pd-warmup-start-9-min-health-503-polls-no-progress-inductor-compile-deadlock-window": (  # noqa: E501
+        "new case (gather s51): warmup.failed for a warm-up that hung after listening (nine "
+        "minutes of /health answered 503, no scheduler line); no rule reads a silent warm-up "
+        "from the health probes' 503s yet (SGLang's /health answers 503 until the warm-up ends)"
+    ),
+    "vllm/cpu-nov-2024-kaggle-v0-cpu-executor-offline-opt-125m-cpu-blocks-7281-then-generate-custom-op-reshape-and-cache-missing-obsolete-build-hint-elided-traceback": (  # noqa: E501
+        "new case (gather s51): serving from the notebook's '---> 15 outputs = "
+        "llm.generate(...)' line (IPython's traceback of the user's cell, the library frames "
+        "elided by the reporter); diag reads no phase from a cell's call line"
+    ),
+    "vllm/nov-2025-docker-desktop-windows-ntfs-bind-mount-qwen3-vl-4b-fp8-one-line-shards-bar-0-of-2-reporter-says-20mb-per-s-slow-load": (  # noqa: E501
+        "new case (gather s51): weights.slow_load from the reporter's account (about 20 MB/s "
+        "off an NTFS bind mount); the text is one progress bar at 0/2 with no time on it"
+    ),
 }
 
 MIN_PASS_RATIO = 0.90  # old cases: at most 10% xfailed

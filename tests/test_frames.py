@@ -630,3 +630,19 @@ def test_frames_under_the_configurations_build_show_model_config_at_most() -> No
         ("/x/vllm/model_executor/model_loader/weight_utils.py", "get_quant_config"),
     ]
     assert [e.phase for e in frame_events([_tb(load)])] == ["weights_load"]
+
+
+def test_sglangs_failed_warm_up_request_still_proves_listening() -> None:
+    # srt/entrypoints/http_server.py _execute_server_warmup: the warm-up request went through
+    # the HTTP server, which answered it 500: listening (LABELS.md: any access line), not
+    # serving (no client was let in)
+    log = (
+        '[2025-11-30 05:12:25] INFO:     127.0.0.1:49006 - "POST /v1/chat/completions HTTP/1.1"'
+        " 500 Internal Server Error\n"
+        "[2025-11-30 05:12:25] Initialization failed. warmup error: Traceback (most recent "
+        "call last):\n"
+        '  File "/x/sglang/srt/entrypoints/http_server.py", line 1566, in _execute_server_warmup\n'
+        '    assert res.status_code == 200, f"{res.text}"\n'
+        'AssertionError: {"object":"error","message":"Internal server error"}\n'
+    )
+    assert analyze_text(log, "server.log", year=2025).last_phase == "listening"

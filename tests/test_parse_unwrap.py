@@ -674,3 +674,21 @@ def test_numbers_on_lines_of_their_own_are_a_gutter() -> None:
     # numbers that do not count up by one are data
     data = [part for i, ln in enumerate(log) if ln for part in (str(7 * i + 3), ln)]
     assert "number-lines" not in detect_gutters(data)
+
+
+def test_terminal_panes_side_by_side_and_a_records_margin() -> None:
+    # k9s / a tmux split copied: two panes' borders meet as '││' between their texts
+    left = "INFO 06-24 23:08:54 [__init__.py:239] Automatically detected platform cpu."
+    assert split_physical(f" {left}      \u2502\u2502 Stream closed EOF for x (vllm) ") == [
+        f" {left}",
+        "Stream closed EOF for x (vllm) ",
+    ]
+    # one box border is a rich traceback's or a table's, not two panes
+    assert split_physical("\u2502 /x/vllm/worker.py:12 in f \u2502") == [
+        "\u2502 /x/vllm/worker.py:12 in f \u2502"
+    ]
+    # one to three spaces before a record's head: the record, at its margin
+    p = parse_line(f" {left}")
+    assert p.grammar == "vllm" and p.message == "Automatically detected platform cpu."
+    # four spaces: a continuation (a traceback's code line, an indented block)
+    assert parse_line(f"    {left}").grammar == "plain"

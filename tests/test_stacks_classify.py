@@ -131,6 +131,15 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         ),
     ),
     (
+        "vendor-ccl-native",
+        "stack.nccl_collective",
+        (
+            "ccl_executor::wait(ccl_request const*) (libccl.so.1)",
+            "ccl_coll_create(ccl_coll_param&, ccl_coll_attr const&) (libccl.so.1)",
+            "ccl_allgather_impl (libccl.so.1)",
+        ),
+    ),
+    (
         "c10d-process-group",
         "stack.nccl_collective",
         (
@@ -385,6 +394,16 @@ EXAMPLES: list[tuple[str, str, tuple[str, ...]]] = [
         (
             "wait_device_ops (torch_xla/core/xla_model.py:1100)",
             "TPUModelRunner.execute_model (vllm/v1/worker/tpu_model_runner.py:900)",
+        ),
+    ),
+    (
+        "jax-host-transfer",
+        "stack.cuda_sync",
+        (
+            "_value (jax/_src/array.py:642)",
+            "wrapper (jax/_src/profiler.py:420)",
+            "__float__ (jax/_src/array.py:300)",
+            "main (train.py:392)",
         ),
     ),
     (

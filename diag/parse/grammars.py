@@ -27,7 +27,7 @@ from diag.parse.coords import (
     small_int,
     tags_rank,
 )
-from diag.parse.unwrap import Wrap, unescape_entities, unwrap_line
+from diag.parse.unwrap import Wrap, record_start, unescape_entities, unwrap_line
 
 __all__ = [
     "LEVELS",
@@ -333,6 +333,11 @@ def parse_line(raw: str) -> Parsed:
     p = Parsed(message=raw)
     if raw[:1] not in " \t":
         line = _unwrap(raw, p)
+    elif raw[:1] == " " and raw[1:4] != "   " and record_start(raw.lstrip(" ")):
+        # one to three spaces before a framework record (a terminal pane's margin, a paste
+        # whose first column was a space): a record begins at the margin, and no record's
+        # continuation starts with a record's head
+        line = _unwrap(raw.lstrip(" "), p)
     elif "&" in raw and ";" in raw:
         line = unescape_entities(raw)  # an indented line copied from an HTML view
     else:

@@ -95,6 +95,9 @@ def decode(data: bytes | bytearray) -> tuple[str, int]:
     return text, counter.bad
 
 
+_PANE_BORDER = re.compile(r"\s*\u2502\u2502\s*")
+
+
 def split_physical(line: str) -> list[str]:
     """One physical line -> the logical pieces in it.
 
@@ -105,6 +108,10 @@ def split_physical(line: str) -> list[str]:
     if line.endswith("\r"):
         line = line.rstrip("\r")
     parts = line.split("\r") if "\r" in line else [line]
+    if "\u2502\u2502" in line:
+        # a terminal UI's panes copied side by side (k9s, a tmux split): two panes' box
+        # borders meet as '││' between their texts, each a line of its own
+        parts = [q for p in parts for q in _PANE_BORDER.split(p)]
     out: list[str] = []
     for part in parts:
         if "it/s]" in part or "s/it]" in part:

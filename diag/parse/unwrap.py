@@ -53,6 +53,7 @@ __all__ = [
     "SourceUnwrapper",
     "Wrap",
     "detect_wrap",
+    "record_start",
     "split_glued",
     "unescape_entities",
     "unwrap_line",
@@ -144,6 +145,14 @@ _RECORD_START = re.compile(
     + r"|" + _LEVEL_WORDS + r":\s"
     + r"|" + _D + r"[ T]" + _T
 )
+
+
+
+def record_start(text: str) -> bool:
+    """Whether ``text`` begins as a framework's record: SGLang's or vLLM's stamp, a
+    process prefix, a level and its stamp, uvicorn's level, an ISO stamp."""
+    return _RECORD_START.match(text) is not None
+
 
 # per-source gutters
 _QUOTE = re.compile(r"(?:> ?)+")

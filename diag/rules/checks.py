@@ -1031,7 +1031,9 @@ def _check_no_listen_port(ctx: CheckContext) -> CheckOutcome | None:
             hits=tuple(died[:1]),
             severity="error",
         )
-    if ctx.hits:
+    if ctx.hits and ctx.analysis.last_phase not in ("listening", "serving"):
+        # (a client polling, a kubelet's probe refused while the model loads: the port
+        # opened later where the log reaches listening)
         first, last = ctx.hits[0], ctx.hits[-1]
         span = ""
         if first.ts and last.ts and last.ts > first.ts:

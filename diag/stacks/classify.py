@@ -315,6 +315,10 @@ RULES: tuple[SiteRule, ...] = (
         _NCCL,
         native=True,
         name=r"^(Hccl\w+|hccl::|HcclComm\w*|c10d_npu::ProcessGroupHCCL|ccl::|oneccl\w*|"
+        # oneCCL's own C++ (libccl.so, 2021.x: src/exec ccl_executor::wait, src/coll
+        # ccl_coll_create / ccl_allgather_impl, src/comm ccl_comm::allgather ...)
+        r"ccl_(?:executor::|coll_|comm::|(?:allgather|allreduce|alltoall|barrier|bcast|"
+        r"broadcast|reduce|reduce_scatter|recv|send)\w*)|"
         r"c10d::ProcessGroupXCCL|c10d::ProcessGroupCCL|mscclpp::)",
         why="a collective of Ascend HCCL, Intel oneCCL or MSCCL++ (torch_npu, XPU, "
         "vLLM/SGLang's pymscclpp)",
@@ -560,6 +564,17 @@ RULES: tuple[SiteRule, ...] = (
         r"_xla_sync\w*|sync)$",
         why="device syncs of the other accelerators vLLM/SGLang run on: TPU (torch_xla "
         "mark_step / wait_device_ops, JAX block_until_ready) and Gaudi (habana_frameworks)",
+    ),
+    SiteRule(
+        "jax-host-transfer",
+        _SYNC,
+        native=False,
+        file=r"(^|/)jax/_src/array\.py$",
+        name=r"(^|\.)(_value|__array__|__float__|__int__|__bool__|__index__|__complex__|"
+        r"item|tolist|_single_device_array_to_np_array\w*)$",
+        why="a JAX array read on the host (jax/_src/array.py ArrayImpl._value and the "
+        "conversions that call it, float() / int() / np.asarray / .item(), 0.4-0.7): the "
+        "device-to-host copy waits for the computation that makes the array",
     ),
     SiteRule(
         "cuda-free-sync",
