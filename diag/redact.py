@@ -117,6 +117,9 @@ _COUNT_WORDS = frozenset(
 # master_view"); a credential has capitals, digits or no slash
 _IDENT = re.compile(r"[a-z]+(?:_[a-z0-9]+)+")  # a snake_case name: a key's, never a secret
 _SHORT_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,4}")
+# a key made of fields, its first one's name and '=' ("module_key=backend=;uri=;dtype_q=...",
+# FlashInfer's module keys; the value stops at the ';'): a description, never a secret
+_NESTED_FIELD = re.compile(r"[a-z][a-z0-9_]{0,30}=")
 _KEY_PATH = re.compile(r"(?=[^/]*[a-z]{3})[a-z0-9_.-]+(?:/[a-z0-9_.-]+)+/?")
 
 
@@ -306,6 +309,7 @@ _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?[%A-Za-z]{0,3}\.?")  # (a count ending 
 _FRACTION = re.compile(r"[-+]?\d{1,6}\.\d{1,6}")
 _INT = re.compile(r"-?\d{1,9}")
 _SPECIAL_TOKEN = re.compile(r"<\|?[\w.\-]{1,40}\|?>")
+_CHOICES = re.compile(r"[|,/]")
 _NOT_SECRET_VALUES = frozenset(
     {"", "None", "none", "null", "True", "False", "true", "false", "{}", "[]", "()"}
 )
@@ -319,7 +323,9 @@ def _plain_value(name: str, inner: str, *, quoted: bool, colon: bool) -> bool:
         return True  # None, a bool, an empty container; a shell variable
     words, secret = _name_words(name)
     key_only = bool(secret) and secret <= {"key", "keys"}  # a lookup key, a store's key
-    if key_only and (_IDENT.fullmatch(inner) or _SHORT_KEY.fullmatch(inner)):
+    if key_only and (
+        _IDENT.fullmatch(inner) or _SHORT_KEY.fullmatch(inner) or _NESTED_FIELD.fullmatch(inner)
+    ):
         # a key's name (vLLM's MultiModalFieldElem key='pixel_values'), or a prefix of a
         # few characters (torch inductor's cache key = "a" + pickler.get_hash(...),
         # _inductor/codecache.py): no credential is that short
@@ -562,6 +568,10 @@ class Redactor:
         if value[:1] in ("[", "(") and len(value) >= 2:  # a list of secrets: mask each item
             inner = value[1:-1].strip()
             if not inner or inner in _NOT_SECRET_VALUES:
+                return match.group(0)
+            if all(x.strip() in _NOT_SECRET_VALUES for x in _CHOICES.split(inner)):
+                # a usage text's choices ("TOKENIZERS_PARALLELISM=(true | false)", Hugging
+                # Face tokenizers' fork warning) or a list of flags: nothing to hide
                 return match.group(0)
             if _INT_LIST.fullmatch(inner) and not any(
                 w in name.lower() for w in ("pass", "secret", "cred", "pin")

@@ -687,8 +687,9 @@ def test_terminal_panes_side_by_side_and_a_records_margin() -> None:
     assert split_physical("\u2502 /x/vllm/worker.py:12 in f \u2502") == [
         "\u2502 /x/vllm/worker.py:12 in f \u2502"
     ]
-    # one to three spaces before a record's head: the record, at its margin
+    # one space before a record's head: the record, at its margin
     p = parse_line(f" {left}")
     assert p.grammar == "vllm" and p.message == "Automatically detected platform cpu."
-    # four spaces: a continuation (a traceback's code line, an indented block)
+    # more: a continuation or an indented paste (its gutter is the source's to take off)
     assert parse_line(f"    {left}").grammar == "plain"
+    assert parse_line(f"  {left}").grammar == "plain"

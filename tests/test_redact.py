@@ -84,6 +84,10 @@ NEGATIVE = [
     "                     [--allowed-headers ALLOWED_HEADERS] [--api-key API_KEY]",
     "                     [--hf-token [HF_TOKEN]] [--hf-overrides HF_OVERRIDES]",
     "MultiModalFieldElem(modality='image', key='pixel_values', data=tensor([[1.9297]]))",
+    # Hugging Face tokenizers' fork warning (an environment variable of the tokenizer)
+    "\t- Explicitly set the environment variable TOKENIZERS_PARALLELISM=(true | false)",
+    # FlashInfer's module key, a list of fields (its debug line of a prefill call)
+    "[flashinfer][prefill-debug] call_id=1 module_key=backend=;uri=;dtype_q=nv_bfloat16;swa=false",
     # torch inductor's FX graph cache key in a traceback's source line (codecache.py)
     '    key = "a" + pickler.get_hash(details)',
     "    return self.send(request, auth=auth, follow_redirects=follow_redirects)",
@@ -114,7 +118,8 @@ def test_ordinary_lines_untouched(text: str) -> None:
 # (docs/serving/openai_compatible_server.md) start the server with --api-key token-abc123.
 # vLLM's documented example key (and a reporter's shortening of it); a key a reporter
 # published with the log (an s48 log's `--api-key`), masked as any key is
-PUBLIC_EXAMPLE_KEYS = ("token-abc123", "token-abc", "anton-vllm-key")
+# (sk-local: a local server's placeholder key in a committed s50 log; masked all the same)
+PUBLIC_EXAMPLE_KEYS = ("token-abc123", "token-abc", "anton-vllm-key", "sk-local")
 # a key the program itself printed cut short ("WandB API key: e1adc5be02...", AReaL's
 # launcher): what is left of it is still a key's head, and it is masked like any key
 _PRINTED_KEY_HEAD = r"(?<=key: )[0-9a-f]{8,}(?=\.\.\.)"

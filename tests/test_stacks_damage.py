@@ -224,7 +224,7 @@ KNOWN_BROKEN: set[tuple[str, str]] = {
     ("newlines lost, a space left", "tt-inference-server-080-n300-llama31-8b-vllm-v0-decode-trace-capture-tt-fatal-trace-region-window"),  # noqa: E501
     # a Ray-prefixed traceback with ANSI residue: a second Ray prefix leaves no line a
     # grammar or the dump reader reads (hard-wrapped at 80 it is read since session 24: a
-    # record's head after one to three spaces begins a record)
+    # record's head after one space begins a record)
     ("Ray prefix", "vllm-064-custom-ray-actor-ansi-residue-traceback-window-inductor-fxgraphcache-codegen-and-compile"),  # noqa: E501
     # gather s15 tracebacks inside log lines, read since session 11: a word wrap or HTML
     # entities move the innermost frame (a JIT build's, pynccl's comm init) out of the

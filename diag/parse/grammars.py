@@ -333,11 +333,12 @@ def parse_line(raw: str) -> Parsed:
     p = Parsed(message=raw)
     if raw[:1] not in " \t":
         line = _unwrap(raw, p)
-    elif raw[:1] == " " and raw[1:4] != "   " and record_start(raw.lstrip(" ")):
-        # one to three spaces before a framework record (a terminal pane's margin, a paste
-        # whose first column was a space): a record begins at the margin, and no record's
-        # continuation starts with a record's head
-        line = _unwrap(raw.lstrip(" "), p)
+    elif raw[:1] == " " and raw[1:2] not in " \t" and record_start(raw[1:]):
+        # one space before a framework record (a terminal pane's margin, a paste whose
+        # first column was a space): a record begins at the margin, and no record's
+        # continuation starts with a record's head one column in (a wider indentation is
+        # a paste's own, which the source's gutter takes off, or a continuation)
+        line = _unwrap(raw[1:], p)
     elif "&" in raw and ";" in raw:
         line = unescape_entities(raw)  # an indented line copied from an HTML view
     else:

@@ -1083,6 +1083,35 @@ def _check_no_listen_port(ctx: CheckContext) -> CheckOutcome | None:
     )
 
 
+def _check_shm_broadcast_wait(ctx: CheckContext) -> CheckOutcome | None:
+    """vLLM's broadcast queue waited 60 s for a worker: a warning, unless the start-up went
+    on to listen afterwards in the same source (the worker was only busy: a long compile,
+    a slow first step), then an info line of what happened."""
+    if not ctx.hits:
+        return None
+    last = max(ctx.hits, key=lambda h: (h.source, h.line))
+    later = [
+        p.first_line
+        for p in (*ctx.analysis.global_phases, *(x for t in ctx.analysis.ranks for x in t.phases))
+        if p.phase in ("listening", "serving") and p.source == last.source
+        and p.first_line > last.line
+    ]
+    secs = ctx.hits[0].groups.get("s")
+    n = len(ctx.hits)
+    what = (
+        f"no free shared-memory broadcast block for {secs or '?'} s "
+        f"({'once' if n == 1 else f'{n} times'})"
+    )
+    if later:
+        return CheckOutcome(
+            message=f"{what}, then the server listened (line {min(later)}): a worker was "
+            "busy, not stuck",
+            hits=ctx.hits,
+            severity="info",
+        )
+    return CheckOutcome(message=what, hits=ctx.hits)
+
+
 # SGLang's main process handing a child's failure on: srt/entrypoints/engine.py
 # sigquit_handler (0.4.1.post7, "a child proces") and launch_phase_sigquit_handler
 # (0.4.3.post4-0.5.23) log this and kill the process tree (kill_process_tree of its own pid):
@@ -2453,4 +2482,5 @@ CHECKS: dict[str, Callable[[CheckContext], CheckOutcome | None]] = {
     "cut_excerpt": _check_cut_excerpt,
     "exited": _check_exited,
     "no_listen_port": _check_no_listen_port,
+    "shm_broadcast_wait": _check_shm_broadcast_wait,
 }
