@@ -93,6 +93,16 @@ def _files(path: Path) -> list[str]:
     return [str(path)]
 
 
+def _ready_mix(folder: Path, name: str, size: int) -> Path:
+    """The mix's file (or folder), generated once per size, its pages read into the cache."""
+    path = _mix_path(folder, name, size)
+    if not path.exists():
+        print(f"generating {path} ...", file=sys.stderr)
+        write_mix(name, path, size << 20)
+    _warm(path)
+    return path
+
+
 def _warm(path: Path) -> None:
     for f in _files(path):
         with open(f, "rb") as fh:
@@ -143,11 +153,7 @@ def _paired(a: argparse.Namespace, names: list[str], rg: str) -> int:
           "| rg A CPU / wall | rg B CPU / wall |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name in names:
-        path = _mix_path(a.dir, name, a.size)
-        if not path.exists():
-            print(f"generating {path} ...", file=sys.stderr)
-            write_mix(name, path, a.size << 20)
-        _warm(path)
+        path = _ready_mix(a.dir, name, a.size)
         files = _files(path)
         gz = ["-z"] if name == "gz" else []
         runs: dict[str, list[Run]] = {k: [] for k in ("A", "B", "rgA", "rgB")}
@@ -233,11 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     lits = _literal_file(a.dir)
     rows: list[str] = []
     for name in names:
-        path = _mix_path(a.dir, name, a.size)
-        if not path.exists():
-            print(f"generating {path} ...", file=sys.stderr)
-            write_mix(name, path, a.size << 20)
-        _warm(path)
+        path = _ready_mix(a.dir, name, a.size)
         size = _size_of(path)
         files = _files(path)
         gz = ["-z"] if name == "gz" else []

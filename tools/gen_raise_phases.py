@@ -41,12 +41,11 @@ from message_table import (  # noqa: E402
     write_or_check,
 )
 
-from diag.raise_phases import EXCEPTION_CLASS  # noqa: E402
+from diag.raise_phases import EXCEPTION_CLASS, NO_PHASE  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "diag" / "data" / "raise_phases.tsv"
 MIN_HEAD = 12  # characters of the first literal piece (the runtime's look-up key)
 MIN_LITERAL = 20  # literal characters of the kept pieces together
-NO_PHASE = "-"  # the phase column of a message that proves none (see build)
 PIECES = 3  # literal pieces kept: a long message's tail varies more between releases
 
 

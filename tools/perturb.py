@@ -251,6 +251,11 @@ def _numbers_own_line(text: str, rng: random.Random) -> str:
     return "\n".join(f"{i + 1}\n{ln}" for i, ln in enumerate(_lines(text)))
 
 
+def _double_spaced(text: str, rng: random.Random) -> str:
+    """A blank line after every line (a copy out of some web views and terminals)."""
+    return "\n\n".join(_lines(text))
+
+
 def _quote(text: str, rng: random.Random) -> str:
     return "\n".join(f"> {ln}" if ln else ">" for ln in _lines(text))
 
@@ -433,7 +438,7 @@ PERTURBATIONS: dict[str, Perturb] = {
     "quote": _quote,
     "line-numbers": _line_numbers,
     "numbers-own-line": _numbers_own_line,
-    "double-spaced": lambda t, r: "\n".join(f"\n{ln}" for ln in _lines(t)),
+    "double-spaced": _double_spaced,
     "ansi": _ansi(True),
     "ansi-text": _ansi(False),
     "crlf": _crlf,

@@ -83,11 +83,6 @@ def _flattened(text: str, rng: random.Random) -> str:
     return " ".join(ln for ln in _lines(text) if ln.strip())
 
 
-def _double_spaced(text: str, rng: random.Random) -> str:
-    """A blank line after every line (a copy out of some web views and terminals)."""
-    return "\n\n".join(_lines(text))
-
-
 # py-spy's text frame: `    name (file.py:12)` / `    0x7f.. (libc.so.6)`
 _PYSPY_FRAME = re.compile(
     r"^(\s+)(\S.*?) (\((?:[^()\s]+:\d+|[^()\s]+\.so[\w.\-]*|[^()\s]*python[\d.]*)\))$"
@@ -164,7 +159,6 @@ DUMP_ONLY: dict[str, _logs.Perturb] = {
     "dump-glued": _glued("", 0.5),
     "dump-glued-space": _glued(" ", 0.5),
     "flattened": _flattened,
-    "double-spaced": _double_spaced,
     "pyspy-columns": _pyspy_columns,
     "fenced": _fenced,
     "shell-prompt": _shell_prompt,

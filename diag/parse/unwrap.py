@@ -761,11 +761,16 @@ def _number_lines(lines: list[str]) -> bool:
     return ones * 10 >= (len(nums) - 1) * 8
 
 
+def _need(n: int) -> int:
+    """How many of ``n`` sample lines a source-wide gutter must be on: one or two lines,
+    every one of them; more, most of them."""
+    return n if n < 3 else max(2, int(n * _SOURCE_SHARE + 0.999))
+
+
 def detect_gutters(lines: list[str]) -> tuple[str, ...]:
     """The ambiguous gutters that most of ``lines`` (non-blank) carry."""
     n = len(lines)
-    # one or two lines: only a gutter on every one of them
-    need = n if n < 3 else max(2, int(n * _SOURCE_SHARE + 0.999))
+    need = _need(n)
     if n == 0:
         return ()
     out: list[str] = []
@@ -777,7 +782,7 @@ def detect_gutters(lines: list[str]) -> tuple[str, ...]:
         out.append("number-lines")
         lines = [ln for ln in lines if _NUM_LINE.fullmatch(ln) is None]
         n = len(lines)
-        need = n if n < 3 else max(2, int(n * _SOURCE_SHARE + 0.999))
+        need = _need(n)
         if n == 0:
             return tuple(out)
     nums = [m for m in (_NUM_GUTTER.match(ln) for ln in lines) if m]

@@ -1123,7 +1123,7 @@ _PORT_MAY_BE_OPEN = frozenset({"warmup", "listening", "serving"})
 
 
 def _launch_sigquit(ctx: CheckContext) -> Hit | None:
-    if ctx.analysis.framework not in ("sglang", None, "unknown"):
+    if ctx.analysis.framework == "vllm":
         return None
     if ctx.analysis.last_phase in _PORT_MAY_BE_OPEN:
         return None
