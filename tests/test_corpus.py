@@ -519,14 +519,6 @@ TUNING_XFAIL: dict[str, str] = {
         "also runs before any weight (expert-location metadata, mm processor): needs a "
         "phase_map.yaml function rule (model_config, the earliest) and a regenerated table"
     ),
-    "vllm/healthy-apr-2025-v0.7.2-v0-mp-tp2-qwen2.5-14b-agent-sim-serving-then-40-min-idle-sigterm-worker-exit-code-minus-15-keyboardinterrupt-mqllmengine-terminated-window": (  # noqa: E501
-        "new case (gather s50): labelled healthy, a deliberate stop after 40 idle minutes; V0's "
-        "engine SIGTERM handler (engine/multiprocessing/engine.py signal_handler) raises "
-        "KeyboardInterrupt('MQLLMEngine terminated'), which python.exception and "
-        "process.killed read as a failure. Not changed in the twenty-fourth session: while "
-        "looking into it two held-out cases' answers were seen, so the fix waits for a session "
-        "that has not"
-    ),
     "sglang/dgx-spark-gb10-jun-2026-sglang-0.5.11-gemma-4-e2b-fp8-kv-listening-then-flashinfer-paged-prefill-invalid-configuration-scheduler-dies-warmup-read-timeout-600s-initialization-failed": (  # noqa: E501
         "new case (gather s50): findings right; phase serving from the scheduler's "
         "event_loop_overlap -> run_batch frames, while the label keeps listening: the batch "

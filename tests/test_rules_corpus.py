@@ -403,11 +403,6 @@ XFAIL.update(
 
 XFAIL.update(
     {
-        "vllm/healthy-apr-2025-v0.7.2-v0-mp-tp2-qwen2.5-14b-agent-sim-serving-then-40-min-idle-sigterm-worker-exit-code-minus-15-keyboardinterrupt-mqllmengine-terminated-window": (  # noqa: E501
-            "new case (gather s50): V0's engine SIGTERM handler's KeyboardInterrupt('MQLLMEngine "
-            "terminated') at a deliberate stop, read as python.exception and process.killed "
-            "(tests/test_corpus.py says why it was not changed)"
-        ),
         "sglang/rocm-jul-2026-v0.5.15.post1-mi355x-glm-5.2-mxfp4-pd-decode-dp8-tp8-ep8-dsa-eagle-mtp-listening-then-pd-warmup-start-9-min-health-503-polls-no-progress-inductor-compile-deadlock-window": (  # noqa: E501
             "new case (gather s51): warmup.failed for a warm-up that hung after listening "
             "(the /health probes' 503s); no rule reads that yet"
@@ -440,10 +435,6 @@ HEALTHY_XFAIL: dict[str, str] = {
     "vllm/healthy-dgx-spark-gb10-ngc-vllm-26.01-0.13.0-gpt-oss-20b-mxfp4-marlin-no-native-fp4-warning-triton-attn-only-backend-wrapper-0-mb-gpu-memory-then-shutdown": (  # noqa: E501
         "new case (gather s46): the Marlin weight-only FP4 warning (quant.unsupported, a "
         "warning by the corpus convention) on a working GB10 start the label calls healthy"
-    ),
-    "vllm/healthy-apr-2025-v0.7.2-v0-mp-tp2-qwen2.5-14b-agent-sim-serving-then-40-min-idle-sigterm-worker-exit-code-minus-15-keyboardinterrupt-mqllmengine-terminated-window": (  # noqa: E501
-        "new case (gather s50): a deliberate SIGTERM stop's KeyboardInterrupt('MQLLMEngine "
-        "terminated') read as errors (see XFAIL)"
     ),
 }
 

@@ -337,11 +337,13 @@ def _scan(
                 and framework not in spec.frameworks
             ):
                 continue
-            if spec.phases:
+            if spec.phases or spec.not_phases:
                 if not phase_known:
                     phase = phase_at(rec.source, rec.line)
                     phase_known = True
-                if phase not in spec.phases:
+                if spec.phases and phase not in spec.phases:
+                    continue
+                if phase in spec.not_phases:
                     continue
             if timeouts.get(rule.id, 0) >= _MAX_TIMEOUTS:
                 continue

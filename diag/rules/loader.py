@@ -74,6 +74,7 @@ class MatchSpec:
     exclude: tuple[Any, ...] = ()
     levels: frozenset[str] = frozenset()
     phases: frozenset[str] = frozenset()
+    not_phases: frozenset[str] = frozenset()
     frameworks: frozenset[str] = frozenset()
     loggers: frozenset[str] = frozenset()
     sources: tuple[str, ...] = ()  # the pattern texts, for `diag rules show`
@@ -214,8 +215,10 @@ def _match_spec(
     if levels - _LEVELS:
         raise RuleError(f"{where}: unknown level(s) {sorted(levels - _LEVELS)}")
     phases = frozenset(data.get("phases", ()))
-    if phases - set(PHASES):
-        raise RuleError(f"{where}: unknown phase(s) {sorted(phases - set(PHASES))}")
+    not_phases = frozenset(data.get("not_phases", ()))
+    if (phases | not_phases) - set(PHASES):
+        unknown = sorted((phases | not_phases) - set(PHASES))
+        raise RuleError(f"{where}: unknown phase(s) {unknown}")
     if gates is None:
         gates = [_gate(p, ignore_case) for p in data["patterns"]]
     return MatchSpec(
@@ -229,6 +232,7 @@ def _match_spec(
         gates=tuple(None if g is None else tuple(g) for g in gates),
         levels=levels,
         phases=phases,
+        not_phases=not_phases,
         frameworks=frozenset(data.get("frameworks", ())),
         loggers=frozenset(data.get("loggers", ())),
         sources=tuple(data["patterns"]),

@@ -28,6 +28,8 @@ _MATCH: dict[str, Any] = {
         # limits: only records at these levels / in these phases / of these frameworks
         "levels": _STR_LIST,
         "phases": _STR_LIST,
+        # ... and not in these phases (a line before any phase event is in none)
+        "not_phases": _STR_LIST,
         "frameworks": _STR_LIST,
         # source file of the logger that printed the line (basename: "registry.py")
         "loggers": _STR_LIST,
