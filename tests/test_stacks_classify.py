@@ -1067,11 +1067,12 @@ def test_active_without_the_gil_in_a_serving_worker_is_a_cuda_sync(lines: tuple[
     # running Python (holds the GIL) or blocked in a syscall (idle): no site is invented
     assert classify_thread_rule(_state_thread(lines, idle=False, gil=True)) == (None, None)
     assert classify_thread_rule(_state_thread(lines, idle=True, gil=False)) == (None, None)
-    # no state: a faulthandler/pystack dump shows where it sits, a traceback does not
+    # no state: a faulthandler/pystack dump, or py-spy frames whose thread header (and its
+    # state) the paste cut, show where it sits; a traceback does not
     unknown = _state_thread(lines, idle=None, gil=None)
     assert classify_thread_rule(unknown, "faulthandler")[0] == "stack.cuda_sync"
+    assert classify_thread_rule(unknown, "text")[0] == "stack.cuda_sync"
     assert classify_thread_rule(unknown, "traceback") == (None, None)
-    assert classify_thread_rule(unknown, "text") == (None, None)
 
 
 def test_active_without_the_gil_outside_a_serving_worker_or_with_native_frames() -> None:
@@ -1366,7 +1367,9 @@ def test_a_c10d_failed_collective_report_is_a_collective_even_when_cut() -> None
     # its innermost frames (the collective itself): the report still names a collective
     cut = _state_thread(WORKER_FORWARD, idle=None, gil=None)
     assert classify_thread_rule(cut, "c10d") == ("stack.nccl_collective", C10D_REPORT_RULE)
-    assert classify_thread_rule(cut, "text") == (None, None)
+    # the same frames as py-spy's with their thread header cut: a worker in a native call
+    assert classify_thread_rule(cut, "text") == ("stack.cuda_sync", NATIVE_CALL_RULE)
+    assert classify_thread_rule(cut, "traceback") == (None, None)
 
 
 def test_a_main_thread_that_names_no_site_gives_way_to_a_waiting_thread() -> None:

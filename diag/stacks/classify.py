@@ -1587,10 +1587,13 @@ _STATELESS_DUMPS = frozenset(
 
 def in_native_call(thread: StackThread, mode: str | None = None) -> bool:
     """The thread sits in a native call: py-spy shows it active without the GIL, or the
-    dump kind shows frames without a state (:data:`_STATELESS_DUMPS`)."""
+    dump kind shows frames without a state (:data:`_STATELESS_DUMPS`, and py-spy's frames
+    whose thread header, the only place of its state, the paste cut off)."""
     if thread.idle is False and thread.owns_gil is False:
         return True
-    return thread.idle is None and thread.owns_gil is None and mode in _STATELESS_DUMPS
+    return thread.idle is None and thread.owns_gil is None and (
+        mode in _STATELESS_DUMPS or mode == "text"
+    )
 
 
 # Process titles of GPU serving workers (vLLM's Worker_TPn / VllmWorker / Ray worker
