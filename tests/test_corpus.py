@@ -568,6 +568,22 @@ TUNING_XFAIL: dict[str, str] = {
         "end 'keeps logging' its wait for the core engine until the probe's SIGTERM); the "
         "paste holds that wait line once, with no time stamp, between quoted snippets"
     ),
+    "vllm/healthy-slurm-jan-2026-v0.13.0-singularity-4x-a100-pcie-nemotron-super-49b-tp4-tail-f-interleaved-rag-services-shm-broadcast-60s-during-compile-proxy-500-tracebacks-job-cancelled": (  # noqa: E501
+        "new case (gather s53): `tail -F` of five services' files ('==> logs/rag_proxy.out "
+        "<==' headers); the tracebacks are another service's (a RAG proxy's request "
+        "handler), read as python.exception: diag does not split a tail's per-file headers "
+        "into sources (2 of 2,300 corpus logs have them)"
+    ),
+    "vllm/kvcached-oct-2025-vllm-v1-gpt-oss-120b-single-gpu-mxfp4-marlin-weights-184s-compile-11s-kv-107gib-then-notimplementederror-hybrid-kv-types-in-prose-line": (  # noqa: E501
+        "new case (gather s53): python.exception from the reporter's sentence that quotes the "
+        "exception line in backticks ('I get `(EngineCore_DP0 pid=...) NotImplementedError: "
+        "...`.'); diag reads no log line inside prose (one corpus log does this)"
+    ),
+    "vllm/rtx3090x4-apr-2026-v0.19.0-tp4-qwen3.5-9b-shards-56s-per-it-load-226s-tp3-cuda-graph-capture-end-cuda-error-out-of-memory-then-shm-broadcast-wait-log-stops": (  # noqa: E501
+        "new case (gather s53): findings and phase right; python.exception's evidence is the "
+        "last of TP3's repeated exception lines in the label (152), diag shows the first "
+        "ones (LABELS.md does not say first or last)"
+    ),
 }
 
 MIN_PASS_RATIO = 0.90  # old cases: at most 10% xfailed

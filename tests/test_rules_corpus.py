@@ -415,15 +415,26 @@ XFAIL.update(
 )
 
 XFAIL.update(
-    {
-        name: "new case (gather s52): a label diag does not meet "
-        "(tests/test_corpus.py TUNING_XFAIL says why)"
-        for name in (
+    dict.fromkeys(
+        (
             "sglang/slurm-feb-2026-sglang-diffusion-6x-h100-pcie-wan2.2-a14b-ulysses-6-layerwise-offload-pinned-cpu-rank0-scheduler-dead-during-transformer-load-tcpstore-broken-pipe-slurm-2-oom-kill-events",  # noqa: E501
             "vllm/may-2026-v0.20.1-py3.14-venv-12gb-gpu-qwen3.6-35b-a3b-bf16-init-device-free-memory-9.91-of-11.49-gib-below-0.92-utilization-enginecore-failed",  # noqa: E501
             "vllm/rebellions-rbln-aug-2026-vllm-rbln-k8s-minimax-m2.5-fp8-pp-worker-dynamo-backendcompilerfailed-sys-ebusy-kv-24-blocks-then-frontend-waiting-for-core-engine-until-probe-sigterm",  # noqa: E501
-        )
-    }
+        ),
+        "new case (gather s52): a label diag does not meet (tests/test_corpus.py "
+        "TUNING_XFAIL says why)",
+    )
+)
+
+XFAIL.update(
+    dict.fromkeys(
+        (
+            "vllm/healthy-slurm-jan-2026-v0.13.0-singularity-4x-a100-pcie-nemotron-super-49b-tp4-tail-f-interleaved-rag-services-shm-broadcast-60s-during-compile-proxy-500-tracebacks-job-cancelled",  # noqa: E501
+            "vllm/kvcached-oct-2025-vllm-v1-gpt-oss-120b-single-gpu-mxfp4-marlin-weights-184s-compile-11s-kv-107gib-then-notimplementederror-hybrid-kv-types-in-prose-line",  # noqa: E501
+        ),
+        "new case (gather s53): a finding diag does not meet (tests/test_corpus.py "
+        "TUNING_XFAIL says why)",
+    )
 )
 
 
@@ -447,6 +458,10 @@ HEALTHY_XFAIL: dict[str, str] = {
     "vllm/healthy-dgx-spark-gb10-ngc-vllm-26.01-0.13.0-gpt-oss-20b-mxfp4-marlin-no-native-fp4-warning-triton-attn-only-backend-wrapper-0-mb-gpu-memory-then-shutdown": (  # noqa: E501
         "new case (gather s46): the Marlin weight-only FP4 warning (quant.unsupported, a "
         "warning by the corpus convention) on a working GB10 start the label calls healthy"
+    ),
+    "vllm/healthy-slurm-jan-2026-v0.13.0-singularity-4x-a100-pcie-nemotron-super-49b-tp4-tail-f-interleaved-rag-services-shm-broadcast-60s-during-compile-proxy-500-tracebacks-job-cancelled": (  # noqa: E501
+        "new case (gather s53): another service's request tracebacks in a `tail -F` of "
+        "several files read as python.exception (see XFAIL)"
     ),
 }
 

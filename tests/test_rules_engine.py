@@ -458,6 +458,38 @@ def test_a_lone_wait_that_states_a_long_wait_is_a_stall() -> None:
     assert "startup.cut_excerpt" in ids(out)
 
 
+def test_a_long_wait_that_gave_up_is_a_stall() -> None:
+    # vLLM's Ray placement-group wait repeats for 42 min, then its timeout and the
+    # executor's shutdown follow in the same second: the start-up stalled in the wait
+    ranks = (timeline(0, "model_config", end_s=5, ended=False),)
+    pg = "Waiting for creating a placement group of specs for {} seconds. specs=[{{'GPU': 1.0}}]"
+    waited = (10, 30, 70, 150, 310, 630, 1270, 2550)
+    waits = [rec(30 + i, pg.format(w), s=5 + w) for i, w in enumerate(waited)]
+
+    def ending(after_s: float) -> list[Record]:
+        at = 5 + waited[-1] + after_s
+        return [
+            rec(40, "Error: Cannot provide a placement group within 1800 seconds.", s=at),
+            rec(41, "Shutting down Ray distributed executor.", s=at),
+        ]
+
+    end = T0 + dt.timedelta(seconds=5 + waited[-1])
+    out = apply_rules(analysis(ranks=ranks, log_end=end), [*waits, *ending(0)])
+    (f,) = [f for f in out.findings if f.id == "startup.stalled"]
+    assert "42 min" in f.message and "the run ended right after" in f.message
+    assert {30, 37} <= {e.line for e in f.evidence}
+    # the run went on long after its last wait: not a wait that gave up
+    later = T0 + dt.timedelta(seconds=5 + waited[-1] + 600)
+    out = apply_rules(analysis(ranks=ranks, log_end=later), [*waits, *ending(600)])
+    assert all("the run ended right after" not in f.message for f in out.findings)
+    # a short wait (10 s to 30 s) that ended: no stall
+    out = apply_rules(
+        analysis(ranks=ranks, log_end=T0 + dt.timedelta(seconds=35)),
+        [*waits[:2], rec(40, "Shutting down Ray distributed executor.", s=35)],
+    )
+    assert "startup.stalled" not in ids(out)
+
+
 def test_silence_is_measured_from_the_last_line_of_any_kind() -> None:
     """An uncatalogued line 10 min after the last phase marker is activity, not silence;
     wait lines after it are not."""

@@ -591,6 +591,40 @@ def _cut_wait(last: Record, tail: Sequence[Record]) -> bool:
     )
 
 
+_GAVE_UP_S = 5.0  # the run's end lines follow the last wait within this (the wait's reaction)
+
+
+def _wait_then_end(
+    tail: Sequence[Record], event_of: Callable[[Record], Event | None], min_gap: float
+) -> tuple[Record, Record, float] | None:
+    """The last run of two or more wait messages with nothing but each other between, that
+    lasted ``min_gap`` or longer (first to last time stamp), after which the source holds
+    only lines within :data:`_GAVE_UP_S` of the last wait and no step marker: (its first
+    wait, its last, its span in seconds), or None."""
+    waits = [i for i, r in enumerate(tail) if _is_wait(r)]
+    if len(waits) < 2:
+        return None
+    end = waits[-1]
+    start = end
+    while start - 1 >= 0 and _is_wait(tail[start - 1]):
+        start -= 1
+    first, last = tail[start], tail[end]
+    if end - start < 1 or first.ts is None or last.ts is None:
+        return None
+    span = (last.ts - first.ts).total_seconds()
+    if span < min_gap:
+        return None
+    after = tail[end + 1:]
+    if not after:
+        return None  # the log ends on the wait: reasons 3 and 3b
+    for r in after:
+        if event_of(r) is not None or parse_progress(r):
+            return None  # the start-up went on after the wait
+        if r.ts is not None and abs((r.ts - last.ts).total_seconds()) > _GAVE_UP_S:
+            return None
+    return first, last, span
+
+
 def _stall_reason(
     analysis: Analysis, records: Sequence[Record], min_gap: float
 ) -> tuple[str | None, tuple[Hit, ...], str, dt.datetime | None, float | None]:
@@ -676,6 +710,24 @@ def _stall_reason(
             (Hit.of(waits[0]),),
             "",
             last_ts,
+            gap,
+        )
+    # 3c. a wait message repeating with no progress between for min_gap or longer, and then
+    #     only the run's end in that same second: the wait gave up (vLLM's Ray placement
+    #     group wait, executor/ray_utils.py _wait_until_pg_ready 0.5-0.11: "Waiting for
+    #     creating a placement group of specs for N seconds" until "Cannot provide a
+    #     placement group ... within 1800 seconds" and the executor's shutdown)
+    gave_up = _wait_then_end(tail, event_of, min_gap)
+    if gave_up is not None:
+        first, last_wait, span = gave_up
+        at = tail.index(first)
+        prior_ts = [r.ts for r in tail[:at] if r.ts is not None]
+        return (
+            f"then only a wait message for {fmt_duration(span)} with no progress between "
+            f"({last_wait.message.strip()[:120]}), and the run ended right after the last",
+            (Hit.of(first), Hit.of(last_wait)),
+            "",
+            prior_ts[-1] if prior_ts else first.ts,  # the last activity: before the waits
             gap,
         )
     # 4. the last line starts a step that never ends (or a bar that does not move); a
@@ -1612,6 +1664,11 @@ def _check_slow_load(ctx: CheckContext) -> CheckOutcome | None:
                 and (pace_p := _pace(p)) is not None and pace_p >= max_rate
             )
             hits += [Hit.of(first.rec)] + ([Hit.of(end.rec)] if first is not end else [])
+        if took:
+            # the load's own total ("Loading weights took N seconds"), where it was logged
+            secs = max(s for s, _ in took)
+            message += f"; the load took {fmt_duration(secs)} in all"
+            hits += [Hit.of(r) for _, r in took[:2]]
         return CheckOutcome(message=message, hits=tuple(hits))
     if long_loads:
         secs, rec = max(long_loads, key=lambda t: t[0])
