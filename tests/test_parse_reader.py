@@ -245,6 +245,28 @@ def test_utf16_log_from_powershell(tmp_path: Path) -> None:
     assert a.undecodable_bytes == 0
 
 
+def test_utf16_log_without_its_byte_order_mark(tmp_path: Path) -> None:
+    # the mark lost (a file cut at its head): nearly every second byte NUL is UTF-16 text
+    p = tmp_path / "server.log"
+    p.write_bytes(LOG.replace("\n", "\r\n").encode("utf-16-le"))
+    a = analyze([p])
+    assert a.last_phase == "weights_load"
+    assert [t.rank.label for t in a.ranks] == ["TP0", "TP1"]
+    assert any("UTF-16-LE (no byte-order mark)" in n for n in a.notes)
+
+
+def test_utf16_codec_sniffing() -> None:
+    from diag.parse.reader import utf16_codec
+
+    text = "INFO 05-01 10:00:00 [core.py:1] Model loading took 14.2 GiB and 10.5 seconds\n" * 3
+    assert utf16_codec(text.encode("utf-16")) == "utf-16"
+    assert utf16_codec(text.encode("utf-16-le")) == "utf-16-le"
+    assert utf16_codec(text.encode("utf-16-be")) == "utf-16-be"
+    assert utf16_codec(text.encode()) is None
+    assert utf16_codec(b"\x00" * 4096) is None  # a hole of NULs is no text
+    assert utf16_codec("short".encode("utf-16-le")) is None
+
+
 def test_zip_and_tar_attachments_are_read_member_by_member(tmp_path: Path) -> None:
     import tarfile
     import zipfile

@@ -35,7 +35,7 @@ from typing import Any
 from diag.errors import InputError
 from diag.parse import reader
 from diag.parse.prefilter import Lines
-from diag.parse.reader import UTF16_BOMS, Source, iter_chunks
+from diag.parse.reader import Source, iter_chunks, utf16_codec
 from diag.parse.records import Draft, SourceParser, assign_path_ranks, resolve_years
 from diag.parse.serving import (
     SPEC_MARKERS,
@@ -881,7 +881,7 @@ def _looks_binary(src: Source) -> bool:
             head = stream.read(1 << 16)
     except (OSError, EOFError, ValueError):
         return False  # the reader reports damage with a note
-    if not head or head[:2] in UTF16_BOMS:
+    if not head or utf16_codec(head) is not None:
         return False
     if b"\x00" * 8 in head:
         head = _NUL_RUN.sub(b"", head)

@@ -738,6 +738,24 @@ def _note_long(src: Source, notes: list[str]) -> None:
     if note not in notes:
         notes.append(note)
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+_UTF16_SNIFF = 4096  # bytes of the head read for UTF-16 without its BOM
+
+
+def utf16_codec(head: bytes) -> str | None:
+    """The UTF-16 codec a file's first bytes are in, or None: "utf-16" where it opens with
+    a byte-order mark (PowerShell's ``> file``, ``Out-File``), "utf-16-le" / "utf-16-be"
+    where the mark was lost (a file cut at its head, a copy of its middle) but the text is
+    ASCII held in two bytes each: nearly every second byte NUL, the others not."""
+    if head[:2] in UTF16_BOMS:
+        return "utf-16"
+    sample = head[: _UTF16_SNIFF & ~1]
+    if len(sample) < 64:
+        return None
+    even, odd = sample[0::2], sample[1::2]
+    for zeros, chars, codec in ((odd, even, "utf-16-le"), (even, odd, "utf-16-be")):
+        if zeros.count(0) * 100 >= len(zeros) * 95 and chars.count(0) * 2 < len(chars):
+            return codec
+    return None
 
 
 def _position(stream: BinaryIO, consumed: int) -> int:
@@ -818,7 +836,7 @@ def iter_chunks(
         raise InputError(f"{src.name}: cannot read: {exc.strerror or exc}") from exc
     consumed = 0
     carry = b""
-    utf16: codecs.BufferedIncrementalDecoder | None = None
+    utf16: codecs.IncrementalDecoder | None = None
     cr_only = False
     # past the first read, plain bytes are read straight after the carried partial line
     # into one buffer that is cut after its last newline: no chunk is copied
@@ -880,9 +898,11 @@ def iter_chunks(
             if not data:
                 break
             consumed += len(data)
-            if consumed == len(data) and data[:2] in UTF16_BOMS:
+            if consumed == len(data) and (codec := utf16_codec(data)) is not None:
                 # PowerShell's `> file` / Out-File writes UTF-16: re-encode it as UTF-8
-                utf16 = codecs.getincrementaldecoder("utf-16")(errors="replace")
+                utf16 = codecs.getincrementaldecoder(codec)(errors="replace")
+                if codec != "utf-16":
+                    notes.append(f"{src.name}: read as {codec.upper()} (no byte-order mark)")
             if utf16 is not None:
                 data = utf16.decode(data).encode("utf-8", errors="replace")
             if consumed == len(data) and b"\n" not in data and data.count(b"\r") > 1:
