@@ -310,8 +310,12 @@ _FRACTION = re.compile(r"[-+]?\d{1,6}\.\d{1,6}")
 _INT = re.compile(r"-?\d{1,9}")
 _SPECIAL_TOKEN = re.compile(r"<\|?[\w.\-]{1,40}\|?>")
 _CHOICES = re.compile(r"[|,/]")
+# None, a bool, an empty container; the placeholders of "no value" in other languages and
+# shells (JavaScript's undefined, Go's and Ruby's nil, SQL's NULL) and the frameworks' own
+# "no key" word (vLLM's and SGLang's docs: --api-key EMPTY)
 _NOT_SECRET_VALUES = frozenset(
-    {"", "None", "none", "null", "True", "False", "true", "false", "{}", "[]", "()"}
+    {"", "None", "none", "null", "True", "False", "true", "false", "{}", "[]", "()",
+     "undefined", "nil", "NULL", "Null", "NONE", "unset", "UNSET", "EMPTY", "empty"}
 )
 
 
@@ -321,6 +325,10 @@ def _plain_value(name: str, inner: str, *, quoted: bool, colon: bool) -> bool:
     line in tests/test_redact.py's NEGATIVE."""
     if inner in _NOT_SECRET_VALUES or inner.startswith("$"):
         return True  # None, a bool, an empty container; a shell variable
+    if "\\(" in inner or "\\)" in inner or "[^" in inner:
+        # a regular expression's escaped group or negated class: a sed/grep script that
+        # edits the variable (bash -x's trace of `sed 's/\(.*HF_TOKEN="\)[^"]*/.../'`)
+        return True
     words, secret = _name_words(name)
     key_only = bool(secret) and secret <= {"key", "keys"}  # a lookup key, a store's key
     if key_only and (
@@ -552,6 +560,8 @@ class Redactor:
             return match.group(0)
         if value.startswith("-") and match.group("sep") != "=":
             return match.group(0)  # the next flag, not a value
+        if value.strip("'\"") in _NOT_SECRET_VALUES:
+            return match.group(0)  # "--api-key EMPTY" (the frameworks' docs), None, ...
         if value.lstrip("[") == match.group("name")[2:].upper().replace("-", "_"):
             # argparse's usage: the flag's metavar ("--api-key API_KEY", an optional value's
             # "--hf-token [HF_TOKEN]")

@@ -70,6 +70,11 @@ NEGATIVE = [
     "node-0:270:270 [0] NCCL INFO Bootstrap: Using eth0:10.0.0.2<0>",
     "NCCL version 2.21.5+cuda12.4 at 15:01:54.123",
     "{'api_key': None, 'admin_api_key': '', 'token': None}",
+    # a shell script's trace of a variable a JavaScript-minded launcher left unset
+    "+ export API_KEY=undefined",
+    "OPENAI_API_KEY=EMPTY vllm serve /m --api-key EMPTY",
+    # bash -x's trace of a sed script that blanks the variable in a file
+    "+ sed -i 's/\\(.*HF_TOKEN=\"\\)[^\"]*\\(\".*\\)/\\1\\2/' env.sh",
     # SGLang 0.1's memory summary (model_rpc.py): token counts named like a token field
     "Rank 1: max_total_num_token=52656, max_prefill_num_token=8776, context_len=4096",
     # SGLang 0.5.16's two-batch-overlap split: a fraction in a field about tokens
