@@ -247,7 +247,20 @@ def _random_looking(text: str) -> bool:
     return (upper and lower) or ((upper or lower) and digit)
 
 
+# a class name made of words (vLLM's model classes: "AscendQwen3VLMoeForConditionalGeneration"
+# is 40 letters and digits): capitalised words, short acronyms and numbers only, mostly
+# lower case; a random key almost never splits so
+_CAMEL_NAME = re.compile(r"(?:[A-Z][a-z]{2,}|[A-Z]{1,4}(?=[A-Z][a-z]|\d|$)|\d{1,3})+")
+_CAMEL_WORD = re.compile(r"[A-Z][a-z]{2,}")
+
+
 def _aws_secret_like(text: str) -> bool:
+    if (
+        _CAMEL_NAME.fullmatch(text)
+        and len(_CAMEL_WORD.findall(text)) >= 3
+        and sum(c.islower() for c in text) * 10 >= len(text) * 6
+    ):
+        return False
     return (
         any(c.isupper() for c in text)
         and any(c.islower() for c in text)

@@ -73,6 +73,8 @@ NEGATIVE = [
     # a shell script's trace of a variable a JavaScript-minded launcher left unset
     "+ export API_KEY=undefined",
     "OPENAI_API_KEY=EMPTY vllm serve /m --api-key EMPTY",
+    # a model class of 40 letters and digits (vllm-ascend's registry warning)
+    "new model class vllm_ascend.models.x:AscendQwen3VLMoeForConditionalGeneration.",
     # bash -x's trace of a sed script that blanks the variable in a file
     "+ sed -i 's/\\(.*HF_TOKEN=\"\\)[^\"]*\\(\".*\\)/\\1\\2/' env.sh",
     # SGLang 0.1's memory summary (model_rpc.py): token counts named like a token field
